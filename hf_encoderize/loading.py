@@ -1,0 +1,179 @@
+"""Load any decoder LLM (Hub id, local folder or GGUF file) and refuse what cannot become a bidirectional encoder.
+
+Design choices:
+- The config is read first (cheap) and classified before any weight is downloaded, so an encoder, a seq2seq model, a
+  pure SSM/recurrent model or a multimodal wrapper is refused in one line without fetching gigabytes.
+- GGUF files go through transformers' own `from_pretrained(..., gguf_file=...)` path (which needs the `gguf` package),
+  so the de-quantised weights and the tokenizer are exactly what transformers reads.
+- `trust_remote_code` is off unless the user asks for it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import KW_ONLY, dataclass
+from pathlib import Path
+
+from hf_encoderize.errors import EncoderizeError
+
+# Kinds returned by `classify_config`. Only the first two can be encoderized.
+DECODER = "decoder-only"
+HYBRID = "hybrid attention+SSM"
+ENCODER = "encoder"
+ENCODER_DECODER = "encoder-decoder"
+RECURRENT = "recurrent/SSM"
+MULTIMODAL = "multimodal wrapper"
+ENCODERIZABLE = (DECODER, HYBRID)
+
+# Pure state-space / recurrent families: there is no attention mask to make bidirectional.
+_RECURRENT_TYPES = {"mamba", "mamba2", "falcon_mamba", "rwkv", "xlstm"}
+# Families that interleave attention with SSM / linear-recurrence / convolution layers.
+_HYBRID_TYPES = {
+    "jamba", "zamba", "zamba2", "bamba", "falcon_h1", "granitemoehybrid", "nemotron_h", "lfm2", "lfm2_moe",
+    "qwen3_next", "recurrent_gemma", "plamo2", "minimax", "olmo_hybrid", "qwen3_5", "qwen3_5_moe", "kimi_linear",
+}  # fmt: skip
+_NON_ATTENTION_LAYER_TYPES = ("mamba", "linear", "conv", "recurrent", "ssm", "mlstm", "rwkv", "deltanet")
+_MULTIMODAL_SUBCONFIGS = ("vision_config", "audio_config", "speech_config", "vq_config", "image_config")
+
+
+@dataclass
+class LoadConfig:
+    """Where the decoder comes from and how to load it."""
+
+    source: str
+    """A Hub id (`org/name`), a local folder, or a `.gguf` file (local path, or a Hub repo id with `gguf_file`)."""
+    _: KW_ONLY
+    revision: str | None = None
+    """Hub revision (branch, tag or commit) to load; ignored for local sources."""
+    gguf_file: str | None = None
+    """File name of a GGUF inside the Hub repo or folder given as `source`."""
+    attn_implementation: str = "sdpa"
+    """Attention backend: eager, sdpa, flex_attention, flash_attention_2 or flash_attention_3."""
+    dtype: str = "auto"
+    """Weights dtype: auto, float32, bfloat16 or float16."""
+    trust_remote_code: bool = False
+    """Run modelling code from the Hub repo. Off unless the user asks for it."""
+
+    def __post_init__(self):
+        backends = ("eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3")
+        if self.attn_implementation not in backends:
+            raise EncoderizeError(
+                f"unknown attention backend {self.attn_implementation!r}; choose one of {', '.join(backends)}"
+            )
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise EncoderizeError(f"unknown dtype {self.dtype!r}; choose auto, float32, bfloat16 or float16")
+        if self.source.endswith(".gguf") and self.gguf_file is None and not Path(self.source).is_file():
+            if Path(self.source).parent.is_dir() or "/" not in self.source:
+                raise EncoderizeError(f"GGUF file {self.source!r} does not exist; check the path")
+        if self.source.endswith(".gguf") and Path(self.source).is_file():
+            # A local GGUF path: transformers wants the folder plus the file name.
+            path = Path(self.source).resolve()
+            self.source, self.gguf_file = str(path.parent), path.name
+
+
+def classify_config(config) -> str:
+    """Return what kind of model `config` describes: one of the module-level kinds (DECODER, HYBRID, ...)."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+        MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
+    )
+
+    model_type = config.model_type
+    if getattr(config, "is_encoder_decoder", False) or model_type in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
+        return ENCODER_DECODER
+    if any(getattr(config, name, None) is not None for name in _MULTIMODAL_SUBCONFIGS):
+        return MULTIMODAL
+    if model_type in _RECURRENT_TYPES:
+        return RECURRENT
+    layer_types = [str(t) for t in (getattr(config, "layer_types", None) or [])]
+    if model_type in _HYBRID_TYPES or any(k in t for t in layer_types for k in _NON_ATTENTION_LAYER_TYPES):
+        return HYBRID
+    if model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        # BERT-likes also register a causal-LM head (BertLMHeadModel); they are encoders all the same.
+        return ENCODER
+    return DECODER
+
+
+def _refusal(kind: str, model_type: str) -> str:
+    if kind == ENCODER:
+        return (
+            f"{model_type!r} is already an encoder; it needs no attention patch: run `hf-encoderize cpt` on it directly"
+        )
+    if kind == ENCODER_DECODER:
+        return f"{model_type!r} is an encoder-decoder model; pass a decoder-only LLM (e.g. Llama, Qwen, SmolLM2)"
+    if kind == RECURRENT:
+        return f"{model_type!r} is a state-space/recurrent model with no attention, so it cannot be made bidirectional"
+    return (
+        f"{model_type!r} is a multimodal wrapper; pass its text-only decoder (e.g. the `*_text` model) instead"
+    )
+
+
+def load_config(cfg: LoadConfig):
+    """Read and classify the config; raise `EncoderizeError` for a missing source or a non-decoder."""
+    from transformers import AutoConfig
+
+    kwargs = dict(revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
+    if cfg.gguf_file:
+        kwargs["gguf_file"] = cfg.gguf_file
+    try:
+        config = AutoConfig.from_pretrained(cfg.source, **kwargs)
+    except (OSError, ValueError, KeyError, RuntimeError, ImportError, EOFError) as err:
+        raise EncoderizeError(_load_error_message(cfg, err)) from None
+    kind = classify_config(config)
+    if kind not in ENCODERIZABLE:
+        raise EncoderizeError(_refusal(kind, config.model_type))
+    return config
+
+
+def _load_error_message(cfg: LoadConfig, err: Exception) -> str:
+    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    if cfg.gguf_file:
+        if "gguf" in text.lower() and ("install" in text.lower() or "not available" in text.lower()):
+            return "reading GGUF files needs the gguf package: pip install 'hf-encoderize[gguf]'"
+        return f"cannot read GGUF file {cfg.gguf_file!r} in {cfg.source!r} (corrupt or unsupported architecture): {text}"
+    if not os.path.exists(cfg.source) and ("/" in cfg.source and cfg.source.startswith((".", "/", "~"))):
+        return f"path {cfg.source!r} does not exist; check the path"
+    return f"cannot load {cfg.source!r}: not a local model folder or a reachable Hub model id ({text})"
+
+
+def load_decoder(cfg: LoadConfig | str, **overrides):
+    """Load a decoder LLM and its tokenizer. Returns `(model, tokenizer)`, the model in eval mode.
+
+    `cfg` is a `LoadConfig` or just the source string, with `LoadConfig` fields as keyword overrides:
+    `load_decoder("HuggingFaceTB/SmolLM2-135M", revision="main")`.
+    Raises `EncoderizeError` (one line) for a missing model, a corrupt GGUF or a model that is not a decoder.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if isinstance(cfg, str):
+        cfg = LoadConfig(cfg, **overrides)
+    check_backend_available(cfg.attn_implementation)
+    config = load_config(cfg)
+    kwargs = dict(revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
+    if cfg.gguf_file:
+        kwargs["gguf_file"] = cfg.gguf_file
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(cfg.source, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            cfg.source, config=config, dtype=cfg.dtype, attn_implementation=cfg.attn_implementation, **kwargs
+        )
+    except (OSError, ValueError, KeyError, RuntimeError, EOFError) as err:
+        raise EncoderizeError(_load_error_message(cfg, err)) from None
+    return model.eval(), tokenizer
+
+
+def check_backend_available(attn_implementation: str) -> None:
+    """Refuse flash attention up front when there is no GPU or no flash-attn package, before any download."""
+    if not attn_implementation.startswith("flash_attention"):
+        return
+    import importlib.util
+
+    import torch
+
+    if not torch.cuda.is_available():
+        raise EncoderizeError(f"{attn_implementation} needs a CUDA or ROCm GPU; use --attn-implementation sdpa on CPU")
+    package = "flash_attn_interface" if attn_implementation == "flash_attention_3" else "flash_attn"
+    if importlib.util.find_spec(package) is None:
+        raise EncoderizeError(
+            f"{attn_implementation} needs the {package} package: pip install flash-attn, or use sdpa"
+        )
