@@ -44,42 +44,17 @@ class EncoderizeReport:
         return asdict(self)
 
 
-def _configs(config):
-    yield config
-    for name in ("text_config", "decoder", "language_config", "llm_config"):
-        sub = getattr(config, name, None)
-        if sub is not None and hasattr(sub, "to_dict"):
-            yield sub
-
-
-def _symmetrise_causal_buffers(module: torch.nn.Module) -> int:
-    replaced = 0
-    for name, buffer in list(module.named_buffers(recurse=False)):
-        if buffer is None or buffer.dim() < 2 or buffer.dtype not in (torch.bool, torch.uint8):
-            continue
-        if buffer.shape[-1] != buffer.shape[-2] or buffer.shape[-1] < 2:
-            continue
-        as_bool = buffer.bool()
-        if torch.equal(as_bool, as_bool.tril()) and not bool(as_bool.all()):
-            setattr(module, name, (as_bool | as_bool.transpose(-1, -2)).to(buffer.dtype))
-            replaced += 1
-    return replaced
-
-
 def make_bidirectional(model: torch.nn.Module) -> tuple[int, int]:
-    """Apply the three-layer patch in place. Returns `(modules_patched, causal_buffers_replaced)`."""
-    for config in _configs(model.config):
-        config.is_causal = False
-        if hasattr(config, "use_bidirectional_attention"):
-            config.use_bidirectional_attention = True  # Gemma 3 / T5Gemma-style switch
-    modules = buffers = 0
-    for module in model.modules():
-        if isinstance(getattr(module, "is_causal", None), bool):
-            module.is_causal = False
-            modules += 1
-        buffers += _symmetrise_causal_buffers(module)
+    """Apply the three-layer patch in place. Returns `(modules_patched, causal_buffers_replaced)`.
+
+    The patch itself lives in the modelling file shipped with every saved encoder, so a reload through
+    `trust_remote_code` applies exactly the same code.
+    """
+    from hf_encoderize.templates.modeling_encoderize import make_bidirectional as patch
+
+    counts = patch(model)
     install_document_isolation()
-    return modules, buffers
+    return counts
 
 
 def encoderize(model, tokenizer=None) -> EncoderizeReport:

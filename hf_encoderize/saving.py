@@ -1,0 +1,131 @@
+"""Save an encoder so that plain transformers and sentence-transformers load it without hf_encoderize.
+
+What goes in the folder:
+- `model.safetensors` + `config.json` with `is_causal: false` and the original `model_type`, so
+  `AutoModel.from_pretrained(out)` builds the native architecture with bidirectional masks (transformers >= 5.2);
+- `modeling_encoderize.py` + `auto_map`, so `AutoModelForMaskedLM.from_pretrained(out, trust_remote_code=True)` and
+  `pipeline("fill-mask", ...)` work; the file imports only torch and transformers;
+- the tokenizer with its mask and pad tokens, padding on the right (real tokens keep positions 0..n-1);
+- sentence-transformers files (modules.json, 1_Pooling/config.json with mean pooling, sentence_bert_config.json,
+  config_sentence_transformers.json), so `SentenceTransformer(out)` gives mean-pooled embeddings.
+
+The folder is written under a temporary name next to the target and renamed into place at the end, so a failure
+never leaves a half-written encoder, and an existing non-empty folder is only replaced with `overwrite=True`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+from hf_encoderize.errors import EncoderizeError
+
+MODELING_FILE = "modeling_encoderize.py"
+
+
+def check_output_dir(out_dir: str | os.PathLike, overwrite: bool) -> Path:
+    """Refuse a non-empty output folder unless `overwrite`; refuse a path that is a file."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise EncoderizeError(f"output path {str(out)!r} is a file; pick a folder path")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise EncoderizeError(f"output folder {str(out)!r} is not empty; pick a new folder or pass --overwrite")
+    return out
+
+
+def _write_json(path: Path, payload: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+
+
+def write_sentence_transformers_files(out: Path, hidden_size: int, max_seq_length: int) -> None:
+    """The module layout sentence-transformers reads: Transformer at the root, then mean Pooling."""
+    _write_json(
+        out / "modules.json",
+        [
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        ],
+    )
+    # Mean pooling over real tokens: the paper's pooling for SC and IR (section 2, "Fine-tuning protocol").
+    _write_json(
+        out / "1_Pooling" / "config.json",
+        {
+            "word_embedding_dimension": hidden_size,
+            "pooling_mode_cls_token": False,
+            "pooling_mode_mean_tokens": True,
+            "pooling_mode_max_tokens": False,
+            "pooling_mode_mean_sqrt_len_tokens": False,
+            "pooling_mode_weightedmean_tokens": False,
+            "pooling_mode_lasttoken": False,
+            "include_prompt": True,
+        },
+    )
+    _write_json(out / "sentence_bert_config.json", {"max_seq_length": max_seq_length, "do_lower_case": False})
+    _write_json(
+        out / "config_sentence_transformers.json",
+        {"model_type": "SentenceTransformer", "prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"},
+    )
+
+
+def _modeling_source(model_type: str) -> str:
+    template = resources.files("hf_encoderize.templates").joinpath(MODELING_FILE).read_text()
+    return template.replace('MODEL_TYPE = "__MODEL_TYPE__"', f"MODEL_TYPE = {model_type!r}")
+
+
+def save_encoder(
+    model, tokenizer, out_dir: str | os.PathLike, *, overwrite: bool = False, metadata: dict | None = None
+) -> Path:
+    """Write the encoder to `out_dir` (see module docstring). Returns the folder path.
+
+    `metadata` (e.g. the `EncoderizeReport` as a dict) is stored under `hf_encoderize` in config.json.
+    """
+    out = check_output_dir(out_dir, overwrite)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    try:
+        _write_encoder(model, tokenizer, tmp, metadata or {})
+        _replace_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _write_encoder(model, tokenizer, tmp: Path, metadata: dict) -> None:
+    config = model.config
+    model_type = config.model_type
+    config.is_causal = False
+    config.use_cache = False
+    config.auto_map = {
+        "AutoModelForMaskedLM": f"{MODELING_FILE[:-3]}.EncoderForMaskedLM",
+    }
+    config.hf_encoderize = {"version": _version(), **metadata}
+    model.save_pretrained(tmp)
+    tokenizer.padding_side = "right"
+    tokenizer.save_pretrained(tmp)
+    (tmp / MODELING_FILE).write_text(_modeling_source(model_type))
+    text_config = config.get_text_config()
+    max_len = min(int(getattr(text_config, "max_position_embeddings", 512) or 512), 8192)
+    write_sentence_transformers_files(tmp, int(text_config.hidden_size), max_len)
+
+
+def _replace_dir(tmp: Path, out: Path) -> None:
+    if out.exists():
+        # Only reached with overwrite=True (or an empty folder): swap, then delete the old copy.
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(out)
+
+
+def _version() -> str:
+    from hf_encoderize import __version__
+
+    return __version__
