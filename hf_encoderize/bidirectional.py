@@ -154,9 +154,9 @@ def _layer_probe(base, ids: torch.Tensor, tol: float) -> bool | str:
             captured.setdefault("out", []).append(out[:, 0].detach().clone())
 
         handles = [module.register_forward_hook(capture, with_kwargs=True)]
-        base(input_ids=ids)
+        base(input_ids=ids, use_cache=False)
         handles.append(module.register_forward_pre_hook(perturb, with_kwargs=True))
-        base(input_ids=ids)
+        base(input_ids=ids, use_cache=False)
         for handle in handles:
             handle.remove()
         outs = captured.get("out", [])
@@ -173,15 +173,15 @@ def _check_later_token(base, ids: torch.Tensor, vocab: int, tol: float) -> bool 
     later = min(ids.shape[1], int(window)) - 1
     changed = ids.clone()
     changed[:, later] = (changed[:, later] + 1) % vocab
-    first_a = _hidden(base(input_ids=ids))[:, 0]
-    first_b = _hidden(base(input_ids=changed))[:, 0]
+    first_a = _hidden(base(input_ids=ids, use_cache=False))[:, 0]
+    first_b = _hidden(base(input_ids=changed, use_cache=False))[:, 0]
     same, diff = _close(first_a, first_b, tol * 1e-2)
     return f"changing token {later} left position 0 unchanged (max diff {diff:.2e})" if same else True
 
 
 def _check_padding(base, ids: torch.Tensor, pad_id: int, tol: float) -> bool | str:
     length = ids.shape[1]
-    alone = _hidden(base(input_ids=ids))
+    alone = _hidden(base(input_ids=ids, use_cache=False))
     for side in ("right", "left"):
         pads = torch.full((1, 3), pad_id, dtype=ids.dtype)
         padded = torch.cat([ids, pads] if side == "right" else [pads, ids], dim=1)
@@ -191,7 +191,7 @@ def _check_padding(base, ids: torch.Tensor, pad_id: int, tol: float) -> bool | s
             mask = mask.flip(1)
         # Real tokens keep positions 0..n-1 whatever the side (left padding needs explicit position_ids).
         positions = (mask.cumsum(-1) - 1).clamp_min(0)
-        hidden = _hidden(base(input_ids=padded, attention_mask=mask, position_ids=positions))
+        hidden = _hidden(base(input_ids=padded, attention_mask=mask, position_ids=positions, use_cache=False))
         real = hidden[:, :length] if side == "right" else hidden[:, 3:]
         ok, diff = _close(real, alone, tol)
         if not ok:
@@ -203,9 +203,9 @@ def _check_packing(base, doc_a: torch.Tensor, doc_b: torch.Tensor, pad_id: int, 
     len_a, len_b = doc_a.shape[1], doc_b.shape[1]
     row = torch.cat([doc_a, doc_b, torch.full((1, 2), pad_id, dtype=doc_a.dtype)], dim=1)
     document_ids = document_ids_from_lengths([[len_a, len_b]], row.shape[1])
-    packed = _hidden(packed_forward(base, row, document_ids))
+    packed = _hidden(packed_forward(base, row, document_ids, use_cache=False))
     for name, doc, start in (("first", doc_a, 0), ("second", doc_b, len_a)):
-        alone = _hidden(base(input_ids=doc))
+        alone = _hidden(base(input_ids=doc, use_cache=False))
         ok, diff = _close(packed[:, start : start + doc.shape[1]], alone, tol)
         if not ok:
             return f"the {name} packed document differs from the document alone (max diff {diff:.2e}): documents leak"
@@ -227,7 +227,7 @@ def verify_bidirectional(
     device = next(base.parameters()).device
     ids = torch.randint(min(3, vocab - 1), vocab, (1, seq_len), generator=generator).to(device)
     doc_b = torch.randint(min(3, vocab - 1), vocab, (1, seq_len - 3), generator=generator).to(device)
-    pad_id = pad_token_id if pad_token_id is not None else (model.config.pad_token_id or 0)
+    pad_id = pad_token_id if pad_token_id is not None else (getattr(model.config, "pad_token_id", None) or 0)
     tol = _tolerance(base)
     result = ProbeResult()
     torch.manual_seed(seed)

@@ -33,6 +33,7 @@ _HYBRID_TYPES = {
     "qwen3_next", "recurrent_gemma", "plamo2", "minimax", "olmo_hybrid", "qwen3_5", "qwen3_5_moe", "kimi_linear",
 }  # fmt: skip
 _NON_ATTENTION_LAYER_TYPES = ("mamba", "linear", "conv", "recurrent", "ssm", "mlstm", "rwkv", "deltanet")
+# A config holding a text sub-config (or vision/audio ones) wraps a text decoder inside a multimodal model.
 _MULTIMODAL_SUBCONFIGS = ("vision_config", "audio_config", "speech_config", "vq_config", "image_config")
 
 
@@ -81,7 +82,7 @@ def classify_config(config) -> str:
     model_type = config.model_type
     if getattr(config, "is_encoder_decoder", False) or model_type in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
         return ENCODER_DECODER
-    if any(getattr(config, name, None) is not None for name in _MULTIMODAL_SUBCONFIGS):
+    if any(getattr(config, name, None) is not None for name in _MULTIMODAL_SUBCONFIGS + ("text_config",)):
         return MULTIMODAL
     if model_type in _RECURRENT_TYPES:
         return RECURRENT

@@ -27,7 +27,7 @@ def make_bidirectional(model: torch.nn.Module) -> tuple[int, int]:
         config = getattr(model.config, name, None) if name else model.config
         if config is not None and hasattr(config, "to_dict"):
             config.is_causal = False
-            if hasattr(config, "use_bidirectional_attention"):
+            if isinstance(getattr(config, "use_bidirectional_attention", None), bool):
                 config.use_bidirectional_attention = True  # Gemma 3 style switch
     modules = buffers = 0
     for module in model.modules():
@@ -35,11 +35,11 @@ def make_bidirectional(model: torch.nn.Module) -> tuple[int, int]:
             module.is_causal = False
             modules += 1
         for name, buffer in list(module.named_buffers(recurse=False)):
-            if buffer is None or buffer.dim() < 2 or buffer.dtype not in (torch.bool, torch.uint8):
+            if buffer is None or buffer.dim() < 2 or buffer.shape[-1] != buffer.shape[-2] or buffer.shape[-1] < 2:
                 continue
-            if buffer.shape[-1] != buffer.shape[-2] or buffer.shape[-1] < 2:
-                continue
-            as_bool = buffer.bool()
+            as_bool = buffer != 0
+            if not torch.equal(as_bool.to(buffer.dtype), buffer):
+                continue  # not a 0/1 mask (e.g. an additive -inf mask or real weights)
             if torch.equal(as_bool, as_bool.tril()) and not bool(as_bool.all()):
                 setattr(module, name, (as_bool | as_bool.transpose(-1, -2)).to(buffer.dtype))
                 buffers += 1

@@ -1,0 +1,156 @@
+"""`hf-encoderize`: a dict of subcommands mapped onto plain library functions. No logic lives here.
+
+Options come from the config dataclasses: every field becomes `--field-name`, its docstring is the help text, and
+`--config file.yaml` supplies defaults (command-line flags win). Any `EncoderizeError` becomes one `error:` line and
+exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import json
+import sys
+import textwrap
+from collections.abc import Callable
+
+from hf_encoderize.errors import EncoderizeError
+
+
+def _field_docs(cls) -> dict[str, str]:
+    """Attribute docstrings (the string right after each field) of a dataclass."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body
+    docs = {}
+    for node, following in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr):
+            if isinstance(following.value, ast.Constant) and isinstance(following.value.value, str):
+                docs[node.target.id] = " ".join(following.value.value.split())
+    return docs
+
+
+def add_dataclass_args(parser: argparse.ArgumentParser, cls, positional: tuple[str, ...] = ()) -> None:
+    docs = _field_docs(cls)
+    for field in dataclasses.fields(cls):
+        if field.name == "_":
+            continue
+        help_text = docs.get(field.name, "")
+        if field.name in positional:
+            parser.add_argument(field.name, help=help_text)
+        elif field.type in ("bool", bool):
+            parser.add_argument(f"--{field.name.replace('_', '-')}", action=argparse.BooleanOptionalAction,
+                                default=None, help=f"{help_text} (default: {field.default})")
+        else:
+            parser.add_argument(f"--{field.name.replace('_', '-')}", default=None,
+                                help=f"{help_text} (default: {field.default})")
+
+
+def build_config(cls, args: argparse.Namespace, yaml_values: dict):
+    """Instantiate `cls` from YAML values overridden by the flags the user actually gave."""
+    values = {}
+    for field in dataclasses.fields(cls):
+        if field.name == "_":
+            continue
+        given = getattr(args, field.name, None)
+        value = given if given is not None else yaml_values.get(field.name, None)
+        if value is not None:
+            values[field.name] = value
+    positional = [f.name for f in dataclasses.fields(cls) if f.kw_only is False and f.name in values]
+    return cls(*[values.pop(name) for name in positional], **values)
+
+
+def _load_yaml(path: str | None) -> dict:
+    if not path:
+        return {}
+    import yaml
+
+    try:
+        with open(path) as handle:
+            data = yaml.safe_load(handle) or {}
+    except OSError as err:
+        raise EncoderizeError(f"cannot read config file {path!r}: {err.strerror}") from None
+    if not isinstance(data, dict):
+        raise EncoderizeError(f"config file {path!r} must hold a mapping of option names to values")
+    return {key.replace("-", "_"): value for key, value in data.items()}
+
+
+# ------------------------------------------------------------------------------------------------ subcommands
+
+
+def _convert_parser(sub) -> None:
+    from hf_encoderize.convert import ConvertConfig
+    from hf_encoderize.loading import LoadConfig
+
+    parser = sub.add_parser("convert", help="encoderize a decoder and save it (no training)")
+    add_dataclass_args(parser, LoadConfig, positional=("source",))
+    add_dataclass_args(parser, ConvertConfig, positional=("output_dir",))
+
+
+def _run_convert(args, yaml_values) -> int:
+    from hf_encoderize.convert import ConvertConfig, convert
+    from hf_encoderize.loading import LoadConfig
+
+    summary = convert(build_config(LoadConfig, args, yaml_values), build_config(ConvertConfig, args, yaml_values))
+    for key, value in summary.items():
+        print(f"{key}: {value}")
+    return 0
+
+
+def _architectures_parser(sub) -> None:
+    parser = sub.add_parser("architectures", help="probe every causal-LM architecture transformers ships")
+    parser.add_argument("--write", default=None, help="also write the markdown table to this file")
+    parser.add_argument("--model-types", nargs="*", default=None, help="only these model types")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of markdown")
+
+
+def _run_architectures(args, yaml_values) -> int:
+    from hf_encoderize.architectures import render_markdown, run_matrix
+
+    def progress(index, total, result):
+        print(f"[{index}/{total}] {result.model_type}: {result.kind}", file=sys.stderr, flush=True)
+
+    results = run_matrix(args.model_types, progress=progress)
+    table = render_markdown(results)
+    if args.write:
+        with open(args.write, "w") as handle:
+            handle.write(table)
+    if args.json:
+        print(json.dumps([dataclasses.asdict(r) for r in results], indent=1))
+    else:
+        print(table, end="")
+    return 0
+
+
+COMMANDS: dict[str, tuple[Callable, Callable]] = {
+    "convert": (_convert_parser, _run_convert),
+    "architectures": (_architectures_parser, _run_architectures),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hf-encoderize", description="Turn any decoder LLM into a text encoder.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add_parser, _ in COMMANDS.values():
+        add_parser(sub)
+    for command_parser in sub.choices.values():
+        command_parser.add_argument("--config", default=None, help="YAML file of option defaults (flags win)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return COMMANDS[args.command][1](args, _load_yaml(args.config))
+    except EncoderizeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""Shared fixtures: tiny random decoders and a word-level tokenizer built in-process (no network, no GPU)."""
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+VOCAB = 120  # w0..w119, then <unk>, </s>
+
+
+def make_tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"w{i}": i for i in range(VOCAB)}
+    vocab.update({"<unk>": VOCAB, "</s>": VOCAB + 1})
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", eos_token="</s>")
+
+
+def make_decoder(model_type="llama", attn_implementation="sdpa", **overrides):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    sizes = dict(vocab_size=VOCAB + 2, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64)
+    sizes.update(overrides)
+    config = AutoConfig.for_model(model_type, **sizes)
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation).eval()
+
+
+@pytest.fixture
+def tokenizer():
+    return make_tokenizer()
+
+
+@pytest.fixture
+def decoder():
+    return make_decoder()

@@ -1,0 +1,92 @@
+"""The attention patch and its probe, on tiny random decoders."""
+
+import pytest
+import torch
+from conftest import make_decoder
+
+from hf_encoderize.bidirectional import NotBidirectionalError, encoderize, verify_bidirectional
+from hf_encoderize.errors import EncoderizeError
+
+BACKENDS = ["eager", "sdpa", "flex_attention"]
+SLIDING = {
+    "llama": {},
+    "mistral": {"sliding_window": 4},
+    "qwen2": {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1},
+    "gemma3_text": {"sliding_window": 4},
+}
+
+
+def _first_position(model, ids):
+    return model.model(input_ids=ids).last_hidden_state[0, 0]
+
+
+def test_later_token_changes_first_position_only_after_patch(decoder):
+    ids = torch.randint(0, 100, (1, 10))
+    changed = ids.clone()
+    changed[0, -1] += 1
+    with torch.no_grad():
+        assert torch.equal(_first_position(decoder, ids), _first_position(decoder, changed))  # causal: unchanged
+        encoderize(decoder)
+        assert not torch.allclose(_first_position(decoder, ids), _first_position(decoder, changed))
+
+
+def test_probe_fails_loudly_on_a_causal_model(decoder):
+    with pytest.raises(NotBidirectionalError, match="later_token_changes_first"):
+        verify_bidirectional(decoder)
+    result = verify_bidirectional(decoder, raise_on_failure=False)
+    assert not result.passed
+    assert result.checks["every_attention_layer_bidirectional"] is not True
+    assert result.checks["packed_documents_isolated"] is True  # isolation works causal or not
+
+
+def test_probe_catches_a_single_causal_layer(decoder):
+    encoderize(decoder)
+    decoder.model.layers[1].self_attn.is_causal = True  # one forgotten layer
+    decoder.config.is_causal = True  # masks causal again: only the per-layer probe and sdpa flag differ per layer
+    result = verify_bidirectional(decoder, raise_on_failure=False)
+    assert not result.passed
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("model_type", sorted(SLIDING))
+def test_encoderize_passes_probe_for_every_backend(model_type, backend):
+    model = make_decoder(model_type, backend, **SLIDING[model_type])
+    assert not verify_bidirectional(model, raise_on_failure=False).passed
+    encoderize(model)
+    result = verify_bidirectional(model)
+    assert result.passed, result.summary()
+
+
+def test_hard_coded_causal_buffer_is_replaced():
+    from transformers import GPTNeoConfig, GPTNeoForCausalLM
+
+    config = GPTNeoConfig(vocab_size=100, hidden_size=32, num_layers=2, num_heads=4, max_position_embeddings=64,
+                          attention_types=[[["global", "local"], 1]], window_size=4)
+    model = GPTNeoForCausalLM(config).eval()
+    report = encoderize(model)
+    assert report.causal_buffers_replaced == 2
+    local = model.transformer.h[1].attn.attention.bias[0, 0, :8, :8]
+    assert torch.equal(local, local.T) and not local.all()  # symmetric band, not full attention
+    assert verify_bidirectional(model).passed
+
+
+def test_sliding_window_stays_local_but_symmetric():
+    model = make_decoder("mistral", "sdpa", sliding_window=3, num_hidden_layers=1)
+    encoderize(model)
+    ids = torch.randint(0, 100, (1, 12))
+    with torch.no_grad():
+        base = model.model(input_ids=ids).last_hidden_state[0, 5]
+        for position, should_change in ((2, True), (8, True), (11, False), (0, False)):
+            changed = ids.clone()
+            changed[0, position] += 1
+            moved = not torch.allclose(base, model.model(input_ids=changed).last_hidden_state[0, 5])
+            assert moved == should_change, position
+
+
+def test_encoderize_refuses_an_encoder():
+    from transformers import BertConfig, BertLMHeadModel
+
+    model = BertLMHeadModel(BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                       intermediate_size=32, is_decoder=True))
+    with pytest.raises(EncoderizeError, match="already an encoder"):
+        encoderize(model)
