@@ -149,7 +149,7 @@ def _layer_probe(base, ids: torch.Tensor, tol: float) -> bool | str:
                 return args, {**kwargs, "hidden_states": noisy}
             return (noisy, *args[1:]), kwargs
 
-        def capture(mod, args, kwargs, output):
+        def capture(mod, args, kwargs, output, captured=captured):
             out = output[0] if isinstance(output, tuple) else output
             captured.setdefault("out", []).append(out[:, 0].detach().clone())
 

@@ -24,7 +24,7 @@ def _field_docs(cls) -> dict[str, str]:
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     body = tree.body[0].body
     docs = {}
-    for node, following in zip(body, body[1:]):
+    for node, following in zip(body, body[1:], strict=False):
         if isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr):
             if isinstance(following.value, ast.Constant) and isinstance(following.value.value, str):
                 docs[node.target.id] = " ".join(following.value.value.split())

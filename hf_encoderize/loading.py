@@ -131,7 +131,9 @@ def _load_error_message(cfg: LoadConfig, err: Exception) -> str:
     if cfg.gguf_file:
         if "gguf" in text.lower() and ("install" in text.lower() or "not available" in text.lower()):
             return "reading GGUF files needs the gguf package: pip install 'hf-encoderize[gguf]'"
-        return f"cannot read GGUF file {cfg.gguf_file!r} in {cfg.source!r} (corrupt or unsupported architecture): {text}"
+        return (
+            f"cannot read GGUF file {cfg.gguf_file!r} in {cfg.source!r} (corrupt or unsupported architecture): {text}"
+        )
     if not os.path.exists(cfg.source) and ("/" in cfg.source and cfg.source.startswith((".", "/", "~"))):
         return f"path {cfg.source!r} does not exist; check the path"
     return f"cannot load {cfg.source!r}: not a local model folder or a reachable Hub model id ({text})"
@@ -160,7 +162,20 @@ def load_decoder(cfg: LoadConfig | str, **overrides):
         )
     except (OSError, ValueError, KeyError, RuntimeError, EOFError) as err:
         raise EncoderizeError(_load_error_message(cfg, err)) from None
+    if cfg.gguf_file:
+        _forget_gguf_quantization(model)
     return model.eval(), tokenizer
+
+
+def _forget_gguf_quantization(model) -> None:
+    """transformers de-quantises GGUF weights on load but keeps a `gguf` quantizer tag that blocks
+    `save_pretrained`; the tensors are plain floats, so drop the tag."""
+    model.hf_quantizer = None
+    if hasattr(model, "is_quantized"):
+        model.is_quantized = False
+    for attr in ("quantization_config", "_pre_quantization_dtype"):
+        if hasattr(model.config, attr):
+            delattr(model.config, attr)
 
 
 def check_backend_available(attn_implementation: str) -> None:

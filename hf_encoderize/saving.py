@@ -68,7 +68,12 @@ def write_sentence_transformers_files(out: Path, hidden_size: int, max_seq_lengt
     _write_json(out / "sentence_bert_config.json", {"max_seq_length": max_seq_length, "do_lower_case": False})
     _write_json(
         out / "config_sentence_transformers.json",
-        {"model_type": "SentenceTransformer", "prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"},
+        {
+            "model_type": "SentenceTransformer",
+            "prompts": {},
+            "default_prompt_name": None,
+            "similarity_fn_name": "cosine",
+        },
     )
 
 

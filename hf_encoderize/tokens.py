@@ -35,7 +35,8 @@ class TokenReport:
 
 def unused_reserved_tokens(tokenizer) -> list[str]:
     """Special tokens whose name says they are reserved/unused and that no role (bos, eos, pad...) has taken."""
-    taken = set(tokenizer.all_special_tokens)
+    roles = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
+    taken = {str(getattr(tokenizer, role)) for role in roles if getattr(tokenizer, role, None) is not None}
     found = []
     for token in tokenizer.added_tokens_decoder.values():
         if token.special and _RESERVED.search(token.content) and token.content not in taken:

@@ -66,7 +66,8 @@ if MODEL_TYPE in MODEL_MAPPING_NAMES:  # False when hf_encoderize imports the un
 
         config_class = CONFIG_MAPPING[MODEL_TYPE]
 
-        def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None, **kw):
+        def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
+                    **kw):
             if not getattr(self, "_bidirectional", False):
                 make_bidirectional(self)
                 self._bidirectional = True

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The README's test command: install from nothing, then run the whole suite offline on CPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+python3 -m ruff check hf_encoderize tests
+python3 -m pytest -q -p no:cacheprovider tests

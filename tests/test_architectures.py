@@ -1,0 +1,20 @@
+"""The architecture matrix must not regress below the count committed in docs/architectures.md."""
+
+from pathlib import Path
+
+from hf_encoderize.architectures import parse_committed_count, passing_count, render_markdown, run_matrix
+from hf_encoderize.loading import DECODER, ENCODER, ENCODER_DECODER, MULTIMODAL, RECURRENT
+
+TABLE = Path(__file__).resolve().parents[1] / "docs" / "architectures.md"
+
+
+def test_matrix_does_not_regress():
+    results = run_matrix()
+    committed = parse_committed_count(TABLE.read_text())
+    assert passing_count(results) >= committed, render_markdown(results)
+    kinds = {r.model_type: r.kind for r in results}
+    assert kinds["llama"] == DECODER and kinds["bert"] == ENCODER and kinds["bart"] == ENCODER_DECODER
+    assert kinds["mamba"] == RECURRENT and kinds["gemma3"] == MULTIMODAL
+    by_type = {r.model_type: r for r in results}
+    for model_type in ("llama", "mistral", "qwen2", "qwen3", "gemma3_text", "phi3", "gpt2", "smollm3"):
+        assert by_type[model_type].passed, (model_type, by_type[model_type].backends)

@@ -1,0 +1,93 @@
+"""Saved encoders load with plain transformers and sentence-transformers, without hf_encoderize."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import make_decoder, make_tokenizer
+
+from hf_encoderize.bidirectional import encoderize, verify_bidirectional
+from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.saving import save_encoder
+
+CHECK = Path(__file__).with_name("clean_env_check.py")
+
+
+def clean_env_report(out: Path) -> dict:
+    """Load `out` in a subprocess where `import hf_encoderize` fails."""
+    done = subprocess.run([sys.executable, str(CHECK), str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    model, tokenizer = make_decoder("llama", tie_word_embeddings=False), make_tokenizer()
+    report = encoderize(model, tokenizer)
+    verify_bidirectional(model)
+    out = tmp_path_factory.mktemp("enc") / "encoder"
+    save_encoder(model, tokenizer, out, metadata=report.to_dict())
+    return out
+
+
+def test_folder_layout_and_config(saved):
+    config = json.loads((saved / "config.json").read_text())
+    assert config["is_causal"] is False and config["model_type"] == "llama"
+    assert config["auto_map"]["AutoModelForMaskedLM"] == "modeling_encoderize.EncoderForMaskedLM"
+    assert config["hf_encoderize"]["tokens"]["mask_token_path"] == "added"
+    modeling = (saved / "modeling_encoderize.py").read_text()
+    imports = {line.split()[1].split(".")[0] for line in modeling.splitlines() if line.startswith(("import ", "from "))}
+    assert imports == {"torch", "transformers"}
+    assert json.loads((saved / "1_Pooling" / "config.json").read_text())["pooling_mode_mean_tokens"] is True
+    assert not list(saved.parent.glob(".*partial"))
+
+
+def test_reload_with_automodel_passes_probe(saved):
+    from transformers import AutoModel
+
+    verify_bidirectional(AutoModel.from_pretrained(saved))
+
+
+def test_reload_mlm_with_remote_code_passes_probe(saved):
+    from transformers import AutoModelForMaskedLM
+
+    model = AutoModelForMaskedLM.from_pretrained(saved, trust_remote_code=True)
+    assert type(model).__name__ == "EncoderForMaskedLM"
+    verify_bidirectional(model)
+
+
+def test_loads_in_clean_environment(saved):
+    report = clean_env_report(saved)
+    assert report["automodel_class"] == "LlamaModel" and report["is_causal"] is False
+    assert report["later_token_changes_first"] is True
+    assert report["right_padding_max_diff"] < 1e-4
+    assert report["mlm_class"] == "EncoderForMaskedLM" and len(report["fill_mask"]) == 3
+    assert report["st_shape"] == [2, 32] and report["st_mean_pool_max_diff"] < 1e-4
+
+
+def test_refuses_non_empty_output_and_keeps_user_files(tmp_path):
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    model, tokenizer = make_decoder(), make_tokenizer()
+    encoderize(model, tokenizer)
+    with pytest.raises(EncoderizeError, match="not empty"):
+        save_encoder(model, tokenizer, out)
+    assert (out / "notes.txt").read_text() == "mine" and len(list(out.iterdir())) == 1
+    save_encoder(model, tokenizer, out, overwrite=True)
+    assert (out / "config.json").exists() and not (out / "notes.txt").exists()
+
+
+def test_failed_save_leaves_nothing_behind(tmp_path, monkeypatch):
+    model, tokenizer = make_decoder(), make_tokenizer()
+    encoderize(model, tokenizer)
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(type(tokenizer), "save_pretrained", broken)
+    with pytest.raises(OSError):
+        save_encoder(model, tokenizer, tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []
