@@ -35,7 +35,8 @@ _TINY = {
     "num_experts_per_tok": 2, "moe_topk": 2, "n_shared_experts": 1, "n_group": 1, "topk_group": 1,
     "kv_lora_rank": 16, "q_lora_rank": 16, "qk_rope_head_dim": 4, "qk_nope_head_dim": 4, "v_head_dim": 8,
     "vocab_size": 256, "max_position_embeddings": 128, "n_positions": 128, "n_ctx": 128, "seq_length": 128,
-    "sliding_window": 4, "window_size": 4, "attention_chunk_size": 4, "first_k_dense_replace": 1, "moe_k": 2,
+    "rotary_dim": 4, "sliding_window": 4, "window_size": 4, "attention_chunk_size": 4, "first_k_dense_replace": 1,
+    "moe_k": 2,
     # state-space / linear-attention parts of hybrids
     "mamba_n_heads": 8, "mamba_d_head": 8, "mamba_headdim": 8, "mamba_d_state": 8, "mamba_n_groups": 1,
     "ssm_state_size": 8, "n_groups": 1, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
@@ -78,7 +79,9 @@ def tiny_config(model_type: str):
     present = default.to_dict()
     overrides = {key: value for key, value in _TINY.items() if key in present}
     if "kv_lora_rank" in present:
-        overrides.pop("head_dim", None)  # multi-head latent attention derives its head dims from the ranks
+        # multi-head latent attention derives its head dims from the ranks and has one key head per query head
+        overrides.pop("head_dim", None)
+        overrides["num_key_value_heads"] = overrides.get("num_attention_heads", 4)
     if present.get("sliding_window") is None:
         overrides.pop("sliding_window", None)  # None means "disabled": keep it so
     for token in ("pad_token_id", "bos_token_id", "eos_token_id"):

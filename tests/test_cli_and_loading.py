@@ -117,3 +117,10 @@ def test_help_lists_every_subcommand():
 def test_unknown_hub_id_is_one_line(tmp_path, capsys):
     code, _, err = _run(["convert", "no-such-org/no-such-model", str(tmp_path / "out")], capsys)
     assert code == 2 and "no-such-org/no-such-model" in err and err.count("\n") == 1
+
+
+def test_architectures_command_prints_the_table(tmp_path, capsys):
+    out = tmp_path / "arch.md"
+    code, printed, _ = _run(["architectures", "--model-types", "llama", "bert", "--write", str(out)], capsys)
+    assert code == 0 and "| llama | decoder-only | pass | pass |" in printed
+    assert "| bert | encoder |" in printed and out.read_text() == printed
