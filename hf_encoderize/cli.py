@@ -43,7 +43,8 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls, positional: tuple[s
             parser.add_argument(f"--{field.name.replace('_', '-')}", action=argparse.BooleanOptionalAction,
                                 default=None, help=f"{help_text} (default: {field.default})")
         else:
-            parser.add_argument(f"--{field.name.replace('_', '-')}", default=None,
+            kind = {"int": int, "float": float}.get(str(field.type).split(" |")[0], str)
+            parser.add_argument(f"--{field.name.replace('_', '-')}", default=None, type=kind,
                                 help=f"{help_text} (default: {field.default})")
 
 
@@ -123,7 +124,33 @@ def _run_architectures(args, yaml_values) -> int:
     return 0
 
 
+def _cpt_parser(sub) -> None:
+    from hf_encoderize.data import DataConfig
+    from hf_encoderize.loading import LoadConfig
+    from hf_encoderize.masking import MaskingConfig
+    from hf_encoderize.train import TrainConfig
+
+    parser = sub.add_parser("cpt", help="MLM continued pretraining of a decoder (or encoder) into an encoder")
+    add_dataclass_args(parser, LoadConfig, positional=("source",))
+    for config_class in (DataConfig, MaskingConfig, TrainConfig):
+        add_dataclass_args(parser, config_class)
+
+
+def _run_cpt(args, yaml_values) -> int:
+    from hf_encoderize.cpt import cpt
+    from hf_encoderize.data import DataConfig
+    from hf_encoderize.loading import LoadConfig
+    from hf_encoderize.masking import MaskingConfig
+    from hf_encoderize.train import TrainConfig
+
+    configs = [build_config(c, args, yaml_values) for c in (LoadConfig, DataConfig, MaskingConfig, TrainConfig)]
+    summary = cpt(*configs)
+    print(json.dumps({k: v for k, v in summary.items() if k != "losses"}))
+    return 0
+
+
 COMMANDS: dict[str, tuple[Callable, Callable]] = {
+    "cpt": (_cpt_parser, _run_cpt),
     "convert": (_convert_parser, _run_convert),
     "architectures": (_architectures_parser, _run_architectures),
 }

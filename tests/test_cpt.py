@@ -1,0 +1,97 @@
+"""MLM continued pretraining: loss goes down, resume equals an unbroken run, bad input is one line."""
+
+import json
+
+import pytest
+import torch
+from conftest import make_decoder, make_tokenizer
+from safetensors.torch import load_file
+
+import hf_encoderize.cpt as cpt_module
+from hf_encoderize.cli import main
+from hf_encoderize.cpt import cpt
+from hf_encoderize.data import DataConfig, Packer
+from hf_encoderize.loading import LoadConfig
+from hf_encoderize.masking import MaskingConfig
+from hf_encoderize.train import TrainConfig
+
+
+@pytest.fixture(scope="module")
+def decoder_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("models") / "tiny"
+    make_decoder().save_pretrained(path)
+    make_tokenizer().save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    # Documents with structure an MLM can learn: each is an arithmetic run of word ids.
+    generator = torch.Generator().manual_seed(0)
+    path = tmp_path_factory.mktemp("data") / "docs.jsonl"
+    with path.open("w") as handle:
+        for _ in range(400):
+            start, length = torch.randint(0, 60, (1,), generator=generator).item(), 6 + _ % 12
+            handle.write(json.dumps({"text": " ".join(f"w{start + i}" for i in range(length))}) + "\n")
+    return path
+
+
+def _run(decoder_dir, corpus, out, **train):
+    data = DataConfig(data_files=str(corpus), seq_len=32, eval_documents=16)
+    settings = dict(output_dir=str(out), steps=6, batch_size=4, lr=1e-3, save_every=3, eval_every=0, log_every=100)
+    return cpt(LoadConfig(str(decoder_dir)), data, MaskingConfig(), TrainConfig(**{**settings, **train}))
+
+
+def test_loss_goes_down_and_encoder_is_saved(decoder_dir, corpus, tmp_path):
+    summary = _run(decoder_dir, corpus, tmp_path / "run", steps=80, save_every=80, lr=3e-3)
+    losses = summary["losses"]
+    assert sum(losses[-10:]) / 10 < 0.85 * sum(losses[:5]) / 5, losses
+    assert (tmp_path / "run" / "encoder" / "model.safetensors").exists()
+    config = json.loads((tmp_path / "run" / "encoder" / "config.json").read_text())
+    assert config["is_causal"] is False and config["hf_encoderize"]["mask_ratio"] == 0.4
+
+
+def test_resume_after_kill_equals_unbroken_run(decoder_dir, corpus, tmp_path, monkeypatch):
+    _run(decoder_dir, corpus, tmp_path / "unbroken")
+    calls = {"n": 0}
+    real_step = cpt_module.train_step
+
+    def dies_at_step_four(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt  # the process dies after the step-3 checkpoint
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(cpt_module, "train_step", dies_at_step_four)
+    with pytest.raises(KeyboardInterrupt):
+        _run(decoder_dir, corpus, tmp_path / "broken")
+    monkeypatch.setattr(cpt_module, "train_step", real_step)
+    assert [p.name for p in (tmp_path / "broken" / "checkpoints").iterdir()] == ["step-0000003"]
+    _run(decoder_dir, corpus, tmp_path / "broken", resume=True)
+    unbroken = load_file(tmp_path / "unbroken" / "encoder" / "model.safetensors")
+    resumed = load_file(tmp_path / "broken" / "encoder" / "model.safetensors")
+    for name, tensor in unbroken.items():
+        torch.testing.assert_close(resumed[name], tensor, msg=name)
+
+
+def test_packer_resumes_token_for_token():
+    tokenizer = make_tokenizer()
+    documents = [" ".join(f"w{(i * 7 + j) % 100}" for j in range(3 + i % 9)) for i in range(50)]
+    whole = list(Packer(tokenizer, 16).rows(iter(documents)))
+    first = Packer(tokenizer, 16)
+    head = [row for _, row in zip(range(5), first.rows(iter(documents)), strict=False)]
+    state = json.loads(json.dumps(first.state))
+    tail = list(Packer(tokenizer, 16, state=state).rows(iter(documents)))
+    assert head + tail == whole
+
+
+def test_bad_input_is_one_line(decoder_dir, corpus, tmp_path, capsys):
+    cases = [
+        (["--data-files", str(tmp_path / "none*.jsonl")], "no .txt/.jsonl"),
+        (["--data-files", str(corpus), "--text-column", "body"], "text column 'body' not found"),
+        (["--data-files", str(corpus), "--mask-ratio", "1.5"], "mask-ratio"),
+    ]
+    for extra, message in cases:
+        code = main(["cpt", str(decoder_dir), "--output-dir", str(tmp_path / "o"), *extra])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and err.count("\n") == 1, err
