@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from pathlib import Path
 
@@ -29,7 +30,9 @@ def _accelerator(train: TrainConfig):
     precision = train.mixed_precision
     if precision == "auto":
         precision = "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
-    return Accelerator(gradient_accumulation_steps=train.grad_accum, mixed_precision=precision)
+    # Launched on several processes without a GPU (torchrun / accelerate launch on CPU): use gloo, not one-per-process.
+    multi_cpu = not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1
+    return Accelerator(gradient_accumulation_steps=train.grad_accum, mixed_precision=precision, cpu=multi_cpu)
 
 
 def _setup(load: LoadConfig, data: DataConfig, train: TrainConfig):
@@ -67,9 +70,10 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
 
     if train.output_dir is None:
         train.output_dir = str(Path("runs") / f"{Path(load.gguf_file or load.source).stem.split('/')[-1]}-mlm")
-    resume_from = prepare_output_dir(train)
-    output_dir = Path(train.output_dir)
     accelerator = _accelerator(train)
+    resume_from = prepare_output_dir(train, accelerator.is_main_process)
+    accelerator.wait_for_everyone()
+    output_dir = Path(train.output_dir)
     model, tokenizer, report, documents, eval_batches = _setup(load, data, train)
     if train.gradient_checkpointing:
         model.gradient_checkpointing_enable()
@@ -83,7 +87,7 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
     accelerator.register_for_checkpointing(scheduler)  # stepped once per optimizer step, by us
 
     packer = Packer(tokenizer, data.seq_len, data.pack)
-    generator = torch.Generator().manual_seed(train.seed + accelerator.process_index)
+    generator = torch.Generator().manual_seed(train.seed)  # same on every process: masks the global batch
     step = load_checkpoint(accelerator, resume_from, packer, generator) if resume_from else 0
     batches = _batches(packer, documents, data.eval_documents, train.batch_size * accelerator.num_processes)
     vocab_size = model.get_input_embeddings().weight.shape[0]
@@ -115,13 +119,14 @@ def train_step(accelerator, objective, optimizer, scheduler, batches, train, tok
     losses = []
     for _ in range(train.grad_accum):
         input_ids, document_ids = next(batches)
-        # Each process takes its slice of the global batch, so N processes see what one process would.
-        rows = input_ids.shape[0] // accelerator.num_processes
-        mine = slice(accelerator.process_index * rows, (accelerator.process_index + 1) * rows)
-        input_ids, document_ids = input_ids[mine], document_ids[mine]
+        # Mask the global batch with one generator, then take this process's slice: N processes see exactly the
+        # tokens and masks one process would.
         masked, labels = mask_tokens(input_ids, _maskable(input_ids, document_ids, tokenizer),
                                      mask_token_id=tokenizer.mask_token_id, vocab_size=vocab_size,
                                      config=masking, generator=generator)
+        rows = input_ids.shape[0] // accelerator.num_processes
+        mine = slice(accelerator.process_index * rows, (accelerator.process_index + 1) * rows)
+        masked, document_ids, labels = masked[mine], document_ids[mine], labels[mine]
         with accelerator.accumulate(objective):
             device = accelerator.device
             loss = objective(masked.to(device), document_ids.to(device), labels.to(device))
@@ -130,6 +135,6 @@ def train_step(accelerator, objective, optimizer, scheduler, batches, train, tok
                 accelerator.clip_grad_norm_(objective.parameters(), train.max_grad_norm)
             optimizer.step()
             optimizer.zero_grad()
-        losses.append(float(loss.detach()))
+        losses.append(float(accelerator.reduce(loss.detach(), reduction="mean")))
     scheduler.step()
     return sum(losses) / len(losses)

@@ -98,8 +98,11 @@ def _checkpoints(output_dir: Path) -> list[Path]:
     return sorted((output_dir / "checkpoints").glob("step-*[0-9]"), key=lambda p: int(p.name.split("-")[1]))
 
 
-def prepare_output_dir(cfg: TrainConfig) -> Path | None:
-    """Return the checkpoint to resume from (or None), refusing to clobber an existing run."""
+def prepare_output_dir(cfg: TrainConfig, main_process: bool = True) -> Path | None:
+    """Return the checkpoint to resume from (or None), refusing to clobber an existing run.
+
+    Only the main process deletes anything (with `overwrite`); call `wait_for_everyone()` afterwards.
+    """
     out = Path(cfg.output_dir)
     if cfg.resume:
         found = _checkpoints(out)
@@ -109,7 +112,8 @@ def prepare_output_dir(cfg: TrainConfig) -> Path | None:
     if out.exists() and any(out.iterdir()):
         if not cfg.overwrite:
             raise EncoderizeError(f"output folder {str(out)!r} is not empty; use --resume, --overwrite or a new folder")
-        shutil.rmtree(out)
+        if main_process:
+            shutil.rmtree(out)
     return None
 
 
@@ -122,6 +126,7 @@ def save_checkpoint(accelerator, output_dir: Path, step: int, packer: Packer, ge
     final = output_dir / "checkpoints" / f"step-{step:07d}"
     tmp = final.with_name(final.name + ".partial")
     accelerator.save_state(str(tmp))
+    accelerator.wait_for_everyone()  # every rank has written its shard/RNG file before the rename
     if accelerator.is_main_process:
         state = {"step": step, "packer": packer.state, "mask_rng": _generator_state(generator)}
         (tmp / "trainer_state.json").write_text(json.dumps(state))

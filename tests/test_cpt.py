@@ -95,3 +95,25 @@ def test_bad_input_is_one_line(decoder_dir, corpus, tmp_path, capsys):
         code = main(["cpt", str(decoder_dir), "--output-dir", str(tmp_path / "o"), *extra])
         err = capsys.readouterr().err
         assert code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_two_processes_match_one_process(decoder_dir, corpus, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).with_name("scripts") / "ddp_cpt.py"
+    results = {}
+    for processes in (1, 2):
+        losses = tmp_path / f"losses{processes}.json"
+        # The global batch is 4 rows either way: 4 on one process, 2 x 2 on two (gloo on CPU).
+        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
+                   "--master_port", str(29500 + processes), str(script), str(decoder_dir), str(corpus),
+                   str(tmp_path / f"run{processes}"), str(losses)]
+        env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
+        if processes == 1:
+            command = [sys.executable, str(script), str(decoder_dir), str(corpus), str(tmp_path / "run1"), str(losses)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        results[processes] = json.loads(losses.read_text())
+    torch.testing.assert_close(torch.tensor(results[2]), torch.tensor(results[1]), atol=2e-2, rtol=1e-2)
