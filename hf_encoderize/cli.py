@@ -125,25 +125,27 @@ def _run_architectures(args, yaml_values) -> int:
 
 
 def _cpt_parser(sub) -> None:
+    parser = sub.add_parser("cpt", help="MLM continued pretraining of a decoder (or encoder) into an encoder")
+    classes = _cpt_classes()
+    add_dataclass_args(parser, classes[0], positional=("source",))
+    for config_class in classes[1:]:
+        add_dataclass_args(parser, config_class)
+
+
+def _cpt_classes() -> tuple:
     from hf_encoderize.data import DataConfig
     from hf_encoderize.loading import LoadConfig
+    from hf_encoderize.lora import AdapterConfig
     from hf_encoderize.masking import MaskingConfig
     from hf_encoderize.train import TrainConfig
 
-    parser = sub.add_parser("cpt", help="MLM continued pretraining of a decoder (or encoder) into an encoder")
-    add_dataclass_args(parser, LoadConfig, positional=("source",))
-    for config_class in (DataConfig, MaskingConfig, TrainConfig):
-        add_dataclass_args(parser, config_class)
+    return LoadConfig, DataConfig, MaskingConfig, TrainConfig, AdapterConfig
 
 
 def _run_cpt(args, yaml_values) -> int:
     from hf_encoderize.cpt import cpt
-    from hf_encoderize.data import DataConfig
-    from hf_encoderize.loading import LoadConfig
-    from hf_encoderize.masking import MaskingConfig
-    from hf_encoderize.train import TrainConfig
 
-    configs = [build_config(c, args, yaml_values) for c in (LoadConfig, DataConfig, MaskingConfig, TrainConfig)]
+    configs = [build_config(c, args, yaml_values) for c in _cpt_classes()]
     summary = cpt(*configs)
     print(json.dumps({k: v for k, v in summary.items() if k != "losses"}))
     return 0

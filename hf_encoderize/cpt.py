@@ -11,6 +11,7 @@ import torch
 
 from hf_encoderize.data import DataConfig, Packer, collate
 from hf_encoderize.loading import LoadConfig
+from hf_encoderize.lora import AdapterConfig, apply_lora, check_qlora_available, merged_model, quantization_config
 from hf_encoderize.masking import MaskingConfig, mask_tokens
 from hf_encoderize.train import (
     MLMObjective,
@@ -35,7 +36,7 @@ def _accelerator(train: TrainConfig):
     return Accelerator(gradient_accumulation_steps=train.grad_accum, mixed_precision=precision, cpu=multi_cpu)
 
 
-def _setup(load: LoadConfig, data: DataConfig, train: TrainConfig):
+def _setup(load: LoadConfig, data: DataConfig, train: TrainConfig, adapter: AdapterConfig):
     """Model (encoderized and verified), tokenizer, documents and the held-out evaluation rows."""
     from hf_encoderize.bidirectional import encoderize, verify_bidirectional
     from hf_encoderize.data import load_documents
@@ -44,7 +45,11 @@ def _setup(load: LoadConfig, data: DataConfig, train: TrainConfig):
     source, column = load_documents(data)  # a bad source fails before any weight is loaded
     documents = _Replayable(source, column)
     torch.manual_seed(train.seed)
-    model, tokenizer = load_decoder(load)
+    extra = {}
+    if adapter.load_in_4bit:
+        check_qlora_available()
+        extra["quantization_config"] = quantization_config()
+    model, tokenizer = load_decoder(load, model_kwargs=extra)
     report = encoderize(model, tokenizer)
     verify_bidirectional(model, pad_token_id=tokenizer.pad_token_id)
     eval_packer = Packer(tokenizer, data.seq_len, data.pack)
@@ -63,7 +68,8 @@ class _Replayable:
         return (row[self.column] for row in self.source)
 
 
-def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: TrainConfig) -> dict:
+def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: TrainConfig,
+        adapter: AdapterConfig | None = None) -> dict:
     """Run MLM continued pretraining and save the encoder. Returns a summary (losses, steps, wall time)."""
     from hf_encoderize.saving import save_encoder
     from hf_encoderize.schedule import default_warmup, wsd_scheduler
@@ -74,13 +80,16 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
     resume_from = prepare_output_dir(train, accelerator.is_main_process)
     accelerator.wait_for_everyone()
     output_dir = Path(train.output_dir)
-    model, tokenizer, report, documents, eval_batches = _setup(load, data, train)
+    adapter = adapter or AdapterConfig()
+    model, tokenizer, report, documents, eval_batches = _setup(load, data, train, adapter)
     if train.gradient_checkpointing:
         model.gradient_checkpointing_enable()
+    peft_model = apply_lora(model, adapter, tokenizer.mask_token_id) if adapter.lora_r else None
     model.train()
-    objective = MLMObjective(model)
+    objective = MLMObjective(model)  # with LoRA, `model` holds the injected adapters (peft patches in place)
+    trainable = [p for p in model.parameters() if p.requires_grad]
     # AdamW as in the paper (Appendix A): betas (0.9, 0.95), weight decay 0.1.
-    optimizer = torch.optim.AdamW(model.parameters(), lr=train.lr, betas=(0.9, 0.95), weight_decay=train.weight_decay)
+    optimizer = torch.optim.AdamW(trainable, lr=train.lr, betas=(0.9, 0.95), weight_decay=train.weight_decay)
     warmup = train.warmup_steps if train.warmup_steps is not None else default_warmup(train.steps)
     scheduler = wsd_scheduler(optimizer, train.steps, warmup, train.decay_fraction)
     objective, optimizer = accelerator.prepare(objective, optimizer)
@@ -107,9 +116,13 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         metadata = {**report.to_dict(), "base_model": load.source, "objective": masking.objective,
-                    "mask_ratio": masking.mask_ratio, "steps": train.steps}
-        save_encoder(accelerator.unwrap_model(objective).model, tokenizer, output_dir / "encoder",
-                     overwrite=True, metadata=metadata)
+                    "mask_ratio": masking.mask_ratio, "steps": train.steps, "lora_r": adapter.lora_r}
+        final = accelerator.unwrap_model(objective).model
+        if peft_model is not None:
+            if adapter.save_adapter:
+                peft_model.save_pretrained(output_dir / "adapter")
+            final = merged_model(peft_model)
+        save_encoder(final, tokenizer, output_dir / "encoder", overwrite=True, metadata=metadata)
     return {"steps": step, "losses": history, **final_eval, "wall_time_s": time.time() - started}
 
 

@@ -139,9 +139,10 @@ def _load_error_message(cfg: LoadConfig, err: Exception) -> str:
     return f"cannot load {cfg.source!r}: not a local model folder or a reachable Hub model id ({text})"
 
 
-def load_decoder(cfg: LoadConfig | str, **overrides):
+def load_decoder(cfg: LoadConfig | str, *, model_kwargs: dict | None = None, **overrides):
     """Load a decoder LLM and its tokenizer. Returns `(model, tokenizer)`, the model in eval mode.
 
+    `model_kwargs` go to `from_pretrained` (e.g. a bitsandbytes `quantization_config` for QLoRA).
     `cfg` is a `LoadConfig` or just the source string, with `LoadConfig` fields as keyword overrides:
     `load_decoder("HuggingFaceTB/SmolLM2-135M", revision="main")`.
     Raises `EncoderizeError` (one line) for a missing model, a corrupt GGUF or a model that is not a decoder.
@@ -158,7 +159,8 @@ def load_decoder(cfg: LoadConfig | str, **overrides):
     try:
         tokenizer = AutoTokenizer.from_pretrained(cfg.source, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(
-            cfg.source, config=config, dtype=cfg.dtype, attn_implementation=cfg.attn_implementation, **kwargs
+            cfg.source, config=config, dtype=cfg.dtype, attn_implementation=cfg.attn_implementation,
+            **kwargs, **(model_kwargs or {}),
         )
     except (OSError, ValueError, KeyError, RuntimeError, EOFError) as err:
         raise EncoderizeError(_load_error_message(cfg, err)) from None

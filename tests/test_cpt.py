@@ -117,3 +117,31 @@ def test_two_processes_match_one_process(decoder_dir, corpus, tmp_path):
         assert done.returncode == 0, done.stderr[-3000:]
         results[processes] = json.loads(losses.read_text())
     torch.testing.assert_close(torch.tensor(results[2]), torch.tensor(results[1]), atol=2e-2, rtol=1e-2)
+
+
+def test_lora_trains_adapters_and_mask_row_then_merges(decoder_dir, corpus, tmp_path):
+    from hf_encoderize.lora import AdapterConfig
+
+    data = DataConfig(data_files=str(corpus), seq_len=32, eval_documents=16)
+    train = TrainConfig(output_dir=str(tmp_path / "lora"), steps=4, batch_size=4, lr=1e-2, save_every=4,
+                        eval_every=0)
+    adapter = AdapterConfig(lora_r=4, lora_alpha=8, save_adapter=True)
+    cpt(LoadConfig(str(decoder_dir)), data, MaskingConfig(), train, adapter)
+    encoder = load_file(tmp_path / "lora" / "encoder" / "model.safetensors")
+    assert not any("lora" in name for name in encoder)  # merged: a plain model
+    assert (tmp_path / "lora" / "adapter" / "adapter_config.json").exists()
+    original = load_file(decoder_dir / "model.safetensors")
+    name = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.allclose(encoder[name], original[name])  # the merged adapter changed the weights
+    embeddings = encoder["model.embed_tokens.weight"]
+    mask_id = embeddings.shape[0] - 1  # `<mask>` was added as the last row
+    torch.testing.assert_close(embeddings[:mask_id - 1], original["model.embed_tokens.weight"][:mask_id - 1])
+
+
+def test_qlora_without_gpu_is_one_line(decoder_dir, corpus, tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    code = main(["cpt", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(tmp_path / "q"),
+                 "--lora-r", "8", "--load-in-4bit"])
+    err = capsys.readouterr().err
+    assert code == 2 and ("GPU" in err or "bitsandbytes" in err) and err.count("\n") == 1

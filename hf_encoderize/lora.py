@@ -1,0 +1,74 @@
+"""LoRA / QLoRA for continued pretraining, through peft.
+
+Design choices:
+- LoRA adapters go on every linear layer by default (`all-linear`), the usual choice for continued pretraining.
+- The mask token's embedding row must still learn (it may be a brand-new row): peft's `trainable_token_indices`
+  trains exactly that row without unfreezing the whole embedding matrix.
+- On save the adapters are merged, so the saved encoder is a plain model; `save_adapter` also keeps the adapter.
+- QLoRA (`load_in_4bit`) needs bitsandbytes and a GPU; it is refused in one line otherwise.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import KW_ONLY, dataclass
+
+from hf_encoderize.errors import EncoderizeError
+
+
+@dataclass
+class AdapterConfig:
+    """Parameter-efficient training options (off by default: full fine-tuning)."""
+
+    _: KW_ONLY
+    lora_r: int = 0
+    """LoRA rank; 0 trains all weights."""
+    lora_alpha: int = 16
+    """LoRA scaling numerator (scale = alpha / r)."""
+    lora_targets: str = "all-linear"
+    """Comma-separated module names to adapt, or `all-linear`."""
+    load_in_4bit: bool = False
+    """QLoRA: load the base weights in 4-bit NF4 (bitsandbytes, GPU only). Needs --lora-r."""
+    save_adapter: bool = False
+    """Also save the unmerged adapter next to the merged encoder."""
+
+    def __post_init__(self):
+        if int(self.lora_r) < 0:
+            raise EncoderizeError(f"--lora-r must be 0 (off) or positive, got {self.lora_r}")
+        if self.load_in_4bit and not int(self.lora_r):
+            raise EncoderizeError("--load-in-4bit trains adapters only: also pass --lora-r (e.g. 16)")
+
+
+def check_qlora_available() -> None:
+    import torch
+
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise EncoderizeError("--load-in-4bit needs bitsandbytes: pip install 'hf-encoderize[qlora]'")
+    if not torch.cuda.is_available():
+        raise EncoderizeError("--load-in-4bit needs a CUDA or ROCm GPU; drop it to train on CPU")
+
+
+def quantization_config():
+    """NF4 4-bit weights with bf16 compute, the QLoRA recipe."""
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=torch.bfloat16)
+
+
+def apply_lora(model, cfg: AdapterConfig, mask_token_id: int):
+    """Wrap `model` with LoRA adapters in place; returns the `PeftModel` (whose base model trains through adapters)."""
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+    if cfg.load_in_4bit:
+        model = prepare_model_for_kbit_training(model)
+    targets = cfg.lora_targets if cfg.lora_targets == "all-linear" else [t.strip() for t in cfg.lora_targets.split(",")]
+    config = LoraConfig(r=int(cfg.lora_r), lora_alpha=int(cfg.lora_alpha), target_modules=targets, lora_dropout=0.0,
+                        trainable_token_indices=[int(mask_token_id)])
+    return get_peft_model(model, config)
+
+
+def merged_model(peft_model):
+    """The base model with adapters folded into its weights (a normal transformers model again)."""
+    return peft_model.merge_and_unload()
