@@ -145,3 +145,16 @@ def test_qlora_without_gpu_is_one_line(decoder_dir, corpus, tmp_path, capsys):
                  "--lora-r", "8", "--load-in-4bit"])
     err = capsys.readouterr().err
     assert code == 2 and ("GPU" in err or "bitsandbytes" in err) and err.count("\n") == 1
+
+
+def test_shipped_accelerate_configs_parse():
+    from pathlib import Path
+
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    folder = Path(__file__).resolve().parents[1] / "examples" / "accelerate"
+    configs = sorted(folder.glob("*.yaml"))
+    assert len(configs) == 6
+    for path in configs:
+        config = load_config_from_file(str(path))
+        assert config.mixed_precision == "bf16" and config.num_processes >= 1, path.name
