@@ -41,3 +41,12 @@ def tokenizer():
 @pytest.fixture
 def decoder():
     return make_decoder()
+
+
+@pytest.fixture(scope="module")
+def decoder_dir(tmp_path_factory):
+    """A tiny Llama and its tokenizer saved as a local model folder."""
+    path = tmp_path_factory.mktemp("models") / "tiny-llama"
+    make_decoder().save_pretrained(path)
+    make_tokenizer().save_pretrained(path)
+    return path

@@ -4,19 +4,10 @@ import subprocess
 import sys
 
 import pytest
-from conftest import make_decoder, make_tokenizer
 
 from hf_encoderize.cli import main
 from hf_encoderize.errors import EncoderizeError
 from hf_encoderize.loading import load_decoder
-
-
-@pytest.fixture(scope="module")
-def decoder_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("models") / "tiny-llama"
-    make_decoder().save_pretrained(path)
-    make_tokenizer().save_pretrained(path)
-    return path
 
 
 def _config_dir(tmp_path, config):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from conftest import make_decoder, make_tokenizer
+from conftest import make_tokenizer
 from safetensors.torch import load_file
 
 import hf_encoderize.cpt as cpt_module
@@ -14,14 +14,6 @@ from hf_encoderize.data import DataConfig, Packer
 from hf_encoderize.loading import LoadConfig
 from hf_encoderize.masking import MaskingConfig
 from hf_encoderize.train import TrainConfig
-
-
-@pytest.fixture(scope="module")
-def decoder_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("models") / "tiny"
-    make_decoder().save_pretrained(path)
-    make_tokenizer().save_pretrained(path)
-    return path
 
 
 @pytest.fixture(scope="module")
