@@ -104,6 +104,19 @@ def sparse_mlm_loss(
     return total / targets.numel()
 
 
+@torch.no_grad()
+def masked_accuracy(hidden: torch.Tensor, lm_head: torch.nn.Module, labels: torch.Tensor, chunk_size: int = 4096):
+    """Fraction of labelled positions whose arg-max prediction is the label; the head runs on those positions only."""
+    selected = labels.reshape(-1) != IGNORE
+    targets = labels.reshape(-1)[selected]
+    states = hidden.reshape(-1, hidden.shape[-1])[selected]
+    correct = sum(
+        int((lm_head(states[i : i + chunk_size]).argmax(-1) == targets[i : i + chunk_size]).sum())
+        for i in range(0, targets.numel(), chunk_size)
+    )
+    return correct / max(1, targets.numel())
+
+
 def _chunk_loss(states: torch.Tensor, targets: torch.Tensor, lm_head: torch.nn.Module) -> torch.Tensor:
     logits = lm_head(states).float()  # (chunk, vocab), in fp32 for a stable softmax
     return torch.nn.functional.cross_entropy(logits, targets, reduction="sum")

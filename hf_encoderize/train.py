@@ -23,7 +23,7 @@ import torch
 
 from hf_encoderize.data import Packer, collate
 from hf_encoderize.errors import EncoderizeError
-from hf_encoderize.masking import mask_tokens, sparse_mlm_loss
+from hf_encoderize.masking import mask_tokens, masked_accuracy, sparse_mlm_loss
 from hf_encoderize.packing import packed_forward
 from hf_encoderize.schedule import PAPER_DECAY_FRACTION
 
@@ -87,11 +87,13 @@ class MLMObjective(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids, document_ids, labels):
+    def forward(self, input_ids, document_ids, labels, with_accuracy: bool = False):
         from hf_encoderize.bidirectional import _base_model, _hidden
 
         hidden = _hidden(packed_forward(_base_model(self.model), input_ids, document_ids, use_cache=False))
-        return sparse_mlm_loss(hidden, self.model.get_output_embeddings(), labels)
+        head = self.model.get_output_embeddings()
+        loss = sparse_mlm_loss(hidden, head, labels)
+        return (loss, masked_accuracy(hidden, head, labels)) if with_accuracy else loss
 
 
 def _checkpoints(output_dir: Path) -> list[Path]:
@@ -165,15 +167,19 @@ def _batches(packer: Packer, documents, skip: int, batch_size: int):
 
 @torch.no_grad()
 def evaluate(objective, eval_batches, masking, tokenizer, vocab_size, seed: int) -> dict:
-    """Loss on the held-out rows with a fixed masking seed, so evaluations are comparable across steps."""
+    """Loss and masked-token accuracy on the held-out rows, with a fixed masking seed so evaluations are comparable
+    across steps."""
     generator = torch.Generator().manual_seed(seed)
     objective.eval()
-    losses = []
+    losses, accuracies = [], []
     for input_ids, document_ids in eval_batches:
         masked, labels = mask_tokens(input_ids, _maskable(input_ids, document_ids, tokenizer),
                                      mask_token_id=tokenizer.mask_token_id, vocab_size=vocab_size,
                                      config=masking, generator=generator)
         device = next(objective.parameters()).device
-        losses.append(float(objective(masked.to(device), document_ids.to(device), labels.to(device))))
+        loss, accuracy = objective(masked.to(device), document_ids.to(device), labels.to(device), with_accuracy=True)
+        losses.append(float(loss))
+        accuracies.append(accuracy)
     objective.train()
-    return {"eval_loss": sum(losses) / max(1, len(losses))}
+    count = max(1, len(losses))
+    return {"eval_loss": sum(losses) / count, "eval_masked_accuracy": sum(accuracies) / count}

@@ -41,6 +41,7 @@ def test_loss_goes_down_and_encoder_is_saved(decoder_dir, corpus, tmp_path):
     assert (tmp_path / "run" / "encoder" / "model.safetensors").exists()
     config = json.loads((tmp_path / "run" / "encoder" / "config.json").read_text())
     assert config["is_causal"] is False and config["hf_encoderize"]["mask_ratio"] == 0.4
+    assert 0.0 <= summary["eval_masked_accuracy"] <= 1.0 and summary["eval_loss"] < losses[0]
 
 
 def test_resume_after_kill_equals_unbroken_run(decoder_dir, corpus, tmp_path, monkeypatch):

@@ -72,3 +72,13 @@ def test_sparse_loss_equals_dense(chunk_size):
     torch.testing.assert_close(sparse, dense)
     for got, want in zip(sparse_grads, dense_grads, strict=True):
         torch.testing.assert_close(got, want)
+
+
+def test_masked_accuracy_counts_only_labelled_positions():
+    from hf_encoderize.masking import masked_accuracy
+
+    head = torch.nn.Linear(4, 3, bias=False)
+    head.weight.data = torch.eye(3, 4)
+    hidden = torch.tensor([[[5.0, 0, 0, 0], [0, 5.0, 0, 0], [0, 0, 5.0, 0]]])  # predicts 0, 1, 2
+    labels = torch.tensor([[0, 2, IGNORE]])
+    assert masked_accuracy(hidden, head, labels, chunk_size=1) == 0.5
