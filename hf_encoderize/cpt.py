@@ -38,9 +38,10 @@ def _accelerator(train: TrainConfig):
 
 def _setup(load: LoadConfig, data: DataConfig, train: TrainConfig, adapter: AdapterConfig):
     """Model (encoderized and verified), tokenizer, documents and the held-out evaluation rows."""
-    from hf_encoderize.bidirectional import encoderize, verify_bidirectional
+    from hf_encoderize.bidirectional import EncoderizeReport, encoderize, verify_bidirectional
     from hf_encoderize.data import load_documents
-    from hf_encoderize.loading import load_decoder
+    from hf_encoderize.loading import is_native_encoder, load_decoder, load_encoder
+    from hf_encoderize.packing import install_document_isolation
 
     source, column = load_documents(data)  # a bad source fails before any weight is loaded
     documents = _Replayable(source, column)
@@ -49,8 +50,15 @@ def _setup(load: LoadConfig, data: DataConfig, train: TrainConfig, adapter: Adap
     if adapter.load_in_4bit:
         check_qlora_available()
         extra["quantization_config"] = quantization_config()
-    model, tokenizer = load_decoder(load, model_kwargs=extra)
-    report = encoderize(model, tokenizer)
+    if is_native_encoder(load):
+        # MLM->MLM continued pretraining of an encoder (the paper's baseline, section 5): nothing to patch.
+        model, tokenizer = load_encoder(load, model_kwargs=extra)
+        report = EncoderizeReport(model.config.model_type, model.config._attn_implementation, False, 0, 0,
+                                  {"mask_token": tokenizer.mask_token, "mask_token_path": "existing"})
+    else:
+        model, tokenizer = load_decoder(load, model_kwargs=extra)
+        report = encoderize(model, tokenizer)
+    install_document_isolation()
     verify_bidirectional(model, pad_token_id=tokenizer.pad_token_id)
     eval_packer = Packer(tokenizer, data.seq_len, data.pack)
     eval_rows = list(eval_packer.rows(itertools.islice(iter(documents), data.eval_documents), flush=True))

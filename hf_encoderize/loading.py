@@ -180,6 +180,38 @@ def _forget_gguf_quantization(model) -> None:
             delattr(model.config, attr)
 
 
+def load_encoder(cfg: LoadConfig, *, model_kwargs: dict | None = None):
+    """Load a native encoder (BERT, ModernBERT, MiniLM, ...) with its MLM head, for the paper's MLM->MLM CPT
+    baseline (section 5). Returns `(model, tokenizer)`."""
+    from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
+
+    kwargs = dict(revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(cfg.source, **kwargs)
+        config = AutoConfig.from_pretrained(cfg.source, **kwargs)
+        model = AutoModelForMaskedLM.from_pretrained(cfg.source, config=config, dtype=cfg.dtype,
+                                                     attn_implementation=cfg.attn_implementation,
+                                                     **kwargs, **(model_kwargs or {}))
+    except (OSError, ValueError, KeyError, RuntimeError) as err:
+        raise EncoderizeError(_load_error_message(cfg, err)) from None
+    if tokenizer.mask_token is None:
+        raise EncoderizeError(f"{cfg.source!r} is an encoder without a mask token; it cannot be trained with MLM")
+    return model.eval(), tokenizer
+
+
+def is_native_encoder(cfg: LoadConfig) -> bool:
+    """True when `cfg.source` is an encoder (checked from its config only)."""
+    from transformers import AutoConfig
+
+    if cfg.gguf_file:
+        return False
+    try:
+        config = AutoConfig.from_pretrained(cfg.source, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
+    except (OSError, ValueError, KeyError):
+        return False  # load_decoder reports the problem in its own words
+    return classify_config(config) == ENCODER
+
+
 def check_backend_available(attn_implementation: str) -> None:
     """Refuse flash attention up front when there is no GPU or no flash-attn package, before any download."""
     if not attn_implementation.startswith("flash_attention"):

@@ -104,16 +104,19 @@ def save_encoder(
 def _write_encoder(model, tokenizer, tmp: Path, metadata: dict) -> None:
     config = model.config
     model_type = config.model_type
-    config.is_causal = False
-    config.use_cache = False
-    config.auto_map = {
-        "AutoModelForMaskedLM": f"{MODELING_FILE[:-3]}.EncoderForMaskedLM",
-    }
+    from hf_encoderize.loading import ENCODER, classify_config
+
+    native_encoder = classify_config(config) == ENCODER  # BertForMaskedLM & co load with plain AutoModelForMaskedLM
+    if not native_encoder:
+        config.is_causal = False
+        config.use_cache = False
+        config.auto_map = {"AutoModelForMaskedLM": f"{MODELING_FILE[:-3]}.EncoderForMaskedLM"}
     config.hf_encoderize = {"version": _version(), **metadata}
     model.save_pretrained(tmp)
     tokenizer.padding_side = "right"
     tokenizer.save_pretrained(tmp)
-    (tmp / MODELING_FILE).write_text(_modeling_source(model_type))
+    if not native_encoder:
+        (tmp / MODELING_FILE).write_text(_modeling_source(model_type))
     text_config = config.get_text_config()
     max_len = min(int(getattr(text_config, "max_position_embeddings", 512) or 512), 8192)
     write_sentence_transformers_files(tmp, int(text_config.hidden_size), max_len)

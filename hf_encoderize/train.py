@@ -84,12 +84,23 @@ class MLMObjective(torch.nn.Module):
     """Backbone + LM head -> sparse MLM loss on a packed batch. Wrapped whole by Accelerate (DDP/FSDP)."""
 
     def __init__(self, model):
+        from hf_encoderize.loading import ENCODER, classify_config
+
         super().__init__()
         self.model = model
+        self.native_encoder = classify_config(model.config) == ENCODER
 
     def forward(self, input_ids, document_ids, labels, with_accuracy: bool = False):
         from hf_encoderize.bidirectional import _base_model, _hidden
 
+        if self.native_encoder:
+            # A native encoder: its MLM head has a transform before the decoder, so use the model's own loss.
+            output = packed_forward(self.model, input_ids, document_ids, labels=labels)
+            if not with_accuracy:
+                return output.loss
+            selected = labels != -100
+            accuracy = float((output.logits.argmax(-1)[selected] == labels[selected]).float().mean())
+            return output.loss, accuracy
         hidden = _hidden(packed_forward(_base_model(self.model), input_ids, document_ids, use_cache=False))
         head = self.model.get_output_embeddings()
         loss = sparse_mlm_loss(hidden, head, labels)

@@ -151,3 +151,26 @@ def test_shipped_accelerate_configs_parse():
     for path in configs:
         config = load_config_from_file(str(path))
         assert config.mixed_precision == "bf16" and config.num_processes >= 1, path.name
+
+
+def test_mlm_to_mlm_on_a_native_encoder(corpus, tmp_path):
+    # The paper's baseline (section 5): continue MLM on an MLM-pretrained encoder, saved with no remote code.
+    from transformers import AutoModelForMaskedLM, BertConfig, BertForMaskedLM
+
+    source = tmp_path / "tiny-bert"
+    tokenizer = make_tokenizer()
+    tokenizer.add_special_tokens({"mask_token": "[MASK]", "pad_token": "[PAD]"})
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=64, pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    BertForMaskedLM(config).save_pretrained(source)
+    tokenizer.save_pretrained(source)
+    data = DataConfig(data_files=str(corpus), seq_len=32, eval_documents=16)
+    train = TrainConfig(output_dir=str(tmp_path / "bert-run"), steps=30, batch_size=4, lr=3e-3, save_every=30,
+                        eval_every=0)
+    summary = cpt(LoadConfig(str(source)), data, MaskingConfig(), train)
+    assert sum(summary["losses"][-5:]) < sum(summary["losses"][:5])
+    saved = tmp_path / "bert-run" / "encoder"
+    assert not (saved / "modeling_encoderize.py").exists()
+    assert "auto_map" not in json.loads((saved / "config.json").read_text())
+    assert type(AutoModelForMaskedLM.from_pretrained(saved)).__name__ == "BertForMaskedLM"
