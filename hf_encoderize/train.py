@@ -158,8 +158,10 @@ def load_checkpoint(accelerator, path: Path, packer: Packer, generator) -> int:
 
 
 def _maskable(input_ids, document_ids, tokenizer):
-    special = torch.tensor(sorted(set(tokenizer.all_special_ids)))  # pads, EOS, mask...: never masked
-    return (document_ids >= 0) & ~torch.isin(input_ids, special)
+    if not hasattr(tokenizer, "_hf_encoderize_special"):  # computed once, not in every micro-batch
+        tokenizer._hf_encoderize_special = torch.tensor(sorted(set(tokenizer.all_special_ids)))
+    # pads, EOS, mask...: never masked
+    return (document_ids >= 0) & ~torch.isin(input_ids, tokenizer._hf_encoderize_special)
 
 
 def _batches(packer: Packer, documents, skip: int, batch_size: int):

@@ -41,10 +41,14 @@ def test_probe_fails_loudly_on_a_causal_model(decoder):
 
 def test_probe_catches_a_single_causal_layer(decoder):
     encoderize(decoder)
-    decoder.model.layers[1].self_attn.is_causal = True  # one forgotten layer
-    decoder.config.is_causal = True  # masks causal again: only the per-layer probe and sdpa flag differ per layer
+
+    def force_causal(module, args, kwargs):  # one layer left causal, as a buggy patch would leave it
+        return args, {**kwargs, "attention_mask": None, "is_causal": True}
+
+    decoder.model.layers[1].self_attn.register_forward_pre_hook(force_causal, with_kwargs=True)
     result = verify_bidirectional(decoder, raise_on_failure=False)
-    assert not result.passed
+    assert result.checks["later_token_changes_first"] is True  # the end-to-end check alone would miss it
+    assert "layers.1.self_attn" in result.checks["every_attention_layer_bidirectional"]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
