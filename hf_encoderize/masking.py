@@ -9,7 +9,8 @@ Design choices (paper: "Should We Still Pretrain Encoders with MLM?", section 2)
 - MNTP (LLM2Vec): the token at i is predicted from position i-1, so labels shift left by one.
 
 `sparse_mlm_loss` runs the LM head only on labelled positions, in chunks, so a 128k vocabulary never materialises
-logits for the whole batch; it equals the dense cross-entropy (tested).
+logits for the whole batch; it equals the dense cross-entropy (tested), and counts correct arg-max predictions from
+the same logits, so training reports masked-token accuracy for free.
 """
 
 from __future__ import annotations
@@ -83,40 +84,36 @@ def mask_tokens(
 
 
 def sparse_mlm_loss(
-    hidden: torch.Tensor, lm_head: torch.nn.Module, labels: torch.Tensor, chunk_size: int = 4096
-) -> torch.Tensor:
+    hidden: torch.Tensor, lm_head: torch.nn.Module, labels: torch.Tensor, chunk_size: int = 4096,
+    return_correct: bool = False,
+):
     """Mean cross-entropy over labelled positions, running `lm_head` on those positions only, `chunk_size` at a time.
 
     hidden: (B, T, H); labels: (B, T) with -100 where there is nothing to predict. Memory for logits is
     `chunk_size x vocab` instead of `B x T x vocab`. Each chunk is checkpointed so its logits are recomputed in the
-    backward pass rather than kept.
+    backward pass rather than kept. With `return_correct`, also returns how many labelled positions the arg-max
+    predicts right (a 0-d tensor, on the device: no host sync), read off the logits the loss already computed.
     """
     selected = labels.reshape(-1) != IGNORE
     targets = labels.reshape(-1)[selected]  # (N,)
     states = hidden.reshape(-1, hidden.shape[-1])[selected]  # (N, H)
-    if targets.numel() == 0:
-        return hidden.sum() * 0.0  # keeps the graph connected
     total = hidden.new_zeros((), dtype=torch.float32)
+    correct = torch.zeros((), dtype=torch.long, device=hidden.device)
+    if targets.numel() == 0:
+        loss = hidden.sum() * 0.0  # keeps the graph connected
+        return (loss, correct) if return_correct else loss
     for start in range(0, targets.numel(), chunk_size):
         chunk, chunk_targets = states[start : start + chunk_size], targets[start : start + chunk_size]
-        chunk_loss = torch.utils.checkpoint.checkpoint(_chunk_loss, chunk, chunk_targets, lm_head, use_reentrant=False)
-        total = total + chunk_loss
-    return total / targets.numel()
+        chunk_loss, chunk_correct = torch.utils.checkpoint.checkpoint(
+            _chunk_loss, chunk, chunk_targets, lm_head, use_reentrant=False
+        )
+        total, correct = total + chunk_loss, correct + chunk_correct
+    loss = total / targets.numel()
+    return (loss, correct) if return_correct else loss
 
 
-@torch.no_grad()
-def masked_accuracy(hidden: torch.Tensor, lm_head: torch.nn.Module, labels: torch.Tensor, chunk_size: int = 4096):
-    """Fraction of labelled positions whose arg-max prediction is the label; the head runs on those positions only."""
-    selected = labels.reshape(-1) != IGNORE
-    targets = labels.reshape(-1)[selected]
-    states = hidden.reshape(-1, hidden.shape[-1])[selected]
-    correct = sum(
-        int((lm_head(states[i : i + chunk_size]).argmax(-1) == targets[i : i + chunk_size]).sum())
-        for i in range(0, targets.numel(), chunk_size)
-    )
-    return correct / max(1, targets.numel())
-
-
-def _chunk_loss(states: torch.Tensor, targets: torch.Tensor, lm_head: torch.nn.Module) -> torch.Tensor:
+def _chunk_loss(states: torch.Tensor, targets: torch.Tensor, lm_head: torch.nn.Module):
     logits = lm_head(states).float()  # (chunk, vocab), in fp32 for a stable softmax
-    return torch.nn.functional.cross_entropy(logits, targets, reduction="sum")
+    with torch.no_grad():
+        correct = (logits.argmax(-1) == targets).sum()
+    return torch.nn.functional.cross_entropy(logits, targets, reduction="sum"), correct

@@ -23,7 +23,7 @@ import torch
 
 from hf_encoderize.data import Packer, collate
 from hf_encoderize.errors import EncoderizeError
-from hf_encoderize.masking import mask_tokens, masked_accuracy, sparse_mlm_loss
+from hf_encoderize.masking import mask_tokens, sparse_mlm_loss
 from hf_encoderize.packing import packed_forward
 from hf_encoderize.schedule import PAPER_DECAY_FRACTION
 
@@ -69,6 +69,13 @@ class TrainConfig:
     """auto (bf16 on GPU, none on CPU), bf16, fp16 or no."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory."""
+    on_nonfinite: str = "stop"
+    """What to do when the loss or gradient norm is NaN/inf: `stop` (one-line error; the last checkpoint is intact)
+    or `skip` (drop that update, count it in metrics.jsonl; stop after 10 in a row)."""
+    report_to: str = "none"
+    """Accelerate trackers to log to, comma-separated: tensorboard, wandb, trackio, mlflow, ... or none."""
+    progress: bool = True
+    """Show a progress bar (loss, masked accuracy, LR, tokens/s, ETA) on the main process."""
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "grad_accum", "save_every", "keep_last", "log_every"):
@@ -78,10 +85,18 @@ class TrainConfig:
             raise EncoderizeError(f"--decay-fraction must be between 0 and 1, got {self.decay_fraction}")
         if self.mixed_precision not in ("auto", "bf16", "fp16", "no"):
             raise EncoderizeError("--mixed-precision must be auto, bf16, fp16 or no")
+        if self.on_nonfinite not in ("stop", "skip"):
+            raise EncoderizeError(f"--on-nonfinite must be 'stop' or 'skip', got {self.on_nonfinite!r}")
+        if float(self.lr) <= 0:
+            raise EncoderizeError(f"--lr must be positive, got {self.lr}")
 
 
 class MLMObjective(torch.nn.Module):
-    """Backbone + LM head -> sparse MLM loss on a packed batch. Wrapped whole by Accelerate (DDP/FSDP)."""
+    """Backbone + LM head -> sparse MLM loss on a packed batch. Wrapped whole by Accelerate (DDP/FSDP).
+
+    `forward` returns `(loss, correct)`: the mean cross-entropy over labelled positions and, detached, how many of
+    them the arg-max predicts right (a device tensor, so the training step needs no extra host sync).
+    """
 
     def __init__(self, model):
         from hf_encoderize.loading import ENCODER, classify_config
@@ -90,21 +105,16 @@ class MLMObjective(torch.nn.Module):
         self.model = model
         self.native_encoder = classify_config(model.config) == ENCODER
 
-    def forward(self, input_ids, document_ids, labels, with_accuracy: bool = False):
+    def forward(self, input_ids, document_ids, labels):
         from hf_encoderize.bidirectional import _base_model, _hidden
 
         if self.native_encoder:
             # A native encoder: its MLM head has a transform before the decoder, so use the model's own loss.
             output = packed_forward(self.model, input_ids, document_ids, labels=labels)
-            if not with_accuracy:
-                return output.loss
             selected = labels != -100
-            accuracy = float((output.logits.argmax(-1)[selected] == labels[selected]).float().mean())
-            return output.loss, accuracy
+            return output.loss, (output.logits.detach().argmax(-1)[selected] == labels[selected]).sum()
         hidden = _hidden(packed_forward(_base_model(self.model), input_ids, document_ids, use_cache=False))
-        head = self.model.get_output_embeddings()
-        loss = sparse_mlm_loss(hidden, head, labels)
-        return (loss, masked_accuracy(hidden, head, labels)) if with_accuracy else loss
+        return sparse_mlm_loss(hidden, self.model.get_output_embeddings(), labels, return_correct=True)
 
 
 def _checkpoints(output_dir: Path) -> list[Path]:
@@ -181,18 +191,17 @@ def _batches(packer: Packer, documents, skip: int, batch_size: int):
 @torch.no_grad()
 def evaluate(objective, eval_batches, masking, tokenizer, vocab_size, seed: int) -> dict:
     """Loss and masked-token accuracy on the held-out rows, with a fixed masking seed so evaluations are comparable
-    across steps."""
+    across steps. Both are averaged over masked tokens, not batches."""
     generator = torch.Generator().manual_seed(seed)
+    device = next(objective.parameters()).device
     objective.eval()
-    losses, accuracies = [], []
+    loss_sum, correct, count = 0.0, 0, 0
     for input_ids, document_ids in eval_batches:
         masked, labels = mask_tokens(input_ids, _maskable(input_ids, document_ids, tokenizer),
                                      mask_token_id=tokenizer.mask_token_id, vocab_size=vocab_size,
                                      config=masking, generator=generator)
-        device = next(objective.parameters()).device
-        loss, accuracy = objective(masked.to(device), document_ids.to(device), labels.to(device), with_accuracy=True)
-        losses.append(float(loss))
-        accuracies.append(accuracy)
+        loss, right = objective(masked.to(device), document_ids.to(device), labels.to(device))
+        labelled = int((labels != -100).sum())
+        loss_sum, correct, count = loss_sum + float(loss) * labelled, correct + int(right), count + labelled
     objective.train()
-    count = max(1, len(losses))
-    return {"eval_loss": sum(losses) / count, "eval_masked_accuracy": sum(accuracies) / count}
+    return {"eval_loss": loss_sum / max(1, count), "eval_masked_accuracy": correct / max(1, count)}

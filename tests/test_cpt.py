@@ -11,6 +11,7 @@ import hf_encoderize.cpt as cpt_module
 from hf_encoderize.cli import main
 from hf_encoderize.cpt import cpt
 from hf_encoderize.data import DataConfig, Packer
+from hf_encoderize.errors import EncoderizeError
 from hf_encoderize.loading import LoadConfig
 from hf_encoderize.masking import MaskingConfig
 from hf_encoderize.train import TrainConfig
@@ -35,13 +36,49 @@ def _run(decoder_dir, corpus, out, **train):
 
 
 def test_loss_goes_down_and_encoder_is_saved(decoder_dir, corpus, tmp_path):
-    summary = _run(decoder_dir, corpus, tmp_path / "run", steps=80, save_every=80, lr=3e-3)
+    summary = _run(decoder_dir, corpus, tmp_path / "run", steps=80, save_every=80, lr=3e-3, eval_every=40)
     losses = summary["losses"]
     assert sum(losses[-10:]) / 10 < 0.85 * sum(losses[:5]) / 5, losses
     assert (tmp_path / "run" / "encoder" / "model.safetensors").exists()
     config = json.loads((tmp_path / "run" / "encoder" / "config.json").read_text())
     assert config["is_causal"] is False and config["hf_encoderize"]["mask_ratio"] == 0.4
     assert 0.0 <= summary["eval_masked_accuracy"] <= 1.0 and summary["eval_loss"] < losses[0]
+    # What the run leaves behind: metrics per step, the loss curve, and the record the model card reads.
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["kind"] == "train"]
+    assert [r["step"] for r in train] == list(range(1, 81))
+    assert [r["loss"] for r in train] == pytest.approx(losses)
+    assert all(0 <= r["masked_accuracy"] <= 1 and r["tokens"] > 0 and r["tokens_per_s"] > 0 for r in train)
+    assert train[-1]["masked_accuracy"] > train[0]["masked_accuracy"]
+    assert [r["step"] for r in records if r["kind"] == "eval"] == [40, 80]
+    assert (tmp_path / "run" / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    record = json.loads((tmp_path / "run" / "run_record.json").read_text())
+    assert record["tokens_seen"] == sum(r["tokens"] for r in train) and record["tokens_seen"] <= 80 * 4 * 32
+    assert record["eval_loss"] == pytest.approx(summary["eval_loss"])
+    assert record["final_train_loss"] == train[-1]["loss"]
+    assert record["base_model"] == str(decoder_dir) and record["schedule"] == "wsd" and record["steps"] == 80
+    assert record["hardware"]["device"] == "cpu" and record["encoderize"]["mask_token"]
+
+
+def test_nonfinite_loss_stops_or_skips(decoder_dir, corpus, tmp_path, monkeypatch, capsys):
+    from hf_encoderize.train import MLMObjective
+
+    real_forward = MLMObjective.forward
+
+    def nan_at_step_three(self, *args):
+        loss, correct = real_forward(self, *args)
+        self.calls = getattr(self, "calls", 0) + 1
+        return (loss * float("nan"), correct) if self.calls == 3 else (loss, correct)
+
+    monkeypatch.setattr(MLMObjective, "forward", nan_at_step_three)
+    with pytest.raises(EncoderizeError, match="non-finite loss or gradient at step 3.*step-0000002"):
+        _run(decoder_dir, corpus, tmp_path / "stop", save_every=2)
+    assert (tmp_path / "stop" / "checkpoints" / "step-0000002").is_dir()  # the last good checkpoint survives
+    summary = _run(decoder_dir, corpus, tmp_path / "skip", on_nonfinite="skip", save_every=6)
+    records = [json.loads(line) for line in (tmp_path / "skip" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r.get("skipped_nonfinite")] == [3]
+    weights = load_file(tmp_path / "skip" / "encoder" / "model.safetensors")
+    assert all(torch.isfinite(t).all() for t in weights.values()) and len(summary["losses"]) == 6
 
 
 def test_resume_after_kill_equals_unbroken_run(decoder_dir, corpus, tmp_path, monkeypatch):
@@ -61,6 +98,8 @@ def test_resume_after_kill_equals_unbroken_run(decoder_dir, corpus, tmp_path, mo
     monkeypatch.setattr(cpt_module, "train_step", real_step)
     assert [p.name for p in (tmp_path / "broken" / "checkpoints").iterdir()] == ["step-0000003"]
     _run(decoder_dir, corpus, tmp_path / "broken", resume=True)
+    steps = [json.loads(line)["step"] for line in (tmp_path / "broken" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 5, 6, 6]  # the killed run's lines after step 3 are gone; 6 twice: train + eval
     unbroken = load_file(tmp_path / "unbroken" / "encoder" / "model.safetensors")
     resumed = load_file(tmp_path / "broken" / "encoder" / "model.safetensors")
     for name, tensor in unbroken.items():
@@ -83,6 +122,10 @@ def test_bad_input_is_one_line(decoder_dir, corpus, tmp_path, capsys):
         (["--data-files", str(tmp_path / "none*.jsonl")], "no .txt/.jsonl"),
         (["--data-files", str(corpus), "--text-column", "body"], "text column 'body' not found"),
         (["--data-files", str(corpus), "--mask-ratio", "1.5"], "mask-ratio"),
+        (["--data-files", str(corpus), "--seq-len", "4096"], "above the model's limit of 64"),
+        (["--data-files", str(corpus), "--objective", "clm"], "--objective must be"),
+        (["--data-files", str(corpus), "--steps", "0"], "--steps must be at least 1"),
+        (["--data-files", str(corpus), "--report-to", "nosuchtracker"], "unknown tracker"),
     ]
     for extra, message in cases:
         code = main(["cpt", str(decoder_dir), "--output-dir", str(tmp_path / "o"), *extra])
@@ -135,7 +178,7 @@ def test_qlora_without_gpu_is_one_line(decoder_dir, corpus, tmp_path, capsys):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
     code = main(["cpt", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(tmp_path / "q"),
-                 "--lora-r", "8", "--load-in-4bit"])
+                 "--seq-len", "32", "--lora-r", "8", "--load-in-4bit"])
     err = capsys.readouterr().err
     assert code == 2 and ("GPU" in err or "bitsandbytes" in err) and err.count("\n") == 1
 

@@ -1,0 +1,170 @@
+"""What a training run shows and leaves behind: progress bar, metrics JSONL, trackers, loss curve, run record.
+
+Design choices:
+- Only the main process prints, writes files or talks to trackers; the other ranks get a monitor that does nothing
+  but keep time.
+- `metrics.jsonl` is the source of truth: one JSON object per logged optimizer step (`"kind": "train"`) and per
+  evaluation (`"kind": "eval"`). On `--resume`, lines past the resumed step are dropped, so the file reads like one
+  unbroken run. The loss-curve PNG is drawn from it at the end.
+- Trackers are Accelerate's (`log_with`): tensorboard, wandb, trackio, ... whichever the user names and has installed.
+- Throughput counts real tokens (padding excluded), so packed and padded runs compare fairly.
+- `run_record.json` is the machine-readable record the model card reads. It never holds a token or secret: it is
+  built from the config dataclasses (which have no token field) and from hardware facts.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+import time
+from pathlib import Path
+
+from hf_encoderize.errors import EncoderizeError
+
+TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio", "mlflow": "mlflow",
+                    "comet_ml": "comet_ml", "aim": "aim", "clearml": "clearml", "dvclive": "dvclive"}
+
+
+def parse_report_to(report_to: str | None) -> list[str]:
+    """`"tensorboard,wandb"` -> ["tensorboard", "wandb"]; `none` -> []; a missing package is a one-line error."""
+    import importlib.util
+
+    names = [n.strip() for n in (report_to or "none").split(",") if n.strip() and n.strip() != "none"]
+    for name in names:
+        if name not in TRACKER_PACKAGES:
+            raise EncoderizeError(f"--report-to: unknown tracker {name!r}; pick from {', '.join(TRACKER_PACKAGES)}")
+        if importlib.util.find_spec(TRACKER_PACKAGES[name]) is None:
+            raise EncoderizeError(f"--report-to {name}: the package is not installed; pip install {name}")
+    return names
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+class TrainingMonitor:
+    """Progress bar + metrics JSONL + trackers for one run. Call `step()` after every optimizer step."""
+
+    def __init__(self, accelerator, output_dir: Path, total_steps: int, start_step: int = 0, show: bool = True):
+        self.accelerator, self.total_steps, self.start_step = accelerator, total_steps, start_step
+        self.main = accelerator.is_main_process
+        self.path = Path(output_dir) / "metrics.jsonl"
+        self.started = self.last = time.perf_counter()
+        self.tokens = 0
+        self.bar = None
+        if self.main:
+            _truncate_after(self.path, start_step)
+            if show:
+                from tqdm.auto import tqdm
+
+                # Off a terminal (CI logs, nohup) a redraw every 30 s keeps the log readable.
+                self.bar = tqdm(total=total_steps, initial=start_step, desc="cpt", dynamic_ncols=True,
+                                mininterval=0.5 if sys.stderr.isatty() else 30.0)
+
+    def step(self, step: int, *, loss: float, accuracy: float, lr: float, tokens: int, grad_norm: float,
+             skipped: bool = False) -> dict:
+        """Record one optimizer step; `tokens` = real tokens of the global batch."""
+        now = time.perf_counter()
+        self.tokens += tokens
+        record = {"kind": "train", "step": step, "loss": loss, "masked_accuracy": accuracy, "lr": lr,
+                  "grad_norm": grad_norm, "tokens": tokens, "step_time_s": now - self.last,
+                  "tokens_per_s": tokens / max(now - self.last, 1e-9), "elapsed_s": now - self.started}
+        if skipped:
+            record["skipped_nonfinite"] = True
+        self.last = now
+        if self.main:
+            self._write(record)
+            self.accelerator.log({f"train/{k}": v for k, v in record.items() if isinstance(v, float | int)}, step=step)
+            if self.bar is not None:
+                rate = self.tokens / max(now - self.started, 1e-9)
+                self.bar.set_postfix(loss=f"{loss:.3f}", acc=f"{accuracy:.3f}", lr=f"{lr:.1e}",
+                                     tok_s=f"{rate:,.0f}", refresh=False)
+                self.bar.update(1)
+        return record
+
+    def evaluation(self, step: int, metrics: dict) -> None:
+        if not self.main:
+            return
+        self._write({"kind": "eval", "step": step, **metrics})
+        self.accelerator.log({f"eval/{k.removeprefix('eval_')}": v for k, v in metrics.items()}, step=step)
+        message = f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+        if self.bar is not None:
+            self.bar.write(message)
+        else:
+            print(message, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def _write(self, record: dict) -> None:
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+
+def read_metrics(path: Path) -> list[dict]:
+    if not Path(path).exists():
+        return []
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def _truncate_after(path: Path, step: int) -> None:
+    """Drop records past `step` (written after the checkpoint a resumed run starts from)."""
+    kept = [r for r in read_metrics(path) if r["step"] <= step]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+
+
+def plot_loss_curve(metrics_path: Path, png_path: Path, title: str = "MLM continued pretraining") -> Path | None:
+    """Training loss (and held-out eval loss, when there is any) against steps, as a PNG. None if nothing to plot."""
+    records = read_metrics(metrics_path)
+    train = [r for r in records if r["kind"] == "train" and not r.get("skipped_nonfinite")]
+    if not train:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+
+    evals = [r for r in records if r["kind"] == "eval"]
+    figure, axis = plt.subplots(figsize=(7, 4), dpi=120)
+    axis.plot([r["step"] for r in train], [r["loss"] for r in train], lw=1, alpha=0.8, label="train loss")
+    if evals:
+        axis.plot([r["step"] for r in evals], [r["eval_loss"] for r in evals], "o-", label="held-out loss")
+    axis.set(xlabel="optimizer step", ylabel="masked-token cross-entropy", title=title)
+    axis.grid(alpha=0.3)
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(png_path)
+    plt.close(figure)
+    return Path(png_path)
+
+
+def hardware_facts(accelerator) -> dict:
+    """Device, GPU name and library versions, for the run record and the model card."""
+    import platform
+
+    import torch
+    import transformers
+
+    cuda = torch.cuda.is_available()
+    return {
+        "device": accelerator.device.type,
+        "gpu_name": torch.cuda.get_device_name(0) if cuda else None,
+        "gpu_count": torch.cuda.device_count() if cuda else 0,
+        "num_processes": accelerator.num_processes,
+        "mixed_precision": str(accelerator.mixed_precision),
+        "distributed_type": str(accelerator.distributed_type).split(".")[-1],
+        "rocm": bool(getattr(torch.version, "hip", None)),
+        "cpu": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
+
+
+def write_json_atomic(path: Path, payload: dict) -> None:
+    """Write then rename, so a crash never leaves a half-written record."""
+    tmp = Path(path).with_name(Path(path).name + ".partial")
+    tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    tmp.replace(path)
