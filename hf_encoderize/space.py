@@ -1,0 +1,130 @@
+"""`hf-encoderize space OUT_DIR` and `hf-encoderize push-space OUT_DIR SPACE_ID`: the Gradio demo of an encoder.
+
+Design choices:
+- The app is one self-contained file, `space/app.py` in this repository: on the Hub it runs without hf_encoderize
+  (its requirements are torch, transformers and sentence-transformers; gradio comes from the Space's `sdk_version`).
+  `space` imports that very file, so what runs on a laptop is what `push-space` uploads.
+- OUT_DIR is a `cpt` run folder (OUT, holding encoder/ and run_record.json) or an encoder folder itself. The base
+  decoder for the Compare tab comes from the flags, else run_record.json, else the encoder's config.json metadata
+  (the app reads that last one itself, so a Space that only knows a Hub id still finds its base).
+- push-space uploads a staged copy: app.py, requirements.txt pinned to the versions installed here, README.md with
+  the Space YAML header, and space_config.json naming the encoder: a Hub model id, or (without one) the encoder folder
+  uploaded into the Space next to the app.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from dataclasses import KW_ONLY, dataclass
+from pathlib import Path
+
+from hf_encoderize.errors import EncoderizeError
+
+SPACE_DIR = Path(__file__).resolve().parent.parent / "space"  # the repository's space/ folder
+APP_MODULE = "hf_encoderize_space_app"
+INSTALL_HINT = "pip install 'hf-encoderize[space]'"
+
+
+@dataclass
+class SpaceConfig:
+    """Which encoder the local demo shows and where it listens."""
+
+    out_dir: str
+    """A `cpt` run folder (holding encoder/) or an encoder folder written by `convert`."""
+    _: KW_ONLY
+    base_model: str | None = None
+    """Base decoder for the Compare tab (Hub id, folder or .gguf file); default: the one recorded with the encoder."""
+    host: str = "127.0.0.1"
+    """Address to listen on; the default keeps the demo on this machine (0.0.0.0 shares it on your network)."""
+    port: int = 7860
+    """TCP port to listen on; 0 picks a free one."""
+
+    def __post_init__(self):
+        if not 0 <= int(self.port) <= 65535:
+            raise EncoderizeError(f"port {self.port} is out of range; pick a port between 1 and 65535 (0: any free)")
+
+
+def resolve_encoder_dir(out_dir: str | os.PathLike) -> Path:
+    """OUT or OUT/encoder, whichever holds the saved encoder (config.json and modules.json)."""
+    out = Path(out_dir)
+    if not out.is_dir():
+        raise EncoderizeError(f"{str(out)!r} is not a folder; pass the output folder of `cpt` or `convert`")
+    for candidate in (out, out / "encoder"):
+        if (candidate / "config.json").is_file() and (candidate / "modules.json").is_file():
+            return candidate
+    raise EncoderizeError(f"no saved encoder in {str(out)!r} (no config.json and modules.json there or in encoder/); "
+                          "pass the output folder of `cpt` or `convert`")
+
+
+def recorded_base(out_dir: str | os.PathLike, encoder_dir: Path) -> dict:
+    """The base decoder the encoder came from: run_record.json of a `cpt` run, else config.json's metadata."""
+    for record_path in (Path(out_dir) / "run_record.json", encoder_dir.parent / "run_record.json"):
+        if record_path.is_file():
+            record = json.loads(record_path.read_text())
+            if record.get("base_model"):
+                return {key: record.get(key) for key in ("base_model", "gguf_file", "revision")}
+    metadata = json.loads((encoder_dir / "config.json").read_text()).get("hf_encoderize") or {}
+    return {key: metadata.get(key) for key in ("base_model", "gguf_file", "revision")}
+
+
+def app_settings(cfg: SpaceConfig):
+    """The app's `Settings` for this encoder folder (base decoder from the flags or the run's records)."""
+    app = load_app()
+    encoder = resolve_encoder_dir(cfg.out_dir)
+    base = {"base_model": cfg.base_model, "gguf_file": None, "revision": None}
+    if cfg.base_model and cfg.base_model.endswith(".gguf") and Path(cfg.base_model).is_file():
+        path = Path(cfg.base_model).resolve()  # transformers wants the folder plus the file name
+        base = {"base_model": str(path.parent), "gguf_file": path.name, "revision": None}
+    elif not cfg.base_model:
+        base = recorded_base(cfg.out_dir, encoder)
+    return app.Settings(encoder=str(encoder), base_model=base["base_model"], base_gguf_file=base["gguf_file"],
+                        base_revision=base["revision"])
+
+
+def load_app():
+    """Import `space/app.py` (needs gradio: the `space` extra) as a module, once."""
+    if APP_MODULE in sys.modules:
+        return sys.modules[APP_MODULE]
+    if importlib.util.find_spec("gradio") is None:
+        raise EncoderizeError(f"the Space needs gradio; install it with {INSTALL_HINT}")
+    if not (SPACE_DIR / "app.py").is_file():
+        raise EncoderizeError(f"the Space app is not at {SPACE_DIR / 'app.py'}; install hf-encoderize from a clone "
+                              "of its repository (pip install -e .), which ships the space/ folder")
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no telemetry calls from a local demo
+    spec = importlib.util.spec_from_file_location(APP_MODULE, SPACE_DIR / "app.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[APP_MODULE] = module  # dataclasses look their module up while the file executes
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[APP_MODULE]
+        raise
+    return module
+
+
+def launch_space(cfg: SpaceConfig, *, block: bool = True):
+    """Serve the demo for `cfg.out_dir` on `cfg.host:cfg.port`. Returns `(demo, url)`; `demo.close()` stops it.
+
+    With `block=True` (the CLI) this returns only when the server stops (Ctrl+C).
+    """
+    settings = app_settings(cfg)
+    app = load_app()
+    demo = app.build_demo(settings)
+    try:
+        _, url, _ = demo.launch(server_name=cfg.host, server_port=int(cfg.port) or _free_port(cfg.host),
+                                prevent_thread_lock=not block, theme=app.theme(), css=app.APP_CSS, ssr_mode=False,
+                                quiet=not block, show_error=True)
+    except OSError as err:
+        raise EncoderizeError(f"cannot listen on {cfg.host}:{cfg.port} ({err}); pick another --port") from None
+    return demo, url
+
+
+def _free_port(host: str) -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]

@@ -1,0 +1,381 @@
+"""Gradio Space: explore the embeddings of an encoder made with hf-encoderize.
+
+Design choices:
+- Self-contained: imports only torch, transformers, sentence-transformers and gradio (see requirements.txt), so the
+  same file runs as a Hugging Face Space and under `hf-encoderize space OUT_DIR` on a laptop.
+- Which encoder: the ENCODER_MODEL environment variable (Hub id or local folder), else `space_config.json` next to
+  this file (written by `hf-encoderize push-space`), else the quickstart's output folder.
+- Embeddings are sentence-transformers' mean-pooled vectors, the layout `save_encoder` writes. The Compare tab runs
+  the base decoder (BASE_MODEL, else the `hf_encoderize` metadata in the encoder's config.json) as it was trained,
+  causally, with the same mean pooling, so the difference on screen is the one this project makes.
+- Fill-mask runs `modeling_encoderize.py` from the encoder repo (`trust_remote_code=True`) only when config.json says
+  hf-encoderize wrote it; native MLM heads (e.g. BERT's) load without remote code; anything else has no head.
+- Models load on first use, once, so the Space starts in seconds and an unused tab costs nothing.
+- Inputs are capped (texts, characters, top-k) with a friendly message, so a public Space cannot be exhausted.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import gradio as gr
+
+DEFAULT_ENCODER = "encoders/smollm2-135m-encoder"  # the quickstart's output
+SPACE_CONFIG = Path(__file__).with_name("space_config.json")
+MAX_TEXTS = 12  # sentences per Similarity / Compare request
+MAX_PASSAGES = 50  # passages in the Semantic search corpus
+MAX_CHARS = 500  # characters per sentence, passage or query
+MAX_TOP_K = 20
+REMOTE_MLM_CLASS = "modeling_encoderize.EncoderForMaskedLM"  # the auto_map entry hf-encoderize writes
+
+EXAMPLE_SENTENCES = "A cat sits on the mat.\nA kitten rests on a rug.\nStock markets fell sharply today."
+EXAMPLE_CORPUS = (
+    "The cat slept on the warm windowsill all afternoon.\n"
+    "Central banks raised interest rates to fight inflation.\n"
+    "A small kitten curled up in a sunny spot by the window.\n"
+    "The football team won the championship after extra time."
+)
+
+
+@dataclass
+class Settings:
+    """What the Space shows: the encoder and, for the Compare tab, the base decoder it was made from."""
+
+    encoder: str
+    base_model: str | None = None
+    base_gguf_file: str | None = None
+    base_revision: str | None = None
+
+
+def settings_from_env() -> Settings:
+    """Environment variables win, then `space_config.json` beside this file, then the quickstart's folder."""
+    stored = json.loads(SPACE_CONFIG.read_text()) if SPACE_CONFIG.is_file() else {}
+    encoder = os.environ.get("ENCODER_MODEL") or stored.get("encoder") or DEFAULT_ENCODER
+    if stored.get("encoder") and not os.environ.get("ENCODER_MODEL") and (SPACE_CONFIG.parent / encoder).is_dir():
+        encoder = str(SPACE_CONFIG.parent / encoder)  # an encoder bundled inside the Space repo
+    return Settings(
+        encoder=encoder,
+        base_model=os.environ.get("BASE_MODEL") or stored.get("base_model"),
+        base_gguf_file=os.environ.get("BASE_GGUF_FILE") or stored.get("base_gguf_file"),
+        base_revision=os.environ.get("BASE_REVISION") or stored.get("base_revision"),
+    )
+
+
+# ------------------------------------------------------------------------------------------------ models
+
+
+def mlm_mode(config) -> str | None:
+    """'remote' when hf-encoderize wrote the MLM head file, 'native' for a built-in MLM class, else None."""
+    auto_map = getattr(config, "auto_map", None) or {}
+    if getattr(config, "hf_encoderize", None) and auto_map.get("AutoModelForMaskedLM") == REMOTE_MLM_CLASS:
+        return "remote"
+    if any(name.endswith("ForMaskedLM") for name in getattr(config, "architectures", None) or []):
+        return "native"
+    return None
+
+
+def base_label(settings: Settings) -> str | None:
+    """How the base decoder is named on screen: the GGUF file name, else the Hub id or folder."""
+    return settings.base_gguf_file or settings.base_model
+
+
+def local_path_missing(name: str | None) -> bool:
+    """A recorded absolute path that is not on this machine (e.g. the converter's laptop, seen from a Space)."""
+    return bool(name) and Path(name).is_absolute() and not Path(name).exists()
+
+
+class Models:
+    """Loads each model once, on first use, behind a lock (Gradio runs events on worker threads)."""
+
+    def __init__(self, settings: Settings):
+        from transformers import AutoConfig
+
+        self.settings = settings
+        self.config = AutoConfig.from_pretrained(settings.encoder)  # config only: no remote code runs here
+        metadata = getattr(self.config, "hf_encoderize", None) or {}
+        if settings.base_model is None and metadata.get("base_model"):
+            settings.base_model = metadata["base_model"]
+            settings.base_gguf_file = settings.base_gguf_file or metadata.get("gguf_file")
+            settings.base_revision = settings.base_revision or metadata.get("revision")
+        self.mlm = mlm_mode(self.config)
+        self._lock = threading.Lock()
+        self._cache = {}
+
+    @property
+    def base_available(self) -> bool:
+        return bool(self.settings.base_model) and not local_path_missing(self.settings.base_model)
+
+    def _once(self, key, load):
+        with self._lock:
+            if key not in self._cache:
+                self._cache[key] = load()
+            return self._cache[key]
+
+    def encoder(self):
+        from sentence_transformers import SentenceTransformer
+
+        return self._once("encoder", lambda: SentenceTransformer(self.settings.encoder, device="cpu"))
+
+    def fill_mask(self):
+        from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
+
+        def load():
+            remote = self.mlm == "remote"  # only the file hf-encoderize writes, never arbitrary remote code
+            model = AutoModelForMaskedLM.from_pretrained(self.settings.encoder, trust_remote_code=remote).eval()
+            return pipeline("fill-mask", model=model, tokenizer=AutoTokenizer.from_pretrained(self.settings.encoder))
+
+        return self._once("fill_mask", load)
+
+    def base(self):
+        from transformers import AutoModel, AutoTokenizer
+
+        def load():
+            s = self.settings
+            kwargs = {"gguf_file": s.base_gguf_file} if s.base_gguf_file else {}
+            if s.base_revision and not Path(s.base_model).exists():
+                kwargs["revision"] = s.base_revision
+            return AutoModel.from_pretrained(s.base_model, **kwargs).eval(), AutoTokenizer.from_pretrained(
+                s.base_model, **kwargs)
+
+        return self._once("base", load)
+
+
+# ------------------------------------------------------------------------------------------------ computations
+
+
+def parse_lines(text: str, what: str, limit: int) -> list[str]:
+    """Non-empty lines of `text`, refused with a friendly message past the Space's limits."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    if not lines:
+        raise gr.Error(f"Type at least one {what}, one per line.")
+    if len(lines) > limit:
+        raise gr.Error(f"This Space takes at most {limit} {what}s per request; you gave {len(lines)}.")
+    check_length(lines, what)
+    return lines
+
+
+def check_length(texts: list[str], what: str) -> None:
+    for number, text in enumerate(texts, 1):
+        if len(text) > MAX_CHARS:
+            raise gr.Error(f"{what.capitalize()} {number} has {len(text)} characters; the limit is {MAX_CHARS}.")
+
+
+def cosine_matrix(embeddings) -> list[list[float]]:
+    import torch
+
+    unit = torch.nn.functional.normalize(torch.as_tensor(embeddings).float(), dim=-1)  # (n, hidden)
+    return (unit @ unit.T).clamp(-1, 1).tolist()
+
+
+def causal_embeddings(model, tokenizer, texts: list[str]):
+    """Mean-pooled last hidden states of the base decoder, one text at a time (its tokenizer may lack a pad)."""
+    import torch
+
+    rows = []
+    with torch.no_grad():
+        for text in texts:
+            batch = tokenizer(text, return_tensors="pt", truncation=True, max_length=512)
+            rows.append(model(**batch).last_hidden_state[0].float().mean(0))  # (hidden,)
+    return torch.stack(rows)
+
+
+def first_token_shift(model, tokenizer, text: str) -> float:
+    """How far the first word's hidden state moves when the last word changes: 0 for a causal model."""
+    import torch
+
+    batch = tokenizer(text, return_tensors="pt", return_special_tokens_mask=True, truncation=True, max_length=512)
+    real = (batch.pop("special_tokens_mask")[0] == 0).nonzero().flatten()
+    if len(real) < 2:
+        return float("nan")
+    changed = batch["input_ids"].clone()
+    changed[0, real[-1]] = (changed[0, real[-1]] + 1) % len(tokenizer)
+    with torch.no_grad():
+        before = model(**batch).last_hidden_state[0, real[0]]
+        after = model(**{**batch, "input_ids": changed}).last_hidden_state[0, real[0]]
+    return float((before - after).abs().max())
+
+
+# ------------------------------------------------------------------------------------------------ rendering
+
+
+def heatmap_html(labels: list[str], matrix: list[list[float]], title: str) -> str:
+    """A table coloured by cosine similarity (white at 0 or below, deep blue at 1) with the values printed."""
+    head = "".join(f"<th>{i}</th>" for i in range(1, len(labels) + 1))
+    rows = []
+    for i, (label, values) in enumerate(zip(labels, matrix, strict=True), 1):
+        short = html.escape(label if len(label) <= 48 else label[:45] + "...")
+        cells = "".join(_heat_cell(value) for value in values)
+        rows.append(f"<tr><th class='row-label' title='{html.escape(label)}'>{i}. {short}</th>{cells}</tr>")
+    return (f"<div class='heatmap'><p><b>{html.escape(title)}</b></p><table><tr><th></th>{head}</tr>"
+            f"{''.join(rows)}</table><p class='legend'>cosine similarity: 0 or below = white, 1 = dark blue</p></div>")
+
+
+def _heat_cell(value: float) -> str:
+    strength = max(0.0, min(1.0, value))
+    red, green = round(255 - 225 * strength), round(255 - 175 * strength)
+    ink = "white" if strength > 0.55 else "#111"
+    return (f"<td class='score' data-score='{value:.4f}' style='background: rgb({red},{green},255); color: {ink}'>"
+            f"{value:.2f}</td>")
+
+
+APP_CSS = """
+.heatmap table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+.heatmap td, .heatmap th { border: 1px solid #ddd; padding: 6px 10px; text-align: center; }
+.heatmap th.row-label { text-align: left; font-weight: normal; max-width: 28em; }
+.heatmap .legend { font-size: 0.85em; color: #666; }
+"""
+
+
+# ------------------------------------------------------------------------------------------------ the tabs
+
+
+class EncoderSpace:
+    """One method per tab; each takes and returns what its Gradio components show."""
+
+    def __init__(self, models: Models):
+        self.models = models
+
+    def similarity(self, text: str):
+        sentences = parse_lines(text, "sentence", MAX_TEXTS)
+        matrix = cosine_matrix(self.models.encoder().encode(sentences, convert_to_tensor=True))
+        title = f"Encoder: {self.models.settings.encoder}"
+        return heatmap_html(sentences, matrix, title), {"sentences": sentences, "similarity": matrix}
+
+    def search(self, corpus: str, query: str):
+        passages = parse_lines(corpus, "passage", MAX_PASSAGES)
+        query = (query or "").strip()
+        if not query:
+            raise gr.Error("Type a query to search the passages.")
+        check_length([query], "query")
+        encoder = self.models.encoder()
+        scores = cosine_matrix(encoder.encode([query, *passages], convert_to_tensor=True))[0][1:]
+        ranked = sorted(zip(scores, passages, strict=True), key=lambda pair: -pair[0])
+        return [[rank, round(score, 4), passage] for rank, (score, passage) in enumerate(ranked, 1)]
+
+    def fill_mask(self, text: str, top_k: float):
+        if self.models.mlm is None:
+            raise gr.Error("This encoder has no masked-LM head, so there is nothing to fill in.")
+        fill = self.models.fill_mask()
+        mask = fill.tokenizer.mask_token
+        text = (text or "").strip()
+        for alias in ("[MASK]", "<mask>"):
+            text = text.replace(alias, mask)
+        check_length([text], "sentence")
+        if text.count(mask) != 1:
+            raise gr.Error(f"Put the mask token {mask} exactly once in the sentence.")
+        predictions = fill(text, top_k=max(1, min(int(top_k), MAX_TOP_K)))
+        return {p["token_str"].strip() or repr(p["token_str"]): float(p["score"]) for p in predictions}
+
+    def compare(self, text: str):
+        if not self.models.base_available:
+            raise gr.Error("No base decoder is available for this encoder; set BASE_MODEL to a Hub id or folder.")
+        sentences = parse_lines(text, "sentence", MAX_TEXTS)
+        base_model, base_tokenizer = self.models.base()
+        encoder = self.models.encoder()
+        base_matrix = cosine_matrix(causal_embeddings(base_model, base_tokenizer, sentences))
+        encoder_matrix = cosine_matrix(encoder.encode(sentences, convert_to_tensor=True))
+        shifts = (first_token_shift(base_model, base_tokenizer, sentences[0]),
+                  first_token_shift(encoder[0].auto_model, encoder.tokenizer, sentences[0]))
+        note = (f"Change the last word of sentence 1 and the first word's hidden state moves by **{shifts[0]:.4f}** "
+                f"in the base decoder (causal: it cannot see ahead) and by **{shifts[1]:.4f}** in the encoder.")
+        return (heatmap_html(sentences, base_matrix, f"Base decoder, causal: {base_label(self.models.settings)}"),
+                heatmap_html(sentences, encoder_matrix, f"Encoder, bidirectional: {self.models.settings.encoder}"),
+                note)
+
+
+# ------------------------------------------------------------------------------------------------ layout
+
+
+def build_demo(settings: Settings | None = None) -> gr.Blocks:
+    """The four tabs, wired to an `EncoderSpace` for `settings` (default: from the environment)."""
+    space = EncoderSpace(Models(settings or settings_from_env()))
+    with gr.Blocks(title="hf-encoderize: encoder demo", analytics_enabled=False) as demo:
+        gr.Markdown(_intro(space.models))
+        with gr.Tab("Similarity"):
+            _similarity_tab(space)
+        with gr.Tab("Semantic search"):
+            _search_tab(space)
+        with gr.Tab("Fill-mask"):
+            _fill_mask_tab(space)
+        with gr.Tab("Compare"):
+            _compare_tab(space)
+    return demo
+
+
+def _intro(models: Models) -> str:
+    made = getattr(models.config, "hf_encoderize", None)
+    base = base_label(models.settings) or "a decoder LLM"
+    origin = f"a bidirectional encoder made from **{base}** with hf-encoderize" if made else "an encoder"
+    return (f"# Encoder demo\nEmbeddings of **{models.settings.encoder}**, {origin}. "
+            "Sentences are mean-pooled into one vector each and compared by cosine similarity.")
+
+
+def _similarity_tab(space: EncoderSpace) -> None:
+    gr.Markdown(f"Several sentences, one per line (at most {MAX_TEXTS}, {MAX_CHARS} characters each).")
+    sentences = gr.Textbox(value=EXAMPLE_SENTENCES, lines=5, label="Sentences", elem_id="sim-input")
+    run = gr.Button("Compute similarity", variant="primary", elem_id="sim-button")
+    heatmap = gr.HTML(elem_id="sim-heatmap")
+    with gr.Accordion("Scores as JSON", open=False):
+        scores = gr.JSON(label="Cosine similarity")
+    run.click(space.similarity, sentences, [heatmap, scores], api_name="similarity")
+
+
+def _search_tab(space: EncoderSpace) -> None:
+    gr.Markdown(f"A small corpus, one passage per line (at most {MAX_PASSAGES}), and a query.")
+    corpus = gr.Textbox(value=EXAMPLE_CORPUS, lines=6, label="Passages", elem_id="search-corpus")
+    query = gr.Textbox(value="a cat napping in the sun", label="Query", elem_id="search-query")
+    run = gr.Button("Search", variant="primary", elem_id="search-button")
+    results = gr.Dataframe(headers=["rank", "score", "passage"], label="Ranked passages", interactive=False,
+                           elem_id="search-results", wrap=True)
+    run.click(space.search, [corpus, query], results, api_name="search")
+
+
+def _fill_mask_tab(space: EncoderSpace) -> None:
+    mode = space.models.mlm
+    if mode is None:
+        gr.Markdown("This encoder has **no masked-LM head** (its config.json names no `*ForMaskedLM` class and no "
+                    "hf-encoderize head), so fill-mask is not available.")
+    elif mode == "remote":
+        gr.Markdown("The MLM head runs `modeling_encoderize.py` from the encoder repo with `trust_remote_code=True`. "
+                    "It is trusted only because config.json says hf-encoderize wrote this encoder; that file imports "
+                    "only torch and transformers. Write `[MASK]` or `<mask>` where a word is missing.")
+    else:
+        gr.Markdown("Native masked-LM head (no remote code). Write `[MASK]` or `<mask>` where a word is missing.")
+    text = gr.Textbox(value="The capital of France is [MASK].", label="Sentence", elem_id="mask-input")
+    top_k = gr.Slider(1, MAX_TOP_K, value=5, step=1, label="Top-k tokens")
+    run = gr.Button("Fill the mask", variant="primary", elem_id="mask-button", interactive=mode is not None)
+    output = gr.Label(label="Most likely tokens", elem_id="mask-output")
+    run.click(space.fill_mask, [text, top_k], output, api_name="fill_mask")
+
+
+def _compare_tab(space: EncoderSpace) -> None:
+    s = space.models.settings
+    if space.models.base_available:
+        gr.Markdown(f"The same sentences through the base decoder **{base_label(s)}**, run causally as it was "
+                    "trained, and through the encoder; both mean-pooled. This is why hf-encoderize exists.")
+    else:
+        reason = f"recorded base {s.base_model!r} is not on this machine" if s.base_model else "none is recorded"
+        gr.Markdown(f"**No base decoder available** ({reason}). Set the BASE_MODEL environment variable to a Hub "
+                    "id or folder to compare the encoder with the decoder it came from.")
+    sentences = gr.Textbox(value=EXAMPLE_SENTENCES, lines=5, label="Sentences", elem_id="compare-input")
+    run = gr.Button("Compare", variant="primary", elem_id="compare-button", interactive=space.models.base_available)
+    with gr.Row():
+        base = gr.HTML(elem_id="compare-base")
+        encoder = gr.HTML(elem_id="compare-encoder")
+    note = gr.Markdown(elem_id="compare-note")
+    run.click(space.compare, sentences, [base, encoder, note], api_name="compare")
+
+
+def theme():
+    # System fonts only: a Space or an offline laptop never waits on a web-font download.
+    return gr.themes.Default(font=["ui-sans-serif", "system-ui", "sans-serif"],
+                             font_mono=["ui-monospace", "monospace"])
+
+
+if __name__ == "__main__":
+    build_demo().launch(theme=theme(), css=APP_CSS)
