@@ -151,10 +151,58 @@ def _run_cpt(args, yaml_values) -> int:
     return 0
 
 
+def _card_parser(sub) -> None:
+    from hf_encoderize.card import CardConfig
+
+    parser = sub.add_parser("card", help="(re)generate the model card (OUT/encoder/README.md) from the run's records")
+    add_dataclass_args(parser, CardConfig, positional=("output_dir",))
+
+
+def _run_card(args, yaml_values) -> int:
+    from hf_encoderize.card import CardConfig, write_card
+
+    print(write_card(build_config(CardConfig, args, yaml_values)))
+    return 0
+
+
+def _push_parser(sub) -> None:
+    from hf_encoderize.hub import PushConfig
+
+    parser = sub.add_parser("push", help="upload the encoder, its card and plots to the Hub (never checkpoints)")
+    add_dataclass_args(parser, PushConfig, positional=("output_dir", "repo_id"))
+
+
+def _run_push(args, yaml_values) -> int:
+    from hf_encoderize.hub import PushConfig, push
+
+    config = build_config(PushConfig, args, yaml_values)
+    files = push(config)
+    print(f"{'would upload' if config.dry_run else 'uploaded'} {len(files)} files to {config.repo_id}:")
+    print("\n".join(f"  {name}" for name in files))
+    return 0
+
+
+def _space_parser(sub) -> None:
+    from hf_encoderize.space import SpaceConfig
+
+    parser = sub.add_parser("space", help="serve the Gradio demo of an encoder on this machine (needs the space extra)")
+    add_dataclass_args(parser, SpaceConfig, positional=("out_dir",))
+
+
+def _run_space(args, yaml_values) -> int:
+    from hf_encoderize.space import SpaceConfig, launch_space
+
+    launch_space(build_config(SpaceConfig, args, yaml_values))
+    return 0
+
+
 COMMANDS: dict[str, tuple[Callable, Callable]] = {
     "cpt": (_cpt_parser, _run_cpt),
     "convert": (_convert_parser, _run_convert),
     "architectures": (_architectures_parser, _run_architectures),
+    "card": (_card_parser, _run_card),
+    "push": (_push_parser, _run_push),
+    "space": (_space_parser, _run_space),
 }
 
 
