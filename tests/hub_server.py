@@ -32,7 +32,7 @@ class FakeHub:
         self.requests: list[tuple[str, str]] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
 
     def close(self) -> None:
