@@ -79,6 +79,9 @@ def _setup(load: LoadConfig, data: DataConfig, train: TrainConfig, adapter: Adap
 
     source, column = load_documents(data)  # a bad source fails before any weight is loaded
     documents = _Replayable(source, column)
+    if next(itertools.islice(iter(documents), data.eval_documents, None), None) is None:
+        raise EncoderizeError(f"the dataset has no training documents after the {data.eval_documents} held out for "
+                              "evaluation; add data or lower --eval-documents")
     check_seq_len(load, data.seq_len)
     torch.manual_seed(train.seed)
     extra = {}

@@ -83,10 +83,16 @@ def load_documents(cfg: DataConfig):
             source = datasets.load_dataset(cfg.dataset, cfg.dataset_config, split=cfg.split, streaming=cfg.streaming)
     except EncoderizeError:
         raise
+    except StopIteration:  # the streaming builders read a first row to infer the columns
+        source = None
     except Exception as err:
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise EncoderizeError(f"cannot load dataset {cfg.data_files or cfg.dataset!r}: {reason}") from None
-    columns = source.column_names or list(next(iter(source)).keys())
+    first = next(iter(source), None) if source is not None else None
+    if first is None:
+        raise EncoderizeError(f"the dataset {cfg.data_files or cfg.dataset!r} has no rows; point --data-files or "
+                              "--dataset at a source with documents")
+    columns = source.column_names or list(first.keys())
     column = "text" if cfg.data_files and all(f.endswith(".txt") for f in _local_files(cfg.data_files)) else None
     column = column or cfg.text_column
     if column not in columns:

@@ -99,6 +99,7 @@ class TrainingMonitor:
             self.bar.close()
 
     def _write(self, record: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as handle:
             handle.write(json.dumps(record) + "\n")
 
@@ -111,8 +112,9 @@ def read_metrics(path: Path) -> list[dict]:
 
 def _truncate_after(path: Path, step: int) -> None:
     """Drop records past `step` (written after the checkpoint a resumed run starts from)."""
+    if not path.exists():
+        return  # created by the first record, so a run that fails before training leaves no file behind
     kept = [r for r in read_metrics(path) if r["step"] <= step]
-    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in kept))
 
 

@@ -118,6 +118,8 @@ def test_packer_resumes_token_for_token():
 
 
 def test_bad_input_is_one_line(decoder_dir, corpus, tmp_path, capsys):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
     cases = [
         (["--data-files", str(tmp_path / "none*.jsonl")], "no .txt/.jsonl"),
         (["--data-files", str(corpus), "--text-column", "body"], "text column 'body' not found"),
@@ -126,11 +128,14 @@ def test_bad_input_is_one_line(decoder_dir, corpus, tmp_path, capsys):
         (["--data-files", str(corpus), "--objective", "clm"], "--objective must be"),
         (["--data-files", str(corpus), "--steps", "0"], "--steps must be at least 1"),
         (["--data-files", str(corpus), "--report-to", "nosuchtracker"], "unknown tracker"),
+        (["--data-files", str(empty)], "has no rows"),
+        (["--data-files", str(corpus), "--eval-documents", "400"], "no training documents after the 400"),
     ]
     for extra, message in cases:
         code = main(["cpt", str(decoder_dir), "--output-dir", str(tmp_path / "o"), *extra])
         err = capsys.readouterr().err
         assert code == 2 and message in err and err.count("\n") == 1, err
+        assert not (tmp_path / "o").exists()  # a run refused up front leaves nothing behind
 
 
 def test_two_processes_match_one_process(decoder_dir, corpus, tmp_path):
