@@ -196,6 +196,23 @@ def _run_space(args, yaml_values) -> int:
     return 0
 
 
+def _push_space_parser(sub) -> None:
+    from hf_encoderize.space import PushSpaceConfig
+
+    parser = sub.add_parser("push-space", help="create/update a Gradio Space that demos the encoder")
+    add_dataclass_args(parser, PushSpaceConfig, positional=("out_dir", "space_id"))
+
+
+def _run_push_space(args, yaml_values) -> int:
+    from hf_encoderize.space import PushSpaceConfig, push_space
+
+    config = build_config(PushSpaceConfig, args, yaml_values)
+    files = push_space(config)
+    print(f"{'would upload' if config.dry_run else 'uploaded'} {len(files)} files to Space {config.space_id}:")
+    print("\n".join(f"  {name}" for name in files))
+    return 0
+
+
 COMMANDS: dict[str, tuple[Callable, Callable]] = {
     "cpt": (_cpt_parser, _run_cpt),
     "convert": (_convert_parser, _run_convert),
@@ -203,6 +220,7 @@ COMMANDS: dict[str, tuple[Callable, Callable]] = {
     "card": (_card_parser, _run_card),
     "push": (_push_parser, _run_push),
     "space": (_space_parser, _run_space),
+    "push-space": (_push_space_parser, _run_push_space),
 }
 
 

@@ -128,3 +128,103 @@ def _free_port(host: str) -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+# ------------------------------------------------------------------------------------------------ push-space
+
+PINNED = ("torch", "transformers", "sentence-transformers")  # what app.py imports besides gradio
+
+
+@dataclass
+class PushSpaceConfig:
+    """Which encoder the Space shows and which Space repo gets the app."""
+
+    out_dir: str
+    """A `cpt` run folder (holding encoder/) or an encoder folder written by `convert`."""
+    space_id: str
+    """Space repo id, `user/name` or `org/name` (created with the gradio SDK if missing)."""
+    _: KW_ONLY
+    model_id: str | None = None
+    """Hub model repo the Space loads (push it first with `hf-encoderize push`); default: upload the encoder folder
+    into the Space next to the app."""
+    base_model: str | None = None
+    """Hub id of the base decoder for the Compare tab; default: the recorded base when it is a Hub id (a path on this
+    machine cannot be reached from a Space)."""
+    private: bool = False
+    """Create the Space as private (only applies when it does not exist yet)."""
+    revision: str | None = None
+    """Branch to push to (created if missing). Default: main."""
+    commit_message: str | None = None
+    """Commit message. Default: "Upload Space with hf-encoderize"."""
+    create_pr: bool = False
+    """Open a pull request instead of committing to the branch."""
+    dry_run: bool = False
+    """List what would be uploaded; contact nothing."""
+
+    def __post_init__(self):
+        from hf_encoderize.hub import check_repo_id
+
+        for repo_id in (self.space_id, self.model_id):
+            if repo_id is not None:
+                check_repo_id(repo_id)
+        if self.create_pr and self.revision:
+            raise EncoderizeError("--create-pr opens a pull request against main; drop --revision")
+
+
+def push_space(cfg: PushSpaceConfig) -> list[str]:
+    """`hf-encoderize push-space OUT_DIR SPACE_ID`: app, pinned requirements, README and the encoder's location."""
+    from hf_encoderize.hub import push_folder, upload_set
+
+    encoder = resolve_encoder_dir(cfg.out_dir)
+    base = _space_base(cfg, encoder)
+    config = {"encoder": cfg.model_id or "encoder", **base}
+    extra: dict[str, Path | bytes] = {
+        "README.md": space_readme(cfg, base).encode(),
+        "requirements.txt": pinned_requirements(gguf=bool(base.get("base_gguf_file"))).encode(),
+        "space_config.json": (json.dumps(config, indent=2) + "\n").encode(),
+    }
+    if cfg.model_id is None:  # bundle the encoder (minus any training state) inside the Space repo
+        extra.update({f"encoder/{name}": path for name, path in upload_set(encoder).items()})
+    return push_folder(SPACE_DIR, cfg.space_id, repo_type="space", space_sdk="gradio", private=cfg.private,
+                       revision=cfg.revision, commit_message=cfg.commit_message or "Upload Space with hf-encoderize",
+                       create_pr=cfg.create_pr, dry_run=cfg.dry_run, extra_files=extra)
+
+
+def _space_base(cfg: PushSpaceConfig, encoder: Path) -> dict:
+    """The base decoder as the Space will load it: only a Hub id works there."""
+    from hf_encoderize.hub import check_repo_id
+
+    if cfg.base_model:
+        check_repo_id(cfg.base_model)
+        return {"base_model": cfg.base_model}
+    recorded = recorded_base(cfg.out_dir, encoder)
+    name = recorded.get("base_model")
+    if not name or Path(name).exists() or name.count("/") != 1:
+        return {}  # a local path (or nothing): the Space's Compare tab says no base is available
+    return {"base_model": name, "base_gguf_file": recorded.get("gguf_file"), "base_revision": recorded.get("revision")}
+
+
+def pinned_requirements(*, gguf: bool = False) -> str:
+    """requirements.txt with the exact versions installed here (gradio comes from the README's sdk_version)."""
+    from importlib.metadata import version
+
+    names = PINNED + (("gguf",) if gguf else ())
+    pins = [f"{name}=={version(name).split('+')[0]}" for name in names]  # "2.13.0+cpu" -> "2.13.0"
+    return "# Pinned by hf-encoderize push-space to the versions it was run with.\n" + "\n".join(pins) + "\n"
+
+
+def space_readme(cfg: PushSpaceConfig, base: dict) -> str:
+    """space/README.md with its YAML header filled in: title, the installed gradio as sdk_version, linked models."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import yaml
+
+    _, header, body = (SPACE_DIR / "README.md").read_text().split("---\n", 2)
+    meta = yaml.safe_load(header)
+    meta["title"] = f"{(cfg.model_id or cfg.space_id).split('/')[-1]} demo"[:60]
+    try:
+        meta["sdk_version"] = version("gradio")  # the version the app was run with here
+    except PackageNotFoundError:
+        pass  # keep the template's tested version
+    meta["models"] = [name for name in (cfg.model_id, base.get("base_model")) if name]
+    return f"---\n{yaml.safe_dump(meta, sort_keys=False, allow_unicode=True)}---\n{body}"

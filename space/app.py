@@ -19,6 +19,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,9 +85,11 @@ def base_label(settings: Settings) -> str | None:
     return settings.base_gguf_file or settings.base_model
 
 
-def local_path_missing(name: str | None) -> bool:
-    """A recorded absolute path that is not on this machine (e.g. the converter's laptop, seen from a Space)."""
-    return bool(name) and Path(name).is_absolute() and not Path(name).exists()
+def reachable(name: str | None) -> bool:
+    """A folder on this machine or something shaped like a Hub id; a recorded path from another machine is not."""
+    if not name:
+        return False
+    return Path(name).exists() or re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?", name) is not None
 
 
 class Models:
@@ -108,7 +111,7 @@ class Models:
 
     @property
     def base_available(self) -> bool:
-        return bool(self.settings.base_model) and not local_path_missing(self.settings.base_model)
+        return reachable(self.settings.base_model)
 
     def _once(self, key, load):
         with self._lock:
@@ -275,7 +278,11 @@ class EncoderSpace:
         if not self.models.base_available:
             raise gr.Error("No base decoder is available for this encoder; set BASE_MODEL to a Hub id or folder.")
         sentences = parse_lines(text, "sentence", MAX_TEXTS)
-        base_model, base_tokenizer = self.models.base()
+        try:
+            base_model, base_tokenizer = self.models.base()
+        except Exception as err:  # a Hub id that does not exist, no network, a GGUF without the gguf package...
+            first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise gr.Error(f"Could not load the base decoder {base_label(self.models.settings)}: {first_line}") from err
         encoder = self.models.encoder()
         base_matrix = cosine_matrix(causal_embeddings(base_model, base_tokenizer, sentences))
         encoder_matrix = cosine_matrix(encoder.encode(sentences, convert_to_tensor=True))
@@ -359,7 +366,7 @@ def _compare_tab(space: EncoderSpace) -> None:
         gr.Markdown(f"The same sentences through the base decoder **{base_label(s)}**, run causally as it was "
                     "trained, and through the encoder; both mean-pooled. This is why hf-encoderize exists.")
     else:
-        reason = f"recorded base {s.base_model!r} is not on this machine" if s.base_model else "none is recorded"
+        reason = f"the recorded base {s.base_model!r} is not on this machine" if s.base_model else "none is recorded"
         gr.Markdown(f"**No base decoder available** ({reason}). Set the BASE_MODEL environment variable to a Hub "
                     "id or folder to compare the encoder with the decoder it came from.")
     sentences = gr.Textbox(value=EXAMPLE_SENTENCES, lines=5, label="Sentences", elem_id="compare-input")

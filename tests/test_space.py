@@ -22,11 +22,20 @@ from pathlib import Path
 
 import pytest
 from conftest import make_decoder, make_tokenizer
+from hub_server import TOKEN, fake_hub  # noqa: F401 (fake_hub is a fixture)
 
 pytest.importorskip("gradio", reason="the Space needs gradio: pip install 'hf-encoderize[space]'")
 
 from hf_encoderize.errors import EncoderizeError  # noqa: E402
-from hf_encoderize.space import SpaceConfig, launch_space, recorded_base, resolve_encoder_dir  # noqa: E402
+from hf_encoderize.space import (  # noqa: E402
+    SPACE_DIR,
+    PushSpaceConfig,
+    SpaceConfig,
+    launch_space,
+    push_space,
+    recorded_base,
+    resolve_encoder_dir,
+)
 
 PARAPHRASES = ["A man is playing a guitar.", "Someone plays an acoustic guitar."]
 UNRELATED = "The stock market crashed yesterday."
@@ -212,6 +221,80 @@ def _wait_for_page(url: str, server: subprocess.Popen, seconds: float) -> str:
         except OSError:
             time.sleep(0.5)
     pytest.fail(f"the Space did not answer at {url} (exit code {server.poll()})")
+
+
+# ------------------------------------------------------------------------------------------------ push-space
+
+
+def _installed(name: str) -> str:
+    from importlib.metadata import version
+
+    return version(name).split("+")[0]
+
+
+def test_push_space_with_a_model_id_uploads_the_app_pinned(fake_hub, tiny_run, capsys):  # noqa: F811
+    import gradio
+    import yaml
+
+    from hf_encoderize.cli import main
+
+    assert main(["push-space", str(tiny_run), "someone/demo", "--model-id", "someone/tiny-encoder",
+                 "--base-model", "someone/tiny-base"]) == 0
+    repo = fake_hub.repos["someone/demo"]
+    assert repo["type"] == "space" and repo["sdk"] == "gradio"
+    assert repo["commits"][0]["message"] == "Upload Space with hf-encoderize"
+    files = fake_hub.files("someone/demo")
+    assert set(files) == {"README.md", "app.py", "requirements.txt", "space_config.json"}
+    assert files["app.py"] == (SPACE_DIR / "app.py").read_bytes()
+    meta = yaml.safe_load(files["README.md"].decode().split("---\n")[1])
+    assert meta["sdk"] == "gradio" and meta["app_file"] == "app.py" and meta["sdk_version"] == gradio.__version__
+    assert meta["models"] == ["someone/tiny-encoder", "someone/tiny-base"]
+    pins = files["requirements.txt"].decode().split()
+    assert {f"{n}=={_installed(n)}" for n in ("torch", "transformers", "sentence-transformers")} <= set(pins)
+    config = json.loads(files["space_config.json"])
+    assert config == {"encoder": "someone/tiny-encoder", "base_model": "someone/tiny-base"}
+    assert all(TOKEN.encode() not in content for content in files.values())
+    assert "uploaded 4 files to Space someone/demo" in capsys.readouterr().out
+
+
+def test_push_space_bundles_the_encoder_and_the_pushed_app_runs(fake_hub, tiny_run, tmp_path, monkeypatch):  # noqa: F811
+    run = shutil.copytree(tiny_run, tmp_path / "run")
+    (run / "encoder" / "optimizer.pt").write_bytes(b"training state that must stay home")
+    listed = push_space(PushSpaceConfig(str(run), "someone/bundled", dry_run=True))
+    assert fake_hub.requests == []
+    pushed = push_space(PushSpaceConfig(str(run), "someone/bundled"))
+    files = fake_hub.files("someone/bundled")
+    assert listed == pushed == sorted(files)
+    assert {"encoder/config.json", "encoder/model.safetensors", "encoder/modeling_encoderize.py"} <= set(files)
+    assert not any("optimizer" in name for name in files)
+    config = json.loads(files["space_config.json"])
+    assert config == {"encoder": "encoder"}  # the recorded base is a local path: the Space cannot reach it
+
+    clone = tmp_path / "space-clone"  # what the Space runs: the pushed files, nothing else
+    for name, content in files.items():
+        (clone / name).parent.mkdir(parents=True, exist_ok=True)
+        (clone / name).write_bytes(content)
+    monkeypatch.delenv("ENCODER_MODEL", raising=False)
+    monkeypatch.delenv("BASE_MODEL", raising=False)
+    spec = importlib.util.spec_from_file_location("pushed_space_app", clone / "app.py")
+    app = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "pushed_space_app", app)
+    spec.loader.exec_module(app)
+    space = app.EncoderSpace(app.Models(app.settings_from_env()))
+    assert space.models.settings.encoder == str(clone / "encoder")
+    assert space.models.settings.base_model == "gone/elsewhere"  # the Hub id in the encoder's own metadata
+    _, scores = space.similarity("w1 w2 w3\nw1 w2 w3")
+    assert scores["similarity"][0][1] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_push_space_refuses_bad_ids_in_one_line(tiny_run, capsys):
+    from hf_encoderize.cli import main
+
+    assert main(["push-space", str(tiny_run), "not a repo"]) == 2
+    assert main(["push-space", str(tiny_run), "someone/demo", "--create-pr", "--revision", "dev"]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 2 and all(line.startswith("error: ") for line in errors)
+    assert "invalid Hub repo id" in errors[0] and "--create-pr" in errors[1]
 
 
 # ------------------------------------------------------------------------------------------------ browser
