@@ -4,5 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-python3 -m ruff check hf_encoderize tests
+python3 -m ruff check hf_encoderize tests space
 python3 -m pytest -q -p no:cacheprovider tests
