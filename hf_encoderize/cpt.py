@@ -23,7 +23,8 @@ from hf_encoderize.data import DataConfig, Packer, collate
 from hf_encoderize.errors import EncoderizeError
 from hf_encoderize.loading import LoadConfig
 from hf_encoderize.lora import AdapterConfig, apply_lora, check_qlora_available, merged_model, quantization_config
-from hf_encoderize.masking import MaskingConfig, mask_tokens
+from hf_encoderize.masking import MaskingConfig
+from hf_encoderize.objectives import make_inputs
 from hf_encoderize.train import (
     MLMObjective,
     TrainConfig,
@@ -98,10 +99,14 @@ def _setup(load: LoadConfig, data: DataConfig, train: TrainConfig, adapter: Adap
         report = encoderize(model, tokenizer)
     install_document_isolation()
     verify_bidirectional(model, pad_token_id=tokenizer.pad_token_id)
+    return model, tokenizer, report, documents, held_out_batches(documents, tokenizer, data, train.batch_size)
+
+
+def held_out_batches(documents, tokenizer, data: DataConfig, batch_size: int) -> list:
+    """The first `eval_documents` documents, packed and collated: the held-out set, never trained on."""
     eval_packer = Packer(tokenizer, data.seq_len, data.pack)
     eval_rows = list(eval_packer.rows(itertools.islice(iter(documents), data.eval_documents), flush=True))
-    eval_batches = [collate(eval_rows[i : i + train.batch_size]) for i in range(0, len(eval_rows), train.batch_size)]
-    return model, tokenizer, report, documents, eval_batches
+    return [collate(eval_rows[i : i + batch_size]) for i in range(0, len(eval_rows), batch_size)]
 
 
 class _Replayable:
@@ -116,7 +121,7 @@ class _Replayable:
 
 @dataclasses.dataclass
 class _Run:
-    """What one training step needs, built once."""
+    """What the training steps need, built once (`build_run`)."""
 
     accelerator: object
     objective: torch.nn.Module
@@ -128,13 +133,17 @@ class _Run:
     train: TrainConfig
     vocab_size: int
     generator: torch.Generator
+    packer: Packer | None = None
+    eval_batches: list = dataclasses.field(default_factory=list)
+    output_dir: Path | None = None
+    task: str = "mlm"
+    """`mlm`, or `clm` during a pretraining CLM phase (`objectives.make_inputs`)."""
 
 
 def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: TrainConfig,
         adapter: AdapterConfig | None = None) -> dict:
     """Run MLM continued pretraining and save the encoder. Returns a summary (losses, steps, wall time, eval)."""
     from hf_encoderize.monitor import TrainingMonitor, parse_report_to, utc_now
-    from hf_encoderize.schedule import default_warmup, wsd_scheduler
 
     if train.output_dir is None:
         train.output_dir = str(Path("runs") / f"{Path(load.gguf_file or load.source).stem.split('/')[-1]}-mlm")
@@ -148,39 +157,15 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
         model.gradient_checkpointing_enable()
     peft_model = apply_lora(model, adapter, tokenizer.mask_token_id) if adapter.lora_r else None
     model.train()
-    objective = MLMObjective(model)  # with LoRA, `model` holds the injected adapters (peft patches in place)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    # AdamW as in the paper (Appendix A): betas (0.9, 0.95), weight decay 0.1.
-    optimizer = torch.optim.AdamW(trainable, lr=train.lr, betas=(0.9, 0.95), weight_decay=train.weight_decay)
-    warmup = train.warmup_steps if train.warmup_steps is not None else default_warmup(train.steps)
-    scheduler = wsd_scheduler(optimizer, train.steps, warmup, train.decay_fraction)
-    objective, optimizer = accelerator.prepare(objective, optimizer)
-    accelerator.register_for_checkpointing(scheduler)  # stepped once per optimizer step, by us
-
-    packer = Packer(tokenizer, data.seq_len, data.pack)
-    generator = torch.Generator().manual_seed(train.seed)  # same on every process: masks the global batch
-    step = load_checkpoint(accelerator, resume_from, packer, generator) if resume_from else 0
-    batches = _batches(packer, documents, data.eval_documents, train.batch_size * accelerator.num_processes)
-    vocab_size = model.get_input_embeddings().weight.shape[0]
-    run = _Run(accelerator, objective, optimizer, scheduler, batches, tokenizer, masking, train, vocab_size, generator)
+    run, step = build_run(accelerator, model, tokenizer, documents, data, masking, train, resume_from)
+    run.eval_batches, objective = eval_batches, run.objective
     config_facts = _config_facts(load, data, masking, train, adapter)
     if trackers:
         accelerator.init_trackers(output_dir.name, config=_flat(config_facts))
     monitor = TrainingMonitor(accelerator, output_dir, train.steps, start_step=step, show=train.progress)
-    history, started, nonfinite_in_a_row = [], time.time(), 0
-    while step < train.steps:
-        stats = train_step(run)
-        step += 1
-        history.append(stats["loss"])
-        nonfinite_in_a_row = _check_finite(stats, step, train, nonfinite_in_a_row, output_dir)
-        record = monitor.step(step, lr=scheduler.get_last_lr()[0], **stats)
-        if accelerator.is_main_process and not train.progress and step % train.log_every == 0:
-            print(f"step {step}/{train.steps} loss {record['loss']:.4f} lr {record['lr']:.2e}", flush=True)
-        if train.eval_every and step % train.eval_every == 0 and eval_batches and step < train.steps:
-            monitor.evaluation(step, evaluate(objective, eval_batches, masking, tokenizer, vocab_size, train.seed))
-        if step % train.save_every == 0 or step == train.steps:
-            save_checkpoint(accelerator, output_dir, step, packer, generator, train.keep_last)
-    final_eval = evaluate(objective, eval_batches, masking, tokenizer, vocab_size, train.seed) if eval_batches else {}
+    history, started = [], time.time()
+    step = run_steps(run, monitor, step, train.steps, history)
+    final_eval = _evaluate(run) if eval_batches else {}
     if final_eval:
         monitor.evaluation(step, final_eval)
     monitor.close()
@@ -191,6 +176,57 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
                 started_at)
     accelerator.end_training()
     return summary
+
+
+def build_run(accelerator, model, tokenizer, documents, data: DataConfig, masking: MaskingConfig, train: TrainConfig,
+              resume_from: Path | None) -> tuple[_Run, int]:
+    """Objective, AdamW, one WSD schedule over `train.steps`, the packed data stream and the masking RNG, all
+    prepared by Accelerate; restored from `resume_from` when given. Returns the run and the step it starts at.
+
+    With LoRA, `model` already holds the injected adapters (peft patches in place), so only they train."""
+    from hf_encoderize.schedule import default_warmup, wsd_scheduler
+
+    objective = MLMObjective(model)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    # AdamW as in the paper (Appendix A): betas (0.9, 0.95), weight decay 0.1.
+    optimizer = torch.optim.AdamW(trainable, lr=train.lr, betas=(0.9, 0.95), weight_decay=train.weight_decay)
+    warmup = train.warmup_steps if train.warmup_steps is not None else default_warmup(train.steps)
+    scheduler = wsd_scheduler(optimizer, train.steps, warmup, train.decay_fraction)
+    objective, optimizer = accelerator.prepare(objective, optimizer)
+    accelerator.register_for_checkpointing(scheduler)  # stepped once per optimizer step, by us
+    packer = Packer(tokenizer, data.seq_len, data.pack)
+    generator = torch.Generator().manual_seed(train.seed)  # same on every process: masks the global batch
+    step = load_checkpoint(accelerator, resume_from, packer, generator) if resume_from else 0
+    batches = _batches(packer, documents, data.eval_documents, train.batch_size * accelerator.num_processes)
+    vocab_size = model.get_input_embeddings().weight.shape[0]
+    run = _Run(accelerator, objective, optimizer, scheduler, batches, tokenizer, masking, train, vocab_size, generator,
+               packer=packer, output_dir=Path(train.output_dir))
+    return run, step
+
+
+def run_steps(run: _Run, monitor, step: int, until: int, history: list) -> int:
+    """Train from `step` up to `until` (the whole cpt run, or one pretraining phase): log every step, evaluate and
+    checkpoint on schedule. Appends each step's loss to `history`; returns the step reached."""
+    train, accelerator = run.train, run.accelerator
+    nonfinite_in_a_row = 0
+    while step < until:
+        stats = train_step(run)
+        step += 1
+        history.append(stats["loss"])
+        nonfinite_in_a_row = _check_finite(stats, step, train, nonfinite_in_a_row, run.output_dir)
+        record = monitor.step(step, lr=run.scheduler.get_last_lr()[0], **stats)
+        if accelerator.is_main_process and not train.progress and step % train.log_every == 0:
+            print(f"step {step}/{train.steps} loss {record['loss']:.4f} lr {record['lr']:.2e}", flush=True)
+        if train.eval_every and step % train.eval_every == 0 and run.eval_batches and step < train.steps:
+            monitor.evaluation(step, _evaluate(run))
+        if step % train.save_every == 0 or step == train.steps:
+            save_checkpoint(accelerator, run.output_dir, step, run.packer, run.generator, train.keep_last)
+    return step
+
+
+def _evaluate(run: _Run, task: str | None = None) -> dict:
+    return evaluate(run.objective, run.eval_batches, run.masking, run.tokenizer, run.vocab_size, run.train.seed,
+                    task=task or run.task)
 
 
 def train_step(run: _Run) -> dict:
@@ -208,10 +244,10 @@ def train_step(run: _Run) -> dict:
     for _ in range(train.grad_accum):
         input_ids, document_ids = next(run.batches)
         # Mask the global batch with one generator, then take this process's slice: N processes see exactly the
-        # tokens and masks one process would.
-        masked, labels = mask_tokens(input_ids, _maskable(input_ids, document_ids, run.tokenizer),
+        # tokens and masks one process would. A CLM phase labels the next token instead (nothing masked).
+        masked, labels = make_inputs(run.task, input_ids, _maskable(input_ids, document_ids, run.tokenizer),
                                      mask_token_id=run.tokenizer.mask_token_id, vocab_size=run.vocab_size,
-                                     config=run.masking, generator=run.generator)
+                                     masking=run.masking, generator=run.generator, document_ids=document_ids)
         tokens += int((document_ids >= 0).sum())
         rows = input_ids.shape[0] // accelerator.num_processes
         mine = slice(accelerator.process_index * rows, (accelerator.process_index + 1) * rows)
@@ -295,7 +331,7 @@ def _flat(facts: dict) -> dict:
 
 
 def _finish(accelerator, objective, peft_model, adapter, tokenizer, output_dir, report, facts, summary,
-            started_at) -> None:
+            started_at, command: str = "cpt", title: str = "MLM continued pretraining") -> None:
     """Save the encoder, draw the loss curve, write the run record (main process only)."""
     from hf_encoderize import __version__
     from hf_encoderize.monitor import hardware_facts, plot_loss_curve, read_metrics, utc_now, write_json_atomic
@@ -309,10 +345,10 @@ def _finish(accelerator, objective, peft_model, adapter, tokenizer, output_dir, 
             peft_model.save_pretrained(output_dir / "adapter")
         final = merged_model(peft_model)
     save_encoder(final, tokenizer, output_dir / "encoder", overwrite=True, metadata=metadata)
-    plot_loss_curve(output_dir / "metrics.jsonl", output_dir / "loss_curve.png")
+    plot_loss_curve(output_dir / "metrics.jsonl", output_dir / "loss_curve.png", title=title)
     train_records = [r for r in read_metrics(output_dir / "metrics.jsonl") if r["kind"] == "train"]
     record = {
-        "command": "cpt", "hf_encoderize_version": __version__, **facts,
+        "command": command, "hf_encoderize_version": __version__, **facts,
         "encoderize": {**report.to_dict(), **report.tokens},
         "num_processes": accelerator.num_processes, "hardware": hardware_facts(accelerator),
         "tokens_seen": sum(r["tokens"] for r in train_records),

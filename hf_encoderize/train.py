@@ -23,7 +23,7 @@ import torch
 
 from hf_encoderize.data import Packer, collate
 from hf_encoderize.errors import EncoderizeError
-from hf_encoderize.masking import mask_tokens, sparse_mlm_loss
+from hf_encoderize.masking import sparse_mlm_loss
 from hf_encoderize.packing import packed_forward
 from hf_encoderize.schedule import PAPER_DECAY_FRACTION
 
@@ -144,9 +144,12 @@ def _generator_state(generator: torch.Generator) -> str:
     return base64.b64encode(generator.get_state().numpy().tobytes()).decode()
 
 
-def save_checkpoint(accelerator, output_dir: Path, step: int, packer: Packer, generator, keep_last: int) -> None:
-    """Write the full training state under a temporary name, then rename it into place; keep the last K."""
-    final = output_dir / "checkpoints" / f"step-{step:07d}"
+def save_checkpoint(accelerator, output_dir: Path, step: int, packer: Packer, generator, keep_last: int,
+                    folder: str = "checkpoints") -> Path:
+    """Write the full training state under a temporary name, then rename it into place; keep the last K.
+
+    `folder` other than `checkpoints` (e.g. pretrain's `switch/`) is kept whole: never pruned, never resumed from."""
+    final = output_dir / folder / f"step-{step:07d}"
     tmp = final.with_name(final.name + ".partial")
     accelerator.save_state(str(tmp))
     accelerator.wait_for_everyone()  # every rank has written its shard/RNG file before the rename
@@ -154,9 +157,10 @@ def save_checkpoint(accelerator, output_dir: Path, step: int, packer: Packer, ge
         state = {"step": step, "packer": packer.state, "mask_rng": _generator_state(generator)}
         (tmp / "trainer_state.json").write_text(json.dumps(state))
         tmp.rename(final)
-        for old in _checkpoints(output_dir)[:-keep_last]:
+        for old in _checkpoints(output_dir)[:-keep_last] if folder == "checkpoints" else []:
             shutil.rmtree(old, ignore_errors=True)
     accelerator.wait_for_everyone()
+    return final
 
 
 def load_checkpoint(accelerator, path: Path, packer: Packer, generator) -> int:
@@ -189,19 +193,23 @@ def _batches(packer: Packer, documents, skip: int, batch_size: int):
 
 
 @torch.no_grad()
-def evaluate(objective, eval_batches, masking, tokenizer, vocab_size, seed: int) -> dict:
+def evaluate(objective, eval_batches, masking, tokenizer, vocab_size, seed: int, task: str = "mlm") -> dict:
     """Loss and masked-token accuracy on the held-out rows, with a fixed masking seed so evaluations are comparable
-    across steps. Both are averaged over masked tokens, not batches."""
+    across steps. Both are averaged over labelled tokens, not batches. `task="clm"` (a CLM pretraining phase) scores
+    next-token prediction instead and names the accuracy `eval_next_token_accuracy`."""
+    from hf_encoderize.objectives import make_inputs
+
     generator = torch.Generator().manual_seed(seed)
     device = next(objective.parameters()).device
     objective.eval()
     loss_sum, correct, count = 0.0, 0, 0
     for input_ids, document_ids in eval_batches:
-        masked, labels = mask_tokens(input_ids, _maskable(input_ids, document_ids, tokenizer),
-                                     mask_token_id=tokenizer.mask_token_id, vocab_size=vocab_size,
-                                     config=masking, generator=generator)
-        loss, right = objective(masked.to(device), document_ids.to(device), labels.to(device))
+        inputs, labels = make_inputs(task, input_ids, _maskable(input_ids, document_ids, tokenizer),
+                                     mask_token_id=tokenizer.mask_token_id, vocab_size=vocab_size, masking=masking,
+                                     generator=generator, document_ids=document_ids)
+        loss, right = objective(inputs.to(device), document_ids.to(device), labels.to(device))
         labelled = int((labels != -100).sum())
         loss_sum, correct, count = loss_sum + float(loss) * labelled, correct + int(right), count + labelled
     objective.train()
-    return {"eval_loss": loss_sum / max(1, count), "eval_masked_accuracy": correct / max(1, count)}
+    accuracy = "eval_next_token_accuracy" if task == "clm" else "eval_masked_accuracy"
+    return {"eval_loss": loss_sum / max(1, count), accuracy: correct / max(1, count)}

@@ -1,0 +1,106 @@
+"""Training objectives per phase: CLM (next token, causal attention) and MLM (masked tokens, bidirectional).
+
+Design choices (paper, section 2 "Pretraining paradigms" and section 4):
+- A run is a list of `Phase`s in order, each a share of one step budget: `clm:0.25,mlm:0.75`. Phases only go from
+  CLM to MLM (causal -> bidirectional), the paper's CLM+MLM setup; the reverse would need a causal re-patch.
+- Both objectives share one loss: CLM labels are the next token at every position (shifted left by one), so the
+  same sparse LM-head loss (`masking.sparse_mlm_loss`) serves both. Labels never cross a document boundary, and
+  padding predicts nothing, so packed rows train exactly like separate documents.
+- MLM inputs come from `masking.mask_tokens`; CLM inputs are the tokens themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.masking import IGNORE, MaskingConfig, mask_tokens
+
+OBJECTIVES = ("clm", "mlm")  # in the only order a run may take them
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One objective over optimizer steps `[start, end)` of the run."""
+
+    objective: str
+    start: int
+    end: int
+
+    @property
+    def bidirectional(self) -> bool:
+        return self.objective == "mlm"
+
+    def to_dict(self) -> dict:
+        return {"objective": self.objective, "start": self.start, "end": self.end}
+
+
+def parse_schedule(spec: str, steps: int) -> list[Phase]:
+    """`"clm:0.25,mlm:0.75"` over `steps` -> phases with step ranges (boundaries rounded from cumulative shares).
+
+    >>> [p.to_dict() for p in parse_schedule("clm:0.25,mlm:0.75", 12000)]
+    [{'objective': 'clm', 'start': 0, 'end': 3000}, {'objective': 'mlm', 'start': 3000, 'end': 12000}]
+    """
+    shares = []
+    for part in [p.strip() for p in str(spec).split(",") if p.strip()]:
+        name, _, share = part.partition(":")
+        name = name.strip().lower()
+        if name not in OBJECTIVES:
+            raise EncoderizeError(f"--schedule: unknown phase {name!r}; use clm and/or mlm, e.g. clm:0.25,mlm:0.75")
+        try:
+            shares.append((name, float(share)))
+        except ValueError:
+            raise EncoderizeError(f"--schedule: phase {part!r} needs a share, e.g. {name}:0.5") from None
+    _check_shares(shares)
+    phases, start, cumulative = [], 0, 0.0
+    for name, share in shares:
+        cumulative += share
+        end = steps if name == shares[-1][0] else round(cumulative * steps)
+        if end <= start:
+            raise EncoderizeError(f"--schedule: phase {name} gets 0 of {steps} steps; raise --steps or its share")
+        phases.append(Phase(name, start, end))
+        start = end
+    return phases
+
+
+def _check_shares(shares: list[tuple[str, float]]) -> None:
+    names = [name for name, _ in shares]
+    if not shares:
+        raise EncoderizeError("--schedule is empty; give phases with shares, e.g. clm:0.25,mlm:0.75")
+    if len(set(names)) != len(names) or names != sorted(names, key=OBJECTIVES.index):
+        raise EncoderizeError("--schedule: each phase at most once, clm before mlm (e.g. clm:0.25,mlm:0.75)")
+    if any(share <= 0 for _, share in shares):
+        raise EncoderizeError("--schedule: every share must be positive; drop a phase instead of giving it 0")
+    if abs(sum(share for _, share in shares) - 1.0) > 1e-6:
+        total = sum(share for _, share in shares)
+        raise EncoderizeError(f"--schedule: shares sum to {total:g}, not 1; e.g. clm:0.25,mlm:0.75")
+
+
+def phase_at(phases: list[Phase], step: int) -> Phase:
+    """The phase that optimizer step `step` (0-based) belongs to; the last phase past the end."""
+    return next((p for p in phases if p.start <= step < p.end), phases[-1])
+
+
+def clm_labels(input_ids: torch.Tensor, document_ids: torch.Tensor) -> torch.Tensor:
+    """Next-token labels (B, T): position i predicts token i+1 of the same document; -100 elsewhere.
+
+    >>> clm_labels(torch.tensor([[5, 6, 7, 8, 0]]), torch.tensor([[0, 0, 1, 1, -1]])).tolist()
+    [[6, -100, 8, -100, -100]]
+    """
+    labels = torch.full_like(input_ids, IGNORE)
+    same_document = (document_ids[:, 1:] == document_ids[:, :-1]) & (document_ids[:, :-1] >= 0)
+    labels[:, :-1] = torch.where(same_document, input_ids[:, 1:], labels[:, :-1])
+    return labels
+
+
+def make_inputs(objective: str, input_ids: torch.Tensor, maskable: torch.Tensor, *, mask_token_id: int,
+                vocab_size: int, masking: MaskingConfig, generator: torch.Generator | None = None,
+                document_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(model_inputs, labels)` for one batch under `objective`. CLM draws nothing from `generator`: a checkpoint
+    taken during a CLM phase holds the masking RNG at its seed, whatever split it is branched into."""
+    if objective == "clm":
+        return input_ids, clm_labels(input_ids, document_ids)
+    return mask_tokens(input_ids, maskable, mask_token_id=mask_token_id, vocab_size=vocab_size, config=masking,
+                       generator=generator)
