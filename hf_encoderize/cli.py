@@ -36,7 +36,7 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls, positional: tuple[s
     for field in dataclasses.fields(cls):
         if field.name == "_":
             continue
-        help_text = docs.get(field.name, "")
+        help_text = docs.get(field.name, "").replace("%", "%%")  # argparse %-formats help strings
         if field.name in positional:
             parser.add_argument(field.name, help=help_text)
         elif field.type in ("bool", bool):
@@ -151,6 +151,29 @@ def _run_cpt(args, yaml_values) -> int:
     return 0
 
 
+def _pretrain_parser(sub) -> None:
+    parser = sub.add_parser("pretrain", help="pretrain an encoder from scratch: CLM, MLM or CLM then MLM (one budget)")
+    for config_class in _pretrain_classes():
+        add_dataclass_args(parser, config_class)
+
+
+def _pretrain_classes() -> tuple:
+    from hf_encoderize.data import DataConfig
+    from hf_encoderize.masking import MaskingConfig
+    from hf_encoderize.pretrain import PretrainConfig
+    from hf_encoderize.train import TrainConfig
+
+    return PretrainConfig, DataConfig, MaskingConfig, TrainConfig
+
+
+def _run_pretrain(args, yaml_values) -> int:
+    from hf_encoderize.pretrain import pretrain
+
+    summary = pretrain(*[build_config(c, args, yaml_values) for c in _pretrain_classes()])
+    print(json.dumps({k: v for k, v in summary.items() if k != "losses"}))
+    return 0
+
+
 def _card_parser(sub) -> None:
     from hf_encoderize.card import CardConfig
 
@@ -215,6 +238,7 @@ def _run_push_space(args, yaml_values) -> int:
 
 COMMANDS: dict[str, tuple[Callable, Callable]] = {
     "cpt": (_cpt_parser, _run_cpt),
+    "pretrain": (_pretrain_parser, _run_pretrain),
     "convert": (_convert_parser, _run_convert),
     "architectures": (_architectures_parser, _run_architectures),
     "card": (_card_parser, _run_card),

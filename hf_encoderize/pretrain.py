@@ -1,0 +1,372 @@
+"""`hf-encoderize pretrain`: from-scratch CLM -> MLM biphasic pretraining under one step budget (paper, sections 3-4).
+
+The run is a list of phases (`objectives.parse_schedule`): `clm:1.0`, `mlm:1.0`, `clm:0.25,mlm:0.75`, ... It reuses
+`cpt`'s machinery whole (data, packing, Accelerate, checkpoints and resume, monitor, run record); what it adds:
+- the model is built from a config (the paper's 210M/610M/1B, Appendix A, or any transformers decoder config) with
+  random weights, and the mask and pad tokens are in place from the start, so the vocabulary never changes mid-run;
+- one WSD schedule spans the whole run: warmup at the start, no decay before the switch, decay only at the end of the
+  final phase (the paper's PFS setting, section 2 "Pretraining setups");
+- at the switch the attention goes causal -> bidirectional (`bidirectional.make_bidirectional`, then the behavioural
+  probe) and the labels go next-token -> masked tokens; the state at the switch is saved under `switch/`, never pruned;
+- `from_checkpoint` branches a new split from any checkpoint of an earlier pretrain run whose schedule agrees up to
+  that step, the way the paper reused its CLM checkpoints (section 2, "Training runs"); the data, masking and
+  learning-rate settings must match (`pretrain_schedule.json` next to the checkpoints records them).
+
+Before anything is built, the training memory is estimated from the config and a run that cannot fit is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import KW_ONLY, asdict, dataclass
+from pathlib import Path
+
+from hf_encoderize.data import DataConfig
+from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.masking import MaskingConfig
+from hf_encoderize.objectives import Phase, parse_schedule
+from hf_encoderize.train import TrainConfig
+
+# Paper, Appendix A: EuroBERT-style Llama blocks (RMSNorm, SwiGLU, RoPE theta 10,000), context 2,048, the Llama-3
+# tokenizer (vocabulary 128,256). Tied input/output embeddings: that is what makes the totals 210M / 610M / 1B.
+PAPER_COMMON = dict(model_type="llama", vocab_size=128256, max_position_embeddings=2048, rope_theta=10000.0,
+                    hidden_act="silu", rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=128000,
+                    eos_token_id=128001, attention_bias=False, mlp_bias=False)
+PAPER_SIZES = {
+    "210M": dict(num_hidden_layers=12, hidden_size=768, intermediate_size=3072, num_attention_heads=12,
+                 num_key_value_heads=12),
+    "610M": dict(num_hidden_layers=26, hidden_size=1152, intermediate_size=4096, num_attention_heads=18,
+                 num_key_value_heads=6),
+    "1B": dict(num_hidden_layers=28, hidden_size=1728, intermediate_size=5120, num_attention_heads=18,
+               num_key_value_heads=6),
+}
+SCHEDULE_FILE = "pretrain_schedule.json"  # next to checkpoints/ and switch/: what a branch must agree with
+MEMORY_HEADROOM = 0.9  # refuse a run whose estimate exceeds 90% of the memory there is
+
+
+@dataclass
+class PretrainConfig:
+    """What to pretrain from scratch, and the order of objectives."""
+
+    _: KW_ONLY
+    model_config: str | None = None
+    """210M, 610M or 1B (the paper's sizes, Appendix A; JSON copies in examples/configs/), or a transformers
+    decoder config: a config.json file, a model folder or a Hub id. Weights start random."""
+    tokenizer: str | None = None
+    """Tokenizer folder or Hub id. The paper uses the Llama-3 tokenizer (Appendix A)."""
+    schedule: str = "clm:0.25,mlm:0.75"
+    """Phases in order with their share of --steps: clm:1.0, mlm:1.0, clm:0.5,mlm:0.5, ... The default 25-75 split
+    is the one that reliably beats MLM alone (paper, section 4)."""
+    from_checkpoint: str | None = None
+    """Branch from a checkpoint folder of an earlier pretrain run (OUT/switch/step-N or OUT/checkpoints/step-N)
+    instead of redoing the shared prefix; its schedule must agree with this one up to that step."""
+    attn_implementation: str = "sdpa"
+    """Attention backend: eager, sdpa, flex_attention, flash_attention_2 or flash_attention_3."""
+    check_memory: bool = True
+    """Estimate the training memory from the config first and refuse a run that cannot fit on this machine."""
+
+    def __post_init__(self):
+        if not self.model_config:
+            raise EncoderizeError("pass --model-config: 210M, 610M, 1B, or a transformers config file / Hub id")
+        if not self.tokenizer:
+            raise EncoderizeError("pass --tokenizer: a tokenizer folder or Hub id (the paper uses Llama-3's)")
+        parse_schedule(self.schedule, 10**9)  # names, order and shares; step counts are checked against --steps
+        if self.from_checkpoint and not (Path(self.from_checkpoint) / "trainer_state.json").is_file():
+            raise EncoderizeError(f"--from-checkpoint {self.from_checkpoint!r} is not a checkpoint folder; "
+                                  "pass OUT/switch/step-N or OUT/checkpoints/step-N of an earlier pretrain run")
+
+
+def model_config_from(spec: str):
+    """A transformers config for `spec`: one of the paper's sizes, a config file, a folder or a Hub id."""
+    from transformers import AutoConfig
+
+    from hf_encoderize.loading import DECODER, classify_config
+
+    size = {name.lower(): name for name in PAPER_SIZES}.get(str(spec).lower())
+    if size:
+        values = {**PAPER_COMMON, **PAPER_SIZES[size]}
+        return AutoConfig.for_model(values.pop("model_type"), **values)
+    try:
+        config = AutoConfig.from_pretrained(spec)
+    except (OSError, ValueError, KeyError) as err:
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise EncoderizeError(f"--model-config {spec!r}: not 210M/610M/1B, a config file or a reachable Hub id "
+                              f"({reason})") from None
+    if classify_config(config) != DECODER:
+        raise EncoderizeError(f"--model-config {spec!r} is a {classify_config(config)} config; pretrain needs a "
+                              "decoder-only one (e.g. examples/configs/610m.json)")
+    return config
+
+
+# ------------------------------------------------------------------------------------------------- memory check
+
+
+def estimate_memory(config, data: DataConfig, train: TrainConfig, mixed_precision: bool) -> dict:
+    """Bytes needed per process to train `config`, without building it: fp32 weights + gradients + two AdamW moments
+    (16 bytes a parameter), activations (~34 bytes per token, hidden unit and layer in 16-bit, Korthikanti et al.
+    2022, with sdpa's memory-efficient attention: no T^2 term; double in fp32) and one chunk of LM-head logits."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        parameters = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+    text = config.get_text_config()
+    tokens = train.batch_size * data.seq_len
+    per_layer = tokens * text.hidden_size * 34 * (1 if mixed_precision else 2)
+    layers = text.num_hidden_layers
+    # With checkpointing only each layer's input (2 bytes a value) stays, plus one layer being recomputed.
+    activations = per_layer + tokens * text.hidden_size * 2 * layers if train.gradient_checkpointing else \
+        per_layer * layers
+    logits = 3 * 4096 * text.vocab_size * 4  # sparse_mlm_loss's chunk, fp32, with its gradient
+    return {"parameters": parameters, "states": 16 * parameters, "activations": activations, "logits": logits,
+            "total": 16 * parameters + activations + logits}
+
+
+def available_memory() -> tuple[int, str]:
+    """Memory one process can use: the first GPU's, else the machine's available RAM."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(0).total_memory, "GPU memory"
+    import psutil
+
+    return psutil.virtual_memory().available, "available RAM"
+
+
+def check_memory(spec: str, config, data: DataConfig, train: TrainConfig) -> dict:
+    """Refuse, in one line, a run whose estimated memory exceeds what this machine has."""
+    import torch
+
+    mixed = train.mixed_precision in ("bf16", "fp16") or (train.mixed_precision == "auto" and torch.cuda.is_available())
+    need, (have, where) = estimate_memory(config, data, train, mixed), available_memory()
+    if need["total"] > MEMORY_HEADROOM * have:
+        gib = 2**30
+        raise EncoderizeError(
+            f"--model-config {spec} ({need['parameters'] / 1e6:,.0f}M parameters) needs about "
+            f"{need['total'] / gib:,.1f} GiB to train at batch {train.batch_size} x {data.seq_len} tokens "
+            f"(weights, gradients and AdamW states {need['states'] / gib:,.1f} GiB, activations "
+            f"{need['activations'] / gib:,.1f} GiB) but this machine has {have / gib:,.1f} GiB of {where}; lower "
+            "--batch-size/--seq-len, add --gradient-checkpointing, use a bigger GPU, or pass --no-check-memory")
+    return need
+
+
+# ------------------------------------------------------------------------------------------------ branching
+
+
+def _branch_facts(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, train: TrainConfig) -> dict:
+    """The settings a branch must share with the run it starts from (all but the split and the length)."""
+    from hf_encoderize.schedule import default_warmup
+
+    return {"model_config": spec.model_config, "tokenizer": spec.tokenizer, "lr": train.lr,
+            "warmup_steps": train.warmup_steps if train.warmup_steps is not None else default_warmup(train.steps),
+            "batch_size": train.batch_size, "grad_accum": train.grad_accum, "seed": train.seed,
+            "data": [data.dataset, data.dataset_config, data.split, data.data_files, data.text_column],
+            "seq_len": data.seq_len, "pack": data.pack, "eval_documents": data.eval_documents,
+            "masking": [masking.mask_ratio, masking.replacement, masking.objective]}
+
+
+def _decay_start(steps: int, decay_fraction: float) -> int:
+    return steps - max(1, round(steps * decay_fraction))  # as in schedule.wsd_factor
+
+
+def check_branch(checkpoint: Path, phases: list[Phase], facts: dict, train: TrainConfig) -> int:
+    """Refuse a branch point the unbroken run would not pass through; return its step."""
+    step = int(json.loads((checkpoint / "trainer_state.json").read_text())["step"])
+    record = checkpoint.parent.parent / SCHEDULE_FILE
+    if not record.is_file():
+        raise EncoderizeError(f"--from-checkpoint {str(checkpoint)!r} has no {SCHEDULE_FILE} beside it; "
+                              "branch only from checkpoints of `hf-encoderize pretrain` runs")
+    source = json.loads(record.read_text())
+    for key, value in facts.items():
+        if key != "masking" or any(p.objective == "mlm" and p.start < step for p in phases):
+            if json.loads(json.dumps(value)) != source["facts"].get(key):
+                raise EncoderizeError(f"--from-checkpoint: the source run used {key}={source['facts'].get(key)!r}, "
+                                      f"this one {value!r}; branch with the same settings")
+    source_phases = [Phase(**p) for p in source["phases"]]
+    if step >= train.steps:
+        raise EncoderizeError(f"--from-checkpoint is at step {step}, not before --steps {train.steps}; nothing to do")
+    if _prefix(source_phases, step) != _prefix(phases, step):
+        raise EncoderizeError(f"--from-checkpoint is at step {step}, where the source split ({source['schedule']}) "
+                              f"and this one differ; branch from a step both pass through with the same objectives")
+    earliest_decay = min(_decay_start(source["steps"], source["decay_fraction"]),
+                         _decay_start(train.steps, train.decay_fraction))
+    if step > earliest_decay:
+        raise EncoderizeError(f"--from-checkpoint step {step} is past the start of a learning-rate decay (step "
+                              f"{earliest_decay}); branch from an undecayed checkpoint, as the paper does")
+    return step
+
+
+def _prefix(phases: list[Phase], step: int) -> list[tuple[str, int, int]]:
+    return [(p.objective, p.start, min(p.end, step)) for p in phases if p.start < step]
+
+
+# ------------------------------------------------------------------------------------------------ the run
+
+
+def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, train: TrainConfig) -> dict:
+    """Pretrain from scratch through `spec.schedule`'s phases and save the encoder. Returns a summary (losses, the
+    phases, the final held-out MLM loss and masked accuracy, wall time)."""
+    from hf_encoderize.cpt import _accelerator, _evaluate, _finish, _flat, build_run, held_out_batches, run_steps
+    from hf_encoderize.monitor import TrainingMonitor, parse_report_to, utc_now
+    from hf_encoderize.train import prepare_output_dir
+
+    phases = parse_schedule(spec.schedule, train.steps)
+    config = model_config_from(spec.model_config)
+    _check_seq_len(config, data)
+    memory = check_memory(spec.model_config, config, data, train) if spec.check_memory else None
+    facts = _branch_facts(spec, data, masking, train)
+    branch_point = Path(spec.from_checkpoint) if spec.from_checkpoint else None
+    if branch_point:
+        check_branch(branch_point, phases, facts, train)
+    if train.output_dir is None:
+        train.output_dir = str(Path("runs") / f"pretrain-{Path(spec.model_config).stem}-{_split_name(phases)}")
+    trackers = parse_report_to(train.report_to)
+    accelerator = _accelerator(train, trackers)
+    resume_from = prepare_output_dir(train, accelerator.is_main_process) or branch_point
+    accelerator.wait_for_everyone()
+    output_dir, started_at = Path(train.output_dir), utc_now()
+    model, tokenizer, tokens, documents = _setup(spec, config, data, train)
+    eval_batches = held_out_batches(documents, tokenizer, data, train.batch_size)
+    model.train()
+    run, step = build_run(accelerator, model, tokenizer, documents, data, masking, train, resume_from)
+    run.eval_batches = eval_batches
+    record = _run_facts(spec, data, masking, train, phases, memory)
+    if accelerator.is_main_process:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / SCHEDULE_FILE).write_text(json.dumps(_schedule_record(spec, phases, facts, train), indent=2))
+    if trackers:
+        accelerator.init_trackers(output_dir.name, config=_flat(record))
+    monitor = TrainingMonitor(accelerator, output_dir, train.steps, start_step=step, show=train.progress)
+    history, started, counts = [], time.time(), None
+    for phase in phases:
+        if step >= phase.end:
+            continue  # resumed or branched past it
+        counts = enter_phase(run, phase, model, tokenizer) or counts
+        step = run_steps(run, monitor, step, phase.end, history)
+        if phase.end < train.steps:
+            _at_switch(run, monitor, step)
+    # Every split ends as an encoder, clm:1.0 too: the paper fine-tunes all of them bidirectionally (section 2).
+    counts = enter_phase(run, Phase("mlm", step, step), model, tokenizer) or counts or (0, 0)
+    report = _report(model, counts, tokens)
+    final_eval = _evaluate(run, task="mlm") if eval_batches else {}
+    if final_eval:
+        monitor.evaluation(step, final_eval)
+    monitor.close()
+    accelerator.wait_for_everyone()
+    summary = {"steps": step, "losses": history, "schedule": spec.schedule, "phases": [p.to_dict() for p in phases],
+               **final_eval, "wall_time_s": time.time() - started}
+    if accelerator.is_main_process:
+        _finish(accelerator, run.objective, None, _no_adapter(), tokenizer, output_dir, report, record, summary,
+                started_at, command="pretrain", title=f"pretraining from scratch, {spec.schedule}")
+    accelerator.end_training()
+    return summary
+
+
+def _check_seq_len(config, data: DataConfig) -> None:
+    limit = getattr(config.get_text_config(), "max_position_embeddings", None)
+    if isinstance(limit, int) and data.seq_len > limit:
+        raise EncoderizeError(f"--seq-len {data.seq_len} is above the config's {limit} positions; use --seq-len "
+                              f"{limit} or less")
+
+
+def _split_name(phases: list[Phase]) -> str:
+    return "-".join(f"{p.objective}{p.end - p.start}" for p in phases)
+
+
+def _setup(spec: PretrainConfig, config, data: DataConfig, train: TrainConfig):
+    """Documents first (a bad source fails before anything is built), then tokenizer, random model, special tokens."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from hf_encoderize.cpt import _Replayable
+    from hf_encoderize.data import load_documents
+    from hf_encoderize.loading import check_backend_available
+    from hf_encoderize.packing import install_document_isolation
+    from hf_encoderize.tokens import ensure_special_tokens
+
+    source, column = load_documents(data)
+    tokenizer = _load_tokenizer(spec.tokenizer)
+    check_backend_available(spec.attn_implementation)
+    torch.manual_seed(train.seed)  # the same random init for every split: they differ only in objectives
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=spec.attn_implementation)
+    if model.get_input_embeddings().weight.shape[0] < len(tokenizer):
+        model.resize_token_embeddings(len(tokenizer))
+    # Mask and pad tokens in place from step 0: the vocabulary (and so the optimizer state) never changes at the
+    # switch, and a CLM checkpoint can be branched into any split.
+    tokens = ensure_special_tokens(model, tokenizer)
+    install_document_isolation()  # causal within each packed document in CLM, bidirectional within it in MLM
+    return model, tokenizer, tokens, _Replayable(source, column)
+
+
+def _load_tokenizer(name: str):
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError, KeyError) as err:
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise EncoderizeError(f"--tokenizer {name!r}: not a tokenizer folder or a reachable Hub id ({reason})") \
+            from None
+    if tokenizer.eos_token_id is None:
+        raise EncoderizeError(f"--tokenizer {name!r} has no EOS token; packing separates documents with it")
+    return tokenizer
+
+
+def enter_phase(run, phase: Phase, model, tokenizer) -> tuple[int, int] | None:
+    """Point the run at `phase`'s objective; on entering MLM, make the attention bidirectional and prove it with the
+    probe (`NotBidirectionalError` otherwise). Returns the patch counts when it switched, else None."""
+    from hf_encoderize.bidirectional import make_bidirectional, verify_bidirectional
+
+    run.task = phase.objective
+    if not phase.bidirectional or getattr(model.config, "is_causal", True) is False:
+        return None
+    counts = make_bidirectional(model)
+    verify_bidirectional(model, pad_token_id=tokenizer.pad_token_id)
+    return counts
+
+
+def _report(model, counts: tuple[int, int], tokens):
+    """The switch, for the run record and the encoder's config (what `encoderize` reports for cpt)."""
+    from hf_encoderize.bidirectional import EncoderizeReport
+
+    return EncoderizeReport(model.config.model_type, model.config._attn_implementation, True, counts[0], counts[1],
+                            asdict(tokens))
+
+
+def _at_switch(run, monitor, step: int) -> None:
+    """Score the phase that just ended on the held-out rows, then save the state others branch from."""
+    from hf_encoderize.train import save_checkpoint
+
+    if run.eval_batches:
+        from hf_encoderize.cpt import _evaluate
+
+        monitor.evaluation(step, _evaluate(run))
+    save_checkpoint(run.accelerator, run.output_dir, step, run.packer, run.generator, run.train.keep_last,
+                    folder="switch")
+
+
+def _no_adapter():
+    from hf_encoderize.lora import AdapterConfig
+
+    return AdapterConfig()
+
+
+def _schedule_record(spec: PretrainConfig, phases: list[Phase], facts: dict, train: TrainConfig) -> dict:
+    return {"schedule": spec.schedule, "phases": [p.to_dict() for p in phases], "steps": train.steps,
+            "decay_fraction": train.decay_fraction, "facts": json.loads(json.dumps(facts))}
+
+
+def _run_facts(spec: PretrainConfig, data, masking, train, phases: list[Phase], memory: dict | None) -> dict:
+    """cpt's run-record facts, plus what makes this a pretraining run (no base model: weights start random)."""
+    from hf_encoderize.cpt import _config_facts
+    from hf_encoderize.loading import LoadConfig
+
+    facts = _config_facts(LoadConfig(spec.model_config), data, masking, train, _no_adapter())
+    switch = [p.start for p in phases[1:]]
+    facts.update(base_model=None, model_config=spec.model_config, tokenizer=spec.tokenizer,
+                 objective="+".join(p.objective for p in phases), phases=spec.schedule,
+                 switch_step=switch[0] if switch else None, from_checkpoint=spec.from_checkpoint,
+                 estimated_memory_gib=round(memory["total"] / 2**30, 2) if memory else None,
+                 parameters=memory["parameters"] if memory else None)
+    return facts
