@@ -145,15 +145,17 @@ def gather_facts(config: CardConfig) -> CardFacts:
     run = _read_json(run_dir / "run_record.json")
     source = (run or meta).get("base_model") or meta.get("base_model") or "unknown"
     revision, gguf_file = (run or meta).get("revision"), (run or meta).get("gguf_file")
-    base_id = config.base_model_id or (source if _looks_like_hub_id(source) else None)
+    previous = _previous_metadata(encoder / "README.md")  # what an earlier `card --base-model-id/--license` set
+    base_id = config.base_model_id or previous.get("base_model") or (source if _looks_like_hub_id(source) else None)
     license_id, language = _base_license(source, gguf_file, base_id, revision)
+    license_id, language = config.license or previous.get("license") or license_id, language or previous.get("language")
     text = model_config.get("text_config", model_config)
     st_config = _read_json(encoder / "sentence_bert_config.json") or {}
     return CardFacts(
         model_name=(config.repo_id or str(run_dir.resolve())).rstrip("/").split("/")[-1],
         model_ref=config.repo_id or str(encoder.resolve()),
         base_model=source, base_model_id=base_id, base_revision=revision, gguf_file=gguf_file,
-        license=config.license or license_id, language=language,
+        license=license_id, language=language,
         encoderize={**meta, **((run or {}).get("encoderize") or {})}, run=run,
         results=_summary(config.results_dir, run_dir / RESULTS_SUBDIR),
         base_results=_summary(config.base_results_dir, run_dir / BASE_RESULTS_SUBDIR),
@@ -162,6 +164,20 @@ def gather_facts(config: CardConfig) -> CardFacts:
         hidden_size=text.get("hidden_size"), max_seq_length=st_config.get("max_seq_length"),
         plots=[f"plots/{p}" for p in plot_files(run_dir)] if config.repo_id else [],
     )
+
+
+def _previous_metadata(readme: Path) -> dict:
+    """Front matter of a card hf-encoderize wrote earlier (so options given to `card` survive a regeneration)."""
+    if not readme.is_file() or not is_generated_card(readme):
+        return {}
+    import yaml
+
+    parts = readme.read_text().split("---\n")
+    try:
+        metadata = yaml.safe_load(parts[1]) if len(parts) > 2 else {}
+    except yaml.YAMLError:
+        return {}
+    return metadata if isinstance(metadata, dict) else {}
 
 
 def plot_files(run_dir: Path) -> list[str]:

@@ -176,3 +176,11 @@ def test_summary_helper_matches_contract():
     assert set(data) == {"model", "model_name", "mode", "profile", "protocol", "results", "family_means"}
     assert set(data["results"][0]) == {"task", "dataset", "metric", "best_lr", "test_mean", "test_ci95", "n_seeds",
                                        "val_mean", "lr_spread", "per_lr", "extra_metrics", "note"}
+
+
+def test_card_options_survive_regeneration(tmp_path):
+    out = make_run_folder(tmp_path, evaluated=False, base_evaluated=False)
+    assert main(["card", str(out), "--base-model-id", "HuggingFaceTB/SmolLM2-135M", "--license", "apache-2.0"]) == 0
+    assert main(["card", str(out)]) == 0  # e.g. `push` or `run` regenerating it later
+    meta = front_matter(out / "encoder" / "README.md")
+    assert meta["base_model"] == "HuggingFaceTB/SmolLM2-135M" and meta["license"] == "apache-2.0"
