@@ -125,11 +125,32 @@ def _run_architectures(args, yaml_values) -> int:
 
 
 def _cpt_parser(sub) -> None:
+    from hf_encoderize.hub import HubConfig
+
     parser = sub.add_parser("cpt", help="MLM continued pretraining of a decoder (or encoder) into an encoder")
     classes = _cpt_classes()
     add_dataclass_args(parser, classes[0], positional=("source",))
-    for config_class in classes[1:]:
+    for config_class in (*classes[1:], HubConfig):
         add_dataclass_args(parser, config_class)
+
+
+def _hub_config(args, yaml_values):
+    """--push-to-hub & co, checked (repo id, token, offline mode) before any work starts."""
+    from hf_encoderize.hub import HubConfig, check_push_ready
+
+    hub = build_config(HubConfig, args, yaml_values)
+    check_push_ready(hub)
+    return hub
+
+
+def _push_if_asked(hub, out_dir) -> None:
+    """After a command finishes: card, then push; only on the main process of a multi-process launch."""
+    import os
+
+    if hub.push_to_hub and os.environ.get("RANK", "0") == "0":
+        from hf_encoderize.hub import push_after
+
+        print(f"pushed {len(push_after(out_dir, hub))} files to {hub.push_to_hub}", flush=True)
 
 
 def _cpt_classes() -> tuple:
@@ -146,8 +167,10 @@ def _run_cpt(args, yaml_values) -> int:
     from hf_encoderize.cpt import cpt
 
     configs = [build_config(c, args, yaml_values) for c in _cpt_classes()]
+    hub = _hub_config(args, yaml_values)
     summary = cpt(*configs)
     print(json.dumps({k: v for k, v in summary.items() if k != "losses"}))
+    _push_if_asked(hub, configs[3].output_dir)  # cpt filled in the default output folder
     return 0
 
 

@@ -79,6 +79,14 @@ class PushConfig:
             raise EncoderizeError("--create-pr opens a pull request against main; drop --revision")
 
 
+def check_push_ready(hub: HubConfig) -> None:
+    """With --push-to-hub, fail before hours of training rather than after: offline mode or no token."""
+    if hub.push_to_hub:
+        _endpoint_or_refuse()
+        if not _saved_token():
+            raise EncoderizeError("--push-to-hub needs a Hub token: run `hf auth login` or set HF_TOKEN first")
+
+
 def check_repo_id(repo_id: str) -> None:
     """A one-line error for anything the Hub would refuse as a repo id."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
