@@ -348,9 +348,12 @@ def _fill_mask_tab(space: EncoderSpace) -> None:
         gr.Markdown("This encoder has **no masked-LM head** (its config.json names no `*ForMaskedLM` class and no "
                     "hf-encoderize head), so fill-mask is not available.")
     elif mode == "remote":
+        untrained = "steps" not in (getattr(space.models.config, "hf_encoderize", None) or {})
         gr.Markdown("The MLM head runs `modeling_encoderize.py` from the encoder repo with `trust_remote_code=True`. "
                     "It is trusted only because config.json says hf-encoderize wrote this encoder; that file imports "
-                    "only torch and transformers. Write `[MASK]` or `<mask>` where a word is missing.")
+                    "only torch and transformers. Write `[MASK]` or `<mask>` where a word is missing."
+                    + ("\n\nThis encoder was converted without MLM training (`convert`), so its head still guesses "
+                       "the *next* token; `hf-encoderize cpt` trains it to fill the mask." if untrained else ""))
     else:
         gr.Markdown("Native masked-LM head (no remote code). Write `[MASK]` or `<mask>` where a word is missing.")
     text = gr.Textbox(value="The capital of France is [MASK].", label="Sentence", elem_id="mask-input")

@@ -37,6 +37,9 @@ from hf_encoderize.space import (  # noqa: E402
     resolve_encoder_dir,
 )
 
+# gradio's queue calls pandas APIs that pandas 3 deprecates; not ours to fix.
+pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
+
 PARAPHRASES = ["A man is playing a guitar.", "Someone plays an acoustic guitar."]
 UNRELATED = "The stock market crashed yesterday."
 
@@ -354,3 +357,4 @@ def test_browser_paraphrases_rank_above_the_unrelated_sentence(page, minilm_url,
     page.get_by_role("tab", name="Compare").click()
     assert page.get_by_text("No base decoder available").is_visible()
     assert page.locator("#compare-button").is_disabled()
+    page.screenshot(path=screenshots / "space_compare_no_base.png", full_page=True)
