@@ -182,7 +182,8 @@ def _previous_metadata(readme: Path) -> dict:
 
 def plot_files(run_dir: Path) -> list[str]:
     """Plots of a run, relative to the run folder: the loss curve and the eval plots."""
-    return sorted(str(p.relative_to(run_dir)) for p in [*run_dir.glob("*.png"), *run_dir.glob("eval/*/*.png")])
+    found = [*run_dir.glob("*.png"), *run_dir.glob("eval/*.png"), *run_dir.glob("eval/*/*.png")]
+    return sorted(str(p.relative_to(run_dir)) for p in found)
 
 
 def _looks_like_hub_id(source: str) -> bool:
@@ -354,12 +355,11 @@ def protocol_sentence(facts: CardFacts) -> str:
     seeds = protocol.get("seeds")
     seeds = len(seeds) if isinstance(seeds, list) else seeds
     text = (f"Evaluated with `hf-encoderize eval` (profile `{results.get('profile')}`, {results.get('mode')} "
-            f"attention) with the paper's fine-tuning protocol (section 2): every dataset is fine-tuned at learning "
-            f"rates {', '.join(str(lr) for lr in protocol.get('lrs') or [])} with {seeds} seed(s), batch size "
-            f"{protocol.get('batch_size')}, at most {protocol.get('max_steps')} steps and "
-            f"{100 * float(protocol.get('warmup_ratio') or 0):.0f}% warmup; the learning rate is chosen by "
-            f"{protocol.get('selection')}. Scores are test means over seeds on a 0-100 scale, ± the 95% confidence "
-            "interval.")
+            f"attention) following the paper's fine-tuning protocol (section 2): learning rates "
+            f"{', '.join(str(lr) for lr in protocol.get('lrs') or [])}, {seeds} seed(s), batch size "
+            f"{protocol.get('batch_size')}, at most {protocol.get('max_steps')} steps, "
+            f"{100 * float(protocol.get('warmup_ratio') or 0):.0f}% warmup. Selection: {protocol.get('selection')}. "
+            "Scores are on a 0-100 scale; ± is the 95% confidence interval over seeds (none with one seed).")
     if facts.base_results:
         base = facts.base_results
         text += (f" The base model column is `{base.get('model_name')}` evaluated the same way ({base.get('mode')} "

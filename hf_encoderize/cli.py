@@ -259,6 +259,39 @@ def _run_push_space(args, yaml_values) -> int:
     return 0
 
 
+def _pipeline_parser(sub) -> None:
+    from hf_encoderize.hub import HubConfig
+    from hf_encoderize.pipeline import RunConfig
+
+    parser = sub.add_parser("run", help="cpt, eval, card and push in one output folder; a re-run skips finished stages")
+    classes = _cpt_classes()
+    add_dataclass_args(parser, classes[0], positional=("source",))
+    for config_class in (*classes[1:], RunConfig, HubConfig):
+        add_dataclass_args(parser, config_class)
+
+
+def _run_pipeline(args, yaml_values) -> int:
+    from hf_encoderize.pipeline import RunConfig, run
+
+    configs = [build_config(c, args, yaml_values) for c in _cpt_classes()]
+    run(*configs, build_config(RunConfig, args, yaml_values), _hub_config(args, yaml_values))
+    return 0
+
+
+def _quickstart_parser(sub) -> None:
+    from hf_encoderize.quickstart import QuickstartConfig
+
+    parser = sub.add_parser("quickstart", help="offline demo on the embedded SmolLM2-135M: short cpt, smoke eval, card")
+    add_dataclass_args(parser, QuickstartConfig)
+
+
+def _run_quickstart(args, yaml_values) -> int:
+    from hf_encoderize.quickstart import QuickstartConfig, quickstart
+
+    quickstart(build_config(QuickstartConfig, args, yaml_values))
+    return 0
+
+
 COMMANDS: dict[str, tuple[Callable, Callable]] = {
     "cpt": (_cpt_parser, _run_cpt),
     "pretrain": (_pretrain_parser, _run_pretrain),
@@ -266,6 +299,8 @@ COMMANDS: dict[str, tuple[Callable, Callable]] = {
     "architectures": (_architectures_parser, _run_architectures),
     "card": (_card_parser, _run_card),
     "push": (_push_parser, _run_push),
+    "run": (_pipeline_parser, _run_pipeline),
+    "quickstart": (_quickstart_parser, _run_quickstart),
     "space": (_space_parser, _run_space),
     "push-space": (_push_space_parser, _run_push_space),
 }
