@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Masking ratios (paper, section 3, Figure 3; section 4, Figure 7): MLM-only base runs at 20/30/40/50% masking for
+# each size, and the CLM+MLM 25-75 split at 42k steps with the same ratios (610M), branched from the CLM base run.
+# The 40% cells are shared with pfs.sh (same folder names), so they are not trained twice.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source examples/paper/common.sh
+
+for size in ${SIZES:-210M 610M 1B}; do
+  SIZE=$size pretrain clm-42000 clm:1.0 42000
+  for mask in 0.2 0.3 0.4 0.5; do
+    name=mlm-42000; [ "$mask" != 0.4 ] && name="mlm-42000-mask${mask}"
+    SIZE=$size MASK=$mask pretrain "$name" mlm:1.0 42000
+  done
+done
+for mask in 0.2 0.3 0.5; do
+  SIZE=610M MASK=$mask pretrain "clm0.25-mlm0.75-42000-mask${mask}" clm:0.25,mlm:0.75 42000 \
+    "$(SIZE=610M checkpoint clm-42000 10500)"
+done
