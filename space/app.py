@@ -26,7 +26,8 @@ from pathlib import Path
 
 import gradio as gr
 
-DEFAULT_ENCODER = "encoders/smollm2-135m-encoder"  # the quickstart's output
+# The quickstart's outputs: `hf-encoderize quickstart` (a run folder) and examples/quickstart.sh (a converted encoder).
+DEFAULT_ENCODERS = ("runs/quickstart/encoder", "encoders/smollm2-135m-encoder")
 SPACE_CONFIG = Path(__file__).with_name("space_config.json")
 MAX_TEXTS = 12  # sentences per Similarity / Compare request
 MAX_PASSAGES = 50  # passages in the Semantic search corpus
@@ -56,7 +57,8 @@ class Settings:
 def settings_from_env() -> Settings:
     """Environment variables win, then `space_config.json` beside this file, then the quickstart's folder."""
     stored = json.loads(SPACE_CONFIG.read_text()) if SPACE_CONFIG.is_file() else {}
-    encoder = os.environ.get("ENCODER_MODEL") or stored.get("encoder") or DEFAULT_ENCODER
+    default = next((path for path in DEFAULT_ENCODERS if Path(path).is_dir()), DEFAULT_ENCODERS[0])
+    encoder = os.environ.get("ENCODER_MODEL") or stored.get("encoder") or default
     if stored.get("encoder") and not os.environ.get("ENCODER_MODEL") and (SPACE_CONFIG.parent / encoder).is_dir():
         encoder = str(SPACE_CONFIG.parent / encoder)  # an encoder bundled inside the Space repo
     return Settings(
@@ -100,14 +102,23 @@ class Models:
 
         self.settings = settings
         self.config = AutoConfig.from_pretrained(settings.encoder)  # config only: no remote code runs here
-        metadata = getattr(self.config, "hf_encoderize", None) or {}
-        if settings.base_model is None and metadata.get("base_model"):
-            settings.base_model = metadata["base_model"]
-            settings.base_gguf_file = settings.base_gguf_file or metadata.get("gguf_file")
-            settings.base_revision = settings.base_revision or metadata.get("revision")
+        recorded = self._recorded_base()
+        if settings.base_model is None and recorded.get("base_model"):
+            settings.base_model = recorded["base_model"]
+            settings.base_gguf_file = settings.base_gguf_file or recorded.get("gguf_file")
+            settings.base_revision = settings.base_revision or recorded.get("revision")
         self.mlm = mlm_mode(self.config)
         self._lock = threading.Lock()
         self._cache = {}
+
+    def _recorded_base(self) -> dict:
+        """A `cpt` run's run_record.json next to a local encoder folder (it names the GGUF file), else config.json."""
+        record = Path(self.settings.encoder).parent / "run_record.json"
+        if Path(self.settings.encoder).is_dir() and record.is_file():
+            facts = json.loads(record.read_text())
+            if facts.get("base_model"):
+                return facts
+        return getattr(self.config, "hf_encoderize", None) or {}
 
     @property
     def base_available(self) -> bool:

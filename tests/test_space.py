@@ -121,6 +121,33 @@ def test_bad_port_and_missing_folder_are_one_line_cli_errors(tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("error:") and "not a folder" in err[0]
 
 
+def test_app_alone_finds_the_base_in_the_run_record(tiny_run, decoder_dir):
+    from hf_encoderize.space import load_app
+
+    app = load_app()
+    models = app.Models(app.Settings(encoder=str(tiny_run / "encoder")))  # as `python space/app.py` would
+    assert models.settings.base_model == str(decoder_dir) and models.base_available and models.mlm == "remote"
+
+
+def test_missing_gradio_names_the_extra(monkeypatch, tmp_path):
+    import hf_encoderize.space as space
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.delitem(sys.modules, space.APP_MODULE, raising=False)
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "gradio" else real_find_spec(name, *args))
+    with pytest.raises(EncoderizeError, match=re.escape("pip install 'hf-encoderize[space]'")):
+        space.load_app()
+
+
+def test_help_lists_space_commands():
+    from hf_encoderize.cli import build_parser
+
+    commands = build_parser()._subparsers._group_actions[0].choices
+    assert {"space", "push-space"} <= set(commands)
+    assert "--port" in commands["space"].format_help() and "--model-id" in commands["push-space"].format_help()
+
+
 # ------------------------------------------------------------------------------------------------ API
 
 
