@@ -340,7 +340,7 @@ def _browser() -> str:
 
 
 @pytest.fixture
-def page(tmp_path):
+def page():
     from playwright.sync_api import sync_playwright
 
     executable = _browser()
