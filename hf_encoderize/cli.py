@@ -292,10 +292,46 @@ def _run_quickstart(args, yaml_values) -> int:
     return 0
 
 
+def _eval_parser(sub) -> None:
+    from hf_encoderize.evaluation.config import EvalConfig
+    from hf_encoderize.loading import LoadConfig
+
+    parser = sub.add_parser("eval", help="fine-tune and score a model on the paper's SC/TC/QA/IR suite")
+    add_dataclass_args(parser, LoadConfig, positional=("source",))
+    add_dataclass_args(parser, EvalConfig)
+
+
+def _run_eval(args, yaml_values) -> int:
+    from hf_encoderize.evaluation import EvalConfig, evaluate
+    from hf_encoderize.evaluation.summary import render_markdown
+    from hf_encoderize.loading import LoadConfig
+
+    summary = evaluate(build_config(LoadConfig, args, yaml_values), build_config(EvalConfig, args, yaml_values))
+    print(render_markdown(summary), end="")
+    return 0
+
+
+def _compare_parser(sub) -> None:
+    parser = sub.add_parser("compare", help="one table and one plot of several eval results folders side by side")
+    parser.add_argument("results_dirs", nargs="+", help="eval results folders (each holding summary.json)")
+    parser.add_argument("--output-dir", default=None, help="where comparison.md/.png go (default: comparison)")
+
+
+def _run_compare(args, yaml_values) -> int:
+    from hf_encoderize.evaluation import compare
+
+    written = compare(args.results_dirs, args.output_dir or yaml_values.get("output_dir") or "comparison")
+    print(written["table"], end="")
+    print(f"wrote {written['markdown']} and {written['plot']}")
+    return 0
+
+
 COMMANDS: dict[str, tuple[Callable, Callable]] = {
     "cpt": (_cpt_parser, _run_cpt),
     "pretrain": (_pretrain_parser, _run_pretrain),
     "convert": (_convert_parser, _run_convert),
+    "eval": (_eval_parser, _run_eval),
+    "compare": (_compare_parser, _run_compare),
     "architectures": (_architectures_parser, _run_architectures),
     "card": (_card_parser, _run_card),
     "push": (_push_parser, _run_push),

@@ -1,0 +1,171 @@
+"""What the four task families share: the `Task` base class, length-grouped dynamic batching and the fine-tuning loop.
+
+Design choices:
+- A task tokenises each dataset once (`prepare`), into plain lists of token ids; batches are padded only to their own
+  longest member (dynamic padding), and training batches are drawn from length-sorted mega-batches of 50 batches
+  (length grouping, as transformers' `group_by_length`), so little compute goes to padding.
+- The loop is the paper's protocol (section 2): AdamW, 10% linear warmup then linear decay to 0, at most
+  `max_steps` steps or one epoch, gradient clipping at 1.0 (transformers' Trainer default; the paper names none).
+- Heads are small modules on the backbone's last hidden states, not `AutoModelFor*` classes, so every architecture
+  (including decoders that have no classification head class) is scored the same way.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+import torch
+
+from hf_encoderize.evaluation.loaders import DatasetSpec
+
+
+@dataclass
+class Scores:
+    """One evaluation: the primary metric (0-100), extra metrics and one entry per example."""
+
+    score: float
+    extra: dict = field(default_factory=dict)
+    per_example: list = field(default_factory=list)
+
+
+@dataclass
+class Prepared:
+    """A tokenised dataset: training features and two evaluation sets in the task's own form."""
+
+    train: list[dict]
+    validation: object
+    test: object
+
+
+def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over real tokens. hidden (B, T, H), mask (B, T) -> (B, H) in float32."""
+    weights = mask.unsqueeze(-1).to(torch.float32)
+    return (hidden.float() * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+
+
+def pad(sequences: list[list[int]], value: int) -> torch.Tensor:
+    """Right-pad to the longest sequence of the batch (dynamic padding)."""
+    width = max(len(s) for s in sequences)
+    return torch.tensor([list(s) + [value] * (width - len(s)) for s in sequences], dtype=torch.long)
+
+
+def length_grouped_batches(lengths: list[int], batch_size: int, seed: int, mega: int = 50) -> list[list[int]]:
+    """Shuffle, sort each run of `mega` batches by length, cut into batches, shuffle the batches."""
+    rng = random.Random(seed)
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    batches = []
+    for start in range(0, len(order), batch_size * mega):
+        chunk = sorted(order[start:start + batch_size * mega], key=lambda i: -lengths[i])
+        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
+    """Evaluation batches: longest first, so padding is minimal and memory peaks at once."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def warmup_then_linear(warmup: int, total: int):
+    """Learning-rate factor per step: linear warmup to 1 over `warmup` steps, then linear decay to 0."""
+    def factor(step: int) -> float:
+        if step < warmup:
+            return step / max(1, warmup)
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return factor
+
+
+class Task:
+    """One task family. Subclasses tokenise rows, build a head, compute the loss and score an evaluation set."""
+
+    name: str = ""
+
+    def __init__(self, spec: DatasetSpec, tokenizer, max_length: int, *, qa_stride: int = 128):
+        self.spec = spec
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.qa_stride = qa_stride
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.uses_token_types = "token_type_ids" in getattr(tokenizer, "model_input_names", ())
+
+    def prepare(self, splits: dict[str, list[dict]]) -> Prepared:
+        raise NotImplementedError
+
+    def make_head(self, hidden_size: int) -> torch.nn.Module:
+        raise NotImplementedError
+
+    def loss(self, model, head, batch: dict) -> torch.Tensor:
+        raise NotImplementedError
+
+    def evaluate(self, backbone, model, head, eval_set) -> Scores:
+        raise NotImplementedError
+
+    def length(self, feature: dict) -> int:
+        return len(feature["input_ids"])
+
+    def collate(self, features: list[dict]) -> dict:
+        """Pad token ids, attention mask (and token types); stack the other fields (per-token labels pad to -100)."""
+        batch = {"input_ids": pad([f["input_ids"] for f in features], self.pad_id),
+                 "attention_mask": pad([[1] * len(f["input_ids"]) for f in features], 0)}
+        if self.uses_token_types and "token_type_ids" in features[0]:
+            batch["token_type_ids"] = pad([f["token_type_ids"] for f in features], 0)
+        for key in features[0]:
+            if key in batch or key == "token_type_ids" or key.startswith("_"):
+                continue
+            values = [f[key] for f in features]
+            batch[key] = pad(values, -100) if isinstance(values[0], list) else torch.tensor(values)
+        return batch
+
+    def encoder_inputs(self, batch: dict) -> dict:
+        keys = ("input_ids", "attention_mask", "token_type_ids")
+        return {k: batch[k] for k in keys if k in batch}
+
+    def hidden(self, model, batch: dict) -> torch.Tensor:
+        """Last hidden states (B, T, H)."""
+        return model(**self.encoder_inputs(batch)).last_hidden_state
+
+
+def to_device(batch: dict, device: torch.device) -> dict:
+    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def make_optimizer(params: list, lr: float) -> torch.optim.Optimizer:
+    """AdamW, no weight decay. The fused kernel is several times faster than the per-tensor loop on CPU too
+    (measured 0.09 s against 0.52 s per step for MiniLM's 23M parameters on one core)."""
+    try:
+        return torch.optim.AdamW(params, lr=lr, weight_decay=0.0, fused=True)
+    except (RuntimeError, TypeError):  # devices or dtypes without the fused kernel
+        return torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+
+
+def finetune(task: Task, backbone, head: torch.nn.Module, features: list[dict], *, lr: float, seed: int,
+             max_steps: int, batch_size: int, warmup_ratio: float) -> dict:
+    """Fine-tune the backbone (reset to its pretrained weights) and `head` on `features`. Returns training facts."""
+    model = backbone.fresh()
+    head.to(backbone.device).train()
+    batches = length_grouped_batches([task.length(f) for f in features], batch_size, seed)[:max_steps]
+    params = [p for p in list(model.parameters()) + list(head.parameters()) if p.requires_grad]
+    optimizer = make_optimizer(params, lr)
+    warmup = math.ceil(warmup_ratio * len(batches))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_then_linear(warmup, len(batches)))
+    losses = []
+    for indices in batches:
+        batch = to_device(task.collate([features[i] for i in indices]), backbone.device)
+        with backbone.autocast():
+            loss = task.loss(model, head, batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.detach())
+    losses = torch.stack(losses).float().cpu().tolist() if losses else []
+    model.eval()
+    head.eval()
+    return {"steps": len(batches), "train_examples": sum(len(b) for b in batches),
+            "train_loss_first": losses[0] if losses else None, "train_loss_last": losses[-1] if losses else None}

@@ -1,0 +1,88 @@
+"""`compare`: several models' summaries side by side, as one Markdown table and one plot.
+
+Rows are datasets (then the family means), columns are models; each cell is the test mean ± 95% CI at the model's
+own selected learning rate, and the best score of each row is in bold. Models evaluated on different datasets are
+allowed: missing cells read "-".
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.evaluation.loaders import TASKS
+
+
+def read_summary(folder: str | Path) -> dict:
+    """The summary.json in `folder` (a results folder written by `eval`), or a one-line error."""
+    path = Path(folder)
+    path = path if path.name == "summary.json" else path / "summary.json"
+    if not path.is_file():
+        raise EncoderizeError(f"{path.parent} holds no summary.json; pass results folders written by `eval`")
+    try:
+        summary = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        raise EncoderizeError(f"{path} is not valid JSON; re-run `eval` to rewrite it") from None
+    if not isinstance(summary, dict) or "results" not in summary or "model_name" not in summary:
+        raise EncoderizeError(f"{path} is not an eval summary (no results/model_name); pass eval results folders")
+    return summary
+
+
+def _labels(summaries: list[dict]) -> list[str]:
+    """Column names: model names, made unique with their mode or position when two coincide."""
+    labels = [s["model_name"] for s in summaries]
+    return [label if labels.count(label) == 1 else f"{label} ({s['mode']}, #{k + 1})"
+            for k, (label, s) in enumerate(zip(labels, summaries, strict=True))]
+
+
+def comparison_table(summaries: list[dict], labels: list[str]) -> str:
+    rows = []  # (task, dataset, metric) in task order
+    for summary in summaries:
+        for r in summary["results"]:
+            if (r["task"], r["dataset"], r["metric"]) not in rows:
+                rows.append((r["task"], r["dataset"], r["metric"]))
+    rows.sort(key=lambda row: TASKS.index(row[0]))
+    lines = ["| Task | Dataset | Metric | " + " | ".join(labels) + " |", "|---|---|---|" + "---|" * len(labels)]
+    for task, dataset, metric in rows:
+        cells = []
+        for summary in summaries:
+            found = next((r for r in summary["results"] if r["dataset"] == dataset), None)
+            cells.append((found["test_mean"], found["test_ci95"]) if found else None)
+        lines.append(f"| {task} | {dataset} | {metric} | " + " | ".join(_cells(cells)) + " |")
+    for task in TASKS:
+        means = [(s["family_means"][task], None) if task in s.get("family_means", {}) else None for s in summaries]
+        if any(means):
+            lines.append(f"| {task} | **family mean** | | " + " | ".join(_cells(means)) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _cells(values: list[tuple[float, float | None] | None]) -> list[str]:
+    best = max((v[0] for v in values if v), default=None)
+    cells = []
+    for value in values:
+        if value is None:
+            cells.append("-")
+            continue
+        text = f"{value[0]:.2f}" + (f" ± {value[1]:.2f}" if value[1] is not None else "")
+        cells.append(f"**{text}**" if len([v for v in values if v]) > 1 and value[0] == best else text)
+    return cells
+
+
+def compare(folders: list[str], output_dir: str = "comparison") -> dict:
+    """Write OUTPUT_DIR/comparison.md and comparison.png for the given eval results folders. Returns paths and table."""
+    from hf_encoderize.evaluation.plots import plot_scores
+
+    if len(folders) < 1:
+        raise EncoderizeError("compare needs at least one eval results folder (two or more to compare)")
+    summaries = [read_summary(folder) for folder in folders]
+    labels = _labels(summaries)
+    table = comparison_table(summaries, labels)
+    out = Path(output_dir)
+    if out.exists() and not out.is_dir():
+        raise EncoderizeError(f"output path {str(out)!r} is a file; pick a folder path")
+    out.mkdir(parents=True, exist_ok=True)
+    header = "# Comparison\n\nTest mean ± 95% CI over seeds at each model's selected learning rate (0-100).\n\n"
+    (out / "comparison.md").write_text(header + table)
+    plot_scores(dict(zip(labels, summaries, strict=True)), out / "comparison.png")
+    return {"table": table, "markdown": str(out / "comparison.md"), "plot": str(out / "comparison.png")}

@@ -1,0 +1,158 @@
+"""Run the grid (dataset x learning rate x seed), one results.json per run, then write the summary.
+
+Design choices:
+- Every run writes `RESULTS/<task>/<dataset>/lr<lr>_sd<seed>/results.json` atomically (temp file + rename), so an
+  interrupted grid leaves only finished runs behind; re-running skips them and resumes.
+- A finished run made with another protocol (steps, batch size, length, model, mode) is never overwritten: the grid
+  refuses to start and says which folder differs.
+- Everything that can fail on bad input (unknown names, unreachable datasets, an unloadable model) fails before the
+  first run; datasets are read and tokenised once per grid (in memory), the model loaded once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.evaluation.config import SMOKE_SIZES, EvalConfig, lr_key
+from hf_encoderize.evaluation.loaders import DATASETS, DatasetSpec, load_splits
+from hf_encoderize.loading import LoadConfig
+
+# Protocol keys that must match for a finished run to count as part of this grid.
+FINGERPRINT_KEYS = ("batch_size", "max_steps", "warmup_ratio", "max_length", "qa_stride", "max_eval_examples",
+                    "synthetic_sizes")
+
+
+def task_class(task: str):
+    from hf_encoderize.evaluation.ir import Retrieval
+    from hf_encoderize.evaluation.qa import QuestionAnswering
+    from hf_encoderize.evaluation.sc import SequenceClassification
+    from hf_encoderize.evaluation.tc import TokenClassification
+
+    return {"sc": SequenceClassification, "tc": TokenClassification, "qa": QuestionAnswering, "ir": Retrieval}[task]
+
+
+def write_json_atomic(path: Path, payload: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(payload, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def fingerprint(load: LoadConfig, cfg: EvalConfig) -> dict:
+    protocol = cfg.protocol()
+    return {"model": load.source, "gguf_file": load.gguf_file, "revision": load.revision,
+            "mode": "causal" if cfg.causal else "bidirectional", **{k: protocol[k] for k in FINGERPRINT_KEYS}}
+
+
+def run_dir(results_dir: Path, spec: DatasetSpec, lr: float, seed: int) -> Path:
+    return results_dir / spec.task / spec.name / f"lr{lr_key(lr)}_sd{seed}"
+
+
+def is_finished(path: Path, expected: dict) -> bool:
+    """True if `path` holds a finished run of this protocol; raise if it holds one of another protocol."""
+    results = path / "results.json"
+    if not results.is_file():
+        return False
+    try:
+        found = json.loads(results.read_text()).get("fingerprint", {})
+    except json.JSONDecodeError:
+        raise EncoderizeError(f"{results} is not valid JSON; delete that run folder to redo it") from None
+    differing = sorted(k for k in expected if found.get(k) != expected[k])
+    if differing:
+        raise EncoderizeError(
+            f"{path} holds a finished run made with another protocol or model ({', '.join(differing)} differ); "
+            f"pass a new --output-dir or --name, or delete that folder to redo it"
+        )
+    return True
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def evaluate(load: LoadConfig, cfg: EvalConfig, *, progress: Callable[[str], None] = _say, backbone=None) -> dict:
+    """Fine-tune and score `load.source` on the grid of `cfg`; write results and the summary. Returns the summary.
+
+    `backbone` (from `backbone.load_backbone`) reuses an already loaded model instead of loading `load.source`."""
+    from hf_encoderize.evaluation.backbone import load_backbone, model_name
+    from hf_encoderize.evaluation.summary import write_summary
+
+    grid = cfg.grid()
+    name = cfg.name or model_name(load, cfg.causal)
+    results_dir = Path(cfg.output_dir) / name
+    expected = fingerprint(load, cfg)
+    specs = [DATASETS[n] for n in grid.datasets]
+    pending = {spec.name: [(lr, seed) for lr in grid.lrs for seed in grid.seeds
+                           if not is_finished(run_dir(results_dir, spec, lr, seed), expected)] for spec in specs}
+    sizes = SMOKE_SIZES if cfg.profile == "smoke" else None
+    splits = {spec.name: load_splits(spec, data_dir=cfg.data_dir, sizes=sizes, max_eval_examples=grid.max_eval_examples)
+              for spec in specs if pending[spec.name]}
+    if splits and backbone is None:
+        backbone = load_backbone(load, causal=cfg.causal, device=cfg.device)
+    position = 0
+    for spec in specs:
+        if spec.note and spec.task == "ir":
+            progress(f"note: {spec.name}: {spec.note}")
+        prepared, task = None, None
+        for lr in grid.lrs:
+            for seed in grid.seeds:
+                position += 1
+                label = f"[{position}/{grid.runs}] {spec.task}/{spec.name} lr={lr_key(lr)} seed={seed}"
+                if (lr, seed) not in pending[spec.name]:
+                    progress(f"{label}: finished earlier, skipped")
+                    continue
+                if prepared is None:
+                    task, prepared = _prepare(spec, backbone, cfg, splits.pop(spec.name), progress)
+                progress(f"{label}: fine-tuning ({len(prepared.train)} examples, at most {grid.max_steps} steps)")
+                record = run_one(task, backbone, prepared, lr=lr, seed=seed, cfg=cfg)
+                record.update(model=load.source, model_name=name, mode=backbone.mode, fingerprint=expected)
+                write_json_atomic(run_dir(results_dir, spec, lr, seed) / "results.json", record)
+                progress(f"{label}: validation {record['validation']['score']:.2f}, test "
+                         f"{record['test']['score']:.2f} {spec.metric} ({record['wall_time_s']:.0f} s, "
+                         f"{record['train_examples_per_s']:.1f} train examples/s)")
+    return write_summary(results_dir, model=load.source, model_name=name, profile=cfg.profile, expected=expected)
+
+
+def _prepare(spec: DatasetSpec, backbone, cfg: EvalConfig, splits: dict, progress):
+    """Tokenise the dataset once for all its runs."""
+    length = min(cfg.max_length or spec.max_length or cfg.grid().max_length, backbone.max_positions)
+    task = task_class(spec.task)(spec, backbone.tokenizer, length, qa_stride=int(cfg.qa_stride))
+    started = time.perf_counter()
+    prepared = task.prepare(splits)
+    progress(f"tokenised {spec.name} once for all runs (max length {length}, {time.perf_counter() - started:.1f} s)")
+    return task, prepared
+
+
+def run_one(task, backbone, prepared, *, lr: float, seed: int, cfg: EvalConfig) -> dict:
+    """One fine-tuning run and its validation and test scores (0-100), with per-example scores."""
+    from hf_encoderize.evaluation.base import finetune
+
+    grid = cfg.grid()
+    random.seed(seed)
+    torch.manual_seed(seed)  # head initialisation, dropout and batch order all follow the seed
+    head = task.make_head(backbone.hidden_size)
+    started = time.perf_counter()
+    facts = finetune(task, backbone, head, prepared.train, lr=lr, seed=seed, max_steps=grid.max_steps,
+                     batch_size=grid.batch_size, warmup_ratio=float(cfg.warmup_ratio))
+    train_time = time.perf_counter() - started
+    validation = task.evaluate(backbone, backbone.model, head, prepared.validation)
+    test = task.evaluate(backbone, backbone.model, head, prepared.test)
+    return {
+        "task": task.name, "dataset": task.spec.name, "metric": task.spec.metric, "lr": lr_key(lr), "seed": seed,
+        "protocol": cfg.protocol(), "note": task.spec.note, **facts,
+        "validation": {"score": validation.score, **validation.extra},
+        "test": {"score": test.score, **test.extra},
+        "train_time_s": round(train_time, 3), "wall_time_s": round(time.perf_counter() - started, 3),
+        "train_examples_per_s": facts["train_examples"] / max(train_time, 1e-9),
+        "device": str(backbone.device), "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "per_example": {"validation": validation.per_example, "test": test.per_example},
+    }
