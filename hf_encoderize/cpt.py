@@ -105,7 +105,8 @@ def _setup(load: LoadConfig, data: DataConfig, train: TrainConfig, adapter: Adap
 def held_out_batches(documents, tokenizer, data: DataConfig, batch_size: int) -> list:
     """The first `eval_documents` documents, packed and collated: the held-out set, never trained on."""
     eval_packer = Packer(tokenizer, data.seq_len, data.pack)
-    eval_rows = list(eval_packer.rows(itertools.islice(iter(documents), data.eval_documents), flush=True))
+    rows = eval_packer.rows(itertools.islice(iter(documents), data.eval_documents), flush=True)
+    eval_rows = list(itertools.islice(rows, data.eval_max_rows))
     return [collate(eval_rows[i : i + batch_size]) for i in range(0, len(eval_rows), batch_size)]
 
 

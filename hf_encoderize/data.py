@@ -46,6 +46,9 @@ class DataConfig:
     """Pack several documents per row (isolated from each other); False pads one document per row."""
     eval_documents: int = 64
     """The first N documents are held out for evaluation and never trained on."""
+    eval_max_rows: int = 64
+    """At most this many packed rows of the held-out documents are evaluated (long documents would otherwise make
+    every evaluation cost more than the training between two of them)."""
     streaming: bool = True
     """Stream Hub datasets instead of downloading them first."""
 
@@ -54,6 +57,8 @@ class DataConfig:
             raise EncoderizeError(f"--seq-len must be at least 8, got {self.seq_len}")
         if int(self.eval_documents) < 0:
             raise EncoderizeError("--eval-documents must be 0 or more")
+        if int(self.eval_max_rows) < 1:
+            raise EncoderizeError("--eval-max-rows must be at least 1")
 
 
 def _local_files(spec: str) -> list[str]:
