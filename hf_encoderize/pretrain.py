@@ -235,6 +235,8 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
     if accelerator.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / SCHEDULE_FILE).write_text(json.dumps(_schedule_record(spec, phases, facts, train), indent=2))
+        if resume_from is not None and resume_from == branch_point:
+            _inherit_metrics(branch_point, output_dir)
     if trackers:
         accelerator.init_trackers(output_dir.name, config=_flat(record))
     monitor = TrainingMonitor(accelerator, output_dir, train.steps, start_step=step, show=train.progress)
@@ -344,6 +346,14 @@ def _at_switch(run, monitor, step: int) -> None:
         monitor.evaluation(step, _evaluate(run))
     save_checkpoint(run.accelerator, run.output_dir, step, run.packer, run.generator, run.train.keep_last,
                     folder="switch")
+
+
+def _inherit_metrics(checkpoint: Path, output_dir: Path) -> None:
+    """A branch starts with the source run's metrics (the monitor drops those past the branch step), so its
+    metrics.jsonl, loss curve and tokens seen read like the unbroken run's."""
+    source = checkpoint.parent.parent / "metrics.jsonl"
+    if source.is_file():
+        (output_dir / "metrics.jsonl").write_text(source.read_text())
 
 
 def _no_adapter():
