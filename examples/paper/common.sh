@@ -29,7 +29,9 @@ pretrain() {
   local name="$1" schedule="$2" steps="$3" from="${4:-}" out="$RUNS/$SIZE/$1"
   [ -f "$out/encoder/config.json" ] && { echo "done: $out"; return; }
   local extra=()
-  if [ -d "$out/checkpoints" ]; then extra+=(--resume); elif [ -n "$from" ]; then extra+=(--from-checkpoint "$from"); fi
+  if [ -d "$out/checkpoints" ]; then extra+=(--resume); elif [ -d "$out" ]; then extra+=(--overwrite); fi
+  # A run killed before its first checkpoint starts over; a branch keeps its branch point either way.
+  [ -n "$from" ] && [ ! -d "$out/checkpoints" ] && extra+=(--from-checkpoint "$from")
   # shellcheck disable=SC2046
   $LAUNCH pretrain --model-config "$SIZE" $(common_flags) --schedule "$schedule" --steps "$steps" \
     --decay-fraction "$(python3 -c "print(2000 / $steps)")" --output-dir "$out" "${extra[@]}"

@@ -10,7 +10,8 @@ for base in clm-42000 mlm-42000; do
   for steps in 2000 12000 22000; do
     out="$RUNS/$SIZE/cpt-${base}-${steps}"
     [ -f "$out/encoder/config.json" ] && { echo "done: $out"; continue; }
-    extra=(); [ -d "$out/checkpoints" ] && extra+=(--resume)
+    extra=()
+    if [ -d "$out/checkpoints" ]; then extra+=(--resume); elif [ -d "$out" ]; then extra+=(--overwrite); fi
     $LAUNCH cpt "$RUNS/$SIZE/$base/encoder" --seq-len 2048 --batch-size "$BATCH" --grad-accum "$ACCUM" --lr "$LR" \
       --mask-ratio "$MASK" --steps "$steps" --eval-every 1000 --save-every 500 "${DATA[@]}" --output-dir "$out" \
       "${extra[@]}"
