@@ -9,7 +9,7 @@ The run is a list of phases (`objectives.parse_schedule`): `clm:1.0`, `mlm:1.0`,
 - at the switch the attention goes causal -> bidirectional (`bidirectional.make_bidirectional`, then the behavioural
   probe) and the labels go next-token -> masked tokens; the state at the switch is saved under `switch/`, never pruned;
 - `from_checkpoint` branches a new split from any checkpoint of an earlier pretrain run whose schedule agrees up to
-  that step, the way the paper reused its CLM checkpoints (section 2, "Training runs"); the data, masking and
+  that step, the way the paper reused its CLM checkpoints (section 2, "Experimental scale"); the data, masking and
   learning-rate settings must match (`pretrain_schedule.json` next to the checkpoints records them).
 
 Before anything is built, the training memory is estimated from the config and a run that cannot fit is refused.
@@ -72,6 +72,9 @@ class PretrainConfig:
         if not self.tokenizer:
             raise EncoderizeError("pass --tokenizer: a tokenizer folder or Hub id (the paper uses Llama-3's)")
         parse_schedule(self.schedule, 10**9)  # names, order and shares; step counts are checked against --steps
+        from hf_encoderize.loading import LoadConfig
+
+        LoadConfig("-", attn_implementation=self.attn_implementation)  # the same one-line refusal as cpt's
         if self.from_checkpoint and not (Path(self.from_checkpoint) / "trainer_state.json").is_file():
             raise EncoderizeError(f"--from-checkpoint {self.from_checkpoint!r} is not a checkpoint folder; "
                                   "pass OUT/switch/step-N or OUT/checkpoints/step-N of an earlier pretrain run")

@@ -22,7 +22,7 @@ common_flags() {
 }
 
 # pretrain NAME SCHEDULE STEPS [CHECKPOINT]: one PFS cell. The decay always spans the final 2,000 steps (section 2,
-# "Training runs": decay only during the final 2,000 steps), so --decay-fraction is 2000/STEPS. With CHECKPOINT the
+# "Experimental scale": decay only during the final 2,000 steps), so --decay-fraction is 2000/STEPS. With CHECKPOINT the
 # run branches from an undecayed checkpoint instead of redoing the shared prefix; `pretrain` refuses a checkpoint
 # whose schedule, data or learning rate differ. A finished cell (encoder/ present) is skipped; a killed one resumes.
 pretrain() {
