@@ -113,6 +113,27 @@ def test_branches_equal_the_unbroken_run(tiny, unbroken, tmp_path):
     assert not torch.allclose(clm_only["model.norm.weight"], expected["model.norm.weight"])
 
 
+def test_resume_inside_the_mlm_phase_equals_the_unbroken_run(tiny, unbroken, tmp_path, monkeypatch):
+    real_step, calls = cpt_module.train_step, []
+
+    def dies_at_step_ten(run):
+        calls.append(run.task)
+        if len(calls) == 10:
+            raise KeyboardInterrupt  # after the step-8 checkpoint, two steps into the MLM phase
+        return real_step(run)
+
+    monkeypatch.setattr(cpt_module, "train_step", dies_at_step_ten)
+    settings = dict(steps=12, warmup_steps=4, decay_fraction=0.2, save_every=4)
+    with pytest.raises(KeyboardInterrupt):
+        _run(tiny, tmp_path / "run", **settings)
+    monkeypatch.setattr(cpt_module, "train_step", real_step)
+    _run(tiny, tmp_path / "run", resume=True, **settings)  # rebuilt causal, switched again on entering MLM
+    expected = load_file(unbroken[0] / "encoder" / "model.safetensors")
+    resumed = load_file(tmp_path / "run" / "encoder" / "model.safetensors")
+    for name, tensor in expected.items():
+        torch.testing.assert_close(resumed[name], tensor, msg=name)
+
+
 def test_bad_input_is_one_line(tiny, unbroken, tmp_path, capsys, monkeypatch):
     import hf_encoderize.pretrain as pretrain_module
 
