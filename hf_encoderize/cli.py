@@ -318,7 +318,7 @@ def _compare_parser(sub) -> None:
 
 
 def _run_compare(args, yaml_values) -> int:
-    from hf_encoderize.evaluation import compare
+    from hf_encoderize.evaluation.compare import compare
 
     written = compare(args.results_dirs, args.output_dir or yaml_values.get("output_dir") or "comparison")
     print(written["table"], end="")

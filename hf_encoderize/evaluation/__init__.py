@@ -15,7 +15,9 @@ From Python:
 
 from hf_encoderize.evaluation.config import EvalConfig
 
-__all__ = ["EvalConfig", "evaluate", "compare"]
+# `compare` stays in its module (`from hf_encoderize.evaluation.compare import compare`): a package attribute of the
+# same name would be replaced by the submodule as soon as it is imported.
+__all__ = ["EvalConfig", "evaluate"]
 
 
 def __getattr__(name: str):
@@ -24,8 +26,4 @@ def __getattr__(name: str):
         from hf_encoderize.evaluation.grid import evaluate
 
         return evaluate
-    if name == "compare":
-        from hf_encoderize.evaluation.compare import compare
-
-        return compare
     raise AttributeError(f"module 'hf_encoderize.evaluation' has no attribute {name!r}")

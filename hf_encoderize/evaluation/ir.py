@@ -12,6 +12,7 @@ import math
 
 import torch
 
+from hf_encoderize.errors import EncoderizeError
 from hf_encoderize.evaluation.base import Prepared, Scores, Task, mean_pool, pad, sorted_batches, to_device
 
 
@@ -46,7 +47,9 @@ class Retrieval(Task):
 
     def pairs(self, rows: list[dict]) -> list[dict]:
         """(query, first positive document) training pairs."""
-        rows = [row for row in rows if any(doc["grade"] > 0 for doc in row["docs"])]
+        rows = [row for row in rows if any(doc["grade"] > 0 for doc in row["docs"])]  # nothing to learn from
+        if not rows:
+            raise EncoderizeError(f"{self.spec.name}: no training query has a relevant document; check the data")
         positives = [max(row["docs"], key=lambda d: d["grade"])["text"] for row in rows]
         queries, docs = self._ids([row["query"] for row in rows]), self._ids(positives)
         return [{"query": q, "doc": d} for q, d in zip(queries, docs, strict=True)]
@@ -54,6 +57,8 @@ class Retrieval(Task):
     def eval_set(self, rows: list[dict]) -> dict:
         """Queries with a relevant document, the corpus of all their labelled documents, and the grades."""
         rows = [row for row in rows if any(doc["grade"] > 0 for doc in row["docs"])]
+        if not rows:
+            raise EncoderizeError(f"{self.spec.name}: no evaluation query has a relevant document; check the data")
         corpus = {}
         for row in rows:
             for doc in row["docs"]:

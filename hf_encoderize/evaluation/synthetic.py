@@ -40,7 +40,7 @@ _REVIEW_TEMPLATES = [
 
 PERSONS = [
     "john smith", "mary johnson", "james brown", "linda davis", "robert miller", "susan wilson", "michael moore",
-    "karen taylor", "david anderson", "nancy thomas", "william jackson", "lisa white", "richard harris", "emma clark",
+    "karen lopez", "david anderson", "nancy thomas", "william jackson", "lisa white", "richard harris", "emma clark",
     "george lewis", "anna walker", "peter hall", "sarah young", "paul king", "laura wright",
     "barack obama", "angela merkel", "elvis presley", "albert einstein", "pablo picasso", "taylor swift",
     "vladimir putin", "oprah winfrey", "charles darwin", "isaac newton", "mozart", "shakespeare",
