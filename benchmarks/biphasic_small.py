@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import json
 import os
 import random
+import sys
 import sysconfig
 import time
 from pathlib import Path
@@ -143,10 +145,11 @@ def main() -> None:
         branch = None
         if 0 < clm_share < 1:  # the CLM prefix is the CLM-only run's first clm_share of steps: branch from it
             branch = str(clm_run / f"step-{round(clm_share * args.steps):07d}")
-        results[schedule] = run_split(args, work, schedule, branch)
-        if args.smoke_eval:
-            encoder = Path(results[schedule]["encoder"])
-            results[schedule]["smoke_eval"] = smoke_eval(str(encoder), work / "eval" / encoder.parent.name)
+        with contextlib.redirect_stdout(sys.stderr):  # progress lines to stderr: stdout is the JSON alone
+            results[schedule] = run_split(args, work, schedule, branch)
+            if args.smoke_eval:
+                encoder = Path(results[schedule]["encoder"])
+                results[schedule]["smoke_eval"] = smoke_eval(str(encoder), work / "eval" / encoder.parent.name)
     settings = {k: v for k, v in vars(args).items() if k != "out"}
     print(json.dumps({"settings": {**settings, "corpus_documents": documents, "vocab": len(tokenizer)},
                       "splits": results}, indent=1))
