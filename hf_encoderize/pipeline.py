@@ -134,17 +134,24 @@ def card_kept(out: Path) -> str | None:
 
 
 def stage_card(out: Path, run_cfg: RunConfig) -> str:
+    """The encoder-vs-base comparison (eval/comparison.md and .png, pushed as plots), then the card."""
     from hf_encoderize.card import CardConfig, write_card
 
+    if run_cfg.eval_profile != "none":
+        comparison(out)
     return f"card: {write_card(CardConfig(str(out), base_model_id=run_cfg.base_model_id))}"
 
 
 def files_fingerprint(files: list[Path]) -> str:
-    """Changes when any pushed file changes (path, size and modification time)."""
+    """Changes when a pushed file changes: content for small files (a regenerated but identical card counts as
+    unchanged), size and modification time for weights."""
     digest = hashlib.sha256()
     for path in sorted(files):
         stat = path.stat()
-        digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+        if stat.st_size < 10_000_000:
+            digest.update(f"{path}:".encode() + hashlib.sha256(path.read_bytes()).digest())
+        else:
+            digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()
 
 
@@ -239,7 +246,8 @@ def run(load, data, masking, train, adapter, run_cfg: RunConfig, hub) -> dict:
         banner(index, len(stages), stage.title, f"{skipped}, skipped" if skipped else "")
         if not skipped and (note := stage.action()):
             print(note, flush=True)
-    table = comparison(out) if run_cfg.eval_profile != "none" else None
+    table_file = out / "eval" / "comparison.md"
+    table = table_file.read_text().split("\n\n", 2)[-1] if table_file.is_file() else None  # after its header
     return report(out, table, hub.push_to_hub, time.time() - started)
 
 

