@@ -294,20 +294,29 @@ def _run_quickstart(args, yaml_values) -> int:
 
 def _eval_parser(sub) -> None:
     from hf_encoderize.evaluation.config import EvalConfig
+    from hf_encoderize.hub import HubConfig
     from hf_encoderize.loading import LoadConfig
 
     parser = sub.add_parser("eval", help="fine-tune and score a model on the paper's SC/TC/QA/IR suite")
     add_dataclass_args(parser, LoadConfig, positional=("source",))
     add_dataclass_args(parser, EvalConfig)
+    add_dataclass_args(parser, HubConfig)
 
 
 def _run_eval(args, yaml_values) -> int:
     from hf_encoderize.evaluation import EvalConfig, evaluate
     from hf_encoderize.evaluation.summary import render_markdown
+    from hf_encoderize.hub import eval_push_target, push_eval
     from hf_encoderize.loading import LoadConfig
 
-    summary = evaluate(build_config(LoadConfig, args, yaml_values), build_config(EvalConfig, args, yaml_values))
+    load, config = build_config(LoadConfig, args, yaml_values), build_config(EvalConfig, args, yaml_values)
+    hub = _hub_config(args, yaml_values)
+    target = eval_push_target(load.source) if hub.push_to_hub else None  # a Hub model fails before fine-tuning
+    summary = evaluate(load, config)
     print(render_markdown(summary), end="")
+    if target is not None:
+        files = push_eval(target, f"{config.output_dir}/{summary['model_name']}", hub)
+        print(f"pushed {len(files)} files to {hub.push_to_hub}", flush=True)
     return 0
 
 

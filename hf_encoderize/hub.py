@@ -249,37 +249,63 @@ class _hub_errors:
 # ------------------------------------------------------------------------------------------------ encoder runs
 
 
-def encoder_upload(out_dir: str | os.PathLike, repo_id: str) -> tuple[Path, dict]:
+def encoder_upload(out_dir: str | os.PathLike, repo_id: str, card_config=None) -> tuple[Path, dict]:
     """(encoder folder, extra files) for pushing a run: the card re-rendered for `repo_id` and the run's plots.
 
     A card hf-encoderize wrote is regenerated in memory (its snippets then load `repo_id`); a hand-written README.md
-    is pushed as it is. The local README.md is not modified.
+    is pushed as it is. The local README.md is not modified. `card_config` carries card options (e.g. the results
+    folder of an `eval` run elsewhere); its plots are pushed too.
     """
+    from dataclasses import replace
+
     from hf_encoderize import card
 
+    config = replace(card_config or card.CardConfig(str(out_dir)), repo_id=repo_id)
     encoder = card.find_encoder_dir(out_dir)
     extra: dict[str, Path | bytes] = {}
     if card.is_generated_card(encoder / "README.md"):
-        facts = card.gather_facts(card.CardConfig(str(out_dir), repo_id=repo_id))
-        extra["README.md"] = card.render_card(facts).encode()
+        extra["README.md"] = card.render_card(card.gather_facts(config)).encode()
     if encoder != Path(out_dir):
         extra.update({f"plots/{p}": Path(out_dir) / p for p in card.plot_files(Path(out_dir))})
+    for results in filter(None, (config.results_dir, config.base_results_dir)):
+        extra.update({f"plots/eval/{Path(results).name}/{p.name}": p for p in sorted(Path(results).glob("*.png"))})
     return encoder, extra
 
 
-def push(config: PushConfig) -> list[str]:
+def push(config: PushConfig, card_config=None) -> list[str]:
     """`hf-encoderize push OUT_DIR REPO_ID`: the encoder folder, its card and the run's plots, in one commit."""
-    encoder, extra = encoder_upload(config.output_dir, config.repo_id)
+    encoder, extra = encoder_upload(config.output_dir, config.repo_id, card_config)
     return push_folder(encoder, config.repo_id, private=config.private, revision=config.revision,
                        commit_message=config.commit_message, create_pr=config.create_pr, dry_run=config.dry_run,
                        extra_files=extra)
 
 
-def push_after(out_dir: str | os.PathLike, hub: HubConfig) -> list[str]:
+def push_after(out_dir: str | os.PathLike, hub: HubConfig, card_config=None) -> list[str]:
     """`--push-to-hub` of cpt/eval/run: (re)write the local card, then push. Returns the uploaded repo paths."""
     from hf_encoderize.card import CardConfig, find_encoder_dir, is_generated_card, write_card
 
+    card_config = card_config or CardConfig(str(out_dir))
     if is_generated_card(find_encoder_dir(out_dir) / "README.md"):  # a hand-written card is pushed as it is
-        write_card(CardConfig(str(out_dir)))
+        write_card(card_config)
     return push(PushConfig(str(out_dir), hub.push_to_hub, private=hub.hub_private, revision=hub.hub_revision,
-                           commit_message=hub.hub_commit_message, create_pr=hub.hub_create_pr))
+                           commit_message=hub.hub_commit_message, create_pr=hub.hub_create_pr), card_config)
+
+
+def eval_push_target(source: str) -> Path:
+    """The folder `eval --push-to-hub` pushes: the cpt run folder of an OUT/encoder, else the encoder folder itself.
+    A one-line error (before any fine-tuning) when MODEL is not a local encoder."""
+    from hf_encoderize.card import find_encoder_dir
+
+    path = Path(source)
+    if not (path / "config.json").is_file():
+        raise EncoderizeError(f"--push-to-hub needs MODEL to be a local encoder folder (cpt/convert output), "
+                              f"not {source!r}")
+    encoder = find_encoder_dir(path)
+    return encoder.parent if (encoder.parent / "run_record.json").is_file() else encoder
+
+
+def push_eval(target: Path, results_dir: str, hub: HubConfig) -> list[str]:
+    """`eval --push-to-hub`: the card with this evaluation's results, then the push."""
+    from hf_encoderize.card import CardConfig
+
+    return push_after(target, hub, CardConfig(str(target), results_dir=results_dir))

