@@ -22,6 +22,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -184,8 +185,6 @@ def stage_push(out: Path, hub) -> str:
 
 
 def _hub_url() -> str:
-    import os
-
     from huggingface_hub import constants
 
     return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
@@ -238,6 +237,9 @@ def eval_stage(load, name: str, causal: bool, run_cfg: RunConfig, out: Path) -> 
 def run(load, data, masking, train, adapter, run_cfg: RunConfig, hub) -> dict:
     """cpt -> eval (encoder, then base) -> card -> push in one folder, skipping finished stages; returns where
     everything is."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # the eval and push stages would run once per process
+        raise EncoderizeError("run is single-process: launch `cpt` with accelerate/torchrun, then the same `run` "
+                              "command picks up the finished cpt")
     train.output_dir = train.output_dir or default_output_dir(load)
     out, started = Path(train.output_dir), time.time()
     stages = plan(load, data, masking, train, adapter, run_cfg, hub, out)
