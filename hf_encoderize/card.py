@@ -109,6 +109,11 @@ class CardFacts:
     plots: list[str] = field(default_factory=list)
     """Repo paths of plots pushed next to the card (shown only in a pushed card)."""
 
+    @property
+    def pretrained(self) -> bool:
+        """Trained from random weights by `pretrain` (no base model), not converted from a decoder."""
+        return (self.run or {}).get("command") == "pretrain"
+
 
 # ------------------------------------------------------------------------------------------------ gathering facts
 
@@ -143,11 +148,13 @@ def gather_facts(config: CardConfig) -> CardFacts:
     model_config = _read_json(encoder / "config.json") or {}
     meta = model_config.get("hf_encoderize", {})
     run = _read_json(run_dir / "run_record.json")
-    source = (run or meta).get("base_model") or meta.get("base_model") or "unknown"
+    pretrained = (run or {}).get("command") == "pretrain"  # from random weights: there is no base model
+    source = (run or meta).get("base_model") or meta.get("base_model") \
+        or (f"random init from {run.get('model_config')}" if pretrained else "unknown")
     revision, gguf_file = (run or meta).get("revision"), (run or meta).get("gguf_file")
     previous = _previous_metadata(encoder / "README.md")  # what an earlier `card --base-model-id/--license` set
     base_id = config.base_model_id or previous.get("base_model") or (source if _looks_like_hub_id(source) else None)
-    license_id, language = _base_license(source, gguf_file, base_id, revision)
+    license_id, language = (None, None) if pretrained else _base_license(source, gguf_file, base_id, revision)
     license_id, language = config.license or previous.get("license") or license_id, language or previous.get("language")
     text = model_config.get("text_config", model_config)
     st_config = _read_json(encoder / "sentence_bert_config.json") or {}
@@ -384,10 +391,23 @@ def done_rows(facts: CardFacts) -> list[tuple[str, str]]:
     enc, tokens = facts.encoderize, facts.encoderize.get("tokens") or {}
     base = f"[{facts.base_model_id}](https://huggingface.co/{facts.base_model_id})" if facts.base_model_id \
         else f"`{facts.base_model}`"
-    rows = [("Base model", base + (f" at revision `{facts.base_revision}`" if facts.base_revision else "")
-             + (f", GGUF file `{facts.gguf_file}` (de-quantised)" if facts.gguf_file else "")),
-            ("Parameters", f"{_thousands(facts.num_parameters)} ({facts.model_type}, hidden size {facts.hidden_size})")]
-    if facts.native_encoder:
+    if facts.pretrained:
+        run = facts.run
+        rows = [("Base model", f"none: pretrained from random weights (model config `{run.get('model_config')}`, "
+                               f"tokenizer `{run.get('tokenizer')}`)")]
+    else:
+        rows = [("Base model", base + (f" at revision `{facts.base_revision}`" if facts.base_revision else "")
+                 + (f", GGUF file `{facts.gguf_file}` (de-quantised)" if facts.gguf_file else ""))]
+    rows.append(("Parameters", f"{_thousands(facts.num_parameters)} ({facts.model_type}, "
+                               f"hidden size {facts.hidden_size})"))
+    if facts.pretrained:
+        switch = facts.run.get("switch_step")
+        rows.append(("Attention", "bidirectional from the first step (MLM only)" if facts.run.get("objective") == "mlm"
+                     else f"causal during CLM, switched to bidirectional at step {_thousands(switch)} "
+                          f"({enc.get('modules_patched', 0)} attention modules patched, checked by the probe)"
+                     if switch is not None else "causal throughout training (CLM only), made bidirectional for "
+                     "the saved encoder"))
+    elif facts.native_encoder:
         rows.append(("Attention", "already bidirectional (a native encoder): no patch"))
     else:
         rows.append(("Attention patch", f"causal mask removed under `{enc.get('attn_implementation')}`: config "
@@ -402,7 +422,8 @@ def done_rows(facts: CardFacts) -> list[tuple[str, str]]:
 def _training_rows(run: dict) -> list[tuple[str, str]]:
     data, lora, hardware = run.get("data") or {}, run.get("lora"), run.get("hardware") or {}
     source = data.get("data_files") or " ".join(filter(None, [data.get("dataset"), data.get("dataset_config")]))
-    objective = {"mlm": "MLM", "mntp": "MNTP (masked next-token prediction, LLM2Vec)"}.get(run.get("objective"), "?")
+    objective = {"mlm": "MLM", "mntp": "MNTP (masked next-token prediction, LLM2Vec)"}.get(run.get("objective")) \
+        or _phases_text(run)
     replacement = "BERT 80/10/10" if run.get("replacement") == "bert" else "every masked token becomes the mask token"
     adapters = "none (all weights trained)" if not lora else \
         f"LoRA r={lora.get('r')}, alpha={lora.get('alpha')}, targets {lora.get('targets')}, merged into the weights"
@@ -425,6 +446,21 @@ def _training_rows(run: dict) -> list[tuple[str, str]]:
         ("Held-out MLM loss / masked-token accuracy", f"{_score(run.get('eval_loss'))} / "
          + ("n/a" if accuracy is None else f"{accuracy:.1%}")),
     ]
+
+
+def _phases_text(run: dict) -> str:
+    """A pretrain run's schedule in words, e.g. "CLM for steps 0-750, then MLM for steps 750-1,000" (from
+    `run_record.json`'s `phases`, the schedule string `clm:0.75,mlm:0.25`); the raw objective string otherwise."""
+    schedule, steps = run.get("phases"), run.get("steps")
+    if not isinstance(schedule, str) or not isinstance(steps, int):
+        return str(run.get("objective") or "unknown")
+    from hf_encoderize.objectives import parse_schedule
+
+    try:
+        phases = parse_schedule(schedule, steps)
+    except EncoderizeError:
+        return schedule
+    return ", then ".join(f"{p.objective.upper()} for steps {_thousands(p.start)}-{_thousands(p.end)}" for p in phases)
 
 
 def _score(value, ci=None) -> str:

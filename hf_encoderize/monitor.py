@@ -46,7 +46,8 @@ def utc_now() -> str:
 class TrainingMonitor:
     """Progress bar + metrics JSONL + trackers for one run. Call `step()` after every optimizer step."""
 
-    def __init__(self, accelerator, output_dir: Path, total_steps: int, start_step: int = 0, show: bool = True):
+    def __init__(self, accelerator, output_dir: Path, total_steps: int, start_step: int = 0, show: bool = True,
+                 label: str = "cpt"):
         self.accelerator, self.total_steps, self.start_step = accelerator, total_steps, start_step
         self.main = accelerator.is_main_process
         self.path = Path(output_dir) / "metrics.jsonl"
@@ -59,7 +60,7 @@ class TrainingMonitor:
                 from tqdm.auto import tqdm
 
                 # Off a terminal (CI logs, nohup) a redraw every 30 s keeps the log readable.
-                self.bar = tqdm(total=total_steps, initial=start_step, desc="cpt", dynamic_ncols=True,
+                self.bar = tqdm(total=total_steps, initial=start_step, desc=label, dynamic_ncols=True,
                                 mininterval=0.5 if sys.stderr.isatty() else 30.0)
 
     def step(self, step: int, *, loss: float, accuracy: float, lr: float, tokens: int, grad_norm: float,

@@ -242,7 +242,8 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
             _inherit_metrics(branch_point, output_dir)
     if trackers:
         accelerator.init_trackers(output_dir.name, config=_flat(record))
-    monitor = TrainingMonitor(accelerator, output_dir, train.steps, start_step=step, show=train.progress)
+    monitor = TrainingMonitor(accelerator, output_dir, train.steps, start_step=step, show=train.progress,
+                              label="pretrain")
     history, started, counts = [], time.time(), None
     for phase in phases:
         if step >= phase.end:
@@ -340,7 +341,8 @@ def _report(model, counts: tuple[int, int], tokens):
 
 
 def _at_switch(run, monitor, step: int) -> None:
-    """Score the phase that just ended on the held-out rows, then save the state others branch from."""
+    """Score the phase that just ended on the held-out rows (always, --eval-every 0 included: the end of a phase is
+    an end, and the branch point's score is what a split comparison reads), then save the state others branch from."""
     from hf_encoderize.train import save_checkpoint
 
     if run.eval_batches:

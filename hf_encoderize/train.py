@@ -58,7 +58,7 @@ class TrainConfig:
     keep_last: int = 2
     """Checkpoints to keep."""
     eval_every: int = 500
-    """Evaluate on the held-out documents every N steps (0: only at the end)."""
+    """Evaluate on the held-out documents every N steps (0: only at the end, and in `pretrain` at each phase switch)."""
     log_every: int = 10
     """Print the training loss every N steps."""
     resume: bool = False

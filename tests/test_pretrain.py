@@ -181,3 +181,18 @@ def test_paper_configs_match_appendix_a():
         assert config.rope_parameters["rope_theta"] == 10000.0 and config.tie_word_embeddings
         memory = estimate_memory(config, DataConfig(seq_len=2048), TrainConfig(batch_size=12), mixed_precision=True)
         assert memory["parameters"] // 10**6 == millions
+
+
+def test_card_of_a_pretrain_run_describes_the_schedule(unbroken):
+    from hf_encoderize.card import CardConfig, write_card
+
+    out, _, _ = unbroken
+    text = " ".join(write_card(CardConfig(str(out))).read_text().split())  # line breaks as spaces
+    assert "pretrained from random weights" in text and "`clm:0.5,mlm:0.5` over 12 steps" in text
+    assert "switch to bidirectional attention and masked language modelling at step 6" in text
+    assert "| Objective | CLM for steps 0-6, then MLM for steps 6-12, mask ratio 40%" in text
+    assert "causal during CLM, switched to bidirectional at step 6" in text
+    assert "unknown" not in text and "| Objective | ?" not in text
+    from huggingface_hub import ModelCard
+
+    assert "base_model" not in ModelCard.load(out / "encoder" / "README.md").data.to_dict()
