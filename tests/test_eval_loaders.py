@@ -103,6 +103,32 @@ def test_nq_and_mldr_are_evaluated_after_training_on_msmarco():
     assert DATASETS["mldr"].max_length == 2048
 
 
+def test_mldr_reads_the_raw_files_its_loading_script_reads(tmp_path, monkeypatch):
+    """Shitao/MLDR ships MLDR.py, which `datasets` >= 4 will not run; we read mldr-v1.0-en/<split>.jsonl.gz with the
+    json builder. The hf:// path is redirected to gzipped copies of the fixtures, so the real builder and converter
+    run (no network)."""
+    import gzip
+
+    import datasets
+
+    folder = tmp_path / "mldr-v1.0-en"
+    folder.mkdir()
+    for split in ("dev", "test"):
+        raw = (Path(FIXTURES) / "mldr" / f"{split}.jsonl").read_bytes()
+        (folder / f"{split}.jsonl.gz").write_bytes(gzip.compress(raw))
+    real, seen = datasets.load_dataset, []
+
+    def local(path, *args, data_files=None, **kwargs):
+        seen.append((path, data_files))
+        return real(path, *args, data_files=data_files.replace("hf://datasets/Shitao/MLDR@main", str(tmp_path)),
+                    **kwargs)
+
+    monkeypatch.setattr(datasets, "load_dataset", local)
+    rows = read_split(DATASETS["mldr"], "test", None)
+    assert seen == [("json", "hf://datasets/Shitao/MLDR@main/mldr-v1.0-en/test.jsonl.gz")]
+    assert rows == read_split(DATASETS["mldr"], "test", FIXTURES)
+
+
 def test_a_parquet_local_copy_reads_like_jsonl(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq

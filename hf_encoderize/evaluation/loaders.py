@@ -57,6 +57,9 @@ class DatasetSpec:
     test_split: str = "validation"
     validation_split: str | None = None
     """A Hub split used as validation instead of 5% of train (MLDR's dev split)."""
+    files: str | None = None
+    """Path of one split's raw file inside the Hub repo (`{split}` filled in), read with the generic json builder:
+    for repos whose loading script `datasets` >= 4 no longer runs and whose parquet export is not guaranteed."""
     train_from: str | None = None
     """Train (and validate, unless `validation_split`) on this other dataset: NQ and MLDR train on MS MARCO."""
     label_names: tuple[str, ...] = ()
@@ -70,6 +73,8 @@ class DatasetSpec:
     def source(self) -> str:
         if self.synthetic is not None:
             return "synthetic (generated offline)"
+        if self.files:
+            return f"hf://datasets/{self.hub}/{self.files}"
         return " ".join(p for p in (self.hub, self.config, f"@{self.revision}" if self.revision else None) if p)
 
 
@@ -161,7 +166,8 @@ REAL = (
     DatasetSpec("nq", "ir", "ndcg@10", _tevatron, "Tevatron/wikipedia-nq", "default", revision=PARQUET_EXPORT,
                 train_split=None, test_split="dev", train_from="msmarco",
                 note=IR_NOTE + "; trained on MS MARCO, learning rate chosen on MS MARCO validation"),
-    DatasetSpec("mldr", "ir", "ndcg@10", _tevatron, "Shitao/MLDR", "en", revision=PARQUET_EXPORT,
+    # Shitao/MLDR is a loading-script repo (MLDR.py); the script reads mldr-v1.0-<lang>/<split>.jsonl.gz, so do we.
+    DatasetSpec("mldr", "ir", "ndcg@10", _tevatron, "Shitao/MLDR", "en", files="mldr-v1.0-en/{split}.jsonl.gz",
                 train_split=None, test_split="test", validation_split="dev", train_from="msmarco", max_length=2048,
                 note=IR_NOTE + "; trained on MS MARCO, learning rate chosen on MLDR dev"),
 )
@@ -210,7 +216,11 @@ def _read_hub(spec: DatasetSpec, split: str) -> list[dict]:
     import datasets
 
     try:
-        rows = datasets.load_dataset(spec.hub, spec.config, split=split, revision=spec.revision)
+        if spec.files:
+            where = f"hf://datasets/{spec.hub}@{spec.revision or 'main'}/{spec.files.format(split=split)}"
+            rows = datasets.load_dataset("json", data_files=where, split="train")  # the one file is one "train"
+        else:
+            rows = datasets.load_dataset(spec.hub, spec.config, split=split, revision=spec.revision)
     except Exception as err:  # datasets raises many types (ConnectionError, FileNotFoundError, RuntimeError, ...)
         offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0") or os.environ.get("HF_DATASETS_OFFLINE")
         reason = "the Hub is offline (HF_HUB_OFFLINE is set)" if offline else type(err).__name__
