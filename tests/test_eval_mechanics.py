@@ -236,3 +236,33 @@ def test_results_folder_names_come_from_the_model_source():
     assert model_name(LoadConfig("runs/smollm2-mlm/encoder"), causal=False) == "smollm2-mlm"
     assert model_name(LoadConfig("HuggingFaceTB/SmolLM2-135M"), causal=True) == "SmolLM2-135M-causal"
     assert model_name(LoadConfig("org/repo", gguf_file="model.Q4.gguf"), causal=False) == "model.Q4"
+
+
+# ------------------------------------------------------------------------------------------ shared IR training
+
+
+def test_nq_and_mldr_share_the_ms_marco_runs_and_score_as_if_trained_alone(decoder_dir, tmp_path, monkeypatch):
+    """NQ and MLDR train on MS MARCO (Appendix B): one fine-tuning run per (lr, seed) is scored on all three, and a
+    dataset scored from the shared run gets exactly what it gets when it is evaluated on its own."""
+    import hf_encoderize.evaluation.base as base
+    from hf_encoderize.evaluation import EvalConfig, evaluate
+    from hf_encoderize.loading import LoadConfig
+
+    fixtures = str(Path(__file__).parent / "fixtures" / "eval")
+    calls, real = [], base.finetune
+    monkeypatch.setattr(base, "finetune", lambda *args, **kwargs: calls.append(kwargs["lr"]) or real(*args, **kwargs))
+    settings = dict(profile="quick", lrs="1e-4,5e-4", seeds="0", max_steps=2, batch_size=4, max_length=32,
+                    data_dir=fixtures, device="cpu")
+    lines = []
+    shared = evaluate(LoadConfig(str(decoder_dir)),
+                      EvalConfig(datasets="msmarco,nq,mldr", output_dir=str(tmp_path / "a"), **settings),
+                      progress=lines.append)
+    assert calls == [1e-4, 5e-4]  # two trainings for six results
+    assert sum("one run scored on msmarco/nq/mldr" in line for line in lines) == 2
+    record = json.loads((tmp_path / "a" / "tiny-llama" / "ir" / "nq" / "lr0.0005_sd0" / "results.json").read_text())
+    assert record["trained_with"] == ["msmarco", "nq", "mldr"] and record["dataset"] == "nq"
+    alone = evaluate(LoadConfig(str(decoder_dir)),
+                     EvalConfig(datasets="nq", output_dir=str(tmp_path / "b"), **settings), progress=lines.append)
+    by_name = {r["dataset"]: r for r in shared["results"]}
+    assert len(calls) == 4 and by_name["nq"]["test_mean"] == alone["results"][0]["test_mean"]
+    assert by_name["nq"]["per_lr"] == alone["results"][0]["per_lr"]

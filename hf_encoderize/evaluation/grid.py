@@ -99,26 +99,39 @@ def evaluate(load: LoadConfig, cfg: EvalConfig, *, progress: Callable[[str], Non
     if splits and backbone is None:
         backbone = load_backbone(load, causal=cfg.causal, device=cfg.device)
     position = 0
-    for spec in specs:
-        if spec.note and spec.task == "ir":
-            progress(f"note: {spec.name}: {spec.note}")
-        prepared, task = None, None
+    for group in training_groups(specs):
+        for spec in group:
+            if spec.note and spec.task == "ir":
+                progress(f"note: {spec.name}: {spec.note}")
+        prepared: dict[str, tuple] = {}
         for lr in grid.lrs:
             for seed in grid.seeds:
-                position += 1
-                label = f"[{position}/{grid.runs}] {spec.task}/{spec.name} lr={lr_key(lr)} seed={seed}"
-                if (lr, seed) not in pending[spec.name]:
-                    progress(f"{label}: finished earlier, skipped")
+                todo = [spec for spec in group if (lr, seed) in pending[spec.name]]
+                for spec in group:
+                    if spec not in todo:
+                        position += 1
+                        progress(f"[{position}/{grid.runs}] {spec.task}/{spec.name} lr={lr_key(lr)} seed={seed}: "
+                                 "finished earlier, skipped")
+                if not todo:
                     continue
-                if prepared is None:
-                    task, prepared = _prepare(spec, backbone, cfg, splits.pop(spec.name), progress)
-                progress(f"{label}: fine-tuning ({len(prepared.train)} examples, at most {grid.max_steps} steps)")
-                record = run_one(task, backbone, prepared, lr=lr, seed=seed, cfg=cfg)
-                record.update(model=load.source, model_name=name, mode=backbone.mode, fingerprint=expected)
-                write_json_atomic(run_dir(results_dir, spec, lr, seed) / "results.json", record)
-                progress(f"{label}: validation {record['validation']['score']:.2f}, test "
-                         f"{record['test']['score']:.2f} {spec.metric} ({record['wall_time_s']:.0f} s, "
-                         f"{record['train_examples_per_s']:.1f} train examples/s)")
+                for spec in todo:
+                    if spec.name not in prepared:
+                        prepared[spec.name] = _prepare(spec, backbone, cfg, splits.pop(spec.name), progress)
+                task, data = prepared[todo[0].name]
+                names = "/".join(spec.name for spec in todo)
+                shared = f", one run scored on {names}" if len(todo) > 1 else ""
+                progress(f"[{position + 1}/{grid.runs}] {todo[0].task}/{names} lr={lr_key(lr)} seed={seed}: "
+                         f"fine-tuning ({len(data.train)} examples, at most {grid.max_steps} steps{shared})")
+                records = run_shared(task, backbone, data.train, [prepared[spec.name] for spec in todo], lr=lr,
+                                     seed=seed, cfg=cfg)
+                for spec, record in zip(todo, records, strict=True):
+                    position += 1
+                    record.update(model=load.source, model_name=name, mode=backbone.mode, fingerprint=expected)
+                    write_json_atomic(run_dir(results_dir, spec, lr, seed) / "results.json", record)
+                    progress(f"[{position}/{grid.runs}] {spec.task}/{spec.name} lr={lr_key(lr)} seed={seed}: "
+                             f"validation {record['validation']['score']:.2f}, test {record['test']['score']:.2f} "
+                             f"{spec.metric} ({record['wall_time_s']:.0f} s, {record['train_examples_per_s']:.1f} "
+                             "train examples/s)")
     return write_summary(results_dir, model=load.source, model_name=name, profile=cfg.profile, expected=expected)
 
 
@@ -132,8 +145,23 @@ def _prepare(spec: DatasetSpec, backbone, cfg: EvalConfig, splits: dict, progres
     return task, prepared
 
 
+def training_groups(specs: list[DatasetSpec]) -> list[list[DatasetSpec]]:
+    """Datasets that share their fine-tuning runs, in grid order: NQ and MLDR train on MS MARCO (Appendix B), so one
+    run per (lr, seed) on MS MARCO is scored on all three instead of training three times on the same data."""
+    groups: dict[tuple[str, str], list[DatasetSpec]] = {}
+    for spec in specs:
+        groups.setdefault((spec.task, spec.train_from or spec.name), []).append(spec)
+    return list(groups.values())
+
+
 def run_one(task, backbone, prepared, *, lr: float, seed: int, cfg: EvalConfig) -> dict:
     """One fine-tuning run and its validation and test scores (0-100), with per-example scores."""
+    return run_shared(task, backbone, prepared.train, [(task, prepared)], lr=lr, seed=seed, cfg=cfg)[0]
+
+
+def run_shared(task, backbone, train, targets: list[tuple], *, lr: float, seed: int, cfg: EvalConfig) -> list[dict]:
+    """Fine-tune once on `train` with `task`'s head and loss, then score each (task, prepared) target's validation
+    and test sets with the same weights. One record per target; training facts and time are the shared run's."""
     from hf_encoderize.evaluation.base import finetune
 
     grid = cfg.grid()
@@ -141,18 +169,23 @@ def run_one(task, backbone, prepared, *, lr: float, seed: int, cfg: EvalConfig) 
     torch.manual_seed(seed)  # head initialisation, dropout and batch order all follow the seed
     head = task.make_head(backbone.hidden_size)
     started = time.perf_counter()
-    facts = finetune(task, backbone, head, prepared.train, lr=lr, seed=seed, max_steps=grid.max_steps,
+    facts = finetune(task, backbone, head, train, lr=lr, seed=seed, max_steps=grid.max_steps,
                      batch_size=grid.batch_size, warmup_ratio=float(cfg.warmup_ratio))
     train_time = time.perf_counter() - started
-    validation = task.evaluate(backbone, backbone.model, head, prepared.validation)
-    test = task.evaluate(backbone, backbone.model, head, prepared.test)
-    return {
-        "task": task.name, "dataset": task.spec.name, "metric": task.spec.metric, "lr": lr_key(lr), "seed": seed,
-        "protocol": cfg.protocol(), "note": task.spec.note, **facts,
-        "validation": {"score": validation.score, **validation.extra},
-        "test": {"score": test.score, **test.extra},
-        "train_time_s": round(train_time, 3), "wall_time_s": round(time.perf_counter() - started, 3),
-        "train_examples_per_s": facts["train_examples"] / max(train_time, 1e-9),
-        "device": str(backbone.device), "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "per_example": {"validation": validation.per_example, "test": test.per_example},
-    }
+    records = []
+    for target, prepared in targets:
+        scored = time.perf_counter()
+        validation = target.evaluate(backbone, backbone.model, head, prepared.validation)
+        test = target.evaluate(backbone, backbone.model, head, prepared.test)
+        records.append({
+            "task": target.name, "dataset": target.spec.name, "metric": target.spec.metric, "lr": lr_key(lr),
+            "seed": seed, "protocol": cfg.protocol(), "note": target.spec.note, **facts,
+            "validation": {"score": validation.score, **validation.extra},
+            "test": {"score": test.score, **test.extra},
+            "trained_with": [t.spec.name for t, _ in targets] if len(targets) > 1 else None,
+            "train_time_s": round(train_time, 3), "wall_time_s": round(train_time + time.perf_counter() - scored, 3),
+            "train_examples_per_s": facts["train_examples"] / max(train_time, 1e-9),
+            "device": str(backbone.device), "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "per_example": {"validation": validation.per_example, "test": test.per_example},
+        })
+    return records
