@@ -175,8 +175,10 @@ def _run_cpt(args, yaml_values) -> int:
 
 
 def _pretrain_parser(sub) -> None:
+    from hf_encoderize.hub import HubConfig
+
     parser = sub.add_parser("pretrain", help="pretrain an encoder from scratch: CLM, MLM or CLM then MLM (one budget)")
-    for config_class in _pretrain_classes():
+    for config_class in (*_pretrain_classes(), HubConfig):
         add_dataclass_args(parser, config_class)
 
 
@@ -192,8 +194,11 @@ def _pretrain_classes() -> tuple:
 def _run_pretrain(args, yaml_values) -> int:
     from hf_encoderize.pretrain import pretrain
 
-    summary = pretrain(*[build_config(c, args, yaml_values) for c in _pretrain_classes()])
+    configs = [build_config(c, args, yaml_values) for c in _pretrain_classes()]
+    hub = _hub_config(args, yaml_values)
+    summary = pretrain(*configs)
     print(json.dumps({k: v for k, v in summary.items() if k != "losses"}))
+    _push_if_asked(hub, configs[3].output_dir)  # pretrain filled in the default output folder
     return 0
 
 

@@ -6,6 +6,7 @@ import json
 import pytest
 import torch
 from conftest import make_decoder, make_tokenizer
+from hub_server import fake_hub  # noqa: F401 (a fixture)
 from safetensors.torch import load_file
 
 import hf_encoderize.cpt as cpt_module
@@ -196,3 +197,16 @@ def test_card_of_a_pretrain_run_describes_the_schedule(unbroken):
     from huggingface_hub import ModelCard
 
     assert "base_model" not in ModelCard.load(out / "encoder" / "README.md").data.to_dict()
+
+
+def test_pretrain_push_to_hub_pushes_the_encoder_and_its_card(tiny, tmp_path, fake_hub):  # noqa: F811
+    out = tmp_path / "pushed"
+    assert main(["pretrain", "--model-config", str(tiny / "config.json"), "--tokenizer", str(tiny / "tokenizer"),
+                 "--data-files", str(tiny / "docs.jsonl"), "--seq-len", "32", "--eval-documents", "16",
+                 "--steps", "4", "--batch-size", "4", "--save-every", "100", "--no-progress", "--output-dir", str(out),
+                 "--push-to-hub", "someone/pretrained", "--hub-private"]) == 0
+    files = fake_hub.files("someone/pretrained")
+    assert {"model.safetensors", "config.json", "README.md"} <= set(files)
+    assert not any(name.startswith(("checkpoints/", "switch/")) for name in files)
+    card = files["README.md"].decode()
+    assert "pretrained from random weights" in card and fake_hub.repos["someone/pretrained"]["private"] is True
