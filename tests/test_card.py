@@ -126,7 +126,7 @@ def test_converted_encoder_without_run_or_eval(tmp_path):
 def test_license_from_gguf_metadata(tmp_path):
     from gguf import GGUFWriter
 
-    from hf_encoderize.card import _base_license
+    from hf_encoderize.licenses import base_license
 
     writer = GGUFWriter(str(tmp_path / "m.gguf"), "llama")
     writer.add_license("apache-2.0")
@@ -135,7 +135,7 @@ def test_license_from_gguf_metadata(tmp_path):
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    assert _base_license(str(tmp_path), "m.gguf", None, None) == ("apache-2.0", ["en", "fr"])
+    assert base_license(str(tmp_path), "m.gguf", None, None) == ("apache-2.0", ["en", "fr"])
 
 
 def test_base_comparison_only_where_evaluated(tmp_path):
