@@ -154,14 +154,10 @@ def training_groups(specs: list[DatasetSpec]) -> list[list[DatasetSpec]]:
     return list(groups.values())
 
 
-def run_one(task, backbone, prepared, *, lr: float, seed: int, cfg: EvalConfig) -> dict:
-    """One fine-tuning run and its validation and test scores (0-100), with per-example scores."""
-    return run_shared(task, backbone, prepared.train, [(task, prepared)], lr=lr, seed=seed, cfg=cfg)[0]
-
-
 def run_shared(task, backbone, train, targets: list[tuple], *, lr: float, seed: int, cfg: EvalConfig) -> list[dict]:
-    """Fine-tune once on `train` with `task`'s head and loss, then score each (task, prepared) target's validation
-    and test sets with the same weights. One record per target; training facts and time are the shared run's."""
+    """One fine-tuning run on `train` with `task`'s head and loss, then each (task, prepared) target's validation and
+    test scores (0-100, with per-example scores) from the same weights. One record per target; the training facts
+    and time are the shared run's."""
     from hf_encoderize.evaluation.base import finetune
 
     grid = cfg.grid()
