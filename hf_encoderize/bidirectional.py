@@ -62,12 +62,12 @@ def encoderize(model, tokenizer=None) -> EncoderizeReport:
 
     Works for eager, sdpa, flex_attention and flash_attention_2/3. Returns an `EncoderizeReport`.
     """
-    from hf_encoderize.loading import ENCODERIZABLE, _refusal, classify_config
+    from hf_encoderize.loading import ENCODERIZABLE, classify_config, refusal_message
     from hf_encoderize.tokens import ensure_special_tokens
 
     kind = classify_config(model.config)
     if kind not in ENCODERIZABLE:
-        raise EncoderizeError(_refusal(kind, model.config.model_type))
+        raise EncoderizeError(refusal_message(kind, model.config.model_type))
     modules, buffers = make_bidirectional(model)
     report = EncoderizeReport(
         model_type=model.config.model_type,
@@ -101,14 +101,15 @@ class ProbeResult:
         return "passed (" + ", ".join(self.checks) + ")" if self.passed else "; ".join(self.failures())
 
 
-def _hidden(output) -> torch.Tensor:
+def last_hidden_state(output) -> torch.Tensor:
+    """The final hidden states (B, T, H) of any transformers model output (or the first tuple element)."""
     hidden = getattr(output, "last_hidden_state", None)
     if hidden is None and getattr(output, "hidden_states", None) is not None:
         hidden = output.hidden_states[-1]
     return hidden if hidden is not None else output[0]
 
 
-def _base_model(model):
+def base_model_of(model):
     """The backbone that returns hidden states (LlamaModel inside LlamaForCausalLM, or the model itself)."""
     base = getattr(model, model.base_model_prefix, None) if getattr(model, "base_model_prefix", "") else None
     return base if isinstance(base, torch.nn.Module) else model
@@ -173,15 +174,15 @@ def _check_later_token(base, ids: torch.Tensor, vocab: int, tol: float) -> bool 
     later = min(ids.shape[1], int(window)) - 1
     changed = ids.clone()
     changed[:, later] = (changed[:, later] + 1) % vocab
-    first_a = _hidden(base(input_ids=ids, use_cache=False))[:, 0]
-    first_b = _hidden(base(input_ids=changed, use_cache=False))[:, 0]
+    first_a = last_hidden_state(base(input_ids=ids, use_cache=False))[:, 0]
+    first_b = last_hidden_state(base(input_ids=changed, use_cache=False))[:, 0]
     same, diff = _close(first_a, first_b, tol * 1e-2)
     return f"changing token {later} left position 0 unchanged (max diff {diff:.2e})" if same else True
 
 
 def _check_padding(base, ids: torch.Tensor, pad_id: int, tol: float) -> bool | str:
     length = ids.shape[1]
-    alone = _hidden(base(input_ids=ids, use_cache=False))
+    alone = last_hidden_state(base(input_ids=ids, use_cache=False))
     for side in ("right", "left"):
         pads = torch.full((1, 3), pad_id, dtype=ids.dtype)
         padded = torch.cat([ids, pads] if side == "right" else [pads, ids], dim=1)
@@ -191,7 +192,7 @@ def _check_padding(base, ids: torch.Tensor, pad_id: int, tol: float) -> bool | s
             mask = mask.flip(1)
         # Real tokens keep positions 0..n-1 whatever the side (left padding needs explicit position_ids).
         positions = (mask.cumsum(-1) - 1).clamp_min(0)
-        hidden = _hidden(base(input_ids=padded, attention_mask=mask, position_ids=positions, use_cache=False))
+        hidden = last_hidden_state(base(input_ids=padded, attention_mask=mask, position_ids=positions, use_cache=False))
         real = hidden[:, :length] if side == "right" else hidden[:, 3:]
         ok, diff = _close(real, alone, tol)
         if not ok:
@@ -203,9 +204,9 @@ def _check_packing(base, doc_a: torch.Tensor, doc_b: torch.Tensor, pad_id: int, 
     len_a, len_b = doc_a.shape[1], doc_b.shape[1]
     row = torch.cat([doc_a, doc_b, torch.full((1, 2), pad_id, dtype=doc_a.dtype)], dim=1)
     document_ids = document_ids_from_lengths([[len_a, len_b]], row.shape[1])
-    packed = _hidden(packed_forward(base, row, document_ids, use_cache=False))
+    packed = last_hidden_state(packed_forward(base, row, document_ids, use_cache=False))
     for name, doc, start in (("first", doc_a, 0), ("second", doc_b, len_a)):
-        alone = _hidden(base(input_ids=doc, use_cache=False))
+        alone = last_hidden_state(base(input_ids=doc, use_cache=False))
         ok, diff = _close(packed[:, start : start + doc.shape[1]], alone, tol)
         if not ok:
             return f"the {name} packed document differs from the document alone (max diff {diff:.2e}): documents leak"
@@ -219,7 +220,7 @@ def verify_bidirectional(
     """Run the three behavioural checks on `model` (a CausalLM or its backbone). Raises `NotBidirectionalError`
     naming every failed check unless `raise_on_failure=False`.
     """
-    base = _base_model(model)
+    base = base_model_of(model)
     was_training = base.training
     base.eval()
     vocab = int(getattr(model.config.get_text_config(), "vocab_size", 0) or 256)

@@ -335,7 +335,8 @@ def _finish(accelerator, objective, peft_model, adapter, tokenizer, output_dir, 
             started_at, command: str = "cpt", title: str = "MLM continued pretraining") -> None:
     """Save the encoder, draw the loss curve, write the run record (main process only)."""
     from hf_encoderize import __version__
-    from hf_encoderize.monitor import hardware_facts, plot_loss_curve, read_metrics, utc_now, write_json_atomic
+    from hf_encoderize.files import write_json_atomic
+    from hf_encoderize.monitor import hardware_facts, plot_loss_curve, read_metrics, utc_now
     from hf_encoderize.saving import save_encoder
 
     metadata = {**report.to_dict(), "base_model": facts["base_model"], "objective": facts["objective"],

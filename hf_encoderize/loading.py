@@ -95,7 +95,7 @@ def classify_config(config) -> str:
     return DECODER
 
 
-def _refusal(kind: str, model_type: str) -> str:
+def refusal_message(kind: str, model_type: str) -> str:
     if kind == ENCODER:
         return (
             f"{model_type!r} is already an encoder; it needs no attention patch: run `hf-encoderize cpt` on it directly"
@@ -122,7 +122,7 @@ def load_config(cfg: LoadConfig):
         raise EncoderizeError(_load_error_message(cfg, err)) from None
     kind = classify_config(config)
     if kind not in ENCODERIZABLE:
-        raise EncoderizeError(_refusal(kind, config.model_type))
+        raise EncoderizeError(refusal_message(kind, config.model_type))
     return config
 
 

@@ -164,10 +164,3 @@ def hardware_facts(accelerator) -> dict:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
     }
-
-
-def write_json_atomic(path: Path, payload: dict) -> None:
-    """Write then rename, so a crash never leaves a half-written record."""
-    tmp = Path(path).with_name(Path(path).name + ".partial")
-    tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    tmp.replace(path)

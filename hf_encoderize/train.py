@@ -106,14 +106,14 @@ class MLMObjective(torch.nn.Module):
         self.native_encoder = classify_config(model.config) == ENCODER
 
     def forward(self, input_ids, document_ids, labels):
-        from hf_encoderize.bidirectional import _base_model, _hidden
+        from hf_encoderize.bidirectional import base_model_of, last_hidden_state
 
         if self.native_encoder:
             # A native encoder: its MLM head has a transform before the decoder, so use the model's own loss.
             output = packed_forward(self.model, input_ids, document_ids, labels=labels)
             selected = labels != -100
             return output.loss, (output.logits.detach().argmax(-1)[selected] == labels[selected]).sum()
-        hidden = _hidden(packed_forward(_base_model(self.model), input_ids, document_ids, use_cache=False))
+        hidden = last_hidden_state(packed_forward(base_model_of(self.model), input_ids, document_ids, use_cache=False))
         return sparse_mlm_loss(hidden, self.model.get_output_embeddings(), labels, return_correct=True)
 
 

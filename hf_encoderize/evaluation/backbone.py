@@ -118,7 +118,7 @@ def _load_encoder(load: LoadConfig):
 
 
 def _load_decoder(load: LoadConfig, causal: bool):
-    from hf_encoderize.bidirectional import _base_model, encoderize
+    from hf_encoderize.bidirectional import base_model_of, encoderize
     from hf_encoderize.loading import load_decoder
     from hf_encoderize.tokens import ensure_pad_token
 
@@ -128,7 +128,7 @@ def _load_decoder(load: LoadConfig, causal: bool):
         full.config.is_causal = True
     else:
         encoderize(full, tokenizer)  # no-op on a saved encoder; patches a raw decoder
-    model = _base_model(full)
+    model = base_model_of(full)
     model.config.use_cache = False
     if causal:
         model.config.is_causal = True

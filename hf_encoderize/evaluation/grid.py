@@ -12,7 +12,6 @@ Design choices:
 from __future__ import annotations
 
 import json
-import os
 import random
 import sys
 import time
@@ -24,6 +23,7 @@ import torch
 from hf_encoderize.errors import EncoderizeError
 from hf_encoderize.evaluation.config import SMOKE_SIZES, EvalConfig, lr_key
 from hf_encoderize.evaluation.loaders import DATASETS, DatasetSpec, load_splits
+from hf_encoderize.files import write_json_atomic
 from hf_encoderize.loading import LoadConfig
 
 # Protocol keys that must match for a finished run to count as part of this grid.
@@ -38,13 +38,6 @@ def task_class(task: str):
     from hf_encoderize.evaluation.tc import TokenClassification
 
     return {"sc": SequenceClassification, "tc": TokenClassification, "qa": QuestionAnswering, "ir": Retrieval}[task]
-
-
-def write_json_atomic(path: Path, payload: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(payload, indent=1) + "\n")
-    os.replace(tmp, path)
 
 
 def fingerprint(load: LoadConfig, cfg: EvalConfig) -> dict:

@@ -14,6 +14,7 @@ import statistics
 from pathlib import Path
 
 from hf_encoderize.evaluation.loaders import DATASETS, TASKS
+from hf_encoderize.files import write_json_atomic
 
 TASK_TITLES = {"sc": "Sequence classification (SC)", "tc": "Token classification (TC)",
                "qa": "Question answering (QA)", "ir": "Information retrieval (IR)"}
@@ -121,7 +122,6 @@ def render_markdown(summary: dict) -> str:
 
 def write_summary(results_dir: Path, *, model: str, model_name: str, profile: str, expected: dict) -> dict:
     """Write summary.json, summary.md, scores.png and lr_sensitivity.png into `results_dir`. Returns the summary."""
-    from hf_encoderize.evaluation.grid import write_json_atomic
     from hf_encoderize.evaluation.plots import plot_lr_sensitivity, plot_scores
 
     summary = build_summary(results_dir, model=model, model_name=model_name, profile=profile, expected=expected)
