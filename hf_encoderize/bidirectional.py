@@ -12,7 +12,7 @@ The patch (`encoderize`) has three layers, because no single switch covers every
 1. changing the last token changes the first position's output (end to end, and per attention layer through hooks,
    so one forgotten causal layer is caught too);
 2. left and right padding leave the real tokens' outputs unchanged;
-3. a document packed next to another gives the same outputs as the document alone (see `packing`).
+3. a document packed next to another gives the same outputs as the document alone (see `isolation`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from hf_encoderize.errors import EncoderizeError
-from hf_encoderize.packing import document_ids_from_lengths, install_document_isolation, packed_forward
+from hf_encoderize.isolation import document_ids_from_lengths, install_document_isolation, packed_forward
 
 
 class NotBidirectionalError(EncoderizeError):

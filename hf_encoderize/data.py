@@ -1,24 +1,21 @@
-"""Text sources for MLM continued pretraining: load, tokenize on the fly, pack with document boundaries.
+"""Text sources for pretraining: where the documents come from (rows are packed by `packing`).
 
 Design choices:
 - Hub datasets are streamed by default; local `.txt/.jsonl/.json/.parquet` files (globs or a folder) go through the
   same `datasets.load_dataset` call with the matching builder.
-- Every document gets EOS appended and is packed into rows of `seq_len` tokens with per-document ids, so the
-  attention can isolate documents (see `packing`). A document longer than what is left in a row continues in the next
-  row as a new segment.
-- The first `eval_documents` documents are held out and never trained on.
-- The packer's state (documents consumed, tokens carried over) is a small dict saved in every checkpoint, so a
-  resumed run continues from exactly the same token.
+- A bad source, an empty one or a wrong text column is a one-line error before any model weight is loaded.
+- The first `eval_documents` documents are held out and never trained on; a source with nothing after them is refused.
+- `Documents` is re-iterable: each pass (and a resumed run) starts again from the first document, so the packer's
+  small state (documents consumed, tokens carried over) is enough to continue from exactly the same token.
 """
 
 from __future__ import annotations
 
 import glob
+import itertools
 import os
 from collections.abc import Iterator
-from dataclasses import KW_ONLY, dataclass, field
-
-import torch
+from dataclasses import KW_ONLY, dataclass
 
 from hf_encoderize.errors import EncoderizeError
 
@@ -105,55 +102,20 @@ def load_documents(cfg: DataConfig):
     return source, column
 
 
-@dataclass
-class Packer:
-    """Turns documents into packed rows of `seq_len` tokens, resumably.
+class Documents:
+    """The text column of a source, re-iterable (a streamed dataset restarts from its first document)."""
 
-    `state` = documents consumed so far and the tokens (with their document ids) carried into the next row.
-    """
+    def __init__(self, source, column: str):
+        self.source, self.column = source, column
 
-    tokenizer: object
-    seq_len: int
-    pack: bool = True
-    state: dict = field(default_factory=lambda: {"documents": 0, "carry": [], "carry_doc": []})
-
-    def _tokens(self, text: str) -> list[int]:
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return ids + [self.tokenizer.eos_token_id]
-
-    def rows(
-        self, documents: Iterator[str], skip: int = 0, flush: bool = False
-    ) -> Iterator[tuple[list[int], list[int]]]:
-        """Yield `(input_ids, document_ids)` rows; document ids are -1 on padding.
-
-        `skip` documents are passed over (the held-out slice); `flush` also yields the last, partly filled row.
-        """
-        ids, docs = list(self.state["carry"]), list(self.state["carry_doc"])
-        start = skip + self.state["documents"]
-        for index, text in enumerate(documents):
-            if index < start:
-                continue
-            self.state["documents"] += 1
-            tokens = self._tokens(text)[: self.seq_len] if not self.pack else self._tokens(text)
-            doc_id = (docs[-1] + 1) if docs else 0
-            ids = ids + tokens  # new lists: the saved state must never alias the working buffer
-            docs = docs + [doc_id] * len(tokens)
-            while len(ids) >= self.seq_len or (not self.pack and ids):
-                row, row_docs = ids[: self.seq_len], docs[: self.seq_len]
-                ids, docs = ids[self.seq_len :], docs[self.seq_len :]
-                self.state["carry"], self.state["carry_doc"] = ids, docs
-                yield _pad(row, row_docs, self.seq_len, self.tokenizer.pad_token_id)
-        if flush and ids:
-            self.state["carry"], self.state["carry_doc"] = [], []
-            yield _pad(ids, docs, self.seq_len, self.tokenizer.pad_token_id)
+    def __iter__(self) -> Iterator[str]:
+        return (row[self.column] for row in self.source)
 
 
-def _pad(row: list[int], docs: list[int], seq_len: int, pad_id: int) -> tuple[list[int], list[int]]:
-    missing = seq_len - len(row)
-    first = docs[0] if docs else 0
-    return row + [pad_id] * missing, [d - first for d in docs] + [-1] * missing
-
-
-def collate(rows: list[tuple[list[int], list[int]]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stack rows into `(input_ids, document_ids)`, both (B, T) long tensors."""
-    return torch.tensor([r[0] for r in rows]), torch.tensor([r[1] for r in rows])
+def open_documents(cfg: DataConfig) -> Documents:
+    """The configured source's documents, checked to hold some after the `eval_documents` held out."""
+    documents = Documents(*load_documents(cfg))
+    if next(itertools.islice(iter(documents), cfg.eval_documents, None), None) is None:
+        raise EncoderizeError(f"the dataset has no training documents after the {cfg.eval_documents} held out for "
+                              "evaluation; add data or lower --eval-documents")
+    return documents

@@ -85,9 +85,12 @@ def mask_tokens(
 
 def sparse_mlm_loss(
     hidden: torch.Tensor, lm_head: torch.nn.Module, labels: torch.Tensor, chunk_size: int = 4096,
-    return_correct: bool = False,
+    return_correct: bool = False, reduction: str = "mean",
 ):
-    """Mean cross-entropy over labelled positions, running `lm_head` on those positions only, `chunk_size` at a time.
+    """Cross-entropy over labelled positions, running `lm_head` on those positions only, `chunk_size` at a time.
+
+    `reduction="mean"` averages over this batch's labelled positions; `"sum"` returns the sum, for a caller that
+    normalises by the labelled tokens of a larger batch (the training engine: all micro-batches, all processes).
 
     hidden: (B, T, H); labels: (B, T) with -100 where there is nothing to predict. Memory for logits is
     `chunk_size x vocab` instead of `B x T x vocab`. Each chunk is checkpointed so its logits are recomputed in the
@@ -108,7 +111,7 @@ def sparse_mlm_loss(
             _chunk_loss, chunk, chunk_targets, lm_head, use_reentrant=False
         )
         total, correct = total + chunk_loss, correct + chunk_correct
-    loss = total / targets.numel()
+    loss = total / targets.numel() if reduction == "mean" else total
     return (loss, correct) if return_correct else loss
 
 

@@ -1,4 +1,4 @@
-"""What a training run shows and leaves behind: progress bar, metrics JSONL, trackers, loss curve, run record.
+"""What a training run shows and leaves behind: progress bar, metrics JSONL, trackers, loss curve, hardware facts.
 
 Design choices:
 - Only the main process prints, writes files or talks to trackers; the other ranks get a monitor that does nothing
@@ -8,8 +8,10 @@ Design choices:
   unbroken run. The loss-curve PNG is drawn from it at the end.
 - Trackers are Accelerate's (`log_with`): tensorboard, wandb, trackio, ... whichever the user names and has installed.
 - Throughput counts real tokens (padding excluded), so packed and padded runs compare fairly.
-- `run_record.json` is the machine-readable record the model card reads. It never holds a token or secret: it is
-  built from the config dataclasses (which have no token field) and from hardware facts.
+- The run record (`train.save_run`) takes `hardware_facts` from here; it never holds a token or secret: it is built
+  from the config dataclasses (which have no token field) and from these facts.
+- The loss curve draws each objective's steps in its own colour: a CLM phase predicts next tokens, an MLM phase masked
+  tokens, so the two losses are not the same quantity.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 
 from hf_encoderize.errors import EncoderizeError
 
+OBJECTIVE_TARGETS = {"clm": "CLM: next token", "mlm": "MLM: masked tokens", "mntp": "MNTP: masked, next position"}
 TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio", "mlflow": "mlflow",
                     "comet_ml": "comet_ml", "aim": "aim", "clearml": "clearml", "dvclive": "dvclive"}
 
@@ -46,14 +49,17 @@ def utc_now() -> str:
 class TrainingMonitor:
     """Progress bar + metrics JSONL + trackers for one run. Call `step()` after every optimizer step."""
 
-    def __init__(self, accelerator, output_dir: Path, total_steps: int, start_step: int = 0, show: bool = True,
-                 label: str = "cpt"):
+    def __init__(self, accelerator, output_dir: Path, total_steps: int, *, start_step: int = 0, show: bool = True,
+                 label: str = "cpt", log_every: int = 10, trackers: list[str] | None = None, facts: dict | None = None):
         self.accelerator, self.total_steps, self.start_step = accelerator, total_steps, start_step
-        self.main = accelerator.is_main_process
+        self.main, self.log_every = accelerator.is_main_process, log_every
         self.path = Path(output_dir) / "metrics.jsonl"
         self.started = self.last = time.perf_counter()
         self.tokens = 0
+        self.losses: list[float] = []  # this process's run of steps (from `start_step` on)
         self.bar = None
+        if trackers:
+            accelerator.init_trackers(Path(output_dir).name, config=flatten_facts(facts or {}))
         if self.main:
             _truncate_after(self.path, start_step)
             if show:
@@ -64,11 +70,14 @@ class TrainingMonitor:
                                 mininterval=0.5 if sys.stderr.isatty() else 30.0)
 
     def step(self, step: int, *, loss: float, accuracy: float, lr: float, tokens: int, grad_norm: float,
-             skipped: bool = False) -> dict:
-        """Record one optimizer step; `tokens` = real tokens of the global batch."""
+             objective: str = "mlm", skipped: bool = False) -> dict:
+        """Record one optimizer step; `tokens` = real tokens of the global batch. `masked_accuracy` is the accuracy
+        on labelled tokens (next tokens in a CLM phase; `objective` says which)."""
         now = time.perf_counter()
         self.tokens += tokens
-        record = {"kind": "train", "step": step, "loss": loss, "masked_accuracy": accuracy, "lr": lr,
+        self.losses.append(loss)
+        record = {"kind": "train", "step": step, "objective": objective, "loss": loss, "masked_accuracy": accuracy,
+                  "lr": lr,
                   "grad_norm": grad_norm, "tokens": tokens, "step_time_s": now - self.last,
                   "tokens_per_s": tokens / max(now - self.last, 1e-9), "elapsed_s": now - self.started}
         if skipped:
@@ -82,6 +91,8 @@ class TrainingMonitor:
                 self.bar.set_postfix(loss=f"{loss:.3f}", acc=f"{accuracy:.3f}", lr=f"{lr:.1e}",
                                      tok_s=f"{rate:,.0f}", refresh=False)
                 self.bar.update(1)
+            elif step % self.log_every == 0:
+                print(f"step {step}/{self.total_steps} loss {loss:.4f} lr {lr:.2e}", flush=True)
         return record
 
     def evaluation(self, step: int, metrics: dict) -> None:
@@ -132,10 +143,13 @@ def plot_loss_curve(metrics_path: Path, png_path: Path, title: str = "MLM contin
 
     evals = [r for r in records if r["kind"] == "eval"]
     figure, axis = plt.subplots(figsize=(7, 4), dpi=120)
-    axis.plot([r["step"] for r in train], [r["loss"] for r in train], lw=1, alpha=0.8, label="train loss")
+    for objective in dict.fromkeys(r.get("objective", "mlm") for r in train):
+        steps = [r for r in train if r.get("objective", "mlm") == objective]
+        axis.plot([r["step"] for r in steps], [r["loss"] for r in steps], lw=1, alpha=0.8,
+                  label=f"train loss ({OBJECTIVE_TARGETS.get(objective, objective)})")
     if evals:
         axis.plot([r["step"] for r in evals], [r["eval_loss"] for r in evals], "o-", label="held-out loss")
-    axis.set(xlabel="optimizer step", ylabel="masked-token cross-entropy", title=title)
+    axis.set(xlabel="optimizer step", ylabel="cross-entropy per predicted token", title=title)
     axis.grid(alpha=0.3)
     axis.legend()
     figure.tight_layout()
@@ -164,3 +178,14 @@ def hardware_facts(accelerator) -> dict:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
     }
+
+
+def flatten_facts(facts: dict) -> dict:
+    """Trackers take scalars only: nested dicts become `key.sub`, other values strings, Nones are dropped."""
+    flat = {}
+    for key, value in facts.items():
+        if isinstance(value, dict):
+            flat.update({f"{key}.{k}": v for k, v in value.items() if v is not None})
+        elif value is not None:
+            flat[key] = value if isinstance(value, int | float | str | bool) else str(value)
+    return flat

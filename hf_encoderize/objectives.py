@@ -6,7 +6,7 @@ Design choices (paper, section 2 "Pretraining paradigms" and section 4):
 - Both objectives share one loss: CLM labels are the next token at every position (shifted left by one), so the
   same sparse LM-head loss (`masking.sparse_mlm_loss`) serves both. Labels never cross a document boundary, and
   padding predicts nothing, so packed rows train exactly like separate documents.
-- MLM inputs come from `masking.mask_tokens`; CLM inputs are the tokens themselves.
+- MLM inputs come from `masking.mask_tokens`; CLM inputs are the tokens themselves. `Masker` picks between them.
 """
 
 from __future__ import annotations
@@ -95,12 +95,48 @@ def clm_labels(input_ids: torch.Tensor, document_ids: torch.Tensor) -> torch.Ten
     return labels
 
 
-def make_inputs(objective: str, input_ids: torch.Tensor, maskable: torch.Tensor, *, mask_token_id: int,
-                vocab_size: int, masking: MaskingConfig, generator: torch.Generator | None = None,
-                document_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """`(model_inputs, labels)` for one batch under `objective`. CLM draws nothing from `generator`: a checkpoint
-    taken during a CLM phase holds the masking RNG at its seed, whatever split it is branched into."""
-    if objective == "clm":
-        return input_ids, clm_labels(input_ids, document_ids)
-    return mask_tokens(input_ids, maskable, mask_token_id=mask_token_id, vocab_size=vocab_size, config=masking,
-                       generator=generator)
+@dataclass
+class Masker:
+    """One batch -> `(inputs, labels)` under the current objective: the one place where tokens get masked.
+
+    `objective` is `clm` (next-token labels, nothing masked, nothing drawn from the RNG: a checkpoint taken during a
+    CLM phase holds the RNG at its seed, whatever split it is branched into), `mlm` or `mntp` (`masking.mask_tokens`).
+    Padding and the tokenizer's special tokens (EOS, mask, pad, ...) are never masked. The RNG state is the masker's
+    `state_dict`, so the engine checkpoints it with Accelerate next to the scheduler.
+
+    >>> masker = Masker(MaskingConfig(mask_ratio=0.5), mask_token_id=1, vocab_size=10, special_ids=[2], seed=0)
+    >>> inputs, labels = masker(torch.tensor([[5, 6, 7, 8, 2, 0]]), torch.tensor([[0, 0, 0, 0, 0, -1]]))
+    >>> inputs.tolist(), labels.tolist()
+    ([[1, 6, 1, 1, 2, 0]], [[5, -100, 7, 8, -100, -100]])
+    """
+
+    def __init__(self, masking: MaskingConfig, *, mask_token_id: int, vocab_size: int, special_ids, seed: int):
+        self.masking, self.mask_token_id, self.vocab_size = masking, mask_token_id, vocab_size
+        self.special_ids = torch.tensor(sorted(set(special_ids)), dtype=torch.long)
+        self.seed, self.generator = seed, torch.Generator().manual_seed(seed)
+        self.objective = masking.objective
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer, masking: MaskingConfig, vocab_size: int, seed: int) -> Masker:
+        return cls(masking, mask_token_id=tokenizer.mask_token_id, vocab_size=vocab_size,
+                   special_ids=tokenizer.all_special_ids, seed=seed)
+
+    def reseeded(self, seed: int) -> Masker:
+        """A copy with a fresh RNG at `seed` (held-out evaluation masks the same way at every step)."""
+        copy = Masker(self.masking, mask_token_id=self.mask_token_id, vocab_size=self.vocab_size,
+                      special_ids=self.special_ids.tolist(), seed=seed)
+        copy.objective = self.objective
+        return copy
+
+    def __call__(self, input_ids: torch.Tensor, document_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.objective == "clm":
+            return input_ids, clm_labels(input_ids, document_ids)
+        maskable = (document_ids >= 0) & ~torch.isin(input_ids, self.special_ids)
+        return mask_tokens(input_ids, maskable, mask_token_id=self.mask_token_id, vocab_size=self.vocab_size,
+                           config=self.masking, generator=self.generator)
+
+    def state_dict(self) -> dict:
+        return {"rng": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["rng"])

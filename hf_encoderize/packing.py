@@ -1,168 +1,143 @@
-"""Document isolation for packed rows: every document packed into one row sees only itself.
+"""Row packing: documents -> fixed-length rows of token ids with a document id per token.
 
-With bidirectional attention, transformers' sdpa/eager/flex mask builders do not isolate documents packed into one
-row (the `config.is_causal=False` path ignores `position_ids`), so this module does it, in one place:
-
-- `document_ids` (B, T) names the document of every token; -1 marks padding. Positions restart at 0 in every
-  document (`position_ids_from_document_ids`).
-- eager / sdpa / flex: the model still builds its own masks (full, symmetric sliding window, chunked) through
-  `transformers.masking_utils`, which dispatches to `ALL_MASK_ATTENTION_FUNCTIONS[backend]`. We wrap those entries once;
-  inside `isolate_documents(...)` the wrapper ANDs the model's own mask function (re-indexed to document-local
-  positions) with a block-diagonal document mask. The result is a 4-D block-diagonal mask for sdpa (bool) and eager
-  (additive float), and a `BlockMask` for flex. Outside the context the wrapper is a pass-through.
-  Reusing the model's own mask function keeps its exact window convention (`<` for Gemma 3, `<=` elsewhere).
-- flash_attention_2/3: no mask at all; `packed_forward_kwargs` returns `cu_seq_lens_q/k` and `max_length_q/k` for
-  the varlen kernel, computed over the flattened batch.
-- Padding tokens form one extra "document" per row, so a padded query row is never fully masked (no NaNs in sdpa).
+Design choices:
+- Every document gets EOS appended and is packed into rows of `seq_len` tokens with per-document ids (-1 on padding),
+  so the attention can keep documents apart (that part is `isolation`). A document longer than what is left in a row
+  continues in the next row as a new segment. `pack=False` pads one document per row instead (truncated).
+- The packer's state (documents consumed, tokens carried over) is a small dict. `Packer` exposes it through
+  `state_dict`/`load_state_dict`, so the training engine registers it with Accelerate's checkpointing next to the
+  scheduler, and a resumed run continues from exactly the same token.
+- `RowStream` is the endless training stream: it skips the held-out documents and starts a new pass over the source
+  when it runs out. `held_out_batches` packs the held-out documents once, for evaluation.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
+import itertools
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 
 import torch
 
-# Active (document_ids, position_ids) for the forward in flight; None means "no packing".
-_ACTIVE: contextvars.ContextVar[tuple[torch.Tensor, torch.Tensor] | None] = contextvars.ContextVar(
-    "hf_encoderize_packed_documents", default=None
-)
-_MASK_BACKENDS = ("eager", "sdpa", "flex_attention")
+from hf_encoderize.errors import EncoderizeError
+
+Row = tuple[list[int], list[int]]  # (input_ids, document_ids), both seq_len long
 
 
-def document_ids_from_lengths(lengths: list[list[int]], seq_len: int) -> torch.Tensor:
-    """Document ids (B, seq_len) for rows holding documents of the given lengths, -1 after the last one.
+def _fresh_state() -> dict:
+    return {"documents": 0, "carry": [], "carry_doc": []}
 
-    >>> document_ids_from_lengths([[2, 3], [4]], 6).tolist()
-    [[0, 0, 1, 1, 1, -1], [0, 0, 0, 0, -1, -1]]
+
+@dataclass
+class Packer:
+    """Turns documents into packed rows of `seq_len` tokens, resumably.
+
+    `state` = documents consumed so far and the tokens (with their document ids) carried into the next row.
+
+    >>> from transformers import PreTrainedTokenizerFast
+    >>> from tokenizers import Tokenizer, models, pre_tokenizers
+    >>> backend = Tokenizer(models.WordLevel({"a": 0, "b": 1, "c": 2, "</s>": 3, "<pad>": 4}, unk_token="a"))
+    >>> backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    >>> tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="</s>", pad_token="<pad>")
+    >>> packer = Packer(tokenizer, seq_len=4)
+    >>> list(packer.rows(iter(["a b", "c", "b b c"]), flush=True))
+    [([0, 1, 3, 2], [0, 0, 0, 1]), ([3, 1, 1, 2], [0, 1, 1, 1]), ([3, 4, 4, 4], [0, -1, -1, -1])]
+    >>> packer.state_dict()
+    {'documents': 3, 'carry': [], 'carry_doc': []}
     """
-    ids = torch.full((len(lengths), seq_len), -1, dtype=torch.long)
-    for row, row_lengths in enumerate(lengths):
-        if sum(row_lengths) > seq_len:
-            raise ValueError(f"row {row} holds {sum(row_lengths)} tokens, more than seq_len={seq_len}")
-        start = 0
-        for doc, length in enumerate(row_lengths):
-            ids[row, start : start + length] = doc
-            start += length
-    return ids
+
+    tokenizer: object
+    seq_len: int
+    pack: bool = True
+    state: dict = field(default_factory=_fresh_state)
+
+    def state_dict(self) -> dict:
+        return {"documents": self.state["documents"], "carry": list(self.state["carry"]),
+                "carry_doc": list(self.state["carry_doc"])}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.state = {"documents": int(state["documents"]), "carry": list(state["carry"]),
+                      "carry_doc": list(state["carry_doc"])}
+
+    def reset(self) -> None:
+        self.state = _fresh_state()
+
+    def _tokens(self, text: str) -> list[int]:
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return ids + [self.tokenizer.eos_token_id]
+
+    def rows(self, documents: Iterator[str], skip: int = 0, flush: bool = False) -> Iterator[Row]:
+        """Yield `(input_ids, document_ids)` rows; document ids are -1 on padding.
+
+        `skip` documents are passed over (the held-out slice); `flush` also yields the last, partly filled row.
+        """
+        ids, docs = list(self.state["carry"]), list(self.state["carry_doc"])
+        start = skip + self.state["documents"]
+        for index, text in enumerate(documents):
+            if index < start:
+                continue
+            self.state["documents"] += 1
+            tokens = self._tokens(text)[: self.seq_len] if not self.pack else self._tokens(text)
+            doc_id = (docs[-1] + 1) if docs else 0
+            ids = ids + tokens  # new lists: the saved state must never alias the working buffer
+            docs = docs + [doc_id] * len(tokens)
+            while len(ids) >= self.seq_len or (not self.pack and ids):
+                row, row_docs = ids[: self.seq_len], docs[: self.seq_len]
+                ids, docs = ids[self.seq_len :], docs[self.seq_len :]
+                self.state["carry"], self.state["carry_doc"] = ids, docs
+                yield _pad(row, row_docs, self.seq_len, self.tokenizer.pad_token_id)
+        if flush and ids:
+            self.state["carry"], self.state["carry_doc"] = [], []
+            yield _pad(ids, docs, self.seq_len, self.tokenizer.pad_token_id)
 
 
-def _segment_starts(document_ids: torch.Tensor) -> torch.Tensor:
-    """Bool (B, T): True where a new segment (document or padding run) starts."""
-    starts = torch.ones_like(document_ids, dtype=torch.bool)
-    starts[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
-    return starts
+def _pad(row: list[int], docs: list[int], seq_len: int, pad_id: int) -> Row:
+    missing = seq_len - len(row)
+    first = docs[0] if docs else 0
+    return row + [pad_id] * missing, [d - first for d in docs] + [-1] * missing
 
 
-def position_ids_from_document_ids(document_ids: torch.Tensor) -> torch.Tensor:
-    """Positions restarting at 0 at every document (and at the padding run).
+def collate(rows: list[Row]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack rows into `(input_ids, document_ids)`, both (B, T) long tensors.
 
-    >>> position_ids_from_document_ids(torch.tensor([[0, 0, 1, 1, 1, -1]])).tolist()
-    [[0, 1, 0, 1, 2, 0]]
+    >>> input_ids, document_ids = collate([([5, 6, 2, 0], [0, 0, 0, -1]), ([7, 2, 8, 2], [0, 0, 1, 1])])
+    >>> input_ids.tolist(), document_ids.tolist(), input_ids.dtype
+    ([[5, 6, 2, 0], [7, 2, 8, 2]], [[0, 0, 0, -1], [0, 0, 1, 1]], torch.int64)
     """
-    batch, length = document_ids.shape
-    index = torch.arange(length, device=document_ids.device).expand(batch, length)
-    start_index = torch.where(_segment_starts(document_ids), index, torch.zeros_like(index))
-    return index - start_index.cummax(dim=1).values
+    return torch.tensor([r[0] for r in rows]), torch.tensor([r[1] for r in rows])
 
 
-def _isolating_ids(document_ids: torch.Tensor) -> torch.Tensor:
-    # Padding (-1) becomes its own block so padded query rows still attend to something.
-    return torch.where(document_ids < 0, document_ids.max() + 1, document_ids)
+class RowStream:
+    """Endless packed rows from `documents` after the first `skip` (held out); a new pass starts at the end.
 
-
-def cu_seqlens_from_document_ids(document_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Cumulative segment lengths over the flattened batch (int32, starts with 0) and the longest segment.
-
-    >>> cu, longest = cu_seqlens_from_document_ids(torch.tensor([[0, 0, 1, 1, 1, -1], [0, 0, 0, 0, -1, -1]]))
-    >>> cu.tolist(), longest
-    ([0, 2, 5, 6, 10, 12], 4)
+    The position lives in `packer` (registered for checkpointing), so the stream resumes token for token.
     """
-    starts = _segment_starts(document_ids).flatten().nonzero().flatten()
-    total = torch.tensor([document_ids.numel()], device=document_ids.device)
-    bounds = torch.cat([starts, total])
-    return bounds.to(torch.int32), int((bounds[1:] - bounds[:-1]).max())
+
+    def __init__(self, packer: Packer, documents: Iterable[str], skip: int):
+        self.packer, self.documents, self.skip = packer, documents, skip
+        self._rows: Iterator[Row] | None = None  # opened lazily, after a checkpoint may have restored the packer
+
+    def take(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next `count` rows, collated: `(input_ids, document_ids)`, (count, seq_len) each."""
+        return collate([self._next_row() for _ in range(count)])
+
+    def _next_row(self) -> Row:
+        for _ in range(2):  # the rest of this pass, else one fresh pass
+            if self._rows is None:
+                self._rows = self.packer.rows(iter(self.documents), skip=self.skip)
+            row = next(self._rows, None)
+            if row is not None:
+                return row
+            if self.packer.state["documents"] == 0:
+                raise EncoderizeError("the dataset has no training documents after the held-out evaluation slice")
+            self.packer.reset()  # the source ran out: a new pass (the partial row left over is dropped)
+            self._rows = None
+        raise EncoderizeError(f"the training documents do not fill one row of {self.packer.seq_len} tokens; add data "
+                              "or lower --seq-len")
 
 
-def _wrap_mask_interface(original):
-    """Wrap one `ALL_MASK_ATTENTION_FUNCTIONS` entry so that it isolates documents while packing is active."""
-    from transformers.masking_utils import (
-        and_masks,
-        packed_sequence_mask_function,
-        remap_positions_for_packed_sequence,
-    )
-
-    def isolating_mask(*args, mask_function=None, **kwargs):
-        active = _ACTIVE.get()
-        if active is None or mask_function is None:
-            return original(*args, mask_function=mask_function, **kwargs)
-        document_ids, position_ids = active
-        # The model's own pattern (full / symmetric window / chunk) in document-local positions, restricted to the
-        # query's document. Never let sdpa skip the mask: a skipped mask would mean "attend everywhere".
-        isolated = and_masks(
-            packed_sequence_mask_function(document_ids),
-            remap_positions_for_packed_sequence(mask_function, position_ids),
-        )
-        kwargs.update(allow_is_causal_skip=False, allow_is_bidirectional_skip=False)
-        return original(*args, mask_function=isolated, **kwargs)
-
-    isolating_mask._hf_encoderize_original = original
-    return isolating_mask
-
-
-def install_document_isolation() -> None:
-    """Wrap the eager/sdpa/flex mask builders once per process (idempotent; a pass-through outside packing)."""
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
-
-    for backend in _MASK_BACKENDS:
-        current = ALL_MASK_ATTENTION_FUNCTIONS[backend]
-        if not hasattr(current, "_hf_encoderize_original"):
-            AttentionMaskInterface._global_mapping[backend] = _wrap_mask_interface(current)
-
-
-@contextlib.contextmanager
-def isolate_documents(document_ids: torch.Tensor, position_ids: torch.Tensor | None = None):
-    """Inside this context, eager/sdpa/flex masks built by the model keep packed documents apart."""
-    install_document_isolation()
-    if position_ids is None:
-        position_ids = position_ids_from_document_ids(document_ids)
-    token = _ACTIVE.set((_isolating_ids(document_ids), position_ids))
-    try:
-        yield
-    finally:
-        _ACTIVE.reset(token)
-
-
-def packed_forward_kwargs(document_ids: torch.Tensor, attn_implementation: str) -> dict:
-    """Extra forward kwargs for a packed batch: restarting `position_ids`, and varlen boundaries for flash.
-
-    For eager/sdpa/flex, run the forward inside `isolate_documents(document_ids)` as well (see `packed_forward`).
-    """
-    kwargs = {"position_ids": position_ids_from_document_ids(document_ids)}
-    if attn_implementation.startswith("flash_attention"):
-        cu_seqlens, longest = cu_seqlens_from_document_ids(document_ids)
-        kwargs.update(cu_seq_lens_q=cu_seqlens, cu_seq_lens_k=cu_seqlens, max_length_q=longest, max_length_k=longest)
-    return kwargs
-
-
-def packed_forward(model, input_ids: torch.Tensor, document_ids: torch.Tensor, **kwargs):
-    """Run `model` on packed rows with every document isolated. Works for every attention backend.
-
-    Flash kernels take the batch flattened to one row of `cu_seq_lens` segments; the outputs come back as (B, T, ...).
-    """
-    backend = model.config._attn_implementation
-    extra = packed_forward_kwargs(document_ids.to(input_ids.device), backend)
-    if backend.startswith("flash_attention"):
-        batch, length = input_ids.shape
-        extra["position_ids"] = extra["position_ids"].reshape(1, -1)
-        output = model(input_ids=input_ids.reshape(1, -1), **extra, **kwargs)
-        return _unflatten(output, batch, length)
-    with isolate_documents(document_ids.to(input_ids.device), extra["position_ids"]):
-        return model(input_ids=input_ids, **extra, **kwargs)
-
-
-def _unflatten(output, batch: int, length: int):
-    for key, value in output.items():
-        if torch.is_tensor(value) and value.dim() >= 2 and value.shape[:2] == (1, batch * length):
-            output[key] = value.reshape(batch, length, *value.shape[2:])
-    return output
+def held_out_batches(documents: Iterable[str], packer: Packer, count: int, max_rows: int, batch_size: int) -> list:
+    """The first `count` documents, packed (`max_rows` rows at most) and collated in batches: the held-out set."""
+    rows = packer.rows(itertools.islice(iter(documents), count), flush=True)
+    held_out = list(itertools.islice(rows, max_rows))
+    return [collate(held_out[i : i + batch_size]) for i in range(0, len(held_out), batch_size)]

@@ -1,13 +1,14 @@
 """`hf-encoderize pretrain`: from-scratch CLM -> MLM biphasic pretraining under one step budget (paper, sections 3-4).
 
-The run is a list of phases (`objectives.parse_schedule`): `clm:1.0`, `mlm:1.0`, `clm:0.25,mlm:0.75`, ... It reuses
-`cpt`'s machinery whole (data, packing, Accelerate, checkpoints and resume, monitor, run record); what it adds:
+The run is a list of phases (`objectives.parse_schedule`): `clm:1.0`, `mlm:1.0`, `clm:0.25,mlm:0.75`, ... A recipe
+on the training engine (`train`: data, packing, Accelerate, checkpoints and resume, monitor, run record); it adds:
 - the model is built from a config (the paper's 210M/610M/1B, Appendix A, or any transformers decoder config) with
   random weights, and the mask and pad tokens are in place from the start, so the vocabulary never changes mid-run;
 - one WSD schedule spans the whole run: warmup at the start, no decay before the switch, decay only at the end of the
   final phase (the paper's PFS setting, section 2 "Pretraining setups");
-- at the switch the attention goes causal -> bidirectional (`bidirectional.make_bidirectional`, then the behavioural
-  probe) and the labels go next-token -> masked tokens; the state at the switch is saved under `switch/`, never pruned;
+- at the switch (`train.enter_phase`) the attention goes causal -> bidirectional (`bidirectional.make_bidirectional`,
+  then the behavioural probe) and the labels go next-token -> masked tokens; the state at the switch is saved under
+  `switch/`, never pruned;
 - `from_checkpoint` branches a new split from any checkpoint of an earlier pretrain run whose schedule agrees up to
   that step, the way the paper reused its CLM checkpoints (section 2, "Experimental scale"); the data, masking and
   learning-rate settings must match (`pretrain_schedule.json` next to the checkpoints records them).
@@ -22,11 +23,31 @@ import time
 from dataclasses import KW_ONLY, asdict, dataclass
 from pathlib import Path
 
-from hf_encoderize.data import DataConfig
+import torch
+
+from hf_encoderize.checkpoints import (
+    checkpoint_dir,
+    checkpoint_step,
+    load_checkpoint,
+    prepare_output_dir,
+    save_checkpoint,
+)
+from hf_encoderize.data import DataConfig, open_documents
 from hf_encoderize.errors import EncoderizeError
 from hf_encoderize.masking import MaskingConfig
+from hf_encoderize.monitor import TrainingMonitor, hardware_facts, parse_report_to, utc_now
 from hf_encoderize.objectives import Phase, parse_schedule
-from hf_encoderize.train import TrainConfig
+from hf_encoderize.train import (
+    TrainConfig,
+    build_run,
+    enter_phase,
+    evaluate_held_out,
+    make_accelerator,
+    run_summary,
+    save_run,
+    train_until,
+    training_facts,
+)
 
 # Paper, Appendix A: EuroBERT-style Llama blocks (RMSNorm, SwiGLU, RoPE theta 10,000), context 2,048, the Llama-3
 # tokenizer (vocabulary 128,256). Tied input/output embeddings: that is what makes the totals 210M / 610M / 1B.
@@ -175,7 +196,7 @@ def _decay_start(steps: int, decay_fraction: float) -> int:
 
 def check_branch(checkpoint: Path, phases: list[Phase], facts: dict, train: TrainConfig) -> int:
     """Refuse a branch point the unbroken run would not pass through; return its step."""
-    step = int(json.loads((checkpoint / "trainer_state.json").read_text())["step"])
+    step = checkpoint_step(checkpoint)
     record = checkpoint.parent.parent / SCHEDULE_FILE
     if not record.is_file():
         raise EncoderizeError(f"--from-checkpoint {str(checkpoint)!r} has no {SCHEDULE_FILE} beside it; "
@@ -208,12 +229,8 @@ def _prefix(phases: list[Phase], step: int) -> list[tuple[str, int, int]]:
 
 
 def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, train: TrainConfig) -> dict:
-    """Pretrain from scratch through `spec.schedule`'s phases and save the encoder. Returns a summary (losses, the
-    phases, the final held-out MLM loss and masked accuracy, wall time)."""
-    from hf_encoderize.cpt import _accelerator, _evaluate, _finish, _flat, build_run, held_out_batches, run_steps
-    from hf_encoderize.monitor import TrainingMonitor, parse_report_to, utc_now
-    from hf_encoderize.train import prepare_output_dir
-
+    """Pretrain from scratch through `spec.schedule`'s phases and save the encoder. Returns a summary (the run folder,
+    losses, the phases, the final held-out MLM loss and masked accuracy, wall time)."""
     phases = parse_schedule(spec.schedule, train.steps)
     config = model_config_from(spec.model_config)
     _check_seq_len(config, data)
@@ -222,49 +239,51 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
     branch_point = Path(spec.from_checkpoint) if spec.from_checkpoint else None
     if branch_point:
         check_branch(branch_point, phases, facts, train)
-    if train.output_dir is None:
-        train.output_dir = str(Path("runs") / f"pretrain-{Path(spec.model_config).stem}-{_split_name(phases)}")
+    output_dir = Path(train.output_dir) if train.output_dir else \
+        Path("runs") / f"pretrain-{Path(spec.model_config).stem}-{_split_name(phases)}"
     trackers = parse_report_to(train.report_to)
-    accelerator = _accelerator(train, trackers)
-    resume_from = prepare_output_dir(train, accelerator.is_main_process) or branch_point
+    accelerator = make_accelerator(train, output_dir, trackers)
+    resume_from = prepare_output_dir(output_dir, resume=train.resume, overwrite=train.overwrite,
+                                     main_process=accelerator.is_main_process) or branch_point
     accelerator.wait_for_everyone()
-    output_dir, started_at = Path(train.output_dir), utc_now()
-    model, tokenizer, tokens, documents = _setup(spec, config, data, train)
-    eval_batches = held_out_batches(documents, tokenizer, data, train.batch_size)
+    started_at = utc_now()
+    documents = open_documents(data)  # a bad source fails before anything is built
+    model, tokenizer, tokens = _build_model(spec, config, train)
     model.train()
-    run, step = build_run(accelerator, model, tokenizer, documents, data, masking, train, resume_from)
-    run.eval_batches = eval_batches
+    run = build_run(accelerator, model, tokenizer, documents, data, masking, train, output_dir)
+    step = load_checkpoint(accelerator, resume_from) if resume_from else 0
     record = _run_facts(spec, data, masking, train, phases, memory)
     if accelerator.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / SCHEDULE_FILE).write_text(json.dumps(_schedule_record(spec, phases, facts, train), indent=2))
         if resume_from is not None and resume_from == branch_point:
             _inherit_metrics(branch_point, output_dir)
-    if trackers:
-        accelerator.init_trackers(output_dir.name, config=_flat(record))
     monitor = TrainingMonitor(accelerator, output_dir, train.steps, start_step=step, show=train.progress,
-                              label="pretrain")
-    history, started, counts = [], time.time(), None
+                              label="pretrain", log_every=train.log_every, trackers=trackers, facts=record)
+    started, counts = time.time(), None
     for phase in phases:
         if step >= phase.end:
             continue  # resumed or branched past it
-        counts = enter_phase(run, phase, model, tokenizer) or counts
-        step = run_steps(run, monitor, step, phase.end, history)
+        counts = enter_phase(run, phase) or counts
+        step = train_until(run, monitor, step, phase.end)
         if phase.end < train.steps:
             _at_switch(run, monitor, step)
     # Every split ends as an encoder, clm:1.0 too: the paper fine-tunes all of them bidirectionally (section 2).
-    counts = enter_phase(run, Phase("mlm", step, step), model, tokenizer) or counts or (0, 0)
-    report = _report(model, counts, tokens)
-    final_eval = _evaluate(run, task="mlm") if eval_batches else {}
+    counts = enter_phase(run, Phase("mlm", step, step)) or counts or (0, 0)
+    final_eval = evaluate_held_out(run)
     if final_eval:
         monitor.evaluation(step, final_eval)
     monitor.close()
     accelerator.wait_for_everyone()
-    summary = {"steps": step, "losses": history, "schedule": spec.schedule, "phases": [p.to_dict() for p in phases],
-               **final_eval, "wall_time_s": time.time() - started}
+    summary = {**run_summary(run, monitor, step, started, final_eval), "schedule": spec.schedule,
+               "phases": [p.to_dict() for p in phases]}
     if accelerator.is_main_process:
-        _finish(accelerator, run.objective, None, _no_adapter(), tokenizer, output_dir, report, record, summary,
-                started_at, command="pretrain", title=f"pretraining from scratch, {spec.schedule}")
+        report = _report(model, counts, tokens)
+        record.update(command="pretrain", encoderize={**report.to_dict(), **report.tokens},
+                      num_processes=accelerator.num_processes, hardware=hardware_facts(accelerator),
+                      wall_time_s=round(summary["wall_time_s"], 2), eval_loss=summary.get("eval_loss"),
+                      eval_masked_accuracy=summary.get("eval_masked_accuracy"), started_at=started_at)
+        save_run(accelerator.unwrap_model(run.model).model, tokenizer, output_dir, record)
     accelerator.end_training()
     return summary
 
@@ -280,18 +299,14 @@ def _split_name(phases: list[Phase]) -> str:
     return "-".join(f"{p.objective}{p.end - p.start}" for p in phases)
 
 
-def _setup(spec: PretrainConfig, config, data: DataConfig, train: TrainConfig):
-    """Documents first (a bad source fails before anything is built), then tokenizer, random model, special tokens."""
-    import torch
+def _build_model(spec: PretrainConfig, config, train: TrainConfig):
+    """Tokenizer, random model, special tokens, document isolation."""
     from transformers import AutoModelForCausalLM
 
-    from hf_encoderize.cpt import _Replayable
-    from hf_encoderize.data import load_documents
+    from hf_encoderize.isolation import install_document_isolation
     from hf_encoderize.loading import check_backend_available
-    from hf_encoderize.packing import install_document_isolation
     from hf_encoderize.tokens import ensure_special_tokens
 
-    source, column = load_documents(data)
     tokenizer = _load_tokenizer(spec.tokenizer)
     check_backend_available(spec.attn_implementation)
     torch.manual_seed(train.seed)  # the same random init for every split: they differ only in objectives
@@ -302,7 +317,7 @@ def _setup(spec: PretrainConfig, config, data: DataConfig, train: TrainConfig):
     # switch, and a CLM checkpoint can be branched into any split.
     tokens = ensure_special_tokens(model, tokenizer)
     install_document_isolation()  # causal within each packed document in CLM, bidirectional within it in MLM
-    return model, tokenizer, tokens, _Replayable(source, column)
+    return model, tokenizer, tokens
 
 
 def _load_tokenizer(name: str):
@@ -319,19 +334,6 @@ def _load_tokenizer(name: str):
     return tokenizer
 
 
-def enter_phase(run, phase: Phase, model, tokenizer) -> tuple[int, int] | None:
-    """Point the run at `phase`'s objective; on entering MLM, make the attention bidirectional and prove it with the
-    probe (`NotBidirectionalError` otherwise). Returns the patch counts when it switched, else None."""
-    from hf_encoderize.bidirectional import make_bidirectional, verify_bidirectional
-
-    run.task = phase.objective
-    if not phase.bidirectional or getattr(model.config, "is_causal", True) is False:
-        return None
-    counts = make_bidirectional(model)
-    verify_bidirectional(model, pad_token_id=tokenizer.pad_token_id)
-    return counts
-
-
 def _report(model, counts: tuple[int, int], tokens):
     """The switch, for the run record and the encoder's config (what `encoderize` reports for cpt)."""
     from hf_encoderize.bidirectional import EncoderizeReport
@@ -343,14 +345,9 @@ def _report(model, counts: tuple[int, int], tokens):
 def _at_switch(run, monitor, step: int) -> None:
     """Score the phase that just ended on the held-out rows (always, --eval-every 0 included: the end of a phase is
     an end, and the branch point's score is what a split comparison reads), then save the state others branch from."""
-    from hf_encoderize.train import save_checkpoint
-
     if run.eval_batches:
-        from hf_encoderize.cpt import _evaluate
-
-        monitor.evaluation(step, _evaluate(run))
-    save_checkpoint(run.accelerator, run.output_dir, step, run.packer, run.generator, run.train.keep_last,
-                    folder="switch")
+        monitor.evaluation(step, evaluate_held_out(run))
+    save_checkpoint(run.accelerator, checkpoint_dir(run.output_dir, step, folder="switch"), step)
 
 
 def _inherit_metrics(checkpoint: Path, output_dir: Path) -> None:
@@ -361,27 +358,17 @@ def _inherit_metrics(checkpoint: Path, output_dir: Path) -> None:
         (output_dir / "metrics.jsonl").write_text(source.read_text())
 
 
-def _no_adapter():
-    from hf_encoderize.lora import AdapterConfig
-
-    return AdapterConfig()
-
-
 def _schedule_record(spec: PretrainConfig, phases: list[Phase], facts: dict, train: TrainConfig) -> dict:
     return {"schedule": spec.schedule, "phases": [p.to_dict() for p in phases], "steps": train.steps,
             "decay_fraction": train.decay_fraction, "facts": json.loads(json.dumps(facts))}
 
 
 def _run_facts(spec: PretrainConfig, data, masking, train, phases: list[Phase], memory: dict | None) -> dict:
-    """cpt's run-record facts, plus what makes this a pretraining run (no base model: weights start random)."""
-    from hf_encoderize.cpt import _config_facts
-    from hf_encoderize.loading import LoadConfig
-
-    facts = _config_facts(LoadConfig(spec.model_config), data, masking, train, _no_adapter())
+    """The engine's training facts, plus what makes this a pretraining run (no base model: weights start random)."""
     switch = [p.start for p in phases[1:]]
-    facts.update(base_model=None, model_config=spec.model_config, tokenizer=spec.tokenizer,
-                 objective="+".join(p.objective for p in phases), phases=spec.schedule,
-                 switch_step=switch[0] if switch else None, from_checkpoint=spec.from_checkpoint,
-                 estimated_memory_gib=round(memory["total"] / 2**30, 2) if memory else None,
-                 parameters=memory["parameters"] if memory else None)
-    return facts
+    return {"base_model": None, "revision": None, "gguf_file": None, **training_facts(data, masking, train),
+            "lora": None, "load_in_4bit": False, "model_config": spec.model_config, "tokenizer": spec.tokenizer,
+            "objective": "+".join(p.objective for p in phases), "phases": spec.schedule,
+            "switch_step": switch[0] if switch else None, "from_checkpoint": spec.from_checkpoint,
+            "estimated_memory_gib": round(memory["total"] / 2**30, 2) if memory else None,
+            "parameters": memory["parameters"] if memory else None}

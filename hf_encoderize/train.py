@@ -1,31 +1,46 @@
-"""MLM continued pretraining on Accelerate: the loop behind `hf-encoderize cpt`.
+"""The training engine on Accelerate: build a run, step it, evaluate on held-out rows, checkpoint, save the result.
+
+`cpt` (continued pretraining of a loaded model) and `pretrain` (from scratch, CLM then MLM) are recipes on top of it:
+they load a model, call `build_run`, then `train_until` (per phase for pretrain, switching with `enter_phase`), then
+`save_run`. The loop reads top to bottom: `while step < until: train_step(); log; maybe evaluate; maybe save`.
 
 Design choices:
-- The loop is written on Accelerate only, so `accelerate launch` with DDP/FSDP/DeepSpeed configs runs it unchanged;
-  the model is wrapped in `MLMObjective` so the wrapped module's forward (and its gradient hooks) is what runs.
+- Accelerate only, so `accelerate launch` with DDP/FSDP/DeepSpeed configs runs it unchanged; the model is wrapped in
+  `ObjectiveModel` so the wrapped module's forward (and its gradient hooks) is what runs.
 - Optimiser and schedule follow the paper (section 2, Appendix A): AdamW betas (0.9, 0.95), weight decay 0.1,
   gradient clipping 1.0, Warmup-Stable-Decay.
-- Packed rows keep documents isolated (`packing.packed_forward`) and the LM head runs only on masked positions
+- One optimizer step takes `batch_size x processes x grad_accum` packed rows in order, masks them all at once with one
+  RNG (the same on every process), and gives each micro-batch and process its slice. The loss is the cross-entropy
+  summed over labelled tokens divided by the labelled tokens of that whole global batch (the paper's token-level
+  objective), so 1 process x 8 rows, 2 x 4 and 8 accumulation steps x 1 row give the same update.
+- Packed rows keep documents isolated (`isolation.packed_forward`) and the LM head runs only on labelled positions
   (`masking.sparse_mlm_loss`).
-- Checkpoints hold model, optimiser, scheduler, RNG and the data position; they are written under a temporary name
-  and renamed into place, keeping the last K. `resume=True` continues from the newest one, token for token.
+- The packer's position and the masking RNG are registered with Accelerate's checkpointing next to the scheduler, so
+  `checkpoints.save_checkpoint(accelerator, folder, step)` saves everything and a resumed run continues token for
+  token.
 """
 
 from __future__ import annotations
 
-import base64
-import json
-import shutil
+import math
+import os
+import time
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
 import torch
 
-from hf_encoderize.data import Packer, collate
+from hf_encoderize.checkpoints import checkpoint_dir, list_checkpoints, prune_checkpoints, save_checkpoint
+from hf_encoderize.data import DataConfig, Documents
 from hf_encoderize.errors import EncoderizeError
-from hf_encoderize.masking import sparse_mlm_loss
-from hf_encoderize.packing import packed_forward
-from hf_encoderize.schedule import PAPER_DECAY_FRACTION
+from hf_encoderize.isolation import packed_forward
+from hf_encoderize.masking import IGNORE, MaskingConfig, sparse_mlm_loss
+from hf_encoderize.objectives import Masker, Phase
+from hf_encoderize.packing import Packer, RowStream, held_out_batches
+from hf_encoderize.schedule import PAPER_DECAY_FRACTION, default_warmup, wsd_scheduler
+
+MAX_NONFINITE_IN_A_ROW = 10  # with --on-nonfinite skip: a run that only produces NaN is broken, not unlucky
+ADAMW_BETAS = (0.9, 0.95)  # paper, Appendix A
 
 
 @dataclass
@@ -90,12 +105,17 @@ class TrainConfig:
         if float(self.lr) <= 0:
             raise EncoderizeError(f"--lr must be positive, got {self.lr}")
 
+    @property
+    def warmup(self) -> int:
+        return self.warmup_steps if self.warmup_steps is not None else default_warmup(self.steps)
 
-class MLMObjective(torch.nn.Module):
-    """Backbone + LM head -> sparse MLM loss on a packed batch. Wrapped whole by Accelerate (DDP/FSDP).
 
-    `forward` returns `(loss, correct)`: the mean cross-entropy over labelled positions and, detached, how many of
-    them the arg-max predicts right (a device tensor, so the training step needs no extra host sync).
+class ObjectiveModel(torch.nn.Module):
+    """Backbone + LM head -> summed cross-entropy over labelled positions. Wrapped whole by Accelerate (DDP/FSDP).
+
+    `forward` returns `(loss_sum, correct)`: the fp32 cross-entropy summed over labelled positions (the engine divides
+    by the labelled tokens of the global batch) and, detached, how many of them the arg-max predicts right (a device
+    tensor, so the training step needs no extra host sync).
     """
 
     def __init__(self, model):
@@ -109,107 +129,225 @@ class MLMObjective(torch.nn.Module):
         from hf_encoderize.bidirectional import base_model_of, last_hidden_state
 
         if self.native_encoder:
-            # A native encoder: its MLM head has a transform before the decoder, so use the model's own loss.
-            output = packed_forward(self.model, input_ids, document_ids, labels=labels)
-            selected = labels != -100
-            return output.loss, (output.logits.detach().argmax(-1)[selected] == labels[selected]).sum()
+            # A native encoder: its MLM head has a transform before the decoder, so run the whole masked-LM model.
+            logits = packed_forward(self.model, input_ids, document_ids).logits.float()
+            selected = labels != IGNORE
+            loss = torch.nn.functional.cross_entropy(logits[selected], labels[selected], reduction="sum")
+            return loss, (logits.detach().argmax(-1)[selected] == labels[selected]).sum()
         hidden = last_hidden_state(packed_forward(base_model_of(self.model), input_ids, document_ids, use_cache=False))
-        return sparse_mlm_loss(hidden, self.model.get_output_embeddings(), labels, return_correct=True)
+        return sparse_mlm_loss(hidden, self.model.get_output_embeddings(), labels, return_correct=True,
+                               reduction="sum")
 
 
-def _checkpoints(output_dir: Path) -> list[Path]:
-    return sorted((output_dir / "checkpoints").glob("step-*[0-9]"), key=lambda p: int(p.name.split("-")[1]))
+@dataclass
+class Run:
+    """What the training steps need, built once by `build_run`; `enter_phase` is the only change made to it."""
+
+    accelerator: object
+    model: torch.nn.Module
+    """The `ObjectiveModel`, prepared by Accelerate."""
+    optimizer: object
+    scheduler: object
+    rows: RowStream
+    masker: Masker
+    tokenizer: object
+    eval_batches: list
+    train: TrainConfig
+    output_dir: Path
 
 
-def prepare_output_dir(cfg: TrainConfig, main_process: bool = True) -> Path | None:
-    """Return the checkpoint to resume from (or None), refusing to clobber an existing run.
+def make_accelerator(train: TrainConfig, output_dir: Path, trackers: list[str]):
+    """An `Accelerator` for this run: bf16 on a GPU that has it (`auto`), gloo when launched on several CPUs."""
+    from accelerate import Accelerator
 
-    Only the main process deletes anything (with `overwrite`); call `wait_for_everyone()` afterwards.
+    precision = train.mixed_precision
+    if precision == "auto":
+        precision = "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
+    # Launched on several processes without a GPU (torchrun / accelerate launch on CPU): use gloo, not one-per-process.
+    multi_cpu = not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1
+    return Accelerator(gradient_accumulation_steps=train.grad_accum, mixed_precision=precision, cpu=multi_cpu,
+                       log_with=trackers or None, project_dir=str(output_dir))
+
+
+def build_run(accelerator, model, tokenizer, documents: Documents, data: DataConfig, masking: MaskingConfig,
+              train: TrainConfig, output_dir: Path) -> Run:
+    """Objective, AdamW, one WSD schedule over `train.steps`, the packed row stream and the masker, prepared by
+    Accelerate, with the scheduler, packer and masker registered for checkpointing. The held-out rows are the first
+    `data.eval_documents` documents, never trained on.
+
+    With LoRA, `model` already holds the injected adapters (peft patches in place), so only they train."""
+    objective = ObjectiveModel(model)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=train.lr, betas=ADAMW_BETAS, weight_decay=train.weight_decay)
+    scheduler = wsd_scheduler(optimizer, train.steps, train.warmup, train.decay_fraction)
+    objective, optimizer = accelerator.prepare(objective, optimizer)
+    packer = Packer(tokenizer, data.seq_len, data.pack)
+    vocab_size = model.get_input_embeddings().weight.shape[0]
+    masker = Masker.for_tokenizer(tokenizer, masking, vocab_size, seed=train.seed)  # same on every process
+    for stateful in (scheduler, packer, masker):  # the scheduler is stepped once per optimizer step, by us
+        accelerator.register_for_checkpointing(stateful)
+    held_out = held_out_batches(documents, Packer(tokenizer, data.seq_len, data.pack), data.eval_documents,
+                                data.eval_max_rows, train.batch_size)
+    return Run(accelerator, objective, optimizer, scheduler, RowStream(packer, documents, data.eval_documents),
+               masker, tokenizer, held_out, train, Path(output_dir))
+
+
+def enter_phase(run: Run, phase: Phase) -> tuple[int, int] | None:
+    """Point the run at `phase`'s objective; on entering MLM, make the attention bidirectional and prove it with the
+    probe (`NotBidirectionalError` otherwise). Returns the patch counts when it switched, else None."""
+    from hf_encoderize.bidirectional import make_bidirectional, verify_bidirectional
+
+    run.masker.objective = "clm" if phase.objective == "clm" else run.masker.masking.objective
+    model = run.accelerator.unwrap_model(run.model).model
+    if not phase.bidirectional or getattr(model.config, "is_causal", True) is False:
+        return None
+    counts = make_bidirectional(model)
+    verify_bidirectional(model, pad_token_id=run.tokenizer.pad_token_id)
+    return counts
+
+
+def train_until(run: Run, monitor, step: int, until: int) -> int:
+    """Train from `step` up to `until` (the whole run, or one pretraining phase): log every step, evaluate and
+    checkpoint on schedule. Returns the step reached."""
+    train, nonfinite_in_a_row = run.train, 0
+    while step < until:
+        stats = train_step(run)
+        step += 1
+        nonfinite_in_a_row = count_nonfinite(stats, step, train, nonfinite_in_a_row, run.output_dir)
+        monitor.step(step, lr=run.scheduler.get_last_lr()[0], **stats)
+        if train.eval_every and step % train.eval_every == 0 and step < train.steps:
+            monitor.evaluation(step, evaluate_held_out(run))
+        if step % train.save_every == 0 or step == train.steps:
+            save_checkpoint(run.accelerator, checkpoint_dir(run.output_dir, step), step)
+            if run.accelerator.is_main_process:
+                prune_checkpoints(run.output_dir, train.keep_last)
+    return step
+
+
+def train_step(run: Run) -> dict:
+    """One optimizer step over `grad_accum` micro-batches of `batch_size` rows on each process.
+
+    Returns the loss and accuracy per labelled token of the global batch, the gradient norm, the real (non-pad) tokens
+    of the global batch, the objective, and whether the update was non-finite. One host sync per step.
     """
-    out = Path(cfg.output_dir)
-    if cfg.resume:
-        found = _checkpoints(out)
-        if not found:
-            raise EncoderizeError(f"--resume: no checkpoint under {str(out / 'checkpoints')!r}")
-        return found[-1]
-    if out.exists() and any(out.iterdir()):
-        if not cfg.overwrite:
-            raise EncoderizeError(f"output folder {str(out)!r} is not empty; use --resume, --overwrite or a new folder")
-        if main_process:
-            shutil.rmtree(out)
-    return None
+    accelerator, train = run.accelerator, run.train
+    processes, micro, rows = accelerator.num_processes, train.grad_accum, train.batch_size
+    input_ids, document_ids = run.rows.take(rows * processes * micro)  # (rows * processes * micro, T), CPU
+    inputs, labels = run.masker(input_ids, document_ids)  # the whole global batch, identical on every process
+    labelled = max(1, int((labels != IGNORE).sum()))  # CPU tensor: no device sync
+    # Each process's loss is a sum over its labelled tokens; DDP/FSDP average gradients over processes and Accelerate
+    # divides by the accumulation steps, so this scale makes the update the mean over the global batch's tokens.
+    scale = processes * micro / labelled
+    device = accelerator.device
+    loss_sum = torch.zeros((), device=device)
+    correct = torch.zeros((), dtype=torch.long, device=device)
+    grad_norm = torch.zeros((), device=device)
+    for index in range(micro):
+        start = (index * processes + accelerator.process_index) * rows
+        mine = slice(start, start + rows)
+        with accelerator.accumulate(run.model):
+            loss, right = run.model(inputs[mine].to(device), document_ids[mine].to(device), labels[mine].to(device))
+            accelerator.backward(loss * scale)
+            if accelerator.sync_gradients:
+                grad_norm = accelerator.clip_grad_norm_(run.model.parameters(), train.max_grad_norm)
+                grad_norm = _finite_or_skip(grad_norm, run)
+            run.optimizer.step()
+            run.optimizer.zero_grad()
+        loss_sum, correct = loss_sum + loss.detach().float(), correct + right
+    run.scheduler.step()
+    totals = torch.stack([loss_sum, correct.float(), torch.as_tensor(grad_norm, device=device).float()])
+    loss, right, norm = accelerator.reduce(totals, reduction="sum").tolist()
+    return {"loss": loss / labelled, "accuracy": right / labelled, "grad_norm": norm / processes,
+            "tokens": int((document_ids >= 0).sum()), "objective": run.masker.objective,
+            "skipped": not (math.isfinite(loss) and math.isfinite(norm))}
 
 
-def _generator_state(generator: torch.Generator) -> str:
-    return base64.b64encode(generator.get_state().numpy().tobytes()).decode()
+def _finite_or_skip(grad_norm, run: Run):
+    """With `--on-nonfinite skip`, drop a non-finite gradient so `optimizer.step()` leaves weights and moments as
+    they were: gradients set to None make torch's AdamW pass over the parameters (a zero gradient would still
+    apply weight decay and decay the moments). Under fp16 the GradScaler already skips overflowing steps."""
+    if run.train.on_nonfinite != "skip" or str(run.accelerator.mixed_precision) == "fp16":
+        return grad_norm
+    if not bool(torch.isfinite(torch.as_tensor(grad_norm))):
+        run.optimizer.zero_grad(set_to_none=True)
+    return grad_norm
 
 
-def save_checkpoint(accelerator, output_dir: Path, step: int, packer: Packer, generator, keep_last: int,
-                    folder: str = "checkpoints") -> Path:
-    """Write the full training state under a temporary name, then rename it into place; keep the last K.
-
-    `folder` other than `checkpoints` (e.g. pretrain's `switch/`) is kept whole: never pruned, never resumed from."""
-    final = output_dir / folder / f"step-{step:07d}"
-    tmp = final.with_name(final.name + ".partial")
-    accelerator.save_state(str(tmp))
-    accelerator.wait_for_everyone()  # every rank has written its shard/RNG file before the rename
-    if accelerator.is_main_process:
-        state = {"step": step, "packer": packer.state, "mask_rng": _generator_state(generator)}
-        (tmp / "trainer_state.json").write_text(json.dumps(state))
-        tmp.rename(final)
-        for old in _checkpoints(output_dir)[:-keep_last] if folder == "checkpoints" else []:
-            shutil.rmtree(old, ignore_errors=True)
-    accelerator.wait_for_everyone()
-    return final
-
-
-def load_checkpoint(accelerator, path: Path, packer: Packer, generator) -> int:
-    accelerator.load_state(str(path))
-    state = json.loads((path / "trainer_state.json").read_text())
-    packer.state = state["packer"]
-    generator.set_state(torch.frombuffer(bytearray(base64.b64decode(state["mask_rng"])), dtype=torch.uint8))
-    return int(state["step"])
-
-
-def _maskable(input_ids, document_ids, tokenizer):
-    if not hasattr(tokenizer, "_hf_encoderize_special"):  # computed once, not in every micro-batch
-        tokenizer._hf_encoderize_special = torch.tensor(sorted(set(tokenizer.all_special_ids)))
-    # pads, EOS, mask...: never masked
-    return (document_ids >= 0) & ~torch.isin(input_ids, tokenizer._hf_encoderize_special)
-
-
-def _batches(packer: Packer, documents, skip: int, batch_size: int):
-    """Endless stream of collated batches; a new pass starts when the source runs out."""
-    while True:
-        rows = []
-        for row in packer.rows(iter(documents), skip=skip):
-            rows.append(row)
-            if len(rows) == batch_size:
-                yield collate(rows)
-                rows = []
-        if packer.state["documents"] == 0:
-            raise EncoderizeError("the dataset has no training documents after the held-out evaluation slice")
-        packer.state = {"documents": 0, "carry": [], "carry_doc": []}
+def count_nonfinite(stats: dict, step: int, train: TrainConfig, in_a_row: int, output_dir: Path) -> int:
+    """Stop with a one-line error on a non-finite loss (default), or count skipped updates in a row."""
+    if not stats["skipped"]:
+        return 0
+    last = list_checkpoints(output_dir)
+    where = f"the last good checkpoint is {str(last[-1])!r} (resume with --resume)" if last else "no checkpoint yet"
+    if train.on_nonfinite == "stop":
+        raise EncoderizeError(f"non-finite loss or gradient at step {step}; {where}; lower --lr, use --mixed-precision"
+                              " bf16 rather than fp16, or pass --on-nonfinite skip")
+    if in_a_row + 1 >= MAX_NONFINITE_IN_A_ROW:
+        raise EncoderizeError(f"{MAX_NONFINITE_IN_A_ROW} non-finite steps in a row up to step {step}; {where}; "
+                              "lower --lr or check the data")
+    return in_a_row + 1
 
 
 @torch.no_grad()
-def evaluate(objective, eval_batches, masking, tokenizer, vocab_size, seed: int, task: str = "mlm") -> dict:
-    """Loss and masked-token accuracy on the held-out rows, with a fixed masking seed so evaluations are comparable
-    across steps. Both are averaged over labelled tokens, not batches. `task="clm"` (a CLM pretraining phase) scores
-    next-token prediction instead and names the accuracy `eval_next_token_accuracy`."""
-    from hf_encoderize.objectives import make_inputs
-
-    generator = torch.Generator().manual_seed(seed)
-    device = next(objective.parameters()).device
-    objective.eval()
+def evaluate_held_out(run: Run) -> dict:
+    """Loss and accuracy on the held-out rows under the current objective, masked with a fixed seed so evaluations
+    are comparable across steps. Both are averaged over labelled tokens, not batches. In a CLM phase the accuracy is
+    next-token accuracy and named so."""
+    masker, device = run.masker.reseeded(run.train.seed), run.accelerator.device
+    run.model.eval()
     loss_sum, correct, count = 0.0, 0, 0
-    for input_ids, document_ids in eval_batches:
-        inputs, labels = make_inputs(task, input_ids, _maskable(input_ids, document_ids, tokenizer),
-                                     mask_token_id=tokenizer.mask_token_id, vocab_size=vocab_size, masking=masking,
-                                     generator=generator, document_ids=document_ids)
-        loss, right = objective(inputs.to(device), document_ids.to(device), labels.to(device))
-        labelled = int((labels != -100).sum())
-        loss_sum, correct, count = loss_sum + float(loss) * labelled, correct + int(right), count + labelled
-    objective.train()
-    accuracy = "eval_next_token_accuracy" if task == "clm" else "eval_masked_accuracy"
-    return {"eval_loss": loss_sum / max(1, count), accuracy: correct / max(1, count)}
+    for input_ids, document_ids in run.eval_batches:
+        inputs, labels = masker(input_ids, document_ids)
+        loss, right = run.model(inputs.to(device), document_ids.to(device), labels.to(device))
+        loss_sum, correct, count = loss_sum + float(loss), correct + int(right), count + int((labels != IGNORE).sum())
+    run.model.train()
+    accuracy = "eval_next_token_accuracy" if masker.objective == "clm" else "eval_masked_accuracy"
+    return {"eval_loss": loss_sum / max(1, count), accuracy: correct / max(1, count)} if run.eval_batches else {}
+
+
+def training_facts(data: DataConfig, masking: MaskingConfig, train: TrainConfig) -> dict:
+    """The settings every run records (run record, trackers); recipes add theirs. No secrets: configs hold none."""
+    return {
+        "objective": masking.objective, "mask_ratio": masking.mask_ratio, "replacement": masking.replacement,
+        "data": {k: getattr(data, k) for k in ("dataset", "dataset_config", "split", "data_files", "text_column",
+                                               "seq_len", "pack", "eval_documents")},
+        "steps": train.steps, "lr": train.lr, "schedule": "wsd", "warmup_steps": train.warmup,
+        "decay_fraction": train.decay_fraction, "weight_decay": train.weight_decay, "betas": list(ADAMW_BETAS),
+        "max_grad_norm": train.max_grad_norm, "batch_size": train.batch_size, "grad_accum": train.grad_accum,
+        "seed": train.seed, "gradient_checkpointing": train.gradient_checkpointing,
+    }
+
+
+def save_run(model, tokenizer, output_dir: Path, record: dict) -> dict:
+    """Save the final model to `OUT/encoder`, draw the loss curve, and write `OUT/run_record.json` (main process).
+
+    `record` holds the run's facts (`training_facts` and the recipe's own, `encoderize`, `hardware`, ...); what the
+    metrics say (tokens seen, final loss, skipped steps) and the finish time are added here. Returns the record."""
+    from hf_encoderize import __version__
+    from hf_encoderize.files import write_json_atomic
+    from hf_encoderize.monitor import plot_loss_curve, read_metrics, utc_now
+    from hf_encoderize.saving import save_encoder
+
+    output_dir = Path(output_dir)
+    report = record["encoderize"]
+    metadata = {**{k: report[k] for k in ("model_type", "attn_implementation", "config_switch", "modules_patched",
+                                          "causal_buffers_replaced", "tokens")},
+                "base_model": record["base_model"], "objective": record["objective"],
+                "mask_ratio": record["mask_ratio"], "steps": record["steps"],
+                "lora_r": (record.get("lora") or {}).get("r", 0)}
+    save_encoder(model, tokenizer, output_dir / "encoder", overwrite=True, metadata=metadata)
+    title = "MLM continued pretraining" if record["command"] == "cpt" else f"pretraining, {record.get('phases')}"
+    plot_loss_curve(output_dir / "metrics.jsonl", output_dir / "loss_curve.png", title=title)
+    train_records = [r for r in read_metrics(output_dir / "metrics.jsonl") if r["kind"] == "train"]
+    record = {"hf_encoderize_version": __version__, **record,
+              "tokens_seen": sum(r["tokens"] for r in train_records),
+              "skipped_nonfinite_steps": sum(1 for r in train_records if r.get("skipped_nonfinite")),
+              "final_train_loss": train_records[-1]["loss"] if train_records else None, "finished_at": utc_now()}
+    write_json_atomic(output_dir / "run_record.json", record)
+    return record
+
+
+def run_summary(run: Run, monitor, step: int, started: float, final_eval: dict) -> dict:
+    """What `cpt`/`pretrain` return: the run folder, steps, per-step losses, the final held-out scores, wall time."""
+    return {"output_dir": str(run.output_dir), "steps": step, "losses": list(monitor.losses), **final_eval,
+            "wall_time_s": time.time() - started}

@@ -7,10 +7,11 @@ import torch
 from conftest import make_tokenizer
 from safetensors.torch import load_file
 
-import hf_encoderize.cpt as cpt_module
+import hf_encoderize.train as train_module
 from hf_encoderize.cli import main
 from hf_encoderize.cpt import cpt
-from hf_encoderize.data import DataConfig, Packer
+from hf_encoderize.data import DataConfig
+from hf_encoderize.packing import Packer
 from hf_encoderize.errors import EncoderizeError
 from hf_encoderize.loading import LoadConfig
 from hf_encoderize.masking import MaskingConfig
@@ -61,16 +62,16 @@ def test_loss_goes_down_and_encoder_is_saved(decoder_dir, corpus, tmp_path):
 
 
 def test_nonfinite_loss_stops_or_skips(decoder_dir, corpus, tmp_path, monkeypatch, capsys):
-    from hf_encoderize.train import MLMObjective
+    from hf_encoderize.train import ObjectiveModel
 
-    real_forward = MLMObjective.forward
+    real_forward = ObjectiveModel.forward
 
     def nan_at_step_three(self, *args):
         loss, correct = real_forward(self, *args)
         self.calls = getattr(self, "calls", 0) + 1
         return (loss * float("nan"), correct) if self.calls == 3 else (loss, correct)
 
-    monkeypatch.setattr(MLMObjective, "forward", nan_at_step_three)
+    monkeypatch.setattr(ObjectiveModel, "forward", nan_at_step_three)
     with pytest.raises(EncoderizeError, match="non-finite loss or gradient at step 3.*step-0000002"):
         _run(decoder_dir, corpus, tmp_path / "stop", save_every=2)
     assert (tmp_path / "stop" / "checkpoints" / "step-0000002").is_dir()  # the last good checkpoint survives
@@ -84,7 +85,7 @@ def test_nonfinite_loss_stops_or_skips(decoder_dir, corpus, tmp_path, monkeypatc
 def test_resume_after_kill_equals_unbroken_run(decoder_dir, corpus, tmp_path, monkeypatch):
     _run(decoder_dir, corpus, tmp_path / "unbroken")
     calls = {"n": 0}
-    real_step = cpt_module.train_step
+    real_step = train_module.train_step
 
     def dies_at_step_four(*args, **kwargs):
         calls["n"] += 1
@@ -92,10 +93,10 @@ def test_resume_after_kill_equals_unbroken_run(decoder_dir, corpus, tmp_path, mo
             raise KeyboardInterrupt  # the process dies after the step-3 checkpoint
         return real_step(*args, **kwargs)
 
-    monkeypatch.setattr(cpt_module, "train_step", dies_at_step_four)
+    monkeypatch.setattr(train_module, "train_step", dies_at_step_four)
     with pytest.raises(KeyboardInterrupt):
         _run(decoder_dir, corpus, tmp_path / "broken")
-    monkeypatch.setattr(cpt_module, "train_step", real_step)
+    monkeypatch.setattr(train_module, "train_step", real_step)
     assert [p.name for p in (tmp_path / "broken" / "checkpoints").iterdir()] == ["step-0000003"]
     _run(decoder_dir, corpus, tmp_path / "broken", resume=True)
     steps = [json.loads(line)["step"] for line in (tmp_path / "broken" / "metrics.jsonl").read_text().splitlines()]

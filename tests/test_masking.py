@@ -6,13 +6,13 @@ import pytest
 import torch
 
 import hf_encoderize.masking
-import hf_encoderize.packing
+import hf_encoderize.isolation
 from hf_encoderize.errors import EncoderizeError
 from hf_encoderize.masking import IGNORE, MaskingConfig, mask_tokens, sparse_mlm_loss
 
 
 def test_docstring_examples_run():
-    for module in (hf_encoderize.masking, hf_encoderize.packing):
+    for module in (hf_encoderize.masking, hf_encoderize.isolation):
         assert doctest.testmod(module).failed == 0
 
 

@@ -9,7 +9,7 @@ from conftest import make_decoder, make_tokenizer
 from hub_server import fake_hub  # noqa: F401 (a fixture)
 from safetensors.torch import load_file
 
-import hf_encoderize.cpt as cpt_module
+import hf_encoderize.train as train_module
 from hf_encoderize.bidirectional import verify_bidirectional
 from hf_encoderize.cli import main
 from hf_encoderize.data import DataConfig
@@ -51,22 +51,22 @@ def unbroken(tiny, tmp_path_factory):
     """A clm:0.5,mlm:0.5 run of 12 steps (switch after step 6), with the probe run around the switch and every
     step's objective recorded."""
     seen, out = [], tmp_path_factory.mktemp("runs") / "unbroken"
-    real_step = cpt_module.train_step
+    real_step = train_module.train_step
 
     def probing_step(run):
-        model = run.accelerator.unwrap_model(run.objective).model
+        model = run.accelerator.unwrap_model(run.model).model
         if len(seen) in (5, 6):  # the last CLM step and the first MLM step: the full behavioural probe
             probe = verify_bidirectional(model, pad_token_id=run.tokenizer.pad_token_id, raise_on_failure=False)
-            seen.append((run.task, probe.passed))
+            seen.append((run.masker.objective, probe.passed))
         else:
-            seen.append((run.task, getattr(model.config, "is_causal", True) is False))
+            seen.append((run.masker.objective, getattr(model.config, "is_causal", True) is False))
         return real_step(run)
 
-    cpt_module.train_step = probing_step
+    train_module.train_step = probing_step
     try:
         summary = _run(tiny, out, steps=12, warmup_steps=4, decay_fraction=0.2)
     finally:
-        cpt_module.train_step = real_step
+        train_module.train_step = real_step
     return out, summary, seen
 
 
@@ -115,19 +115,19 @@ def test_branches_equal_the_unbroken_run(tiny, unbroken, tmp_path):
 
 
 def test_resume_inside_the_mlm_phase_equals_the_unbroken_run(tiny, unbroken, tmp_path, monkeypatch):
-    real_step, calls = cpt_module.train_step, []
+    real_step, calls = train_module.train_step, []
 
     def dies_at_step_ten(run):
-        calls.append(run.task)
+        calls.append(run.masker.objective)
         if len(calls) == 10:
             raise KeyboardInterrupt  # after the step-8 checkpoint, two steps into the MLM phase
         return real_step(run)
 
-    monkeypatch.setattr(cpt_module, "train_step", dies_at_step_ten)
+    monkeypatch.setattr(train_module, "train_step", dies_at_step_ten)
     settings = dict(steps=12, warmup_steps=4, decay_fraction=0.2, save_every=4)
     with pytest.raises(KeyboardInterrupt):
         _run(tiny, tmp_path / "run", **settings)
-    monkeypatch.setattr(cpt_module, "train_step", real_step)
+    monkeypatch.setattr(train_module, "train_step", real_step)
     _run(tiny, tmp_path / "run", resume=True, **settings)  # rebuilt causal, switched again on entering MLM
     expected = load_file(unbroken[0] / "encoder" / "model.safetensors")
     resumed = load_file(tmp_path / "run" / "encoder" / "model.safetensors")

@@ -4,7 +4,7 @@ import torch
 from conftest import make_decoder
 
 from hf_encoderize.bidirectional import encoderize
-from hf_encoderize.packing import (
+from hf_encoderize.isolation import (
     cu_seqlens_from_document_ids,
     document_ids_from_lengths,
     packed_forward,
