@@ -11,10 +11,10 @@ import hf_encoderize.train as train_module
 from hf_encoderize.cli import main
 from hf_encoderize.cpt import cpt
 from hf_encoderize.data import DataConfig
-from hf_encoderize.packing import Packer
 from hf_encoderize.errors import EncoderizeError
 from hf_encoderize.loading import LoadConfig
 from hf_encoderize.masking import MaskingConfig
+from hf_encoderize.packing import Packer
 from hf_encoderize.train import TrainConfig
 
 
@@ -139,28 +139,6 @@ def test_bad_input_is_one_line(decoder_dir, corpus, tmp_path, capsys):
         assert not (tmp_path / "o").exists()  # a run refused up front leaves nothing behind
 
 
-def test_two_processes_match_one_process(decoder_dir, corpus, tmp_path):
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    script = Path(__file__).with_name("scripts") / "ddp_cpt.py"
-    results = {}
-    for processes in (1, 2):
-        losses = tmp_path / f"losses{processes}.json"
-        # The global batch is 4 rows either way: 4 on one process, 2 x 2 on two (gloo on CPU).
-        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
-                   "--master_port", str(29500 + processes), str(script), str(decoder_dir), str(corpus),
-                   str(tmp_path / f"run{processes}"), str(losses)]
-        env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
-        if processes == 1:
-            command = [sys.executable, str(script), str(decoder_dir), str(corpus), str(tmp_path / "run1"), str(losses)]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
-        assert done.returncode == 0, done.stderr[-3000:]
-        results[processes] = json.loads(losses.read_text())
-    torch.testing.assert_close(torch.tensor(results[2]), torch.tensor(results[1]), atol=2e-2, rtol=1e-2)
-
-
 def test_lora_trains_adapters_and_mask_row_then_merges(decoder_dir, corpus, tmp_path):
     from hf_encoderize.lora import AdapterConfig
 
@@ -175,9 +153,11 @@ def test_lora_trains_adapters_and_mask_row_then_merges(decoder_dir, corpus, tmp_
     original = load_file(decoder_dir / "model.safetensors")
     name = "model.layers.0.self_attn.q_proj.weight"
     assert not torch.allclose(encoder[name], original[name])  # the merged adapter changed the weights
-    embeddings = encoder["model.embed_tokens.weight"]
-    mask_id = embeddings.shape[0] - 1  # `<mask>` was added as the last row
-    torch.testing.assert_close(embeddings[:mask_id - 1], original["model.embed_tokens.weight"][:mask_id - 1])
+    embeddings, trained = encoder["model.embed_tokens.weight"], original["model.embed_tokens.weight"]
+    mask_id = embeddings.shape[0] - 1  # `<mask>` was added as the last row, pad before it
+    torch.testing.assert_close(embeddings[:mask_id - 1], trained[:mask_id - 1])  # frozen rows are untouched
+    # The mask row started at the mean of the trained rows (tokens.py) and trained: it moved away from it.
+    assert (embeddings[mask_id] - trained.mean(dim=0)).abs().max() > 1e-3
 
 
 def test_qlora_without_gpu_is_one_line(decoder_dir, corpus, tmp_path, capsys):

@@ -1,0 +1,132 @@
+"""The training engine, TRL/torchtitan style: invariance to how the global batch is split, every trainable parameter
+moves, and a committed reference loss curve that a refactor must reproduce."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from hf_encoderize.cpt import cpt, load_encoderized
+from hf_encoderize.data import DataConfig, open_documents
+from hf_encoderize.loading import LoadConfig
+from hf_encoderize.lora import AdapterConfig, apply_lora
+from hf_encoderize.masking import MaskingConfig
+from hf_encoderize.train import TrainConfig, build_run, make_accelerator, train_step
+
+HERE = Path(__file__).parent
+REFERENCE = HERE / "data" / "reference_loss_curve.json"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    # Documents of uneven length, so micro-batches and processes hold unequal numbers of masked tokens.
+    generator = torch.Generator().manual_seed(0)
+    path = tmp_path_factory.mktemp("data") / "docs.jsonl"
+    with path.open("w") as handle:
+        for index in range(300):
+            start = torch.randint(0, 60, (1,), generator=generator).item()
+            handle.write(json.dumps({"text": " ".join(f"w{start + i}" for i in range(3 + index % 23))}) + "\n")
+    return path
+
+
+def _launch(decoder_dir, corpus, out: Path, processes: int, batch_size: int, grad_accum: int) -> list[float]:
+    losses = out.with_suffix(".json")
+    script = HERE / "scripts" / "ddp_cpt.py"
+    args = [str(script), str(decoder_dir), str(corpus), str(out), str(losses), str(batch_size), str(grad_accum)]
+    launcher = ["-m", "torch.distributed.run", "--nproc_per_node", str(processes), "--master_port",
+                str(29400 + os.getpid() % 500)] if processes > 1 else []
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, *launcher, *args], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(losses.read_text())
+
+
+def test_global_batch_split_does_not_change_training(decoder_dir, corpus, tmp_path):
+    """1 process x 8 rows == 1 process x 1 row x 8 accumulation steps == 2 processes (gloo) x 4 rows: same per-step
+    losses and the same weights after 5 steps. The loss is normalised by the labelled tokens of the whole global
+    batch, so micro-batches and processes with unequal masked-token counts weigh them exactly as one batch would."""
+    runs = {"8x1": (1, 8, 1), "1x8 accumulated": (1, 1, 8), "2 processes x 4": (2, 4, 1)}
+    losses, weights = {}, {}
+    for name, (processes, batch_size, grad_accum) in runs.items():
+        out = tmp_path / name.replace(" ", "_")
+        losses[name] = _launch(decoder_dir, corpus, out, processes, batch_size, grad_accum)
+        weights[name] = load_file(out / "encoder" / "model.safetensors")
+    reference = torch.tensor(losses["8x1"])
+    assert len(reference) == 5 and reference[-1] < reference[0]
+    for name in ("1x8 accumulated", "2 processes x 4"):
+        torch.testing.assert_close(torch.tensor(losses[name]), reference, atol=1e-5, rtol=1e-5, msg=name)
+        for key, tensor in weights["8x1"].items():
+            torch.testing.assert_close(weights[name][key], tensor, atol=1e-5, rtol=1e-4, msg=f"{name}: {key}")
+
+
+def _engine(decoder_dir, corpus, out: Path, adapter: AdapterConfig | None = None):
+    """A run built from the engine's public calls, as the recipes build it (weight decay 0, so only gradients move
+    weights)."""
+    data = DataConfig(data_files=str(corpus), seq_len=32, eval_documents=8)
+    train = TrainConfig(output_dir=str(out), steps=10, batch_size=4, lr=1e-2, warmup_steps=1, weight_decay=0.0,
+                        progress=False)
+    adapter = adapter or AdapterConfig()
+    model, tokenizer, _ = load_encoderized(LoadConfig(str(decoder_dir)), data, train, adapter)
+    if adapter.lora_r:
+        apply_lora(model, adapter, tokenizer.mask_token_id)
+    model.train()
+    run = build_run(make_accelerator(train, out, []), model, tokenizer, open_documents(data), data, MaskingConfig(),
+                    train, out)
+    return run, model, tokenizer
+
+
+def _changed(model, before: dict) -> dict[str, bool]:
+    return {name: not torch.equal(p.detach(), before[name]) for name, p in model.named_parameters()}
+
+
+def test_one_step_changes_every_trainable_parameter(decoder_dir, corpus, tmp_path):
+    run, model, _ = _engine(decoder_dir, corpus, tmp_path / "full")
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    assert all(p.requires_grad for p in model.parameters())
+    train_step(run)
+    changed = _changed(model, before)
+    assert all(changed.values()), [name for name, moved in changed.items() if not moved]
+
+
+def test_lora_trains_only_the_adapters_and_the_mask_row(decoder_dir, corpus, tmp_path):
+    run, model, tokenizer = _engine(decoder_dir, corpus, tmp_path / "lora", AdapterConfig(lora_r=4, lora_alpha=8))
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in name or "trainable_tokens" in name for name in trainable), trainable
+    embeddings = model.get_input_embeddings()
+    rows_before = embeddings(torch.arange(len(tokenizer))).detach().clone()
+    for _ in range(2):  # lora_B starts at zero, so lora_A's first gradient is zero: two steps move both
+        train_step(run)
+    changed = _changed(model, before)
+    assert all(changed[name] for name in trainable), [n for n in trainable if not changed[n]]
+    assert not any(changed[name] for name in changed if name not in trainable)
+    # Of the embedding rows, exactly the mask token's moved (peft's trainable_token_indices).
+    rows_after = embeddings(torch.arange(len(tokenizer))).detach()
+    moved = (rows_after != rows_before).any(dim=1).nonzero().flatten().tolist()
+    assert moved == [tokenizer.mask_token_id]
+
+
+def reference_curve(decoder_dir, corpus, out: Path) -> list[float]:
+    """20 steps of cpt of the tiny Llama on the fixed corpus, seed 0."""
+    data = DataConfig(data_files=str(corpus), seq_len=32, eval_documents=8)
+    train = TrainConfig(output_dir=str(out), steps=20, batch_size=4, grad_accum=2, lr=3e-3, save_every=20,
+                        eval_every=0, progress=False)
+    return cpt(LoadConfig(str(decoder_dir)), data, MaskingConfig(), train)["losses"]
+
+
+def test_reference_loss_curve(decoder_dir, corpus, tmp_path):
+    """A refactor that silently changes training (data order, masking, loss, schedule, optimizer) fails here.
+    After an intended change, regenerate with: REGENERATE_REFERENCE=1 pytest tests/test_engine.py -k reference."""
+    losses = reference_curve(decoder_dir, corpus, tmp_path / "reference")
+    if os.environ.get("REGENERATE_REFERENCE") == "1":
+        REFERENCE.parent.mkdir(exist_ok=True)
+        REFERENCE.write_text(json.dumps({"steps": 20, "losses": losses}, indent=1) + "\n")
+        pytest.skip(f"wrote {REFERENCE}")
+    expected = json.loads(REFERENCE.read_text())["losses"]
+    assert len(losses) == len(expected) == 20
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(expected), atol=1e-4, rtol=1e-4)
