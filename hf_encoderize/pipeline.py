@@ -19,6 +19,7 @@ loss_curve.png, eval/encoder/ and eval/base/ (summary.json, summary.md, plots), 
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import hashlib
 import json
@@ -78,11 +79,6 @@ def banner(index: int, total: int, title: str, note: str = "") -> None:
     print(f"\n{'=' * 8} {line} {'=' * max(4, 100 - len(line))}", flush=True)
 
 
-def default_output_dir(load) -> str:
-    """cpt's default run folder: runs/<model>-mlm."""
-    return str(Path("runs") / f"{Path(load.gguf_file or load.source).stem.split('/')[-1]}-mlm")
-
-
 def cpt_done(out: Path, load, masking, train) -> bool:
     """True when OUT holds a finished cpt made with these settings; a one-line error when it was made otherwise."""
     record_path = out / "run_record.json"
@@ -99,16 +95,12 @@ def cpt_done(out: Path, load, masking, train) -> bool:
     return True
 
 
-def _has_checkpoint(out: Path) -> bool:
-    return any(p.is_dir() and not p.name.startswith(".") for p in (out / "checkpoints").glob("step-*"))
-
-
 def stage_cpt(load, data, masking, train, adapter, out: Path) -> str:
+    from hf_encoderize.checkpoints import list_checkpoints
     from hf_encoderize.cpt import cpt
 
-    if not train.overwrite and _has_checkpoint(out):
-        train.resume = True
-    summary = cpt(load, data, masking, train, adapter)
+    resume = not train.overwrite and bool(list_checkpoints(out))  # an interrupted cpt continues
+    summary = cpt(load, data, masking, dataclasses.replace(train, resume=resume or train.resume), adapter)
     gc.collect()  # the trained model is not needed any more; free it before evaluation loads another
     return f"{summary['steps']} steps in {summary['wall_time_s']:.0f} s"
 
@@ -240,8 +232,10 @@ def run(load, data, masking, train, adapter, run_cfg: RunConfig, hub) -> dict:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # the eval and push stages would run once per process
         raise EncoderizeError("run is single-process: launch `cpt` with accelerate/torchrun, then the same `run` "
                               "command picks up the finished cpt")
-    train.output_dir = train.output_dir or default_output_dir(load)
-    out, started = Path(train.output_dir), time.time()
+    from hf_encoderize.cpt import default_output_dir
+
+    out, started = Path(train.output_dir) if train.output_dir else default_output_dir(load), time.time()
+    train = dataclasses.replace(train, output_dir=str(out))  # the caller's config is left as it was
     stages = plan(load, data, masking, train, adapter, run_cfg, hub, out)
     for index, stage in enumerate(stages, 1):
         skipped = stage.done()
