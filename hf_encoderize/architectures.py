@@ -13,8 +13,11 @@ Design choices:
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
-from dataclasses import dataclass, field
+import sys
+from dataclasses import KW_ONLY, asdict, dataclass, field
+from pathlib import Path
 
 from hf_encoderize.loading import ENCODERIZABLE, classify_config
 
@@ -214,3 +217,30 @@ def parse_committed_count(markdown: str) -> int:
         if line.startswith("Passing both backends:"):
             return int(line.split(":")[1].split()[0])
     raise ValueError("no 'Passing both backends:' line in the architecture table")
+
+
+@dataclass
+class ArchitecturesConfig:
+    """Which model types `hf-encoderize architectures` probes, and how it reports them."""
+
+    _: KW_ONLY
+    model_types: list[str] | None = None
+    """Probe only these model types (all that transformers maps to AutoModelForCausalLM when not given)."""
+    write: str | None = None
+    """Also write the markdown table to this file."""
+    json: bool = False
+    """Print the results as JSON instead of the markdown table."""
+
+
+def architectures(config: ArchitecturesConfig) -> str:
+    """`hf-encoderize architectures`: probe (one progress line per model type on stderr), write the markdown table to
+    `config.write` when given, and return what to print: the table, or with `config.json` the results as JSON."""
+
+    def progress(index, total, result):
+        print(f"[{index}/{total}] {result.model_type}: {result.kind}", file=sys.stderr, flush=True)
+
+    results = run_matrix(config.model_types, progress=progress)
+    table = render_markdown(results)
+    if config.write:
+        Path(config.write).write_text(table)
+    return json.dumps([asdict(r) for r in results], indent=1) + "\n" if config.json else table

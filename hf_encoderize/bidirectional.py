@@ -50,7 +50,7 @@ def make_bidirectional(model: torch.nn.Module) -> tuple[int, int]:
     The patch itself lives in the modelling file shipped with every saved encoder, so a reload through
     `trust_remote_code` applies exactly the same code.
     """
-    from hf_encoderize.templates.modeling_encoderize import make_bidirectional as patch
+    from hf_encoderize.remote_code.modeling_encoderize import make_bidirectional as patch
 
     counts = patch(model)
     install_document_isolation()

@@ -1,4 +1,4 @@
-"""`hf-encoderize convert MODEL OUT_DIR`: load a decoder, encoderize it, verify it, save it. No training.
+"""`hf-encoderize convert MODEL OUTPUT_DIR`: load a decoder, encoderize it, verify it, save it. No training.
 
 The output folder is checked before anything is loaded (a non-empty folder is refused unless `overwrite`), and the
 encoder is written atomically, so a failed run leaves nothing half-written.

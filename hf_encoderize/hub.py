@@ -22,6 +22,7 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
 from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.saving import encoder_dir
 
 # Never uploaded: training state and local clutter. Matched against each path component / the file name.
 EXCLUDED_DIRS = {"checkpoints", "__pycache__", "adapter-checkpoints"}
@@ -249,7 +250,7 @@ class _hub_errors:
 # ------------------------------------------------------------------------------------------------ encoder runs
 
 
-def encoder_upload(out_dir: str | os.PathLike, repo_id: str, card_config=None) -> tuple[Path, dict]:
+def encoder_upload(output_dir: str | os.PathLike, repo_id: str, card_config=None) -> tuple[Path, dict]:
     """(encoder folder, extra files) for pushing a run: the card re-rendered for `repo_id` and the run's plots.
 
     A card hf-encoderize wrote is regenerated in memory (its snippets then load `repo_id`); a hand-written README.md
@@ -260,47 +261,45 @@ def encoder_upload(out_dir: str | os.PathLike, repo_id: str, card_config=None) -
 
     from hf_encoderize import card
 
-    config = replace(card_config or card.CardConfig(str(out_dir)), repo_id=repo_id)
-    encoder = card.find_encoder_dir(out_dir)
+    config = replace(card_config or card.CardConfig(str(output_dir)), repo_id=repo_id)
+    encoder = encoder_dir(output_dir)
     extra: dict[str, Path | bytes] = {}
     if card.is_generated_card(encoder / "README.md"):
         extra["README.md"] = card.render_card(card.gather_facts(config)).encode()
-    if encoder != Path(out_dir):
-        extra.update({f"plots/{p}": Path(out_dir) / p for p in card.plot_files(Path(out_dir))})
+    if encoder != Path(output_dir):
+        extra.update({f"plots/{p}": Path(output_dir) / p for p in card.plot_files(Path(output_dir))})
     for results in filter(None, (config.results_dir, config.base_results_dir)):
         extra.update({f"plots/eval/{Path(results).name}/{p.name}": p for p in sorted(Path(results).glob("*.png"))})
     return encoder, extra
 
 
 def push(config: PushConfig, card_config=None) -> list[str]:
-    """`hf-encoderize push OUT_DIR REPO_ID`: the encoder folder, its card and the run's plots, in one commit."""
+    """`hf-encoderize push OUTPUT_DIR REPO_ID`: the encoder folder, its card and the run's plots, in one commit."""
     encoder, extra = encoder_upload(config.output_dir, config.repo_id, card_config)
     return push_folder(encoder, config.repo_id, private=config.private, revision=config.revision,
                        commit_message=config.commit_message, create_pr=config.create_pr, dry_run=config.dry_run,
                        extra_files=extra)
 
 
-def push_after(out_dir: str | os.PathLike, hub: HubConfig, card_config=None) -> list[str]:
+def push_after(output_dir: str | os.PathLike, hub: HubConfig, card_config=None) -> list[str]:
     """`--push-to-hub` of cpt/eval/run: (re)write the local card, then push. Returns the uploaded repo paths."""
-    from hf_encoderize.card import CardConfig, find_encoder_dir, is_generated_card, write_card
+    from hf_encoderize.card import CardConfig, is_generated_card, write_card
 
-    card_config = card_config or CardConfig(str(out_dir))
-    if is_generated_card(find_encoder_dir(out_dir) / "README.md"):  # a hand-written card is pushed as it is
+    card_config = card_config or CardConfig(str(output_dir))
+    if is_generated_card(encoder_dir(output_dir) / "README.md"):  # a hand-written card is pushed as it is
         write_card(card_config)
-    return push(PushConfig(str(out_dir), hub.push_to_hub, private=hub.hub_private, revision=hub.hub_revision,
+    return push(PushConfig(str(output_dir), hub.push_to_hub, private=hub.hub_private, revision=hub.hub_revision,
                            commit_message=hub.hub_commit_message, create_pr=hub.hub_create_pr), card_config)
 
 
 def eval_push_target(source: str) -> Path:
     """The folder `eval --push-to-hub` pushes: the cpt run folder of an OUT/encoder, else the encoder folder itself.
     A one-line error (before any fine-tuning) when MODEL is not a local encoder."""
-    from hf_encoderize.card import find_encoder_dir
-
     path = Path(source)
     if not (path / "config.json").is_file():
         raise EncoderizeError(f"--push-to-hub needs MODEL to be a local encoder folder (cpt/convert output), "
                               f"not {source!r}")
-    encoder = find_encoder_dir(path)
+    encoder = encoder_dir(path)
     return encoder.parent if (encoder.parent / "run_record.json").is_file() else encoder
 
 
@@ -309,3 +308,58 @@ def push_eval(target: Path, results_dir: str, hub: HubConfig) -> list[str]:
     from hf_encoderize.card import CardConfig
 
     return push_after(target, hub, CardConfig(str(target), results_dir=results_dir))
+
+
+# ------------------------------------------------------------------------------------------------ --push-to-hub
+
+
+def is_main_process() -> bool:
+    """True outside a multi-process launch and on its RANK 0: the one process that pushes."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+def push_run(output_dir: str | os.PathLike, hub: HubConfig) -> list[str]:
+    """`--push-to-hub` at the end of cpt/pretrain: card, then push, from the main process only. Returns the uploaded
+    repo paths (none when no push was asked or on the other processes)."""
+    if not hub.push_to_hub or not is_main_process():
+        return []
+    files = push_after(output_dir, hub)
+    print(f"pushed {len(files)} files to {hub.push_to_hub}", flush=True)
+    return files
+
+
+def cpt_and_push(load, data, masking, train, adapter, hub: HubConfig) -> dict:
+    """`hf-encoderize cpt`: `cpt.cpt(load, data, masking, train, adapter)`, then the push `hub` asks for. The push is
+    checked (offline mode, token) before training starts. Returns cpt's summary."""
+    from hf_encoderize.cpt import cpt
+
+    check_push_ready(hub)
+    summary = cpt(load, data, masking, train, adapter)
+    push_run(summary.get("output_dir") or train.output_dir, hub)  # older cpt left the run folder in `train` only
+    return summary
+
+
+def pretrain_and_push(spec, data, masking, train, hub: HubConfig) -> dict:
+    """`hf-encoderize pretrain`: `pretrain.pretrain(spec, data, masking, train)`, then the push `hub` asks for. The
+    push is checked (offline mode, token) before training starts. Returns pretrain's summary."""
+    from hf_encoderize.pretrain import pretrain
+
+    check_push_ready(hub)
+    summary = pretrain(spec, data, masking, train)
+    push_run(summary.get("output_dir") or train.output_dir, hub)  # older pretrain left the run folder in `train` only
+    return summary
+
+
+def evaluate_and_push(load, config, hub: HubConfig) -> dict:
+    """`hf-encoderize eval`: `evaluation.evaluate(load, config)`, then the push `hub` asks for: the evaluated encoder
+    with these results on its card. The push is checked, and MODEL must be a local encoder folder, before any
+    fine-tuning. Returns the evaluation summary."""
+    from hf_encoderize.evaluation import evaluate
+
+    check_push_ready(hub)
+    target = eval_push_target(load.source) if hub.push_to_hub else None
+    summary = evaluate(load, config)
+    if target is not None:
+        files = push_eval(target, f"{config.output_dir}/{summary['model_name']}", hub)
+        print(f"pushed {len(files)} files to {hub.push_to_hub}", flush=True)
+    return summary

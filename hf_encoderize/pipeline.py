@@ -120,9 +120,10 @@ def stage_eval(load, run_cfg: RunConfig, out: Path, name: str, causal: bool = Fa
 
 
 def card_kept(out: Path) -> str | None:
-    from hf_encoderize.card import find_encoder_dir, is_generated_card
+    from hf_encoderize.card import is_generated_card
+    from hf_encoderize.saving import encoder_dir
 
-    readme = find_encoder_dir(out) / "README.md"
+    readme = encoder_dir(out) / "README.md"
     return None if is_generated_card(readme) else f"{readme} was written by hand, kept"
 
 
@@ -149,9 +150,10 @@ def files_fingerprint(files: list[Path]) -> str:
 
 
 def _pushed_files(out: Path) -> list[Path]:
-    from hf_encoderize.card import find_encoder_dir, plot_files
+    from hf_encoderize.card import plot_files
+    from hf_encoderize.saving import encoder_dir
 
-    return [p for p in find_encoder_dir(out).rglob("*") if p.is_file()] + [out / p for p in plot_files(out)]
+    return [p for p in encoder_dir(out).rglob("*") if p.is_file()] + [out / p for p in plot_files(out)]
 
 
 def push_done(out: Path, hub) -> str | None:

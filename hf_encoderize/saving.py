@@ -11,6 +11,7 @@ What goes in the folder:
 
 The folder is written under a temporary name next to the target and renamed into place at the end, so a failure
 never leaves a half-written encoder, and an existing non-empty folder is only replaced with `overwrite=True`.
+`encoder_dir` finds that folder again, given a run folder (OUT/encoder) or the encoder folder itself.
 """
 
 from __future__ import annotations
@@ -27,14 +28,31 @@ from hf_encoderize.errors import EncoderizeError
 MODELING_FILE = "modeling_encoderize.py"
 
 
-def check_output_dir(out_dir: str | os.PathLike, overwrite: bool) -> Path:
+def check_output_dir(output_dir: str | os.PathLike, overwrite: bool) -> Path:
     """Refuse a non-empty output folder unless `overwrite`; refuse a path that is a file."""
-    out = Path(out_dir)
+    out = Path(output_dir)
     if out.exists() and not out.is_dir():
         raise EncoderizeError(f"output path {str(out)!r} is a file; pick a folder path")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise EncoderizeError(f"output folder {str(out)!r} is not empty; pick a new folder or pass --overwrite")
     return out
+
+
+def encoder_dir(path: str | os.PathLike) -> Path:
+    """The saved encoder a folder names: a run folder OUT -> OUT/encoder when it holds one, an encoder folder -> itself.
+
+    Every command that takes "a run folder or an encoder" (card, push, space, push-space) resolves it here, so they
+    agree. An encoder folder is one with a config.json (what transformers needs to load it); a run folder without
+    encoder/ (a failed or unfinished run) is refused with a one-line error.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise EncoderizeError(f"{str(path)!r} is not a folder; pass the output folder of cpt/run or an encoder folder")
+    for candidate in (path / "encoder", path):
+        if (candidate / "config.json").is_file():
+            return candidate
+    raise EncoderizeError(f"no saved encoder in {str(path)!r} (no config.json there or in encoder/); "
+                          "run cpt or convert first")
 
 
 def _write_json(path: Path, payload: dict) -> None:
@@ -78,18 +96,18 @@ def write_sentence_transformers_files(out: Path, hidden_size: int, max_seq_lengt
 
 
 def _modeling_source(model_type: str) -> str:
-    template = resources.files("hf_encoderize.templates").joinpath(MODELING_FILE).read_text()
-    return template.replace('MODEL_TYPE = "__MODEL_TYPE__"', f"MODEL_TYPE = {model_type!r}")
+    source = resources.files("hf_encoderize.remote_code").joinpath(MODELING_FILE).read_text()
+    return source.replace('MODEL_TYPE = "__MODEL_TYPE__"', f"MODEL_TYPE = {model_type!r}")
 
 
 def save_encoder(
-    model, tokenizer, out_dir: str | os.PathLike, *, overwrite: bool = False, metadata: dict | None = None
+    model, tokenizer, output_dir: str | os.PathLike, *, overwrite: bool = False, metadata: dict | None = None
 ) -> Path:
-    """Write the encoder to `out_dir` (see module docstring). Returns the folder path.
+    """Write the encoder to `output_dir` (see module docstring). Returns the folder path.
 
     `metadata` (e.g. the `EncoderizeReport` as a dict) is stored under `hf_encoderize` in config.json.
     """
-    out = check_output_dir(out_dir, overwrite)
+    out = check_output_dir(output_dir, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
     try:

@@ -1,12 +1,13 @@
-"""`hf-encoderize space OUT_DIR` and `hf-encoderize push-space OUT_DIR SPACE_ID`: the Gradio demo of an encoder.
+"""`hf-encoderize space OUTPUT_DIR` and `hf-encoderize push-space OUTPUT_DIR SPACE_ID`: the Gradio demo of an encoder.
 
 Design choices:
 - The app is one self-contained file, `space/app.py` in this repository: on the Hub it runs without hf_encoderize
   (its requirements are torch, transformers and sentence-transformers; gradio comes from the Space's `sdk_version`).
   `space` imports that very file, so what runs on a laptop is what `push-space` uploads.
-- OUT_DIR is a `cpt` run folder (OUT, holding encoder/ and run_record.json) or an encoder folder itself. The base
-  decoder for the Compare tab comes from the flags, else run_record.json, else the encoder's config.json metadata
-  (the app reads that last one itself, so a Space that only knows a Hub id still finds its base).
+- OUTPUT_DIR is a `cpt` run folder (OUT, holding encoder/ and run_record.json) or an encoder folder itself, resolved
+  by `saving.encoder_dir` as `card` and `push` resolve it. The base decoder for the Compare tab comes from the
+  flags, else run_record.json, else the encoder's config.json metadata (the app reads that last one itself, so a
+  Space that only knows a Hub id still finds its base).
 - push-space uploads a staged copy: app.py, requirements.txt pinned to the versions installed here, README.md with
   the Space YAML header, and space_config.json naming the encoder: a Hub model id, or (without one) the encoder folder
   uploaded into the Space next to the app.
@@ -22,6 +23,7 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
 from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.saving import encoder_dir
 
 SPACE_DIR = Path(__file__).resolve().parent.parent / "space"  # the repository's space/ folder
 APP_MODULE = "hf_encoderize_space_app"
@@ -32,7 +34,7 @@ INSTALL_HINT = "pip install 'hf-encoderize[space]'"
 class SpaceConfig:
     """Which encoder the local demo shows and where it listens."""
 
-    out_dir: str
+    output_dir: str
     """A `cpt` run folder (holding encoder/) or an encoder folder written by `convert`."""
     _: KW_ONLY
     base_model: str | None = None
@@ -47,39 +49,27 @@ class SpaceConfig:
             raise EncoderizeError(f"port {self.port} is out of range; pick a port between 1 and 65535 (0: any free)")
 
 
-def resolve_encoder_dir(out_dir: str | os.PathLike) -> Path:
-    """OUT or OUT/encoder, whichever holds the saved encoder (config.json and modules.json)."""
-    out = Path(out_dir)
-    if not out.is_dir():
-        raise EncoderizeError(f"{str(out)!r} is not a folder; pass the output folder of `cpt` or `convert`")
-    for candidate in (out, out / "encoder"):
-        if (candidate / "config.json").is_file() and (candidate / "modules.json").is_file():
-            return candidate
-    raise EncoderizeError(f"no saved encoder in {str(out)!r} (no config.json and modules.json there or in encoder/); "
-                          "pass the output folder of `cpt` or `convert`")
-
-
-def recorded_base(out_dir: str | os.PathLike, encoder_dir: Path) -> dict:
+def recorded_base(output_dir: str | os.PathLike, encoder: Path) -> dict:
     """The base decoder the encoder came from: run_record.json of a `cpt` run, else config.json's metadata."""
-    for record_path in (Path(out_dir) / "run_record.json", encoder_dir.parent / "run_record.json"):
+    for record_path in (Path(output_dir) / "run_record.json", encoder.parent / "run_record.json"):
         if record_path.is_file():
             record = json.loads(record_path.read_text())
             if record.get("base_model"):
                 return {key: record.get(key) for key in ("base_model", "gguf_file", "revision")}
-    metadata = json.loads((encoder_dir / "config.json").read_text()).get("hf_encoderize") or {}
+    metadata = json.loads((encoder / "config.json").read_text()).get("hf_encoderize") or {}
     return {key: metadata.get(key) for key in ("base_model", "gguf_file", "revision")}
 
 
 def app_settings(cfg: SpaceConfig):
     """The app's `Settings` for this encoder folder (base decoder from the flags or the run's records)."""
     app = load_app()
-    encoder = resolve_encoder_dir(cfg.out_dir)
+    encoder = encoder_dir(cfg.output_dir)
     base = {"base_model": cfg.base_model, "gguf_file": None, "revision": None}
     if cfg.base_model and cfg.base_model.endswith(".gguf") and Path(cfg.base_model).is_file():
         path = Path(cfg.base_model).resolve()  # transformers wants the folder plus the file name
         base = {"base_model": str(path.parent), "gguf_file": path.name, "revision": None}
     elif not cfg.base_model:
-        base = recorded_base(cfg.out_dir, encoder)
+        base = recorded_base(cfg.output_dir, encoder)
     return app.Settings(encoder=str(encoder), base_model=base["base_model"], base_gguf_file=base["gguf_file"],
                         base_revision=base["revision"])
 
@@ -106,7 +96,7 @@ def load_app():
 
 
 def launch_space(cfg: SpaceConfig, *, block: bool = True):
-    """Serve the demo for `cfg.out_dir` on `cfg.host:cfg.port`. Returns `(demo, url)`; `demo.close()` stops it.
+    """Serve the demo for `cfg.output_dir` on `cfg.host:cfg.port`. Returns `(demo, url)`; `demo.close()` stops it.
 
     With `block=True` (the CLI) this returns only when the server stops (Ctrl+C).
     """
@@ -139,7 +129,7 @@ PINNED = ("torch", "transformers", "sentence-transformers")  # what app.py impor
 class PushSpaceConfig:
     """Which encoder the Space shows and which Space repo gets the app."""
 
-    out_dir: str
+    output_dir: str
     """A `cpt` run folder (holding encoder/) or an encoder folder written by `convert`."""
     space_id: str
     """Space repo id, `user/name` or `org/name` (created with the gradio SDK if missing)."""
@@ -172,10 +162,10 @@ class PushSpaceConfig:
 
 
 def push_space(cfg: PushSpaceConfig) -> list[str]:
-    """`hf-encoderize push-space OUT_DIR SPACE_ID`: app, pinned requirements, README and the encoder's location."""
+    """`hf-encoderize push-space OUTPUT_DIR SPACE_ID`: app, pinned requirements, README and the encoder's location."""
     from hf_encoderize.hub import push_folder, upload_set
 
-    encoder = resolve_encoder_dir(cfg.out_dir)
+    encoder = encoder_dir(cfg.output_dir)
     base = _space_base(cfg, encoder)
     config = {"encoder": cfg.model_id or "encoder", **base}
     extra: dict[str, Path | bytes] = {
@@ -197,7 +187,7 @@ def _space_base(cfg: PushSpaceConfig, encoder: Path) -> dict:
     if cfg.base_model:
         check_repo_id(cfg.base_model)
         return {"base_model": cfg.base_model}
-    recorded = recorded_base(cfg.out_dir, encoder)
+    recorded = recorded_base(cfg.output_dir, encoder)
     name = recorded.get("base_model")
     if not name or Path(name).exists() or name.count("/") != 1:
         return {}  # a local path (or nothing): the Space's Compare tab says no base is available

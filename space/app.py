@@ -2,9 +2,10 @@
 
 Design choices:
 - Self-contained: imports only torch, transformers, sentence-transformers and gradio (see requirements.txt), so the
-  same file runs as a Hugging Face Space and under `hf-encoderize space OUT_DIR` on a laptop.
-- Which encoder: the ENCODER_MODEL environment variable (Hub id or local folder), else `space_config.json` next to
-  this file (written by `hf-encoderize push-space`), else the quickstart's output folder.
+  same file runs as a Hugging Face Space and under `hf-encoderize space OUTPUT_DIR` on a laptop.
+- Which encoder: the ENCODER_MODEL environment variable (Hub id or encoder folder; `hf-encoderize space` passes the
+  run folder's encoder/ here), else `space_config.json` next to this file (written by `hf-encoderize push-space`),
+  else the quickstart's encoder folder.
 - Embeddings are sentence-transformers' mean-pooled vectors, the layout `save_encoder` writes. The Compare tab runs
   the base decoder (BASE_MODEL, else the `hf_encoderize` metadata in the encoder's config.json) as it was trained,
   causally, with the same mean pooling, so the difference on screen is the one this project makes.

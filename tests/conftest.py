@@ -7,6 +7,9 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
+# Scripts run in subprocesses, not modules to import for doctests (ddp_cpt.py trains at import).
+collect_ignore = ["scripts", "clean_env_check.py"]
+
 VOCAB = 120  # w0..w119, then <unk>, </s>
 
 

@@ -2,12 +2,15 @@
 
 from pathlib import Path
 
+import pytest
+
 from hf_encoderize.architectures import parse_committed_count, passing_count, render_markdown, run_matrix
 from hf_encoderize.loading import DECODER, ENCODER, ENCODER_DECODER, MULTIMODAL, RECURRENT
 
 TABLE = Path(__file__).resolve().parents[1] / "docs" / "architectures.md"
 
 
+@pytest.mark.slow
 def test_matrix_does_not_regress():
     results = run_matrix()
     committed = parse_committed_count(TABLE.read_text())

@@ -162,7 +162,7 @@ def test_card_config_errors(tmp_path):
         CardConfig(str(tmp_path / "missing"))
     with pytest.raises(EncoderizeError, match="no summary.json"):
         CardConfig(str(tmp_path), results_dir=str(tmp_path))
-    with pytest.raises(EncoderizeError, match="no encoder in"):
+    with pytest.raises(EncoderizeError, match="no saved encoder in"):
         write_card(CardConfig(str(tmp_path)))
     (tmp_path / "summary.json").write_text("{not json")
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))

@@ -1,11 +1,13 @@
 """Loading any decoder, refusing what cannot be encoderized, and the CLI's one-line errors."""
 
+import dataclasses
+import re
 import subprocess
 import sys
 
 import pytest
 
-from hf_encoderize.cli import main
+from hf_encoderize.cli import COMMANDS, field_docs, main
 from hf_encoderize.errors import EncoderizeError
 from hf_encoderize.loading import load_decoder
 
@@ -101,8 +103,35 @@ def test_convert_prints_what_was_done_and_reads_yaml(decoder_dir, tmp_path, caps
 def test_help_lists_every_subcommand():
     done = subprocess.run([sys.executable, "-m", "hf_encoderize.cli", "--help"], capture_output=True, text=True)
     assert done.returncode == 0
-    for command in ("convert", "architectures"):
-        assert command in done.stdout
+    assert len(COMMANDS) == 12
+    for name, command in COMMANDS.items():  # its own line in the command list, with its help text
+        assert re.search(rf"^ +{re.escape(name)}\s+{re.escape(command.help.split()[0])}", done.stdout, re.M), name
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_each_command_help_lists_every_field_with_its_docstring(name, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([name, "--help"])
+    assert exit_.value.code == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"usage: hf-encoderize {name} ")
+    flat = "".join(printed.split())  # argparse wraps help text anywhere
+    for cls in COMMANDS[name].configs:
+        docs = field_docs(cls)
+        for field in dataclasses.fields(cls):
+            argument = field.name if not field.kw_only else f"--{field.name.replace('_', '-')}"
+            assert re.search(rf"(?<![\w-]){re.escape(argument)}(?![\w-])", printed), (name, argument)
+            assert docs.get(field.name) and "".join(docs[field.name].split())[:40] in flat, (name, field.name)
+
+
+def test_unknown_config_file_key_is_one_line(decoder_dir, tmp_path, capsys):
+    config = tmp_path / "convert.yaml"
+    for text, key in [("attn_implementation: eager\nattn_implementaton: sdpa\n", "'attn_implementaton'"),
+                      ("steps: 10\n", "'steps'")]:  # a key of another command (cpt) is no option of convert
+        config.write_text(text)
+        code, _, err = _run(["convert", str(decoder_dir), str(tmp_path / "enc"), "--config", str(config)], capsys)
+        assert code == 2 and err.startswith("error:") and err.count("\n") == 1 and key in err, err
+        assert "convert --help" in err and not (tmp_path / "enc").exists()
 
 
 def test_unknown_hub_id_is_one_line(tmp_path, capsys):

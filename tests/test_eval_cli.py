@@ -2,6 +2,7 @@
 files, and every bad input as one `error:` line with exit code 2 that loses no finished result."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -24,10 +25,18 @@ def test_help_lists_eval_and_compare(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--help"])
     out = capsys.readouterr().out
-    assert "eval" in out and "compare" in out
-    with pytest.raises(SystemExit):
+    assert re.search(r"^ +eval +fine-tune and score", out, re.M) and re.search(r"^ +compare +one table", out, re.M)
+    with pytest.raises(SystemExit) as exit_:
         build_parser().parse_args(["eval", "--help"])
-    assert "--profile" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0 and out.startswith("usage: hf-encoderize eval ")
+    for option in ("source", "--profile", "--datasets", "--data-dir", "--causal", "--push-to-hub", "--config"):
+        assert re.search(rf"(?<![\w-]){option}(?![\w-])", out), option
+    assert "--eval-profile" not in out and "--steps" not in out  # run's and cpt's options are not eval's
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["compare", "--help"])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0 and "results_dirs [results_dirs ...]" in out and "--output-dir" in out
 
 
 def test_eval_on_the_real_loaders_through_the_cli(decoder_dir, tmp_path, capsys):

@@ -5,8 +5,8 @@ import doctest
 import pytest
 import torch
 
-import hf_encoderize.masking
 import hf_encoderize.isolation
+import hf_encoderize.masking
 from hf_encoderize.errors import EncoderizeError
 from hf_encoderize.masking import IGNORE, MaskingConfig, mask_tokens, sparse_mlm_loss
 

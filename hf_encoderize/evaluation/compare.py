@@ -8,6 +8,7 @@ allowed: missing cells read "-".
 from __future__ import annotations
 
 import json
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
 from hf_encoderize.errors import EncoderizeError
@@ -86,3 +87,19 @@ def compare(folders: list[str], output_dir: str = "comparison") -> dict:
     (out / "comparison.md").write_text(header + table)
     plot_scores(dict(zip(labels, summaries, strict=True)), out / "comparison.png")
     return {"table": table, "markdown": str(out / "comparison.md"), "plot": str(out / "comparison.png")}
+
+
+@dataclass
+class CompareConfig:
+    """Which eval results `hf-encoderize compare` puts side by side, and where the table and plot go."""
+
+    results_dirs: list[str]
+    """Eval results folders (each holding summary.json)."""
+    _: KW_ONLY
+    output_dir: str = "comparison"
+    """Where comparison.md and comparison.png go."""
+
+
+def compare_results(config: CompareConfig) -> dict:
+    """`hf-encoderize compare`: `compare(config.results_dirs, config.output_dir)`."""
+    return compare(config.results_dirs, config.output_dir)

@@ -164,8 +164,8 @@ def run_shared(task, backbone, train, targets: list[tuple], *, lr: float, seed: 
     records = []
     for target, prepared in targets:
         scored = time.perf_counter()
-        validation = target.evaluate(backbone, backbone.model, head, prepared.validation)
-        test = target.evaluate(backbone, backbone.model, head, prepared.test)
+        validation = target.score(backbone, backbone.model, head, prepared.validation)
+        test = target.score(backbone, backbone.model, head, prepared.test)
         records.append({
             "task": target.name, "dataset": target.spec.name, "metric": target.spec.metric, "lr": lr_key(lr),
             "seed": seed, "protocol": cfg.protocol(), "note": target.spec.note, **facts,

@@ -103,7 +103,7 @@ class Retrieval(Task):
         return torch.nn.functional.normalize(out, dim=-1)
 
     @torch.inference_mode()
-    def evaluate(self, backbone, model, head, eval_set: dict) -> Scores:
+    def score(self, backbone, model, head, eval_set: dict) -> Scores:
         queries = self.embed(backbone, model, eval_set["queries"])
         docs = self.embed(backbone, model, eval_set["docs"])
         k = min(100, docs.shape[0])

@@ -145,7 +145,7 @@ class QuestionAnswering(Task):
         return (cross_entropy(start, batch["start_positions"]) + cross_entropy(end, batch["end_positions"])) / 2
 
     @torch.inference_mode()
-    def evaluate(self, backbone, model, head, eval_set) -> Scores:
+    def score(self, backbone, model, head, eval_set) -> Scores:
         rows, features = eval_set
         by_example = collections.defaultdict(list)
         for indices in sorted_batches([len(f["input_ids"]) for f in features], 64):

@@ -47,7 +47,7 @@ class SequenceClassification(Task):
         return torch.nn.functional.cross_entropy(self.logits(model, head, batch).float(), batch["labels"])
 
     @torch.inference_mode()
-    def evaluate(self, backbone, model, head, features: list[dict]) -> Scores:
+    def score(self, backbone, model, head, features: list[dict]) -> Scores:
         predictions = {}
         for indices in sorted_batches([len(f["input_ids"]) for f in features], 64):
             batch = to_device(self.collate([features[i] for i in indices]), backbone.device)

@@ -65,7 +65,7 @@ class TokenClassification(Task):
         return torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100)
 
     @torch.inference_mode()
-    def evaluate(self, backbone, model, head, features: list[dict]) -> Scores:
+    def score(self, backbone, model, head, features: list[dict]) -> Scores:
         from seqeval.metrics import f1_score, precision_score, recall_score
 
         names = self.tag_names

@@ -1,6 +1,6 @@
 """Run a short cpt under however many processes launched it; the main process writes the losses as JSON.
 
-Usage: torchrun --nproc_per_node N tests/scripts/ddp_cpt.py MODEL_DIR DATA_FILE OUT_DIR LOSSES_JSON BATCH GRAD_ACCUM
+Usage: torchrun --nproc_per_node N tests/scripts/ddp_cpt.py MODEL_DIR DATA_FILE OUTPUT_DIR LOSSES_JSON BATCH GRAD_ACCUM
 (BATCH rows per process per micro-batch; the global batch is N x BATCH x GRAD_ACCUM rows.)
 """
 
@@ -13,12 +13,12 @@ from hf_encoderize.loading import LoadConfig
 from hf_encoderize.masking import MaskingConfig
 from hf_encoderize.train import TrainConfig
 
-model_dir, data_file, out_dir, losses_file, batch_size, grad_accum = sys.argv[1:7]
+model_dir, data_file, output_dir, losses_file, batch_size, grad_accum = sys.argv[1:7]
 summary = cpt(
     LoadConfig(model_dir),
     DataConfig(data_files=data_file, seq_len=32, eval_documents=8),
     MaskingConfig(),
-    TrainConfig(output_dir=out_dir, steps=5, batch_size=int(batch_size), grad_accum=int(grad_accum), lr=1e-3,
+    TrainConfig(output_dir=output_dir, steps=5, batch_size=int(batch_size), grad_accum=int(grad_accum), lr=1e-3,
                 save_every=5, eval_every=0, log_every=100, progress=False),
 )
 import torch.distributed as dist  # noqa: E402

@@ -46,7 +46,7 @@ def make_bidirectional(model: torch.nn.Module) -> tuple[int, int]:
     return modules, buffers
 
 
-if MODEL_TYPE in MODEL_MAPPING_NAMES:  # False when hf_encoderize imports the unfilled template for the patch
+if MODEL_TYPE in MODEL_MAPPING_NAMES:  # False when hf_encoderize imports this file unfilled for the patch
 
     class EncoderModel(getattr(transformers, MODEL_MAPPING_NAMES[MODEL_TYPE])):
         """The bidirectional backbone (hidden states), for `AutoModel` with `trust_remote_code=True`."""
