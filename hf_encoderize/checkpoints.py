@@ -6,6 +6,9 @@ Design choices:
   under `step-N.partial` and renamed into place once every process has written its part, so a crash never leaves a
   half-written checkpoint that `--resume` would pick.
 - `checkpoints/` keeps the last `keep_last`; other folders (pretrain's `switch/`) are kept whole, never resumed from.
+- Several machines must share the run folder (a network filesystem): the model and optimizer files are written by
+  the main process (DDP) or as shards by every process (FSDP/ZeRO-3), and `--resume` needs all of them on every
+  node. `check_shared_output_dir` proves the sharing at start-up and refuses a run that could not resume.
 """
 
 from __future__ import annotations
@@ -47,6 +50,37 @@ def prepare_output_dir(output_dir: Path, *, resume: bool, overwrite: bool, main_
         if main_process:
             shutil.rmtree(out)
     return None
+
+
+def check_shared_output_dir(accelerator, output_dir: Path) -> None:
+    """With several processes, refuse (on every rank, in one line) an output folder that they do not all see: the
+    main process writes a file with a fresh token and every process reads it back."""
+    import secrets
+
+    import torch
+    from accelerate.utils import broadcast_object_list
+
+    if accelerator.num_processes == 1:
+        return
+    token = [secrets.token_hex(8) if accelerator.is_main_process else None]
+    broadcast_object_list(token)
+    probe = Path(output_dir) / f".shared-{token[0]}"
+    created = not probe.parent.exists()
+    if accelerator.is_main_process:
+        probe.parent.mkdir(parents=True, exist_ok=True)
+        probe.write_text(token[0])
+    accelerator.wait_for_everyone()
+    seen = probe.is_file() and probe.read_text() == token[0]
+    missing = int(accelerator.reduce(torch.tensor([0 if seen else 1], device=accelerator.device), "sum").item())
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        probe.unlink(missing_ok=True)
+        if created and not any(probe.parent.iterdir()):
+            probe.parent.rmdir()  # the folder is made by the run itself, after its inputs are validated
+    if missing:
+        raise EncoderizeError(f"{missing} of {accelerator.num_processes} processes cannot see {str(output_dir)!r}: on "
+                              "several machines --output-dir must be on a filesystem they all share (NFS, Lustre, ...)"
+                              ", or checkpoints could not be resumed")
 
 
 def save_checkpoint(accelerator, folder: Path, step: int) -> Path:

@@ -10,22 +10,33 @@ Output folder: `checkpoints/` (full training state, never pushed), `encoder/` (t
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import time
 from pathlib import Path
 
 import torch
 
-from hf_encoderize.checkpoints import load_checkpoint, prepare_output_dir
+from hf_encoderize.checkpoints import check_shared_output_dir, load_checkpoint, prepare_output_dir
 from hf_encoderize.data import DataConfig, open_documents
 from hf_encoderize.errors import EncoderizeError
 from hf_encoderize.loading import LoadConfig
-from hf_encoderize.lora import AdapterConfig, apply_lora, check_qlora_available, merged_model, quantization_config
+from hf_encoderize.lora import (
+    AdapterConfig,
+    apply_lora,
+    check_qlora_available,
+    enable_checkpointing,
+    merge_full_precision,
+    merged_model,
+    quantization_config,
+)
 from hf_encoderize.masking import MaskingConfig
 from hf_encoderize.monitor import TrainingMonitor, hardware_facts, parse_report_to, utc_now
 from hf_encoderize.train import (
     TrainConfig,
     build_run,
     evaluate_held_out,
+    gather_weights,
     make_accelerator,
     run_summary,
     save_run,
@@ -47,16 +58,20 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
     output_dir = Path(train.output_dir) if train.output_dir else default_output_dir(load)
     trackers = parse_report_to(train.report_to)
     accelerator = make_accelerator(train, output_dir, trackers)
+    check_launcher(accelerator, adapter)
     resume_from = prepare_output_dir(output_dir, resume=train.resume, overwrite=train.overwrite,
                                      main_process=accelerator.is_main_process)
     accelerator.wait_for_everyone()
+    check_shared_output_dir(accelerator, output_dir)
     started_at = utc_now()
     documents = open_documents(data)  # a bad source fails before any weight is loaded
-    model, tokenizer, report = load_encoderized(load, data, train, adapter)
-    if train.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-    peft_model = apply_lora(model, adapter, tokenizer.mask_token_id) if adapter.lora_r else None
+    model, tokenizer, report = load_encoderized(load, data, train, adapter, accelerator)
+    if train.gradient_checkpointing and not adapter.lora_r:
+        enable_checkpointing(model)
+    peft_model = apply_lora(model, adapter, tokenizer.mask_token_id,
+                            gradient_checkpointing=train.gradient_checkpointing) if adapter.lora_r else None
     model.train()
+    loaded_dtype = model.dtype  # the encoder is saved in it; training may keep fp32 master weights meanwhile
     run = build_run(accelerator, model, tokenizer, documents, data, masking, train, output_dir)
     step = load_checkpoint(accelerator, resume_from) if resume_from else 0
     facts = cpt_facts(load, data, masking, train, adapter)
@@ -70,19 +85,45 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
     monitor.close()
     accelerator.wait_for_everyone()
     summary = run_summary(run, monitor, step, started, final_eval)
+    weights = gather_weights(run)  # every process: FSDP2/ZeRO-3 gather their shards here
     if accelerator.is_main_process:
         final = accelerator.unwrap_model(run.model).model
-        if peft_model is not None:
+        if peft_model is not None and adapter.load_in_4bit:
+            # Merging into NF4 weights would re-quantise them and save a 4-bit checkpoint that needs bitsandbytes and
+            # a GPU: reload the base in bf16 on CPU and merge the adapter there, for a plain model.
+            peft_model.save_pretrained(output_dir / "adapter")
+            final, _ = merge_full_precision(output_dir / "adapter", load)
+            if not adapter.save_adapter:
+                shutil.rmtree(output_dir / "adapter")
+        elif peft_model is not None:
             if adapter.save_adapter:
                 peft_model.save_pretrained(output_dir / "adapter")
             final = merged_model(peft_model)
-        record = {"command": "cpt", **facts, "encoderize": {**report.to_dict(), **report.tokens},
-                  "num_processes": accelerator.num_processes, "hardware": hardware_facts(accelerator),
-                  "wall_time_s": round(summary["wall_time_s"], 2), "eval_loss": summary.get("eval_loss"),
-                  "eval_masked_accuracy": summary.get("eval_masked_accuracy"), "started_at": started_at}
-        save_run(final, tokenizer, output_dir, record)
+        if weights is not None:
+            weights = {name: t.to(loaded_dtype) if t.is_floating_point() else t for name, t in weights.items()}
+        elif final.dtype != loaded_dtype and not adapter.load_in_4bit:
+            final = final.to(loaded_dtype)
+        saved_dtype = loaded_dtype if weights is not None else final.dtype
+        record = {"command": "cpt", **facts, "saved_dtype": str(saved_dtype).removeprefix("torch."),
+                  "encoderize": {**report.to_dict(), **report.tokens}, "num_processes": accelerator.num_processes,
+                  "hardware": hardware_facts(accelerator), "wall_time_s": round(summary["wall_time_s"], 2),
+                  "eval_loss": summary.get("eval_loss"), "eval_masked_accuracy": summary.get("eval_masked_accuracy"),
+                  "started_at": started_at}
+        save_run(final, tokenizer, output_dir, record, state_dict=weights)
     accelerator.end_training()
     return summary
+
+
+def check_launcher(accelerator, adapter: AdapterConfig) -> None:
+    """Refuse, before any work, what this version cannot save: LoRA adapters merged out of FSDP or ZeRO-3 shards."""
+    from accelerate.utils import DistributedType
+
+    kind = accelerator.distributed_type
+    sharded = kind == DistributedType.FSDP or (
+        kind == DistributedType.DEEPSPEED and accelerator.state.deepspeed_plugin.zero_stage == 3)
+    if adapter.lora_r and sharded:
+        raise EncoderizeError("--lora-r under FSDP or DeepSpeed ZeRO-3 is not supported: the adapters are small, so "
+                              "launch with DDP (examples/accelerate/multi_gpu_ddp.yaml) or ZeRO-2 instead")
 
 
 def check_seq_len(load: LoadConfig, seq_len: int) -> None:
@@ -105,9 +146,13 @@ def check_seq_len(load: LoadConfig, seq_len: int) -> None:
                               f"use --seq-len {limit} or less")
 
 
-def load_encoderized(load: LoadConfig, data: DataConfig, train: TrainConfig, adapter: AdapterConfig):
-    """Model (encoderized, with packed documents isolated, and verified by the probe), tokenizer, and the report."""
-    from hf_encoderize.bidirectional import EncoderizeReport, encoderize, verify_bidirectional
+def load_encoderized(load: LoadConfig, data: DataConfig, train: TrainConfig, adapter: AdapterConfig,
+                     accelerator=None):
+    """Model (encoderized, with packed documents isolated, and verified by the probe), tokenizer, and the report.
+
+    With an `accelerator`, the probe runs where and in the precision the model will train (a flash-attention kernel
+    cannot run on CPU tensors or in fp32); a model that FSDP/DeepSpeed will place goes back to the CPU afterwards."""
+    from hf_encoderize.bidirectional import EncoderizeReport, encoderize
     from hf_encoderize.isolation import install_document_isolation
     from hf_encoderize.loading import is_native_encoder, load_decoder, load_encoder
 
@@ -126,8 +171,37 @@ def load_encoderized(load: LoadConfig, data: DataConfig, train: TrainConfig, ada
         model, tokenizer = load_decoder(load, model_kwargs=extra)
         report = encoderize(model, tokenizer)
     install_document_isolation()
-    verify_bidirectional(model, pad_token_id=tokenizer.pad_token_id)
+    probe_where_it_trains(model, tokenizer, accelerator, quantized=adapter.load_in_4bit)
     return model, tokenizer, report
+
+
+def probe_where_it_trains(model, tokenizer, accelerator, quantized: bool) -> None:
+    """Run the bidirectionality probe on the training device under autocast (a flash-attention kernel cannot run on
+    CPU tensors or in fp32). A model FSDP/DeepSpeed will place goes back to the CPU afterwards; ZeRO-3 partitions are
+    gathered for the probe; a rank that holds only meta tensors (FSDP's RAM-efficient loading: rank 0 loads the
+    weights, the others receive them at `prepare`) has nothing to run and leaves the check to rank 0."""
+    from hf_encoderize.bidirectional import verify_bidirectional
+
+    if accelerator is None:
+        verify_bidirectional(model, pad_token_id=tokenizer.pad_token_id)
+        return
+    from accelerate.utils import DistributedType
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if any(p.device.type == "meta" for p in model.parameters()):
+        return
+    gather, zero3 = contextlib.nullcontext(), is_deepspeed_zero3_enabled()
+    if zero3:  # weights built under zero.Init: the probe would see empty partitions
+        import deepspeed
+
+        gather = deepspeed.zero.GatheredParameters(list(model.parameters()))
+    movable = not quantized and not zero3  # bitsandbytes and ZeRO-3 place their own weights
+    if movable:
+        model.to(accelerator.device)
+    with gather, accelerator.autocast():
+        verify_bidirectional(model, pad_token_id=tokenizer.pad_token_id)
+    if movable and accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
+        model.to("cpu")
 
 
 def cpt_facts(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: TrainConfig,

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from hf_encoderize.checkpoints import (
+    check_shared_output_dir,
     checkpoint_dir,
     checkpoint_step,
     load_checkpoint,
@@ -42,6 +43,7 @@ from hf_encoderize.train import (
     build_run,
     enter_phase,
     evaluate_held_out,
+    gather_weights,
     make_accelerator,
     run_summary,
     save_run,
@@ -246,6 +248,7 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
     resume_from = prepare_output_dir(output_dir, resume=train.resume, overwrite=train.overwrite,
                                      main_process=accelerator.is_main_process) or branch_point
     accelerator.wait_for_everyone()
+    check_shared_output_dir(accelerator, output_dir)
     started_at = utc_now()
     documents = open_documents(data)  # a bad source fails before anything is built
     model, tokenizer, tokens = _build_model(spec, config, train)
@@ -277,13 +280,14 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
     accelerator.wait_for_everyone()
     summary = {**run_summary(run, monitor, step, started, final_eval), "schedule": spec.schedule,
                "phases": [p.to_dict() for p in phases]}
+    weights = gather_weights(run)  # every process: FSDP2/ZeRO-3 gather their shards here
     if accelerator.is_main_process:
         report = _report(model, counts, tokens)
         record.update(command="pretrain", encoderize={**report.to_dict(), **report.tokens},
                       num_processes=accelerator.num_processes, hardware=hardware_facts(accelerator),
                       wall_time_s=round(summary["wall_time_s"], 2), eval_loss=summary.get("eval_loss"),
                       eval_masked_accuracy=summary.get("eval_masked_accuracy"), started_at=started_at)
-        save_run(accelerator.unwrap_model(run.model).model, tokenizer, output_dir, record)
+        save_run(accelerator.unwrap_model(run.model).model, tokenizer, output_dir, record, state_dict=weights)
     accelerator.end_training()
     return summary
 

@@ -101,17 +101,19 @@ def _modeling_source(model_type: str) -> str:
 
 
 def save_encoder(
-    model, tokenizer, output_dir: str | os.PathLike, *, overwrite: bool = False, metadata: dict | None = None
+    model, tokenizer, output_dir: str | os.PathLike, *, overwrite: bool = False, metadata: dict | None = None,
+    state_dict: dict | None = None,
 ) -> Path:
     """Write the encoder to `output_dir` (see module docstring). Returns the folder path.
 
-    `metadata` (e.g. the `EncoderizeReport` as a dict) is stored under `hf_encoderize` in config.json.
+    `metadata` (e.g. the `EncoderizeReport` as a dict) is stored under `hf_encoderize` in config.json. `state_dict`
+    replaces the model's own tensors: the full weights gathered from an FSDP2/ZeRO-3 run, whose model holds shards.
     """
     out = check_output_dir(output_dir, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
     try:
-        _write_encoder(model, tokenizer, tmp, metadata or {})
+        _write_encoder(model, tokenizer, tmp, metadata or {}, state_dict)
         _replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -119,7 +121,7 @@ def save_encoder(
     return out
 
 
-def _write_encoder(model, tokenizer, tmp: Path, metadata: dict) -> None:
+def _write_encoder(model, tokenizer, tmp: Path, metadata: dict, state_dict: dict | None = None) -> None:
     config = model.config
     model_type = config.model_type
     from hf_encoderize.loading import ENCODER, classify_config
@@ -130,7 +132,7 @@ def _write_encoder(model, tokenizer, tmp: Path, metadata: dict) -> None:
         config.use_cache = False
         config.auto_map = {"AutoModelForMaskedLM": f"{MODELING_FILE[:-3]}.EncoderForMaskedLM"}
     config.hf_encoderize = {"version": _version(), **metadata}
-    model.save_pretrained(tmp)
+    model.save_pretrained(tmp, state_dict=state_dict)
     tokenizer.padding_side = "right"
     tokenizer.save_pretrained(tmp)
     if not native_encoder:

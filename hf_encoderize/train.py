@@ -81,7 +81,12 @@ class TrainConfig:
     overwrite: bool = False
     """Start over in a non-empty `output_dir`, deleting it."""
     mixed_precision: str = "auto"
-    """auto (bf16 on GPU, none on CPU), bf16, fp16 or no."""
+    """auto (bf16 on GPU, none on CPU), bf16, fp16 or no: the precision of the compute (autocast)."""
+    master_weights: str = "fp32"
+    """fp32: trainable weights are kept (upcast) in fp32 for the optimizer, whatever dtype they were loaded in, and
+    the encoder is saved in the loaded dtype. `loaded`: train the weights in the dtype they were loaded in (pure bf16
+    for a bf16 checkpoint: half the optimizer memory, but AdamW updates below bf16's resolution, about 0.4% of a
+    weight, round to nothing, and weight decay with it)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory."""
     on_nonfinite: str = "stop"
@@ -104,6 +109,8 @@ class TrainConfig:
             raise EncoderizeError(f"--on-nonfinite must be 'stop' or 'skip', got {self.on_nonfinite!r}")
         if float(self.lr) <= 0:
             raise EncoderizeError(f"--lr must be positive, got {self.lr}")
+        if self.master_weights not in ("fp32", "loaded"):
+            raise EncoderizeError(f"--master-weights must be 'fp32' or 'loaded', got {self.master_weights!r}")
 
     @property
     def warmup(self) -> int:
@@ -124,6 +131,30 @@ class ObjectiveModel(torch.nn.Module):
         super().__init__()
         self.model = model
         self.native_encoder = classify_config(model.config) == ENCODER
+
+    # What Accelerate reads off the prepared object, delegated to the wrapped transformers model: FSDP2's transformer
+    # wrap policy reads `_no_split_modules` (without it the whole model is one FSDP unit), and FSDP2's
+    # `cpu_ram_efficient_loading` re-ties embeddings through `tie_weights`/`get_*_embeddings` after moving the model
+    # to meta (without them a tied LM head becomes a separate parameter the optimizer never sees).
+    @property
+    def _no_split_modules(self):
+        return getattr(self.model, "_no_split_modules", None)
+
+    @property
+    def _tied_weights_keys(self):
+        keys = getattr(self.model, "_tied_weights_keys", None)
+        if isinstance(keys, dict):
+            return {f"model.{k}": f"model.{v}" for k, v in keys.items()}
+        return [f"model.{k}" for k in keys] if keys else keys
+
+    def tie_weights(self, *args, **kwargs):
+        return self.model.tie_weights(*args, **kwargs)
+
+    def get_input_embeddings(self):
+        return self.model.get_input_embeddings()
+
+    def get_output_embeddings(self):
+        return self.model.get_output_embeddings()
 
     def forward(self, input_ids, document_ids, labels):
         from hf_encoderize.bidirectional import base_model_of, last_hidden_state
@@ -178,11 +209,20 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
     With LoRA, `model` already holds the injected adapters (peft patches in place), so only they train."""
     objective = ObjectiveModel(model)
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=train.lr, betas=ADAMW_BETAS, weight_decay=train.weight_decay)
+    if train.master_weights == "fp32":
+        for parameter in trainable:  # bf16 weights would lose AdamW's small updates (and weight decay) to rounding
+            if parameter.is_floating_point() and parameter.dtype != torch.float32:
+                parameter.data = parameter.data.float()
+    # Fused AdamW (one kernel for all parameters) where every trainable tensor is a CPU/CUDA float tensor.
+    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in trainable)
+    optimizer = torch.optim.AdamW(trainable, lr=train.lr, betas=ADAMW_BETAS, weight_decay=train.weight_decay,
+                                  fused=fused)
     scheduler = wsd_scheduler(optimizer, train.steps, train.warmup, train.decay_fraction)
+    configure_deepspeed(accelerator, train)
     objective, optimizer = accelerator.prepare(objective, optimizer)
     packer = Packer(tokenizer, data.seq_len, data.pack)
-    vocab_size = model.get_input_embeddings().weight.shape[0]
+    embeddings = model.get_input_embeddings().weight
+    vocab_size = getattr(embeddings, "ds_shape", embeddings.shape)[0]  # ZeRO-3 partitions report an empty shape
     masker = Masker.for_tokenizer(tokenizer, masking, vocab_size, seed=train.seed)  # same on every process
     for stateful in (scheduler, packer, masker):  # the scheduler is stepped once per optimizer step, by us
         accelerator.register_for_checkpointing(stateful)
@@ -190,6 +230,21 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
                                 data.eval_max_rows, train.batch_size)
     return Run(accelerator, objective, optimizer, scheduler, RowStream(packer, documents, data.eval_documents),
                masker, tokenizer, held_out, train, Path(output_dir))
+
+
+def configure_deepspeed(accelerator, train: TrainConfig) -> None:
+    """Fill the `auto` batch values of a DeepSpeed config: accelerate derives them from a prepared DataLoader, and this
+    loop has none (it packs its own rows), so `prepare` would raise on `train_micro_batch_size_per_gpu: auto`."""
+    plugin = getattr(accelerator.state, "deepspeed_plugin", None)
+    if plugin is None:
+        return
+    config = plugin.deepspeed_config
+    values = {"train_micro_batch_size_per_gpu": train.batch_size, "gradient_accumulation_steps": train.grad_accum,
+              "train_batch_size": train.batch_size * train.grad_accum * accelerator.num_processes,
+              "gradient_clipping": train.max_grad_norm}
+    for key, value in values.items():
+        if config.get(key, "auto") == "auto":
+            config[key] = value
 
 
 def enter_phase(run: Run, phase: Phase) -> tuple[int, int] | None:
@@ -202,7 +257,8 @@ def enter_phase(run: Run, phase: Phase) -> tuple[int, int] | None:
     if not phase.bidirectional or getattr(model.config, "is_causal", True) is False:
         return None
     counts = make_bidirectional(model)
-    verify_bidirectional(model, pad_token_id=run.tokenizer.pad_token_id)
+    with run.accelerator.autocast():  # where and in the precision the model trains (flash kernels need bf16)
+        verify_bidirectional(model, pad_token_id=run.tokenizer.pad_token_id)
     return counts
 
 
@@ -315,14 +371,27 @@ def training_facts(data: DataConfig, masking: MaskingConfig, train: TrainConfig)
         "decay_fraction": train.decay_fraction, "weight_decay": train.weight_decay, "betas": list(ADAMW_BETAS),
         "max_grad_norm": train.max_grad_norm, "batch_size": train.batch_size, "grad_accum": train.grad_accum,
         "seed": train.seed, "gradient_checkpointing": train.gradient_checkpointing,
+        "master_weights": train.master_weights,
     }
 
 
-def save_run(model, tokenizer, output_dir: Path, record: dict) -> dict:
+def gather_weights(run: Run) -> dict | None:
+    """The full weights of a sharded run (FSDP2, DeepSpeed ZeRO-3), gathered for saving; None when the unwrapped
+    model already holds them (one process, DDP). Call on every process: gathering is collective."""
+    from accelerate.utils import DistributedType
+
+    if run.accelerator.distributed_type not in (DistributedType.FSDP, DistributedType.DEEPSPEED):
+        return None
+    state = run.accelerator.get_state_dict(run.model)  # full tensors on the main process
+    return {name.removeprefix("model."): tensor for name, tensor in state.items()} if state else None
+
+
+def save_run(model, tokenizer, output_dir: Path, record: dict, state_dict: dict | None = None) -> dict:
     """Save the final model to `OUT/encoder`, draw the loss curve, and write `OUT/run_record.json` (main process).
 
     `record` holds the run's facts (`training_facts` and the recipe's own, `encoderize`, `hardware`, ...); what the
-    metrics say (tokens seen, final loss, skipped steps) and the finish time are added here. Returns the record."""
+    metrics say (tokens seen, final loss, skipped steps) and the finish time are added here. `state_dict`: the
+    gathered weights of a sharded run (`gather_weights`). Returns the record."""
     from hf_encoderize import __version__
     from hf_encoderize.files import write_json_atomic
     from hf_encoderize.monitor import plot_loss_curve, read_metrics, utc_now
@@ -335,7 +404,7 @@ def save_run(model, tokenizer, output_dir: Path, record: dict) -> dict:
                 "base_model": record["base_model"], "objective": record["objective"],
                 "mask_ratio": record["mask_ratio"], "steps": record["steps"],
                 "lora_r": (record.get("lora") or {}).get("r", 0)}
-    save_encoder(model, tokenizer, output_dir / "encoder", overwrite=True, metadata=metadata)
+    save_encoder(model, tokenizer, output_dir / "encoder", overwrite=True, metadata=metadata, state_dict=state_dict)
     title = "MLM continued pretraining" if record["command"] == "cpt" else f"pretraining, {record.get('phases')}"
     plot_loss_curve(output_dir / "metrics.jsonl", output_dir / "loss_curve.png", title=title)
     train_records = [r for r in read_metrics(output_dir / "metrics.jsonl") if r["kind"] == "train"]

@@ -1,0 +1,96 @@
+"""What the launchers need from the engine, checked on CPU: FSDP2's wrap policy and weight re-tying see through the
+objective wrapper, and a bf16 checkpoint trains with fp32 master weights."""
+
+import json
+
+import pytest
+import torch
+from conftest import make_decoder, make_tokenizer
+
+from hf_encoderize.cpt import load_encoderized
+from hf_encoderize.data import DataConfig, open_documents
+from hf_encoderize.loading import LoadConfig
+from hf_encoderize.lora import AdapterConfig
+from hf_encoderize.masking import MaskingConfig
+from hf_encoderize.train import ObjectiveModel, TrainConfig, build_run, make_accelerator, train_step
+
+
+def test_fsdp2_wraps_each_layer_and_keeps_the_head_tied():
+    """accelerate's own FSDP2 code on the wrapper: the transformer policy finds the decoder layers (it reads
+    `_no_split_modules` off the prepared object), and `cpu_ram_efficient_loading`'s move to meta followed by its
+    `tie_weights` call leaves one shared embedding/LM-head tensor, which accelerate then puts in one FSDP unit."""
+    from accelerate.utils import FullyShardedDataParallelPlugin
+    from accelerate.utils.fsdp_utils import fsdp2_prepare_auto_wrap_policy
+
+    wrapped = ObjectiveModel(make_decoder(tie_word_embeddings=True))
+    plugin = FullyShardedDataParallelPlugin(fsdp_version=2, auto_wrap_policy="transformer_based_wrap")
+    plugin.set_auto_wrap_policy(wrapped)
+    policy = fsdp2_prepare_auto_wrap_policy(plugin, wrapped)
+    assert [type(m).__name__ for m in wrapped.modules() if policy(m)] == ["LlamaDecoderLayer"] * 2
+    wrapped = wrapped.to(torch.device("meta"))  # what accelerate does with cpu_ram_efficient_loading, then:
+    if hasattr(wrapped, "tie_weights"):
+        wrapped.tie_weights()
+    assert wrapped.get_input_embeddings().weight is wrapped.get_output_embeddings().weight
+    assert set(wrapped._tied_weights_keys) == {"model.lm_head.weight"}
+
+
+@pytest.fixture(scope="module")
+def bf16_model(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("models") / "tiny-bf16"
+    make_decoder().to(torch.bfloat16).save_pretrained(folder)
+    make_tokenizer().save_pretrained(folder)
+    corpus = folder.parent / "docs.jsonl"
+    corpus.write_text("".join(json.dumps({"text": " ".join(f"w{(i * 7 + j) % 100}" for j in range(5 + i % 9))}) + "\n"
+                              for i in range(120)))
+    return folder, corpus
+
+
+def _one_step(folder, corpus, out, master_weights: str):
+    data = DataConfig(data_files=str(corpus), seq_len=32, eval_documents=4)
+    train = TrainConfig(output_dir=str(out), steps=100, batch_size=4, lr=1e-5, warmup_steps=1, progress=False,
+                        master_weights=master_weights)
+    model, tokenizer, _ = load_encoderized(LoadConfig(str(folder)), data, train, AdapterConfig())
+    assert model.dtype == torch.bfloat16  # dtype auto keeps the checkpoint's bf16
+    model.train()
+    run = build_run(make_accelerator(train, out, []), model, tokenizer, open_documents(data), data, MaskingConfig(),
+                    train, out)
+    before = {name: p.detach().float().clone() for name, p in model.named_parameters()}
+    train_step(run)
+    weights = dict(model.named_parameters())
+    moved = sum(int((weights[name].detach().float() != value).sum()) for name, value in before.items())
+    return model, moved / sum(value.numel() for value in before.values())
+
+
+def test_bf16_checkpoint_trains_with_fp32_master_weights(bf16_model, tmp_path):
+    """At lr 1e-5 AdamW moves each weight by about 1e-5 (plus weight decay lr * 0.1 * w): below bf16's resolution
+    for typical weights, so pure-bf16 training loses almost every update; fp32 master weights keep them all."""
+    folder, corpus = bf16_model
+    model, moved = _one_step(folder, corpus, tmp_path / "fp32", "fp32")
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert moved > 0.99, moved
+    model, moved_bf16 = _one_step(folder, corpus, tmp_path / "loaded", "loaded")
+    assert all(p.dtype == torch.bfloat16 for p in model.parameters())
+    assert moved_bf16 < 0.5, moved_bf16  # what `--master-weights loaded` costs, measured
+
+
+def test_probe_runs_where_and_how_the_model_trains(bf16_model, tmp_path, monkeypatch):
+    """The bidirectionality probe runs on the training device under the run's autocast (a flash-attention kernel
+    cannot run on CPU tensors or in fp32): on this CPU, bf16 mixed precision means CPU autocast in bf16."""
+    import hf_encoderize.bidirectional as bidirectional
+
+    folder, corpus = bf16_model
+    seen, real = [], bidirectional.verify_bidirectional
+
+    def spy(model, **kwargs):
+        seen.append((next(model.parameters()).device.type, torch.is_autocast_enabled("cpu"),
+                     torch.get_autocast_dtype("cpu")))
+        return real(model, **kwargs)
+
+    monkeypatch.setattr(bidirectional, "verify_bidirectional", spy)
+    data = DataConfig(data_files=str(corpus), seq_len=32, eval_documents=4)
+    train = TrainConfig(output_dir=str(tmp_path / "run"), steps=2, batch_size=4, mixed_precision="bf16",
+                        progress=False)
+    from hf_encoderize.cpt import cpt
+
+    cpt(LoadConfig(str(folder)), data, MaskingConfig(), train)
+    assert seen == [("cpu", True, torch.bfloat16)]
