@@ -190,10 +190,15 @@ class Run:
 def make_accelerator(train: TrainConfig, output_dir: Path, trackers: list[str]):
     """An `Accelerator` for this run: bf16 on a GPU that has it (`auto`), gloo when launched on several CPUs."""
     from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
 
     precision = train.mixed_precision
     if precision == "auto":
         precision = "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
+    if AcceleratorState._shared_state and AcceleratorState().mixed_precision != precision:
+        # A second run in one Python process (library use) with another precision: accelerate keeps its state in a
+        # process-wide singleton and refuses the change; clear it (not the process group, which stays valid).
+        AcceleratorState._reset_state(reset_partial_state=False)
     # Launched on several processes without a GPU (torchrun / accelerate launch on CPU): use gloo, not one-per-process.
     multi_cpu = not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1
     return Accelerator(gradient_accumulation_steps=train.grad_accum, mixed_precision=precision, cpu=multi_cpu,
