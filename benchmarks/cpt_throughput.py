@@ -15,6 +15,11 @@ bf16 peak, with N the parameters that do matrix work per token (input embeddings
 
     python benchmarks/cpt_throughput.py                      # CPU: tiny Llama-shaped model, 32k vocabulary
     python benchmarks/cpt_throughput.py --preset gpu-0.5b    # GPU: Qwen2.5-0.5B-shaped, 152k vocabulary, seq 2048
+    python benchmarks/cpt_throughput.py --arms ours --attn-implementation flex_attention --inputs runs/bench \
+        --json runs/bench/flex.json                         # one backend; inputs built once and reused
+
+`--inputs DIR` keeps the model, documents and runs (each `ours` run's encoder stays in DIR/ours-<backend>-*/run/);
+`scripts/gpu_check.py` reads the `--json` report and reloads that encoder.
 """
 
 from __future__ import annotations
@@ -40,13 +45,18 @@ PRESETS = {
                                 num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768,
                                 tie_word_embeddings=True, rope_theta=1e6),
                      seq_len=2048, rows=8, steps=30, warmup=5, documents=6000),
+    # Seconds on a CPU: for checking the plumbing (scripts/gpu_check.py --smoke), not for timing anything.
+    "smoke": dict(model=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                             num_key_value_heads=2, vocab_size=1024, max_position_embeddings=512),
+                  seq_len=128, rows=4, steps=3, warmup=1, documents=120),
 }
 PEAK_BF16_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0, "L40S": 362.1, "MI300X": 1307.4, "MI250X": 191.5}
 
 
-def build_inputs(preset: dict, folder: Path, seed: int = 0) -> None:
+def build_inputs(preset: dict, folder: Path, seed: int = 0, decoder: bool = False) -> None:
     """A word-level tokenizer over the whole vocabulary, a random Llama encoder saved by hf-encoderize, and documents
-    with a long-tailed length distribution (log-normal, median ~250 tokens) like web text."""
+    with a long-tailed length distribution (log-normal, median ~250 tokens) like web text, in `folder`/model and
+    `folder`/docs.jsonl. `decoder=True` saves the plain causal decoder instead, as a user's `cpt MODEL` would get."""
     import numpy as np
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -62,8 +72,12 @@ def build_inputs(preset: dict, folder: Path, seed: int = 0) -> None:
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", eos_token="</s>")
     torch.manual_seed(seed)
     model = LlamaForCausalLM(LlamaConfig(**{**preset["model"], "vocab_size": vocab_size + 2}))
-    encoderize(model, tokenizer)
-    save_encoder(model, tokenizer, folder / "model", overwrite=True)
+    if decoder:
+        model.save_pretrained(folder / "model")
+        tokenizer.save_pretrained(folder / "model")
+    else:
+        encoderize(model, tokenizer)
+        save_encoder(model, tokenizer, folder / "model", overwrite=True)
     rng = np.random.default_rng(seed)
     ranks = np.arange(1, vocab_size + 1)
     zipf = (1.0 / ranks) / (1.0 / ranks).sum()  # word frequencies as in natural text
@@ -74,16 +88,26 @@ def build_inputs(preset: dict, folder: Path, seed: int = 0) -> None:
             handle.write(json.dumps({"text": " ".join(f"w{w}" for w in words)}) + "\n")
 
 
-def run_ours(preset: dict, folder: Path) -> dict:
+def ensure_inputs(preset_name: str, folder: Path) -> None:
+    """Build the inputs into `folder` unless it already holds them for this preset (`--inputs` reuse)."""
+    marker = folder / "preset.json"
+    if marker.is_file() and json.loads(marker.read_text()) == {"preset": preset_name}:
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    build_inputs(PRESETS[preset_name], folder)
+    marker.write_text(json.dumps({"preset": preset_name}))
+
+
+def run_ours(preset: dict, folder: Path, attn_implementation: str = "sdpa") -> dict:
     from hf_encoderize.cpt import cpt
     from hf_encoderize.data import DataConfig
     from hf_encoderize.loading import LoadConfig
     from hf_encoderize.masking import MaskingConfig
     from hf_encoderize.train import TrainConfig
 
-    out = Path(tempfile.mkdtemp(dir=folder))
+    out = Path(tempfile.mkdtemp(prefix=f"ours-{attn_implementation}-", dir=folder))
     total = preset["warmup"] + preset["steps"]
-    cpt(LoadConfig(str(folder / "model")),
+    cpt(LoadConfig(str(folder / "model"), attn_implementation=attn_implementation),
         DataConfig(data_files=str(folder / "docs.jsonl"), seq_len=preset["seq_len"], eval_documents=0),
         MaskingConfig(mask_ratio=0.4),
         TrainConfig(output_dir=str(out / "run"), steps=total, batch_size=preset["rows"], lr=1e-4, warmup_steps=1,
@@ -91,7 +115,8 @@ def run_ours(preset: dict, folder: Path) -> dict:
     records = [json.loads(line) for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
     timed = [r for r in records if r["kind"] == "train"][preset["warmup"]:]
     return {"tokens": sum(r["tokens"] for r in timed), "seconds": sum(r["step_time_s"] for r in timed),
-            "losses": [r["loss"] for r in timed]}
+            "losses": [r["loss"] for r in timed], "final_loss": timed[-1]["loss"],
+            "encoder": str(out / "run" / "encoder")}
 
 
 class _CountingCollator:
@@ -107,7 +132,7 @@ class _CountingCollator:
         return batch
 
 
-def run_trainer(preset: dict, folder: Path, grouped: bool) -> dict:
+def run_trainer(preset: dict, folder: Path, grouped: bool, attn_implementation: str = "sdpa") -> dict:
     import datasets
     import torch
     from transformers import (
@@ -120,7 +145,8 @@ def run_trainer(preset: dict, folder: Path, grouped: bool) -> dict:
     )
 
     tokenizer = AutoTokenizer.from_pretrained(folder / "model")
-    model = AutoModelForMaskedLM.from_pretrained(folder / "model", trust_remote_code=True)
+    model = AutoModelForMaskedLM.from_pretrained(folder / "model", trust_remote_code=True,
+                                                 attn_implementation=attn_implementation)
     raw = datasets.load_dataset("json", data_files=str(folder / "docs.jsonl"), split="train")
     seq_len = preset["seq_len"]
     if grouped:  # transformers' run_mlm.py default: concatenate, then cut into blocks of seq_len
@@ -156,13 +182,16 @@ def run_trainer(preset: dict, folder: Path, grouped: bool) -> dict:
             "padding_fraction": 1 - sum(collator.tokens[:total]) / (total * preset["rows"] * seq_len)}
 
 
-def arm_main(arm: str, preset_name: str, folder: Path) -> None:
+def arm_main(arm: str, preset_name: str, folder: Path, attn_implementation: str) -> None:
     import torch
 
     preset = PRESETS[preset_name]
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
-    result = run_ours(preset, folder) if arm == "ours" else run_trainer(preset, folder, grouped=arm.endswith("grouped"))
+    if arm == "ours":
+        result = run_ours(preset, folder, attn_implementation)
+    else:
+        result = run_trainer(preset, folder, grouped=arm.endswith("grouped"), attn_implementation=attn_implementation)
     result["tokens_per_s"] = result["tokens"] / result["seconds"]
     result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if torch.cuda.is_available():
@@ -192,20 +221,26 @@ def main() -> None:
     parser.add_argument("--preset", default="gpu-0.5b" if _has_cuda() else "cpu-tiny", choices=sorted(PRESETS))
     parser.add_argument("--repeats", type=int, default=2, help="alternating runs of each arm; the median counts")
     parser.add_argument("--arms", default="ours,trainer,trainer_grouped")
+    parser.add_argument("--attn-implementation", default="sdpa", help="attention backend of every arm (LoadConfig)")
+    parser.add_argument("--inputs", help="folder for the model, documents and runs, built once and kept "
+                                         "(default: a temporary folder, deleted)")
+    parser.add_argument("--json", help="also write the report to this file")
     parser.add_argument("--arm", help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.arm:
-        return arm_main(args.arm, args.preset, Path(args.folder))
+        return arm_main(args.arm, args.preset, Path(args.folder), args.attn_implementation)
     preset = PRESETS[args.preset]
     with tempfile.TemporaryDirectory() as tmp:
-        build_inputs(preset, Path(tmp))
+        folder = Path(args.inputs or tmp)
+        ensure_inputs(args.preset, folder)
         runs = {arm: [] for arm in args.arms.split(",")}
         for _ in range(args.repeats):
             for arm in runs:
-                runs[arm].append(_spawn(arm, args.preset, tmp))
-    report = {"preset": args.preset, "seq_len": preset["seq_len"], "rows_per_step": preset["rows"],
-              "timed_steps": preset["steps"], "repeats": args.repeats, "model": preset["model"]}
+                runs[arm].append(_spawn(arm, args.preset, folder, args.attn_implementation))
+    report = {"preset": args.preset, "attn_implementation": args.attn_implementation, "seq_len": preset["seq_len"],
+              "rows_per_step": preset["rows"], "timed_steps": preset["steps"], "repeats": args.repeats,
+              "model": preset["model"]}
     for arm, results in runs.items():
         report[arm] = {"tokens_per_s": statistics.median(r["tokens_per_s"] for r in results),
                        "tokens_per_s_runs": [round(r["tokens_per_s"], 1) for r in results],
@@ -214,6 +249,8 @@ def main() -> None:
     report["ratios"] = {f"ours_vs_{arm}": ours / report[arm]["tokens_per_s"] for arm in runs if arm != "ours"}
     report["mfu_ours"] = model_flops_utilisation(preset, ours)
     print(json.dumps(report, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
 
 
 def _has_cuda() -> bool:
@@ -222,10 +259,10 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def _spawn(arm: str, preset: str, folder: str) -> dict:
+def _spawn(arm: str, preset: str, folder: Path, attn_implementation: str) -> dict:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run([sys.executable, __file__, "--arm", arm, "--preset", preset, "--folder", folder],
-                          capture_output=True, text=True, env=env)
+    done = subprocess.run([sys.executable, __file__, "--arm", arm, "--preset", preset, "--folder", str(folder),
+                           "--attn-implementation", attn_implementation], capture_output=True, text=True, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
         raise SystemExit(f"arm {arm} failed:\n{done.stderr[-4000:]}")
