@@ -335,7 +335,7 @@ def cpt_and_push(load, data, masking, train, adapter, hub: HubConfig) -> dict:
 
     check_push_ready(hub)
     summary = cpt(load, data, masking, train, adapter)
-    push_run(summary.get("output_dir") or train.output_dir, hub)  # older cpt left the run folder in `train` only
+    push_run(summary["output_dir"], hub)
     return summary
 
 
@@ -346,7 +346,7 @@ def pretrain_and_push(spec, data, masking, train, hub: HubConfig) -> dict:
 
     check_push_ready(hub)
     summary = pretrain(spec, data, masking, train)
-    push_run(summary.get("output_dir") or train.output_dir, hub)  # older pretrain left the run folder in `train` only
+    push_run(summary["output_dir"], hub)
     return summary
 
 
