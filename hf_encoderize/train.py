@@ -218,8 +218,9 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
         for parameter in trainable:  # bf16 weights would lose AdamW's small updates (and weight decay) to rounding
             if parameter.is_floating_point() and parameter.dtype != torch.float32:
                 parameter.data = parameter.data.float()
-    # Fused AdamW (one kernel for all parameters) where every trainable tensor is a CPU/CUDA float tensor.
-    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in trainable)
+    # Fused AdamW (one kernel for all parameters) on CUDA/ROCm only. On CPU the fused kernel drifted from the
+    # per-tensor one: the quickstart's 80 SmolLM2 steps ended at held-out loss 6.06 instead of 5.45.
+    fused = torch.cuda.is_available() and all(p.is_floating_point() for p in trainable)
     optimizer = torch.optim.AdamW(trainable, lr=train.lr, betas=ADAMW_BETAS, weight_decay=train.weight_decay,
                                   fused=fused)
     scheduler = wsd_scheduler(optimizer, train.steps, train.warmup, train.decay_fraction)
