@@ -34,16 +34,28 @@ def corpus(tmp_path_factory):
     return path
 
 
-def _launch(decoder_dir, corpus, out: Path, processes: int, batch_size: int, grad_accum: int) -> list[float]:
+def _launch(decoder_dir, corpus, out: Path, processes: int, batch_size: int, grad_accum: int, **env):
     losses = out.with_suffix(".json")
     script = HERE / "scripts" / "ddp_cpt.py"
     args = [str(script), str(decoder_dir), str(corpus), str(out), str(losses), str(batch_size), str(grad_accum)]
     launcher = ["-m", "torch.distributed.run", "--nproc_per_node", str(processes), "--master_port",
                 str(29400 + os.getpid() % 500)] if processes > 1 else []
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **env}
     done = subprocess.run([sys.executable, *launcher, *args], capture_output=True, text=True, timeout=600, env=env)
+    if env.get("HIDE_SHARED_FOLDER_FROM_RANK"):
+        return done
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(losses.read_text())
+
+
+def test_a_run_folder_not_shared_by_every_process_is_refused(decoder_dir, corpus, tmp_path):
+    """Several machines need one shared run folder (checkpoints hold files from the main process and from every
+    rank, and resume needs all of them): a rank that cannot see the main process's files stops the run at start-up,
+    before any training, with one line saying what is needed."""
+    done = _launch(decoder_dir, corpus, tmp_path / "run", 2, 4, 1, HIDE_SHARED_FOLDER_FROM_RANK="1")
+    assert done.returncode != 0
+    assert "1 of 2 processes cannot see" in done.stderr and "filesystem they all share" in done.stderr
+    assert not (tmp_path / "run" / "checkpoints").exists()
 
 
 def test_global_batch_split_does_not_change_training(decoder_dir, corpus, tmp_path):

@@ -5,6 +5,8 @@ Usage: torchrun --nproc_per_node N tests/scripts/ddp_cpt.py MODEL_DIR DATA_FILE 
 """
 
 import json
+import os
+import pathlib
 import sys
 
 from hf_encoderize.cpt import cpt
@@ -14,6 +16,10 @@ from hf_encoderize.masking import MaskingConfig
 from hf_encoderize.train import TrainConfig
 
 model_dir, data_file, output_dir, losses_file, batch_size, grad_accum = sys.argv[1:7]
+if os.environ.get("HIDE_SHARED_FOLDER_FROM_RANK") == os.environ.get("RANK"):
+    # Simulate a machine that does not share the run folder: this rank cannot see files the main process writes.
+    real_is_file = pathlib.Path.is_file
+    pathlib.Path.is_file = lambda path: False if path.name.startswith(".shared-") else real_is_file(path)
 summary = cpt(
     LoadConfig(model_dir),
     DataConfig(data_files=data_file, seq_len=32, eval_documents=8),
