@@ -33,23 +33,38 @@ def list_checkpoints(output_dir: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name.split("-")[1]))
 
 
-def prepare_output_dir(output_dir: Path, *, resume: bool, overwrite: bool, main_process: bool = True) -> Path | None:
-    """Return the checkpoint to resume from (or None), refusing to clobber an existing run.
+RUN_FILES = ("checkpoints", "metrics.jsonl", "run_record.json", "pretrain_schedule.json", "encoder", "switch")
 
-    Only the main process deletes anything (with `overwrite`); call `wait_for_everyone()` afterwards.
-    """
+
+def prepare_output_dir(output_dir: Path, *, resume: bool, overwrite: bool) -> Path | None:
+    """Return the checkpoint to resume from (or None), refusing to clobber an existing run. Deletes nothing: call
+    `clear_output_dir` once the model, data and options have been validated, so a typo never costs the user a folder.
+
+    `overwrite` applies only to a folder hf-encoderize wrote (it holds a run's files); anything else is refused."""
     out = Path(output_dir)
     if resume:
         found = list_checkpoints(out)
         if not found:
             raise EncoderizeError(f"--resume: no checkpoint under {str(out / 'checkpoints')!r}")
         return found[-1]
+    if out.exists() and not out.is_dir():
+        raise EncoderizeError(f"--output-dir {str(out)!r} is a file; pass a folder")
     if out.exists() and any(out.iterdir()):
         if not overwrite:
             raise EncoderizeError(f"output folder {str(out)!r} is not empty; use --resume, --overwrite or a new folder")
-        if main_process:
-            shutil.rmtree(out)
+        if not any((out / name).exists() for name in RUN_FILES):
+            raise EncoderizeError(f"--overwrite: {str(out)!r} holds files hf-encoderize did not write, so it is not "
+                                  "deleted; if they are yours to lose, delete the folder yourself "
+                                  f"(rm -r {str(out)!r}), or pick a new --output-dir")
     return None
+
+
+def clear_output_dir(output_dir: Path, *, overwrite: bool, main_process: bool = True) -> None:
+    """With `overwrite`, delete the earlier run in `output_dir` (main process; `wait_for_everyone()` afterwards).
+    Call after everything else has been validated (`prepare_output_dir` already refused what must not go)."""
+    out = Path(output_dir)
+    if overwrite and main_process and out.is_dir() and any(out.iterdir()):
+        shutil.rmtree(out)
 
 
 def check_shared_output_dir(accelerator, output_dir: Path) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from hf_encoderize.checkpoints import check_shared_output_dir, load_checkpoint, prepare_output_dir
+from hf_encoderize.checkpoints import check_shared_output_dir, clear_output_dir, load_checkpoint, prepare_output_dir
 from hf_encoderize.data import DataConfig, open_documents
 from hf_encoderize.errors import EncoderizeError
 from hf_encoderize.loading import LoadConfig
@@ -59,13 +59,15 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
     trackers = parse_report_to(train.report_to)
     accelerator = make_accelerator(train, output_dir, trackers)
     check_launcher(accelerator, adapter)
-    resume_from = prepare_output_dir(output_dir, resume=train.resume, overwrite=train.overwrite,
-                                     main_process=accelerator.is_main_process)
-    accelerator.wait_for_everyone()
-    check_shared_output_dir(accelerator, output_dir)
+    resume_from = prepare_output_dir(output_dir, resume=train.resume, overwrite=train.overwrite)
     started_at = utc_now()
     documents = open_documents(data)  # a bad source fails before any weight is loaded
     model, tokenizer, report = load_encoderized(load, data, train, adapter, accelerator)
+    # Everything is validated (options, data, model): only now may --overwrite delete the earlier run.
+    clear_output_dir(output_dir, overwrite=train.overwrite and not train.resume,
+                     main_process=accelerator.is_main_process)
+    accelerator.wait_for_everyone()
+    check_shared_output_dir(accelerator, output_dir)
     if train.gradient_checkpointing and not adapter.lora_r:
         enable_checkpointing(model)
     peft_model = apply_lora(model, adapter, tokenizer.mask_token_id,

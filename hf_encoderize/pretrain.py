@@ -29,6 +29,7 @@ from hf_encoderize.checkpoints import (
     check_shared_output_dir,
     checkpoint_dir,
     checkpoint_step,
+    clear_output_dir,
     load_checkpoint,
     prepare_output_dir,
     save_checkpoint,
@@ -245,13 +246,18 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
         Path("runs") / f"pretrain-{Path(spec.model_config).stem}-{_split_name(phases)}"
     trackers = parse_report_to(train.report_to)
     accelerator = make_accelerator(train, output_dir, trackers)
-    resume_from = prepare_output_dir(output_dir, resume=train.resume, overwrite=train.overwrite,
-                                     main_process=accelerator.is_main_process) or branch_point
-    accelerator.wait_for_everyone()
-    check_shared_output_dir(accelerator, output_dir)
+    if branch_point and train.overwrite and output_dir.resolve() in branch_point.resolve().parents:
+        raise EncoderizeError(f"--from-checkpoint {str(branch_point)!r} is inside the --output-dir that --overwrite "
+                              "would delete; branch into a new --output-dir")
+    resume_from = prepare_output_dir(output_dir, resume=train.resume, overwrite=train.overwrite) or branch_point
     started_at = utc_now()
     documents = open_documents(data)  # a bad source fails before anything is built
     model, tokenizer, tokens = _build_model(spec, config, train)
+    # Everything is validated (options, data, model): only now may --overwrite delete the earlier run.
+    clear_output_dir(output_dir, overwrite=train.overwrite and not train.resume,
+                     main_process=accelerator.is_main_process)
+    accelerator.wait_for_everyone()
+    check_shared_output_dir(accelerator, output_dir)
     model.train()
     run = build_run(accelerator, model, tokenizer, documents, data, masking, train, output_dir)
     step = load_checkpoint(accelerator, resume_from) if resume_from else 0
