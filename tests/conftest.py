@@ -36,6 +36,20 @@ def make_decoder(model_type="llama", attn_implementation="sdpa", **overrides):
     return AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation).eval()
 
 
+def write_corpus(path, count: int, length):
+    """A JSONL corpus an MLM can learn: document i is a run of `length(i)` consecutive word ids from a random start."""
+    import json
+
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    with open(path, "w") as handle:
+        for index in range(count):
+            start = torch.randint(0, 60, (1,), generator=generator).item()
+            handle.write(json.dumps({"text": " ".join(f"w{start + i}" for i in range(length(index)))}) + "\n")
+    return path
+
+
 @pytest.fixture
 def tokenizer():
     return make_tokenizer()

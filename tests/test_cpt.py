@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from conftest import make_tokenizer
+from conftest import make_tokenizer, write_corpus
 from safetensors.torch import load_file
 
 import hf_encoderize.train as train_module
@@ -21,13 +21,7 @@ from hf_encoderize.train import TrainConfig
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     # Documents with structure an MLM can learn: each is an arithmetic run of word ids.
-    generator = torch.Generator().manual_seed(0)
-    path = tmp_path_factory.mktemp("data") / "docs.jsonl"
-    with path.open("w") as handle:
-        for _ in range(400):
-            start, length = torch.randint(0, 60, (1,), generator=generator).item(), 6 + _ % 12
-            handle.write(json.dumps({"text": " ".join(f"w{start + i}" for i in range(length))}) + "\n")
-    return path
+    return write_corpus(tmp_path_factory.mktemp("data") / "docs.jsonl", 400, lambda i: 6 + i % 12)
 
 
 def _run(decoder_dir, corpus, out, **train):

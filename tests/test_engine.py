@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import write_corpus
 from safetensors.torch import load_file
 
 from hf_encoderize.cpt import cpt, load_encoderized
@@ -25,13 +26,7 @@ REFERENCE = HERE / "data" / "reference_loss_curve.json"
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     # Documents of uneven length, so micro-batches and processes hold unequal numbers of masked tokens.
-    generator = torch.Generator().manual_seed(0)
-    path = tmp_path_factory.mktemp("data") / "docs.jsonl"
-    with path.open("w") as handle:
-        for index in range(300):
-            start = torch.randint(0, 60, (1,), generator=generator).item()
-            handle.write(json.dumps({"text": " ".join(f"w{start + i}" for i in range(3 + index % 23))}) + "\n")
-    return path
+    return write_corpus(tmp_path_factory.mktemp("data") / "docs.jsonl", 300, lambda i: 3 + i % 23)
 
 
 def _launch(decoder_dir, corpus, out: Path, processes: int, batch_size: int, grad_accum: int, **env):

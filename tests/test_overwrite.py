@@ -2,11 +2,10 @@
 hf-encoderize did not write is never deleted at all. Each case: exit 2, one `error:` line, no traceback, and every file
 that was in the folder before is there after, byte for byte."""
 
-import json
 from pathlib import Path
 
 import pytest
-import torch
+from conftest import write_corpus
 
 from hf_encoderize.cli import main
 
@@ -17,13 +16,7 @@ def _snapshot(folder: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    generator = torch.Generator().manual_seed(0)
-    path = tmp_path_factory.mktemp("data") / "docs.jsonl"
-    with path.open("w") as handle:
-        for index in range(120):
-            start = torch.randint(0, 60, (1,), generator=generator).item()
-            handle.write(json.dumps({"text": " ".join(f"w{start + i}" for i in range(4 + index % 9))}) + "\n")
-    return path
+    return write_corpus(tmp_path_factory.mktemp("data") / "docs.jsonl", 120, lambda i: 4 + i % 9)
 
 
 @pytest.fixture(scope="module")
