@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -113,7 +114,13 @@ class TrainingMonitor:
     def _write(self, record: dict) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as handle:
-            handle.write(json.dumps(record) + "\n")
+            handle.write(json_line(record))
+
+
+def json_line(record: dict) -> str:
+    """One strict-JSON line: a NaN/inf value (a skipped non-finite step) is written as null, never as bare NaN."""
+    clean = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.items()}
+    return json.dumps(clean, allow_nan=False) + "\n"
 
 
 def read_metrics(path: Path) -> list[dict]:
@@ -127,7 +134,7 @@ def _truncate_after(path: Path, step: int) -> None:
     if not path.exists():
         return  # created by the first record, so a run that fails before training leaves no file behind
     kept = [r for r in read_metrics(path) if r["step"] <= step]
-    path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    path.write_text("".join(json_line(r) for r in kept))
 
 
 def plot_loss_curve(metrics_path: Path, png_path: Path, title: str = "MLM continued pretraining") -> Path | None:

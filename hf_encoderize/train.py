@@ -40,6 +40,7 @@ from hf_encoderize.packing import Packer, RowStream, held_out_batches
 from hf_encoderize.schedule import PAPER_DECAY_FRACTION, default_warmup, wsd_scheduler
 
 MAX_NONFINITE_IN_A_ROW = 10  # with --on-nonfinite skip: a run that only produces NaN is broken, not unlucky
+MAX_SKIPPED_SHARE = 0.05  # ... and so is one that skips more than 5% of its steps (checked from step 20 on)
 ADAMW_BETAS = (0.9, 0.95)  # paper, Appendix A
 
 
@@ -271,11 +272,11 @@ def enter_phase(run: Run, phase: Phase) -> tuple[int, int] | None:
 def train_until(run: Run, monitor, step: int, until: int) -> int:
     """Train from `step` up to `until` (the whole run, or one pretraining phase): log every step, evaluate and
     checkpoint on schedule. Returns the step reached."""
-    train, nonfinite_in_a_row = run.train, 0
+    train, guard = run.train, NonFiniteGuard(run.train, run.output_dir)
     while step < until:
         stats = train_step(run)
         step += 1
-        nonfinite_in_a_row = count_nonfinite(stats, step, train, nonfinite_in_a_row, run.output_dir)
+        guard.check(stats, step)
         monitor.step(step, lr=run.scheduler.get_last_lr()[0], **stats)
         if train.eval_every and step % train.eval_every == 0 and step < train.steps:
             monitor.evaluation(step, evaluate_held_out(run))
@@ -335,19 +336,46 @@ def _finite_or_skip(grad_norm, run: Run):
     return grad_norm
 
 
-def count_nonfinite(stats: dict, step: int, train: TrainConfig, in_a_row: int, output_dir: Path) -> int:
-    """Stop with a one-line error on a non-finite loss (default), or count skipped updates in a row."""
-    if not stats["skipped"]:
-        return 0
-    last = list_checkpoints(output_dir)
-    where = f"the last good checkpoint is {str(last[-1])!r} (resume with --resume)" if last else "no checkpoint yet"
-    if train.on_nonfinite == "stop":
-        raise EncoderizeError(f"non-finite loss or gradient at step {step}; {where}; lower --lr, use --mixed-precision"
-                              " bf16 rather than fp16, or pass --on-nonfinite skip")
-    if in_a_row + 1 >= MAX_NONFINITE_IN_A_ROW:
-        raise EncoderizeError(f"{MAX_NONFINITE_IN_A_ROW} non-finite steps in a row up to step {step}; {where}; "
-                              "lower --lr or check the data")
-    return in_a_row + 1
+@dataclass
+class NonFiniteGuard:
+    """Stop with a one-line error on a non-finite loss (`--on-nonfinite stop`), or count skipped updates and stop when
+    10 come in a row or they exceed 5% of the steps taken (`skip`): a run that keeps producing NaN is broken."""
+
+    train: TrainConfig
+    output_dir: Path
+    in_a_row: int = 0
+    skipped: int = 0
+    steps: int = 0
+
+    def check(self, stats: dict, step: int) -> None:
+        self.steps += 1
+        if not stats["skipped"]:
+            self.in_a_row = 0
+            return
+        self.in_a_row, self.skipped = self.in_a_row + 1, self.skipped + 1
+        last = list_checkpoints(self.output_dir)
+        where = f"the last good checkpoint is {str(last[-1])!r} (resume with --resume)" if last else "no checkpoint yet"
+        if self.train.on_nonfinite == "stop":
+            raise EncoderizeError(f"non-finite loss or gradient at step {step}; {where}; lower --lr, use "
+                                  "--mixed-precision bf16 rather than fp16, or pass --on-nonfinite skip")
+        if self.in_a_row >= MAX_NONFINITE_IN_A_ROW:
+            raise EncoderizeError(f"{MAX_NONFINITE_IN_A_ROW} non-finite steps in a row up to step {step}; {where}; "
+                                  "lower --lr or check the data")
+        if self.steps >= 20 and self.skipped > MAX_SKIPPED_SHARE * self.steps:
+            raise EncoderizeError(f"{self.skipped} of {self.steps} steps were non-finite and skipped (more than "
+                                  f"{MAX_SKIPPED_SHARE:.0%}) up to step {step}; {where}; lower --lr or check the data")
+
+
+def check_finite_result(model, state_dict: dict | None, final_eval: dict) -> None:
+    """Never save or report success for a model whose weights or final held-out loss are not finite."""
+    tensors = state_dict.values() if state_dict is not None else (p.detach() for p in model.parameters())
+    bad = sum(1 for t in tensors if t.is_floating_point() and not bool(torch.isfinite(t).all()))
+    loss = final_eval.get("eval_loss")
+    if bad or (loss is not None and not math.isfinite(loss)):
+        what = f"{bad} weight tensors hold NaN/inf" if bad else f"the final held-out loss is {loss}"
+        raise EncoderizeError(f"training ended with a broken model ({what}); nothing was saved as the encoder; "
+                              "resume from an earlier checkpoint with a lower --lr, or use --on-nonfinite stop to find "
+                              "the step")
 
 
 @torch.no_grad()
@@ -404,6 +432,7 @@ def save_run(model, tokenizer, output_dir: Path, record: dict, state_dict: dict 
     from hf_encoderize.saving import save_encoder
 
     output_dir = Path(output_dir)
+    check_finite_result(model, state_dict, {"eval_loss": record.get("eval_loss")})
     report = record["encoderize"]
     metadata = {**{k: report[k] for k in ("model_type", "attn_implementation", "config_switch", "modules_patched",
                                           "causal_buffers_replaced", "tokens")},

@@ -2,9 +2,11 @@
 hf-encoderize did not write is never deleted at all. Each case: exit 2, one `error:` line, no traceback, and every file
 that was in the folder before is there after, byte for byte."""
 
+import json
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import write_corpus
 
 from hf_encoderize.cli import main
@@ -81,3 +83,63 @@ def test_overwrite_replaces_an_earlier_run_when_everything_is_valid(decoder_dir,
     (out / "stale.txt").write_text("left by the earlier run")
     assert main(_cpt_args(decoder_dir, corpus, out)) == 0
     assert not (out / "stale.txt").exists() and (out / "encoder" / "model.safetensors").is_file()
+
+
+def _one_error_line(err: str, message: str) -> bool:
+    """One `error:` line saying `message`, no traceback (transformers' weight-loading bar may precede it)."""
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    return len(errors) == 1 and message in errors[0] and "Traceback" not in err
+
+
+def _strict_json_lines(path: Path) -> list[dict]:
+    def refuse(constant):
+        raise ValueError(f"bare {constant} in {path.name}")
+
+    return [json.loads(line, parse_constant=refuse) for line in path.read_text().splitlines()]
+
+
+def test_skipped_steps_are_bounded_and_metrics_stay_json(decoder_dir, corpus, tmp_path, monkeypatch, capsys):
+    """--on-nonfinite skip with a NaN every other step never reaches "10 in a row"; it used to finish and exit 0. Now
+    more than 5% skipped steps stop the run in one line, no encoder is written, and metrics.jsonl is strict JSON."""
+    from hf_encoderize.train import ObjectiveModel
+
+    real_forward = ObjectiveModel.forward
+
+    def nan_every_other_call(self, *args):
+        loss, correct = real_forward(self, *args)
+        self.calls = getattr(self, "calls", 0) + 1
+        return (loss * float("nan"), correct) if self.calls % 2 == 0 else (loss, correct)
+
+    monkeypatch.setattr(ObjectiveModel, "forward", nan_every_other_call)
+    out = tmp_path / "run"
+    code = main([*_cpt_args(decoder_dir, corpus, out)[:-1], "--steps", "40", "--save-every", "100",
+                 "--on-nonfinite", "skip"])
+    err = capsys.readouterr().err
+    assert code == 2 and _one_error_line(err, "steps were non-finite and skipped"), err
+    assert not (out / "encoder").exists()
+    records = _strict_json_lines(out / "metrics.jsonl")
+    skipped = [r["loss"] for r in records if r.get("skipped_nonfinite")]
+    assert skipped == [None] * 9  # steps 2, 4, ..., 18 logged as null; the skip at step 20 stops the run
+
+
+def test_a_model_with_non_finite_weights_is_never_saved(decoder_dir, corpus, tmp_path, monkeypatch, capsys):
+    """An update that leaves NaN in the weights (a finite gradient can still overflow) must not end in a saved encoder
+    and exit 0: the run stops in one line and `encoder/` is not written."""
+    import hf_encoderize.train as train_module
+
+    real_step = train_module.train_step
+
+    def corrupting_step(run):
+        stats = real_step(run)
+        run.steps_done = getattr(run, "steps_done", 0) + 1
+        if run.steps_done == run.train.steps:  # the last step's update leaves NaN behind
+            with torch.no_grad():
+                next(run.model.parameters()).fill_(float("nan"))
+        return stats
+
+    monkeypatch.setattr(train_module, "train_step", corrupting_step)
+    out = tmp_path / "run"
+    code = main([*_cpt_args(decoder_dir, corpus, out)[:-1], "--eval-every", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and _one_error_line(err, "broken model"), err
+    assert not (out / "encoder").exists()
