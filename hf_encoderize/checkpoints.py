@@ -129,3 +129,27 @@ def load_checkpoint(accelerator, path: Path) -> int:
                               f"{STATE_FILE}); finish it with that version, or start over with --overwrite")
     accelerator.load_state(str(path))
     return checkpoint_step(path)
+
+
+def resume_newest(accelerator, output_dir: Path) -> int:
+    """Load the newest checkpoint under `OUT/checkpoints` that loads; return its step.
+
+    A checkpoint that fails to load (truncated file, missing shard) is kept, renamed `step-N.corrupt` so the resumed
+    run can write a new `step-N`, and one line on stderr says which was skipped and why."""
+    import sys
+
+    for path in reversed(list_checkpoints(output_dir)):
+        try:
+            return load_checkpoint(accelerator, path)
+        except EncoderizeError:
+            raise
+        except Exception as err:  # any failure to read it means: try the one before
+            reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+            accelerator.wait_for_everyone()
+            if accelerator.is_main_process:
+                path.rename(path.with_name(path.name + ".corrupt"))
+                print(f"warning: checkpoint {str(path)!r} could not be loaded ({reason}); kept as "
+                      f"{path.name}.corrupt, resuming from the one before", file=sys.stderr, flush=True)
+            accelerator.wait_for_everyone()
+    raise EncoderizeError(f"--resume: no checkpoint under {str(Path(output_dir) / 'checkpoints')!r} could be loaded; "
+                          "start over with --overwrite")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from hf_encoderize.checkpoints import check_shared_output_dir, clear_output_dir, load_checkpoint, prepare_output_dir
+from hf_encoderize.checkpoints import check_shared_output_dir, clear_output_dir, prepare_output_dir, resume_newest
 from hf_encoderize.data import DataConfig, open_documents
 from hf_encoderize.errors import EncoderizeError
 from hf_encoderize.loading import LoadConfig
@@ -75,7 +75,7 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
     model.train()
     loaded_dtype = model.dtype  # the encoder is saved in it; training may keep fp32 master weights meanwhile
     run = build_run(accelerator, model, tokenizer, documents, data, masking, train, output_dir)
-    step = load_checkpoint(accelerator, resume_from) if resume_from else 0
+    step = resume_newest(accelerator, output_dir) if resume_from else 0
     facts = cpt_facts(load, data, masking, train, adapter)
     monitor = TrainingMonitor(accelerator, output_dir, train.steps, start_step=step, show=train.progress,
                               log_every=train.log_every, trackers=trackers, facts=facts)

@@ -32,6 +32,7 @@ from hf_encoderize.checkpoints import (
     clear_output_dir,
     load_checkpoint,
     prepare_output_dir,
+    resume_newest,
     save_checkpoint,
 )
 from hf_encoderize.data import DataConfig, open_documents
@@ -260,7 +261,8 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
     check_shared_output_dir(accelerator, output_dir)
     model.train()
     run = build_run(accelerator, model, tokenizer, documents, data, masking, train, output_dir)
-    step = load_checkpoint(accelerator, resume_from) if resume_from else 0
+    step = resume_newest(accelerator, output_dir) if train.resume else \
+        load_checkpoint(accelerator, resume_from) if resume_from else 0
     record = _run_facts(spec, data, masking, train, phases, memory)
     if accelerator.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,7 @@
-"""`--overwrite` never costs the user a folder: everything is validated before anything is deleted, and a folder
-hf-encoderize did not write is never deleted at all. Each case: exit 2, one `error:` line, no traceback, and every file
-that was in the folder before is there after, byte for byte."""
+"""Hostile or unlucky input never costs the user data: `--overwrite` validates everything before it deletes, and never
+deletes a folder hf-encoderize did not write; non-finite training never ends in a saved encoder; a corrupt newest
+checkpoint is kept and skipped. Each refusal: exit 2, one `error:` line, no traceback, and every file that was in the
+folder before is there after, byte for byte."""
 
 import json
 from pathlib import Path
@@ -143,3 +144,26 @@ def test_a_model_with_non_finite_weights_is_never_saved(decoder_dir, corpus, tmp
     err = capsys.readouterr().err
     assert code == 2 and _one_error_line(err, "broken model"), err
     assert not (out / "encoder").exists()
+
+
+def test_resume_falls_back_past_a_corrupt_newest_checkpoint(decoder_dir, corpus, tmp_path, capsys):
+    """A truncated newest checkpoint: resume says so in one line, keeps it (renamed `.corrupt`, bytes intact),
+    continues from the one before, and ends with the unbroken run's weights."""
+    from safetensors.torch import load_file
+
+    args = [*_cpt_args(decoder_dir, corpus, tmp_path / "x")[:-1], "--steps", "4"]
+    assert main([*args[:-2], "--output-dir", str(tmp_path / "unbroken"), "--steps", "4"]) == 0
+    run = tmp_path / "run"
+    assert main([*args[:-2], "--output-dir", str(run), "--steps", "4"]) == 0  # checkpoints at steps 2 and 4
+    newest = run / "checkpoints" / "step-0000004" / "model.safetensors"
+    newest.write_bytes(newest.read_bytes()[:100])  # truncated
+    capsys.readouterr()
+    assert main([*args[:-2], "--output-dir", str(run), "--steps", "4", "--resume"]) == 0
+    err = capsys.readouterr().err
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "step-0000004" in warnings[0] and "Traceback" not in err, err
+    kept = run / "checkpoints" / "step-0000004.corrupt" / "model.safetensors"
+    assert kept.stat().st_size == 100
+    resumed, unbroken = (load_file(d / "encoder" / "model.safetensors") for d in (run, tmp_path / "unbroken"))
+    for name, tensor in unbroken.items():
+        torch.testing.assert_close(resumed[name], tensor, msg=name)
