@@ -20,6 +20,8 @@ from pathlib import Path
 from hf_encoderize.errors import EncoderizeError
 
 STATE_FILE = "trainer_state.json"
+SETTINGS_FILE = "run_settings.json"  # the settings a resume must keep (next to checkpoints/)
+HARMLESS_CHANGES = ("gradient_checkpointing",)  # memory only: the same updates either way
 
 
 def checkpoint_dir(output_dir: Path, step: int, folder: str = "checkpoints") -> Path:
@@ -153,3 +155,38 @@ def resume_newest(accelerator, output_dir: Path) -> int:
             accelerator.wait_for_everyone()
     raise EncoderizeError(f"--resume: no checkpoint under {str(Path(output_dir) / 'checkpoints')!r} could be loaded; "
                           "start over with --overwrite")
+
+
+def check_resume_settings(output_dir: Path, settings: dict, step: int | None, *, extendable: bool,
+                          main_process: bool = True) -> None:
+    """Refuse a resume whose settings differ from the run's (one line naming each field), then record the settings.
+
+    The one safe change is a larger `steps` (`extendable` runs only, before the run's decay began): the WSD schedule is
+    rebuilt over the new length, so the stable phase continues and the decay moves to the new end."""
+    path = Path(output_dir) / SETTINGS_FILE
+    if step is not None and path.is_file():
+        before = json.loads(path.read_text())
+        now = json.loads(json.dumps(settings, default=str))
+        changed = [key for key in now if key not in HARMLESS_CHANGES + ("steps",) and before.get(key) != now[key]]
+        if changed:
+            what = "; ".join(f"{key} was {before.get(key)!r}, now {now[key]!r}" for key in changed)
+            raise EncoderizeError(f"--resume with other settings than the run's ({what}); resume with the same ones, "
+                                  "or start a new --output-dir")
+        _check_new_length(before, now, step, extendable)
+    if main_process:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(settings, indent=2, default=str) + "\n")
+
+
+def _check_new_length(before: dict, now: dict, step: int, extendable: bool) -> None:
+    old, new = before.get("steps"), now.get("steps")
+    if old == new:
+        return
+    if not extendable or new < old:
+        allowed = "a larger --steps" if extendable else "no other --steps"
+        raise EncoderizeError(f"--resume: the run has --steps {old}, this asks for {new}; a resume allows {allowed}")
+    decay_start = old - max(1, round(old * float(before.get("decay_fraction", 0.0))))
+    if step > decay_start:
+        raise EncoderizeError(f"--resume --steps {new}: the checkpoint (step {step}) is past the start of the run's "
+                              f"learning-rate decay (step {decay_start}); extending would raise the LR again. Resume "
+                              f"with --steps {old}, or branch a new run")

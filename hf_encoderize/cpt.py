@@ -17,7 +17,13 @@ from pathlib import Path
 
 import torch
 
-from hf_encoderize.checkpoints import check_shared_output_dir, clear_output_dir, prepare_output_dir, resume_newest
+from hf_encoderize.checkpoints import (
+    check_resume_settings,
+    check_shared_output_dir,
+    clear_output_dir,
+    prepare_output_dir,
+    resume_newest,
+)
 from hf_encoderize.data import DataConfig, open_documents
 from hf_encoderize.errors import EncoderizeError
 from hf_encoderize.loading import LoadConfig
@@ -77,6 +83,8 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
     run = build_run(accelerator, model, tokenizer, documents, data, masking, train, output_dir)
     step = resume_newest(accelerator, output_dir) if resume_from else 0
     facts = cpt_facts(load, data, masking, train, adapter)
+    check_resume_settings(output_dir, facts, step if resume_from else None, extendable=True,
+                          main_process=accelerator.is_main_process)
     monitor = TrainingMonitor(accelerator, output_dir, train.steps, start_step=step, show=train.progress,
                               log_every=train.log_every, trackers=trackers, facts=facts)
     started = time.time()

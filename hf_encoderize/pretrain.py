@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from hf_encoderize.checkpoints import (
+    check_resume_settings,
     check_shared_output_dir,
     checkpoint_dir,
     checkpoint_step,
@@ -264,6 +265,8 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
     step = resume_newest(accelerator, output_dir) if train.resume else \
         load_checkpoint(accelerator, resume_from) if resume_from else 0
     record = _run_facts(spec, data, masking, train, phases, memory)
+    check_resume_settings(output_dir, {k: v for k, v in record.items() if k not in ("estimated_memory_gib",)},
+                          step if train.resume else None, extendable=False, main_process=accelerator.is_main_process)
     if accelerator.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / SCHEDULE_FILE).write_text(json.dumps(_schedule_record(spec, phases, facts, train), indent=2))

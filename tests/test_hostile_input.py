@@ -167,3 +167,76 @@ def test_resume_falls_back_past_a_corrupt_newest_checkpoint(decoder_dir, corpus,
     resumed, unbroken = (load_file(d / "encoder" / "model.safetensors") for d in (run, tmp_path / "unbroken"))
     for name, tensor in unbroken.items():
         torch.testing.assert_close(resumed[name], tensor, msg=name)
+
+
+@pytest.fixture(scope="module")
+def interrupted(decoder_dir, corpus, tmp_path_factory):
+    """A 12-step cpt stopped after its step-4 checkpoint (WSD: decay over the last step, from step 11)."""
+    import hf_encoderize.train as train_module
+
+    out = tmp_path_factory.mktemp("runs") / "interrupted"
+    real_step, calls = train_module.train_step, []
+
+    def dies_at_step_five(run):
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return real_step(run)
+
+    train_module.train_step = dies_at_step_five
+    try:
+        assert main(["cpt", str(decoder_dir), "--data-files", str(corpus), "--seq-len", "32", "--batch-size", "4",
+                     "--steps", "12", "--save-every", "4", "--eval-every", "0", "--no-progress", "--output-dir",
+                     str(out)]) == 130
+    finally:
+        train_module.train_step = real_step
+    return out
+
+
+RESUME_CHANGES = {
+    "--lr": ("1e-3", "lr was 0.0001, now 0.001"),
+    "--batch-size": ("8", "batch_size was 4, now 8"),
+    "--seq-len": ("16", "seq_len"),
+    "--mask-ratio": ("0.3", "mask_ratio was 0.4, now 0.3"),
+    "--grad-accum": ("2", "grad_accum was 1, now 2"),
+    "--steps": ("8", "a resume allows a larger --steps"),
+}
+
+
+@pytest.mark.parametrize("flag", list(RESUME_CHANGES))
+def test_resume_refuses_changed_settings(flag, decoder_dir, corpus, interrupted, capsys):
+    """Resuming with other settings used to train on a mix while run_record.json reported the new ones."""
+    value, message = RESUME_CHANGES[flag]
+    before = _snapshot(interrupted)
+    args = ["cpt", str(decoder_dir), "--data-files", str(corpus), "--seq-len", "32", "--batch-size", "4", "--steps",
+            "12", "--save-every", "4", "--eval-every", "0", "--no-progress", "--output-dir", str(interrupted),
+            "--resume"]
+    at = args.index(flag) if flag in args else None
+    args = args[:at + 1] + [value] + args[at + 2:] if at is not None else [*args, flag, value]
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 2 and _one_error_line(err, message), err
+    assert _snapshot(interrupted) == before
+
+
+def test_resume_may_extend_steps_before_the_decay(decoder_dir, corpus, interrupted, tmp_path, capsys):
+    """The one safe change: a larger --steps before the decay began; the record then says the new length. The default
+    warmup follows --steps (12 // 10 = 1, 20 // 10 = 2), so extending to 20 needs the original warmup stated."""
+    import shutil
+
+    run = tmp_path / "extended"
+    shutil.copytree(interrupted, run)
+    args = ["cpt", str(decoder_dir), "--data-files", str(corpus), "--seq-len", "32", "--batch-size", "4", "--steps",
+            "20", "--save-every", "4", "--eval-every", "0", "--no-progress", "--output-dir", str(run), "--resume"]
+    assert main(args) == 2
+    assert _one_error_line(capsys.readouterr().err, "warmup_steps was 1, now 2")
+    assert main([*args, "--warmup-steps", "1"]) == 0
+    record = json.loads((run / "run_record.json").read_text())
+    assert record["steps"] == 20 and json.loads((run / "run_settings.json").read_text())["steps"] == 20
+
+
+def test_resume_refuses_to_extend_a_run_inside_its_decay(decoder_dir, corpus, finished_run, capsys):
+    before = _snapshot(finished_run)
+    code = main([*_cpt_args(decoder_dir, corpus, finished_run)[:-1], "--steps", "4", "--resume"])
+    assert code == 2 and _one_error_line(capsys.readouterr().err, "past the start of the run's learning-rate decay")
+    assert _snapshot(finished_run) == before

@@ -80,11 +80,23 @@ def test_run_all_stages_then_a_rerun_skips_them(decoder_dir, corpus, tmp_path, f
     assert "holds a finished cpt with other settings (steps)" in capsys.readouterr().err
 
 
-def test_run_resumes_an_interrupted_cpt(decoder_dir, corpus, tmp_path, capsys):
+def test_run_resumes_an_interrupted_cpt(decoder_dir, corpus, tmp_path, capsys, monkeypatch):
+    import hf_encoderize.train as train_module
+
     out = tmp_path / "resume"
     base = ["--data-files", str(corpus), "--output-dir", str(out), *TINY[:-2], "--log-every", "1"]
-    assert main(["cpt", str(decoder_dir), "--steps", "2", *base]) == 0
-    (out / "run_record.json").unlink()  # as if it stopped after the step-2 checkpoint, before finishing
+    real_step, calls = train_module.train_step, []
+
+    def dies_at_step_three(run):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # after the step-2 checkpoint
+        return real_step(run)
+
+    monkeypatch.setattr(train_module, "train_step", dies_at_step_three)
+    assert main(["run", str(decoder_dir), "--steps", "4", *base, "--eval-profile", "none"]) == 130
+    monkeypatch.setattr(train_module, "train_step", real_step)
+    assert not (out / "run_record.json").exists()
     capsys.readouterr()
     assert main(["run", str(decoder_dir), "--steps", "4", *base, "--eval-profile", "none"]) == 0
     printed = capsys.readouterr().out
