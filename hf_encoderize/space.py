@@ -10,7 +10,10 @@ Design choices:
   Space that only knows a Hub id still finds its base).
 - push-space uploads a staged copy: app.py, requirements.txt pinned to the versions installed here, README.md with
   the Space YAML header, and space_config.json naming the encoder: a Hub model id, or (without one) the encoder folder
-  uploaded into the Space next to the app.
+  uploaded into the Space next to the app. app.py goes as is, so the Space carries its TRUSTED_MODELING_SHA256 and
+  runs an encoder's modeling_encoderize.py only when it is the file this version writes.
+- `--trust-remote-code` (`SpaceConfig.trust_remote_code`) reaches the app as `Settings.trust_remote_code`, the same
+  switch a Space gets from ENCODER_TRUST_REMOTE_CODE=1.
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ class SpaceConfig:
     """Address to listen on; the default keeps the demo on this machine (0.0.0.0 shares it on your network)."""
     port: int = 7860
     """TCP port to listen on; 0 picks a free one."""
+    trust_remote_code: bool = False
+    """Let Fill-mask run the encoder's modeling_encoderize.py even when it is not byte for byte the file this
+    hf-encoderize writes (an edited or downloaded encoder); without it such a file never runs and the tab says why."""
 
     def __post_init__(self):
         if not 0 <= int(self.port) <= 65535:
@@ -71,7 +77,7 @@ def app_settings(cfg: SpaceConfig):
     elif not cfg.base_model:
         base = recorded_base(cfg.output_dir, encoder)
     return app.Settings(encoder=str(encoder), base_model=base["base_model"], base_gguf_file=base["gguf_file"],
-                        base_revision=base["revision"])
+                        base_revision=base["revision"], trust_remote_code=cfg.trust_remote_code)
 
 
 def load_app():

@@ -9,18 +9,26 @@ Design choices:
 - Embeddings are sentence-transformers' mean-pooled vectors, the layout `save_encoder` writes. The Compare tab runs
   the base decoder (BASE_MODEL, else the `hf_encoderize` metadata in the encoder's config.json) as it was trained,
   causally, with the same mean pooling, so the difference on screen is the one this project makes.
-- Fill-mask runs `modeling_encoderize.py` from the encoder repo (`trust_remote_code=True`) only when config.json says
-  hf-encoderize wrote it; native MLM heads (e.g. BERT's) load without remote code; anything else has no head.
+- Fill-mask runs the encoder's `modeling_encoderize.py` only when it is the file hf-encoderize writes: the template with
+  its one `MODEL_TYPE = '...'` line filled in, so putting the placeholder back must give a digest in
+  TRUSTED_MODELING_SHA256 (kept here, since this file runs without hf_encoderize installed; a test fails when the
+  template changes and it does not). ENCODER_TRUST_REMOTE_CODE=1 (`hf-encoderize space --trust-remote-code`) runs an
+  edited file too. The bytes that were checked are the bytes executed (not re-read by `trust_remote_code=True`), so
+  nothing can swap the file, auto_map or an adapter redirect in between. Otherwise the tab says why fill-mask is off.
+  Native MLM heads (e.g. BERT's) load without remote code; embeddings and Compare never run remote code.
 - Models load on first use, once, so the Space starts in seconds and an unused tab costs nothing.
 - Inputs are capped (texts, characters, top-k) with a friendly message, so a public Space cannot be exhausted.
 """
 
 from __future__ import annotations
 
+import hashlib
 import html
+import importlib.util
 import json
 import os
 import re
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +42,11 @@ MAX_TEXTS = 12  # sentences per Similarity / Compare request
 MAX_PASSAGES = 50  # passages in the Semantic search corpus
 MAX_CHARS = 500  # characters per sentence, passage or query
 MAX_TOP_K = 20
+MODELING_FILE = "modeling_encoderize.py"
 REMOTE_MLM_CLASS = "modeling_encoderize.EncoderForMaskedLM"  # the auto_map entry hf-encoderize writes
+# SHA-256 of hf_encoderize/remote_code/modeling_encoderize.py, the template of every encoder's modeling file.
+# Update it whenever the template changes (tests/test_space_trust.py fails until you do).
+TRUSTED_MODELING_SHA256 = frozenset({"4c075161dc06592d06155daf9521638dbb2e75ad29636c80fb3cfebed16c89a6"})
 
 EXAMPLE_SENTENCES = "A cat sits on the mat.\nA kitten rests on a rug.\nStock markets fell sharply today."
 EXAMPLE_CORPUS = (
@@ -53,6 +65,7 @@ class Settings:
     base_model: str | None = None
     base_gguf_file: str | None = None
     base_revision: str | None = None
+    trust_remote_code: bool = False  # run an encoder's modeling_encoderize.py even when it is not the shipped one
 
 
 def settings_from_env() -> Settings:
@@ -67,10 +80,11 @@ def settings_from_env() -> Settings:
         base_model=os.environ.get("BASE_MODEL") or stored.get("base_model"),
         base_gguf_file=os.environ.get("BASE_GGUF_FILE") or stored.get("base_gguf_file"),
         base_revision=os.environ.get("BASE_REVISION") or stored.get("base_revision"),
+        trust_remote_code=os.environ.get("ENCODER_TRUST_REMOTE_CODE", "").lower() in ("1", "true"),
     )
 
 
-# ------------------------------------------------------------------------------------------------ models
+# ------------------------------------------------------------------------------------------------ remote code
 
 
 def mlm_mode(config) -> str | None:
@@ -81,6 +95,81 @@ def mlm_mode(config) -> str | None:
     if any(name.endswith("ForMaskedLM") for name in getattr(config, "architectures", None) or []):
         return "native"
     return None
+
+
+_FILLED_MODEL_TYPE = re.compile(rb"^MODEL_TYPE = '[A-Za-z0-9_.-]+'", re.MULTILINE)  # saving.py writes repr(model_type)
+_PLACEHOLDER = b'MODEL_TYPE = "__MODEL_TYPE__"'  # the template's line
+TRUST_HINT = "pass --trust-remote-code (or set ENCODER_TRUST_REMOTE_CODE=1) if you trust it"
+
+
+class FillMaskOff(gr.Error):
+    """Why fill-mask is off, in one sentence: the tab shows it and a request answers with it."""
+
+
+def modeling_sha256(source: bytes) -> str:
+    """Digest of a saved modeling_encoderize.py with its filled-in `MODEL_TYPE` line put back to the placeholder."""
+    unfilled = _FILLED_MODEL_TYPE.sub(_PLACEHOLDER, source.replace(b"\r\n", b"\n"), count=1)
+    return hashlib.sha256(unfilled).hexdigest()
+
+
+def modeling_file(encoder: str) -> Path:
+    """The encoder's modeling_encoderize.py on this machine: in its folder, or from the Hub (the download is cached)."""
+    if Path(encoder).is_dir():
+        return Path(encoder) / MODELING_FILE
+    from huggingface_hub import hf_hub_download
+
+    return Path(hf_hub_download(encoder, MODELING_FILE))
+
+
+def checked_modeling_source(settings: Settings) -> tuple[bytes, Path, bool]:
+    """(source, path, whether it is the shipped file) when the file may run; else FillMaskOff says why not."""
+    try:
+        path = modeling_file(settings.encoder)
+        source = path.read_bytes()
+    except Exception as err:  # a missing file, no network, a 404...
+        raise FillMaskOff(f"Could not read {MODELING_FILE} of {settings.encoder} to check it ({_first_line(err)}), "
+                          "so fill-mask is off.") from err
+    shipped = modeling_sha256(source) in TRUSTED_MODELING_SHA256
+    if not (shipped or settings.trust_remote_code):
+        raise FillMaskOff(f"{MODELING_FILE} in {settings.encoder} differs from the one hf-encoderize ships, so "
+                          f"fill-mask is off; {TRUST_HINT}.")
+    return source, path, shipped
+
+
+def run_module(source: bytes, path: Path):
+    """Execute `source` as a module: the bytes that were checked run, nothing reads the file again."""
+    name = f"encoderize_modeling_{hashlib.sha256(source).hexdigest()[:16]}"
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader=None, origin=str(path)))
+    module.__file__ = str(path)
+    sys.modules[name] = module  # transformers inspects a model class's module source for its attention checks
+    exec(compile(source, str(path), "exec"), module.__dict__)
+    return module
+
+
+def masked_lm_head(settings: Settings, config) -> tuple[str | None, str]:
+    """How fill-mask runs ('remote', 'native', or None: off) and the sentence the tab shows about it."""
+    mode = mlm_mode(config)
+    if mode == "native":
+        return mode, "Native masked-LM head (no remote code)."
+    if mode is None:
+        return None, ("This encoder has no masked-LM head (its config.json names no `*ForMaskedLM` class and no "
+                      "hf-encoderize head), so fill-mask is not available.")
+    try:
+        shipped = checked_modeling_source(settings)[2]
+    except FillMaskOff as off:
+        return None, off.message
+    if shipped:
+        return mode, (f"The MLM head runs `{MODELING_FILE}` from the encoder, byte for byte the file hf-encoderize "
+                      "ships (it imports only torch and transformers).")
+    return mode, (f"The MLM head runs this encoder's own `{MODELING_FILE}`, which differs from the file "
+                  "hf-encoderize ships: you trusted it (--trust-remote-code or ENCODER_TRUST_REMOTE_CODE=1).")
+
+
+def _first_line(err: Exception) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+# ------------------------------------------------------------------------------------------------ models
 
 
 def base_label(settings: Settings) -> str | None:
@@ -108,7 +197,7 @@ class Models:
             settings.base_model = recorded["base_model"]
             settings.base_gguf_file = settings.base_gguf_file or recorded.get("gguf_file")
             settings.base_revision = settings.base_revision or recorded.get("revision")
-        self.mlm = mlm_mode(self.config)
+        self.mlm, self.mlm_note = masked_lm_head(settings, self.config)
         self._lock = threading.Lock()
         self._cache = {}
 
@@ -134,15 +223,20 @@ class Models:
     def encoder(self):
         from sentence_transformers import SentenceTransformer
 
-        return self._once("encoder", lambda: SentenceTransformer(self.settings.encoder, device="cpu"))
+        return self._once("encoder", lambda: SentenceTransformer(self.settings.encoder, device="cpu",
+                                                                 trust_remote_code=False))
 
     def fill_mask(self):
         from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
 
         def load():
-            remote = self.mlm == "remote"  # only the file hf-encoderize writes, never arbitrary remote code
-            model = AutoModelForMaskedLM.from_pretrained(self.settings.encoder, trust_remote_code=remote).eval()
-            return pipeline("fill-mask", model=model, tokenizer=AutoTokenizer.from_pretrained(self.settings.encoder))
+            if self.mlm == "remote":  # checked again now (the folder may have changed), and the checked bytes run
+                module = run_module(*checked_modeling_source(self.settings)[:2])
+                model = module.EncoderForMaskedLM.from_pretrained(self.settings.encoder)
+            else:
+                model = AutoModelForMaskedLM.from_pretrained(self.settings.encoder, trust_remote_code=False)
+            tokenizer = AutoTokenizer.from_pretrained(self.settings.encoder, trust_remote_code=False)
+            return pipeline("fill-mask", model=model.eval(), tokenizer=tokenizer)
 
         return self._once("fill_mask", load)
 
@@ -151,7 +245,7 @@ class Models:
 
         def load():
             s = self.settings
-            kwargs = {"gguf_file": s.base_gguf_file} if s.base_gguf_file else {}
+            kwargs = {"trust_remote_code": False, **({"gguf_file": s.base_gguf_file} if s.base_gguf_file else {})}
             if s.base_revision and not Path(s.base_model).exists():
                 kwargs["revision"] = s.base_revision
             return AutoModel.from_pretrained(s.base_model, **kwargs).eval(), AutoTokenizer.from_pretrained(
@@ -274,7 +368,7 @@ class EncoderSpace:
 
     def fill_mask(self, text: str, top_k: float):
         if self.models.mlm is None:
-            raise gr.Error("This encoder has no masked-LM head, so there is nothing to fill in.")
+            raise gr.Error(self.models.mlm_note)
         fill = self.models.fill_mask()
         mask = fill.tokenizer.mask_token
         text = (text or "").strip()
@@ -293,8 +387,8 @@ class EncoderSpace:
         try:
             base_model, base_tokenizer = self.models.base()
         except Exception as err:  # a Hub id that does not exist, no network, a GGUF without the gguf package...
-            first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
-            raise gr.Error(f"Could not load the base decoder {base_label(self.models.settings)}: {first_line}") from err
+            raise gr.Error(f"Could not load the base decoder {base_label(self.models.settings)}: "
+                           f"{_first_line(err)}") from err
         encoder = self.models.encoder()
         base_matrix = cosine_matrix(causal_embeddings(base_model, base_tokenizer, sentences))
         encoder_matrix = cosine_matrix(encoder.encode(sentences, convert_to_tensor=True))
@@ -355,19 +449,13 @@ def _search_tab(space: EncoderSpace) -> None:
 
 
 def _fill_mask_tab(space: EncoderSpace) -> None:
-    mode = space.models.mlm
-    if mode is None:
-        gr.Markdown("This encoder has **no masked-LM head** (its config.json names no `*ForMaskedLM` class and no "
-                    "hf-encoderize head), so fill-mask is not available.")
-    elif mode == "remote":
-        untrained = "steps" not in (getattr(space.models.config, "hf_encoderize", None) or {})
-        gr.Markdown("The MLM head runs `modeling_encoderize.py` from the encoder repo with `trust_remote_code=True`. "
-                    "It is trusted only because config.json says hf-encoderize wrote this encoder; that file imports "
-                    "only torch and transformers. Write `[MASK]` or `<mask>` where a word is missing."
-                    + ("\n\nThis encoder was converted without MLM training (`convert`), so its head still guesses "
-                       "the *next* token; `hf-encoderize cpt` trains it to fill the mask." if untrained else ""))
-    else:
-        gr.Markdown("Native masked-LM head (no remote code). Write `[MASK]` or `<mask>` where a word is missing.")
+    mode, note = space.models.mlm, space.models.mlm_note
+    if mode is not None:
+        note += " Write `[MASK]` or `<mask>` where a word is missing."
+    if mode == "remote" and "steps" not in (getattr(space.models.config, "hf_encoderize", None) or {}):
+        note += ("\n\nThis encoder was converted without MLM training (`convert`), so its head still guesses the "
+                 "*next* token; `hf-encoderize cpt` trains it to fill the mask.")
+    gr.Markdown(note, elem_id="mask-note")
     text = gr.Textbox(value="The capital of France is [MASK].", label="Sentence", elem_id="mask-input")
     top_k = gr.Slider(1, MAX_TOP_K, value=5, step=1, label="Top-k tokens")
     run = gr.Button("Fill the mask", variant="primary", elem_id="mask-button", interactive=mode is not None)
