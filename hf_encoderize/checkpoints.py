@@ -1,8 +1,11 @@
 """Run folders and training checkpoints: refuse to clobber, save atomically, keep the last K, resume the newest.
 
 Design choices:
-- A checkpoint is `accelerator.save_state` of everything the engine registered (model, optimizer, the WSD scheduler,
-  the packer's position, the masking RNG; every process's RNG) plus `trainer_state.json` with the step. It is written
+- A checkpoint is `accelerator.save_state` (model as safetensors, optimizer, every process's RNG; all read back with
+  torch's `weights_only` loader) plus `trainer_state.json`: the step and the state of every object registered here with
+  `register_state` (the WSD scheduler, the packer's position, the masking RNG), as plain JSON. Nothing is registered
+  with Accelerate's own custom-state mechanism, because it unpickles those files with `weights_only=False`: a replaced
+  checkpoint file would run code on `--resume` or `pretrain --from-checkpoint`. It is written
   under `step-N.partial` and renamed into place once every process has written its part, so a crash never leaves a
   half-written checkpoint that `--resume` would pick.
 - `checkpoints/` keeps the last `keep_last`; other folders (pretrain's `switch/`) are kept whole, never resumed from.
@@ -13,9 +16,14 @@ Design choices:
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import shutil
+import weakref
 from pathlib import Path
+
+import torch
 
 from hf_encoderize.errors import EncoderizeError
 
@@ -31,8 +39,8 @@ def checkpoint_dir(output_dir: Path, step: int, folder: str = "checkpoints") -> 
 
 def list_checkpoints(output_dir: Path) -> list[Path]:
     """Finished checkpoints under `OUT/checkpoints`, oldest first."""
-    found = (Path(output_dir) / "checkpoints").glob("step-*[0-9]")
-    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+    found = [p for p in (Path(output_dir) / "checkpoints").glob("step-*") if re.fullmatch(r"step-\d+", p.name)]
+    return sorted(found, key=lambda p: int(p.name.split("-")[1]))  # not step-N.partial, not step-N.corrupt
 
 
 RUN_FILES = ("checkpoints", "metrics.jsonl", "run_record.json", "pretrain_schedule.json", "encoder", "switch")
@@ -100,6 +108,36 @@ def check_shared_output_dir(accelerator, output_dir: Path) -> None:
                               ", or checkpoints could not be resumed")
 
 
+_REGISTERED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # accelerator -> {name: stateful object}
+
+
+def register_state(accelerator, name: str, stateful) -> None:
+    """Checkpoint `stateful` (`state_dict`/`load_state_dict` of JSON values or tensors) with `accelerator`'s state."""
+    _REGISTERED.setdefault(accelerator, {})[name] = stateful
+
+
+def _to_json(value):
+    if torch.is_tensor(value):
+        return {"__tensor__": base64.b64encode(value.cpu().contiguous().numpy().tobytes()).decode(),
+                "dtype": str(value.dtype).removeprefix("torch."), "shape": list(value.shape)}
+    if isinstance(value, dict):
+        return {key: _to_json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_to_json(item) for item in value]
+    return value
+
+
+def _from_json(value):
+    if isinstance(value, dict) and "__tensor__" in value:
+        data = bytearray(base64.b64decode(value["__tensor__"]))
+        return torch.frombuffer(data, dtype=getattr(torch, value["dtype"])).reshape(value["shape"]).clone()
+    if isinstance(value, dict):
+        return {key: _from_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_from_json(item) for item in value]
+    return value
+
+
 def save_checkpoint(accelerator, folder: Path, step: int) -> Path:
     """Write the full training state to `folder` under a temporary name, then rename it into place."""
     folder = Path(folder)
@@ -107,7 +145,8 @@ def save_checkpoint(accelerator, folder: Path, step: int) -> Path:
     accelerator.save_state(str(tmp))
     accelerator.wait_for_everyone()  # every rank has written its shard/RNG file before the rename
     if accelerator.is_main_process:
-        (tmp / STATE_FILE).write_text(json.dumps({"step": step}))
+        states = {name: _to_json(obj.state_dict()) for name, obj in _REGISTERED.get(accelerator, {}).items()}
+        (tmp / STATE_FILE).write_text(json.dumps({"step": step, "states": states}))
         tmp.rename(folder)
     accelerator.wait_for_everyone()
     return folder
@@ -126,11 +165,16 @@ def checkpoint_step(path: Path) -> int:
 def load_checkpoint(accelerator, path: Path) -> int:
     """Restore everything registered with `accelerator` from `path`; return the step it was taken at."""
     path = Path(path)
-    if "packer" in json.loads((path / STATE_FILE).read_text()):  # hf-encoderize 0.1.0 kept it there, unregistered
-        raise EncoderizeError(f"{str(path)!r} was written by an earlier hf-encoderize (data position in "
-                              f"{STATE_FILE}); finish it with that version, or start over with --overwrite")
+    saved = json.loads((path / STATE_FILE).read_text())
+    registered = _REGISTERED.get(accelerator, {})
+    if set(saved.get("states", {})) != set(registered):
+        raise EncoderizeError(f"{str(path)!r} was written by another version of hf-encoderize (training state "
+                              f"{sorted(saved.get('states', {})) or 'missing'}); finish it with that version, or start "
+                              "over with --overwrite")
     accelerator.load_state(str(path))
-    return checkpoint_step(path)
+    for name, obj in registered.items():
+        obj.load_state_dict(_from_json(saved["states"][name]))
+    return int(saved["step"])
 
 
 def resume_newest(accelerator, output_dir: Path) -> int:
@@ -149,9 +193,11 @@ def resume_newest(accelerator, output_dir: Path) -> int:
             reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
             accelerator.wait_for_everyone()
             if accelerator.is_main_process:
-                path.rename(path.with_name(path.name + ".corrupt"))
-                print(f"warning: checkpoint {str(path)!r} could not be loaded ({reason}); kept as "
-                      f"{path.name}.corrupt, resuming from the one before", file=sys.stderr, flush=True)
+                kept = next(path.with_name(f"{path.name}.corrupt{suffix}") for suffix in ["", *range(2, 10**6)]
+                            if not path.with_name(f"{path.name}.corrupt{suffix}").exists())
+                path.rename(kept)
+                print(f"warning: checkpoint {str(path)!r} could not be loaded ({reason}); kept as {kept.name}, "
+                      "resuming from the one before", file=sys.stderr, flush=True)
             accelerator.wait_for_everyone()
     raise EncoderizeError(f"--resume: no checkpoint under {str(Path(output_dir) / 'checkpoints')!r} could be loaded; "
                           "start over with --overwrite")

@@ -15,9 +15,9 @@ Design choices:
   objective), so 1 process x 8 rows, 2 x 4 and 8 accumulation steps x 1 row give the same update.
 - Packed rows keep documents isolated (`isolation.packed_forward`) and the LM head runs only on labelled positions
   (`masking.sparse_mlm_loss`).
-- The packer's position and the masking RNG are registered with Accelerate's checkpointing next to the scheduler, so
-  `checkpoints.save_checkpoint(accelerator, folder, step)` saves everything and a resumed run continues token for
-  token.
+- The packer's position and the masking RNG are registered for checkpointing next to the scheduler
+  (`checkpoints.register_state`, saved as JSON rather than pickled), so `checkpoints.save_checkpoint(accelerator,
+  folder, step)` saves everything and a resumed run continues token for token.
 """
 
 from __future__ import annotations
@@ -30,7 +30,13 @@ from pathlib import Path
 
 import torch
 
-from hf_encoderize.checkpoints import checkpoint_dir, list_checkpoints, prune_checkpoints, save_checkpoint
+from hf_encoderize.checkpoints import (
+    checkpoint_dir,
+    list_checkpoints,
+    prune_checkpoints,
+    register_state,
+    save_checkpoint,
+)
 from hf_encoderize.data import DataConfig, Documents
 from hf_encoderize.errors import EncoderizeError
 from hf_encoderize.isolation import packed_forward
@@ -231,8 +237,10 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
     embeddings = model.get_input_embeddings().weight
     vocab_size = getattr(embeddings, "ds_shape", embeddings.shape)[0]  # ZeRO-3 partitions report an empty shape
     masker = Masker.for_tokenizer(tokenizer, masking, vocab_size, seed=train.seed)  # same on every process
-    for stateful in (scheduler, packer, masker):  # the scheduler is stepped once per optimizer step, by us
-        accelerator.register_for_checkpointing(stateful)
+    # Checkpointed next to the model and optimizer as JSON (never Accelerate's pickled custom state, see checkpoints);
+    # the scheduler is stepped once per optimizer step, by us, so it is not prepared either.
+    for name, stateful in (("scheduler", scheduler), ("packer", packer), ("masker", masker)):
+        register_state(accelerator, name, stateful)
     held_out = held_out_batches(documents, Packer(tokenizer, data.seq_len, data.pack), data.eval_documents,
                                 data.eval_max_rows, train.batch_size)
     return Run(accelerator, objective, optimizer, scheduler, RowStream(packer, documents, data.eval_documents),

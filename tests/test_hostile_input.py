@@ -240,3 +240,32 @@ def test_resume_refuses_to_extend_a_run_inside_its_decay(decoder_dir, corpus, fi
     code = main([*_cpt_args(decoder_dir, corpus, finished_run)[:-1], "--steps", "4", "--resume"])
     assert code == 2 and _one_error_line(capsys.readouterr().err, "past the start of the run's learning-rate decay")
     assert _snapshot(finished_run) == before
+
+
+def test_resume_never_unpickles_code_from_a_checkpoint(decoder_dir, corpus, tmp_path, capsys):
+    """Checkpoint files replaced by pickles that run code when loaded: nothing runs. Our own training state is JSON
+    (Accelerate's custom-state files, unpickled with weights_only=False, are neither written nor read), and
+    Accelerate's own files are read with torch's weights_only loader, which refuses them: resume falls back."""
+    import pickle
+
+    marker = tmp_path / "code-ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    run = tmp_path / "run"
+    args = [*_cpt_args(decoder_dir, corpus, run)[:-1], "--steps", "4"]
+    assert main(args) == 0
+    newest = run / "checkpoints" / "step-0000004"
+    for index in range(3):  # where Accelerate's register_for_checkpointing would have put scheduler, packer, masker
+        (newest / f"custom_checkpoint_{index}.pkl").write_bytes(pickle.dumps(Payload()))
+    assert main([*args, "--resume"]) == 0 and not marker.exists()  # Accelerate refuses the stray files unread
+    for path in [*newest.glob("*.pkl"), *newest.glob("*.bin")]:  # the re-written step 4: optimizer and RNG files
+        path.write_bytes(pickle.dumps(Payload()))
+    capsys.readouterr()
+    assert main([*args, "--resume"]) == 0
+    err = capsys.readouterr().err
+    assert not marker.exists(), "a checkpoint file ran code on --resume"
+    assert [line for line in err.splitlines() if line.startswith("warning:")], err
+    assert (run / "checkpoints" / "step-0000004.corrupt2").is_dir()  # the first corrupt copy is kept too
