@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import shutil
 import weakref
@@ -59,6 +60,7 @@ def prepare_output_dir(output_dir: Path, *, resume: bool, overwrite: bool) -> Pa
         return found[-1]
     if out.exists() and not out.is_dir():
         raise EncoderizeError(f"--output-dir {str(out)!r} is a file; pass a folder")
+    _check_creatable(out)
     if out.exists() and any(out.iterdir()):
         if not overwrite:
             raise EncoderizeError(f"output folder {str(out)!r} is not empty; use --resume, --overwrite or a new folder")
@@ -67,6 +69,20 @@ def prepare_output_dir(output_dir: Path, *, resume: bool, overwrite: bool) -> Pa
                                   "deleted; if they are yours to lose, delete the folder yourself "
                                   f"(rm -r {str(out)!r}), or pick a new --output-dir")
     return None
+
+
+def _check_creatable(out: Path) -> None:
+    """Refuse, before any work, an output folder that cannot be made or written: the nearest existing ancestor must
+    be a writable folder (as root every folder is writable, so this catches files in the path first)."""
+    ancestor = out
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise EncoderizeError(f"--output-dir {str(out)!r} cannot be created: {str(ancestor)!r} is a file; pass a "
+                              "folder path")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise EncoderizeError(f"--output-dir {str(out)!r} cannot be written: {str(ancestor)!r} is read-only for this "
+                              "user; pick a writable --output-dir")
 
 
 def clear_output_dir(output_dir: Path, *, overwrite: bool, main_process: bool = True) -> None:

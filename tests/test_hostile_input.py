@@ -78,6 +78,14 @@ def test_an_output_path_that_is_a_file_is_refused(decoder_dir, corpus, tmp_path,
     assert target.read_text() == "keep me"
 
 
+def test_an_output_path_inside_a_file_is_refused(decoder_dir, corpus, tmp_path, capsys):
+    target = tmp_path / "results.txt"
+    target.write_text("keep me")
+    code = main(_cpt_args(decoder_dir, corpus, target / "run"))
+    err = capsys.readouterr().err
+    assert code == 2 and _one_error_line(err, "is a file") and target.read_text() == "keep me", err
+
+
 def test_overwrite_replaces_an_earlier_run_when_everything_is_valid(decoder_dir, corpus, finished_run, tmp_path):
     out = tmp_path / "again"
     assert main(_cpt_args(decoder_dir, corpus, out)[:-1]) == 0
