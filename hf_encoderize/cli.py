@@ -5,9 +5,12 @@ Design choices:
   before fine-tuning, render a table), that glue is a public function of the module that owns the command.
 - One builder: every field of a command's config dataclasses becomes an argument, positional when declared before
   `_: KW_ONLY`, else `--field-name`, with the field's docstring as its help text.
-- One runner: each config is built from the `--config file.yaml` values overridden by the flags given (a key that no
-  config of the command has is refused), a `--push-to-hub` is checked before any work starts, then the function is
-  called and its result reported. Any `EncoderizeError` becomes one `error:` line and exit code 2.
+- One runner: each config is built from the `--config file.yaml` values overridden by the flags given, a
+  `--push-to-hub` is checked before any work starts, then the function is called and its result reported. Any
+  `EncoderizeError` becomes one `error:` line and exit code 2.
+- The file's values get the checks argparse gives flags, from the same field annotations (`_value_type`): a key that no
+  config of the command has is refused (naming the closest option), and so is a value of the wrong type (`steps:
+  many`); ints pass for floats, only true/false for bools. Ranges are the configs' own `__post_init__` checks.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import difflib
 import inspect
 import json
 import sys
@@ -187,13 +191,52 @@ def _load_yaml(path: str | None) -> dict:
     import yaml
 
     try:
-        with open(path) as handle:
-            data = yaml.safe_load(handle) or {}
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
     except OSError as err:
         raise EncoderizeError(f"cannot read config file {path!r}: {err.strerror}") from None
+    except UnicodeDecodeError:
+        raise EncoderizeError(f"config file {path!r} is not UTF-8 text; pass a YAML file") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise EncoderizeError(f"config file {path!r} is not valid YAML ({getattr(err, 'problem', None) or 'syntax'}"
+                              f"{where}); fix it, e.g. `steps: 100` on each line") from None
+    if data is None:
+        return {}  # an empty file (or only comments) sets nothing
     if not isinstance(data, dict):
-        raise EncoderizeError(f"config file {path!r} must hold a mapping of option names to values")
-    return {str(key).replace("-", "_"): value for key, value in data.items()}
+        raise EncoderizeError(f"config file {path!r} must hold a mapping of option names to values (e.g. `steps: "
+                              f"100`), not a {type(data).__name__}")
+    if bad := [key for key in data if not isinstance(key, str)]:
+        raise EncoderizeError(f"config file {path!r} has the key {bad[0]!r}, which is not an option name; keys are "
+                              "option names such as `steps`")
+    return {key.replace("-", "_"): value for key, value in data.items()}
+
+
+_TYPE_NAMES = {int: "a whole number", float: "a number", bool: "true or false", str: "text"}
+
+
+def _yaml_value(where: str, key: str, value, field: dataclasses.Field):
+    """`value` as the field's flag would give it (an int for a float field becomes a float), or a one-line refusal."""
+    kind, is_list = _value_type(field)
+    if value is None:
+        return None  # `key:` with nothing after it: the default
+    if is_list:
+        if not isinstance(value, list):
+            raise EncoderizeError(f"{where} sets {key!r} to {value!r}; it takes a list, e.g. `{key}: [a, b]`")
+        return [_scalar(where, key, item, kind) for item in value]
+    return _scalar(where, key, value, kind)
+
+
+def _scalar(where: str, key: str, value, kind: type):
+    fits = {bool: isinstance(value, bool),
+            int: isinstance(value, int) and not isinstance(value, bool),
+            float: isinstance(value, int | float) and not isinstance(value, bool),
+            str: isinstance(value, str | int | float) and not isinstance(value, bool)}[kind]
+    if not fits:
+        hint = "; quote it to pass it as text" if kind is str and isinstance(value, bool) else ""
+        raise EncoderizeError(f"{where} sets {key!r} to {value!r}, but it takes {_TYPE_NAMES[kind]}{hint}")
+    return kind(value)
 
 
 def build_config(cls, args: argparse.Namespace, yaml_values: dict):
@@ -210,11 +253,14 @@ def build_config(cls, args: argparse.Namespace, yaml_values: dict):
 
 def build_configs(command: Command, args: argparse.Namespace, yaml_values: dict) -> list:
     """Every config of `command`; a YAML key that none of them has is refused rather than silently ignored."""
-    known = {field.name for cls in command.configs for field in dataclasses.fields(cls)}
-    if unknown := [key for key in yaml_values if key not in known]:
-        where = f"config file {args.config!r}" if getattr(args, "config", None) else "the config"
+    fields = {field.name: field for cls in reversed(command.configs) for field in dataclasses.fields(cls)}
+    where = f"config file {args.config!r}" if getattr(args, "config", None) else "the config"
+    if unknown := [key for key in yaml_values if key not in fields]:
+        close = difflib.get_close_matches(unknown[0], list(fields), n=1)
+        guess = f"did you mean {close[0]!r}? " if close else ""
         raise EncoderizeError(f"{where} sets {', '.join(map(repr, unknown))}, which `{command.name}` has no option "
-                              f"for; see `hf-encoderize {command.name} --help`")
+                              f"for; {guess}see `hf-encoderize {command.name} --help`")
+    yaml_values = {key: _yaml_value(where, key, value, fields[key]) for key, value in yaml_values.items()}
     return [build_config(cls, args, yaml_values) for cls in command.configs]
 
 
@@ -236,8 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     except EncoderizeError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as interrupt:  # training says where it stopped and how to resume
+        print(f"error: interrupted{f'; {interrupt}' if str(interrupt) else ''}", file=sys.stderr)
         return 130
     return 0
 

@@ -24,6 +24,7 @@ import torch
 
 from hf_encoderize.errors import EncoderizeError
 from hf_encoderize.loading import LoadConfig
+from hf_encoderize.validation import check_number
 
 
 @dataclass
@@ -43,8 +44,8 @@ class AdapterConfig:
     """Also save the unmerged adapter next to the merged encoder."""
 
     def __post_init__(self):
-        if int(self.lora_r) < 0:
-            raise EncoderizeError(f"--lora-r must be 0 (off) or positive, got {self.lora_r}")
+        check_number("--lora-r", self.lora_r, minimum=0, integer=True)  # 0: off
+        check_number("--lora-alpha", self.lora_alpha, above=0, integer=True)
         if self.load_in_4bit and not int(self.lora_r):
             raise EncoderizeError("--load-in-4bit trains adapters only: also pass --lora-r (e.g. 16)")
 

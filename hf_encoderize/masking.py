@@ -20,6 +20,7 @@ from dataclasses import KW_ONLY, dataclass
 import torch
 
 from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.validation import check_number
 
 IGNORE = -100
 
@@ -37,8 +38,7 @@ class MaskingConfig:
     """`mlm`: predict the token at its own position; `mntp`: predict it from the previous position (LLM2Vec)."""
 
     def __post_init__(self):
-        if not 0.0 < float(self.mask_ratio) < 1.0:
-            raise EncoderizeError(f"--mask-ratio must be between 0 and 1 (exclusive), got {self.mask_ratio}")
+        check_number("--mask-ratio", self.mask_ratio, above=0, below=1)
         if self.replacement not in ("mask", "bert"):
             raise EncoderizeError(f"--replacement must be 'mask' or 'bert', got {self.replacement!r}")
         if self.objective not in ("mlm", "mntp"):

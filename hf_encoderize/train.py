@@ -44,6 +44,7 @@ from hf_encoderize.masking import IGNORE, MaskingConfig, sparse_mlm_loss
 from hf_encoderize.objectives import Masker, Phase
 from hf_encoderize.packing import Packer, RowStream, held_out_batches
 from hf_encoderize.schedule import PAPER_DECAY_FRACTION, default_warmup, wsd_scheduler
+from hf_encoderize.validation import check_number
 
 MAX_NONFINITE_IN_A_ROW = 10  # with --on-nonfinite skip: a run that only produces NaN is broken, not unlucky
 MAX_SKIPPED_SHARE = 0.05  # ... and so is one that skips more than 5% of its steps (checked from step 20 on)
@@ -106,16 +107,17 @@ class TrainConfig:
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "grad_accum", "save_every", "keep_last", "log_every"):
-            if int(getattr(self, name)) < 1:
-                raise EncoderizeError(f"--{name.replace('_', '-')} must be at least 1")
-        if not 0.0 <= float(self.decay_fraction) <= 1.0:
-            raise EncoderizeError(f"--decay-fraction must be between 0 and 1, got {self.decay_fraction}")
+            check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=1, integer=True)
+        for name in ("warmup_steps", "eval_every", "seed"):
+            check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=0, integer=True)
+        check_number("--lr", self.lr, above=0)
+        check_number("--decay-fraction", self.decay_fraction, minimum=0, maximum=1)
+        check_number("--weight-decay", self.weight_decay, minimum=0)
+        check_number("--max-grad-norm", self.max_grad_norm, above=0)
         if self.mixed_precision not in ("auto", "bf16", "fp16", "no"):
             raise EncoderizeError("--mixed-precision must be auto, bf16, fp16 or no")
         if self.on_nonfinite not in ("stop", "skip"):
             raise EncoderizeError(f"--on-nonfinite must be 'stop' or 'skip', got {self.on_nonfinite!r}")
-        if float(self.lr) <= 0:
-            raise EncoderizeError(f"--lr must be positive, got {self.lr}")
         if self.master_weights not in ("fp32", "loaded"):
             raise EncoderizeError(f"--master-weights must be 'fp32' or 'loaded', got {self.master_weights!r}")
 
@@ -281,18 +283,29 @@ def train_until(run: Run, monitor, step: int, until: int) -> int:
     """Train from `step` up to `until` (the whole run, or one pretraining phase): log every step, evaluate and
     checkpoint on schedule. Returns the step reached."""
     train, guard = run.train, NonFiniteGuard(run.train, run.output_dir)
-    while step < until:
-        stats = train_step(run)
-        step += 1
-        guard.check(stats, step)
-        monitor.step(step, lr=run.scheduler.get_last_lr()[0], **stats)
-        if train.eval_every and step % train.eval_every == 0 and step < train.steps:
-            monitor.evaluation(step, evaluate_held_out(run))
-        if step % train.save_every == 0 or step == train.steps:
-            save_checkpoint(run.accelerator, checkpoint_dir(run.output_dir, step), step)
-            if run.accelerator.is_main_process:
-                prune_checkpoints(run.output_dir, train.keep_last)
+    try:
+        while step < until:
+            stats = train_step(run)
+            step += 1
+            guard.check(stats, step)
+            monitor.step(step, lr=run.scheduler.get_last_lr()[0], **stats)
+            if train.eval_every and step % train.eval_every == 0 and step < train.steps:
+                monitor.evaluation(step, evaluate_held_out(run))
+            if step % train.save_every == 0 or step == train.steps:
+                save_checkpoint(run.accelerator, checkpoint_dir(run.output_dir, step), step)
+                if run.accelerator.is_main_process:
+                    prune_checkpoints(run.output_dir, train.keep_last)
+    except KeyboardInterrupt:  # Ctrl-C: checkpoints are written atomically, so the newest one is whole
+        raise KeyboardInterrupt(resume_hint(run.output_dir, train)) from None
     return step
+
+
+def resume_hint(output_dir: Path, train: TrainConfig) -> str:
+    """What an interrupted run leaves, and how to go on."""
+    last = list_checkpoints(output_dir)
+    if not last:
+        return f"no checkpoint was written yet (every --save-every {train.save_every} steps); the run starts over"
+    return f"the newest checkpoint is {str(last[-1])!r}; run the same command with --resume to continue from it"
 
 
 def train_step(run: Run) -> dict:

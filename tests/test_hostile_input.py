@@ -201,6 +201,29 @@ def interrupted(decoder_dir, corpus, tmp_path_factory):
     return out
 
 
+def test_an_interrupt_says_how_to_resume(decoder_dir, corpus, tmp_path, monkeypatch, capsys):
+    """Ctrl-C after the step-2 checkpoint: exit 130 and one line naming that checkpoint and --resume, which then
+    finishes the run."""
+    import hf_encoderize.train as train_module
+
+    real_step, calls = train_module.train_step, []
+
+    def ctrl_c_at_step_three(run):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_step(run)
+
+    args = [*_cpt_args(decoder_dir, corpus, tmp_path / "run")[:-1], "--steps", "4"]
+    monkeypatch.setattr(train_module, "train_step", ctrl_c_at_step_three)
+    assert main(args) == 130
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "step-0000002" in errors[0] and "--resume" in errors[0], err
+    monkeypatch.setattr(train_module, "train_step", real_step)
+    assert main([*args, "--resume"]) == 0
+
+
 RESUME_CHANGES = {
     "--lr": ("1e-3", "lr was 0.0001, now 0.001"),
     "--batch-size": ("8", "batch_size was 4, now 8"),

@@ -11,6 +11,7 @@ from dataclasses import KW_ONLY, dataclass
 
 from hf_encoderize.errors import EncoderizeError
 from hf_encoderize.evaluation.loaders import DATASETS, REAL, SYNTHETIC, TASKS
+from hf_encoderize.validation import check_number
 
 PAPER_LRS = (1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4)  # section 2, "Fine-tuning protocol"
 PROFILES = {
@@ -98,15 +99,11 @@ class EvalConfig:
     def __post_init__(self):
         if self.profile not in PROFILES:
             raise EncoderizeError(f"unknown profile {self.profile!r}; choose paper, quick or smoke")
-        if not 0 <= float(self.warmup_ratio) < 1:
-            raise EncoderizeError(f"--warmup-ratio must be in [0, 1), got {self.warmup_ratio}")
-        for name in ("max_steps", "batch_size", "max_length", "max_eval_examples"):
-            value = getattr(self, name)
-            if value is not None and int(value) < 1:
-                raise EncoderizeError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
-        if int(self.qa_stride) < 1:
-            raise EncoderizeError(f"--qa-stride must be at least 1, got {self.qa_stride}")
-        self.grid()  # refuse an unknown task/dataset or an empty grid before anything loads
+        check_number("--warmup-ratio", self.warmup_ratio, minimum=0, below=1)
+        for name in ("max_steps", "batch_size", "max_length", "max_eval_examples", "qa_stride"):
+            check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=1, integer=True)
+        for lr in self.grid().lrs:  # also refuses an unknown task/dataset or an empty grid before anything loads
+            check_number("--lrs", lr, above=0)
 
     def grid(self) -> Grid:
         """The profile's defaults with the flags applied."""
