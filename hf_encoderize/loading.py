@@ -6,15 +6,27 @@ Design choices:
 - GGUF files go through transformers' own `from_pretrained(..., gguf_file=...)` path (which needs the `gguf` package),
   so the de-quantised weights and the tokenizer are exactly what transformers reads.
 - `trust_remote_code` is off unless the user asks for it.
+- A load that fails on a local folder is explained from the folder itself (`local_folder_problem`): missing or corrupt
+  config.json, missing or corrupt tokenizer files, missing or corrupt weights, each named by file, rather than from
+  whatever exception transformers happened to raise.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import struct
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
 from hf_encoderize.errors import EncoderizeError
+
+# Errors a load can raise for a bad source (safetensors' own error is neither an OSError nor a ValueError).
+_LOAD_ERRORS = (OSError, ValueError, KeyError, RuntimeError, EOFError, TypeError, AttributeError, ImportError)
+_TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model", "tokenizer_config.json",
+)
+_JSON_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json")
 
 # Kinds returned by `classify_config`. Only the first two can be encoderized.
 DECODER = "decoder-only"
@@ -118,7 +130,7 @@ def load_config(cfg: LoadConfig):
         kwargs["gguf_file"] = cfg.gguf_file
     try:
         config = AutoConfig.from_pretrained(cfg.source, **kwargs)
-    except (OSError, ValueError, KeyError, RuntimeError, ImportError, EOFError) as err:
+    except _LOAD_ERRORS as err:
         raise EncoderizeError(_load_error_message(cfg, err)) from None
     kind = classify_config(config)
     if kind not in ENCODERIZABLE:
@@ -135,8 +147,76 @@ def _load_error_message(cfg: LoadConfig, err: Exception) -> str:
             f"cannot read GGUF file {cfg.gguf_file!r} in {cfg.source!r} (corrupt or unsupported architecture): {text}"
         )
     if not os.path.exists(cfg.source) and ("/" in cfg.source and cfg.source.startswith((".", "/", "~"))):
-        return f"path {cfg.source!r} does not exist; check the path"
+        return f"model folder {cfg.source!r} not found (the path does not exist); check the path"
+    if os.path.isdir(cfg.source):
+        return local_folder_problem(Path(cfg.source)) or f"cannot load the local model folder {cfg.source!r}: {text}"
     return f"cannot load {cfg.source!r}: not a local model folder or a reachable Hub model id ({text})"
+
+
+def _safetensor_error() -> type[Exception]:
+    try:
+        from safetensors import SafetensorError
+    except ImportError:  # an older safetensors: its errors then surface as OSError/RuntimeError
+        return OSError
+    return SafetensorError
+
+
+def local_folder_problem(folder: Path) -> str | None:
+    """What is wrong with a local model folder, in one line naming the file, or None when nothing is found.
+
+    Checked in the order transformers reads: config.json, the tokenizer files, then the weights."""
+    where = str(folder)
+    if not (folder / "config.json").is_file():
+        return f"{where!r} has no config.json, so it is not a model folder; pass a folder written by save_pretrained"
+    problem = _json_problem(folder / "config.json", must_be_object=True)
+    if problem:
+        return f"corrupt config.json in {where!r} ({problem}); re-download or re-save the model"
+    for name in _JSON_TOKENIZER_FILES:
+        problem = (folder / name).is_file() and _json_problem(folder / name, must_be_object=name != "vocab.json")
+        if problem:
+            return f"corrupt tokenizer file ({name}: {problem}) in {where!r}; re-download or re-save the tokenizer"
+    if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
+        return (f"no tokenizer files in {where!r} (tokenizer.json, tokenizer.model or vocab files); save the tokenizer "
+                "next to the model (tokenizer.save_pretrained)")
+    weights = sorted(folder.glob("*.safetensors")) + sorted(folder.glob("pytorch_model*.bin"))
+    if not weights:
+        return f"no weights file (model.safetensors or pytorch_model.bin) in {where!r}; re-download or re-save it"
+    for path in (w for w in weights if w.suffix == ".safetensors"):
+        problem = _safetensors_problem(path)
+        if problem:
+            return f"corrupt weights (file {path.name}: {problem}) in {where!r}; re-download or re-save the model"
+    return None
+
+
+def _json_problem(path: Path, *, must_be_object: bool) -> str | None:
+    try:
+        value = json.loads(path.read_bytes())
+    except (ValueError, UnicodeDecodeError) as err:
+        return f"not valid JSON: {err}"
+    if must_be_object and not isinstance(value, dict):
+        return f"holds a JSON {type(value).__name__}, not an object"
+    return None
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    """A safetensors file is an 8-byte header length, a JSON header, then the tensors; a truncated download leaves a
+    file shorter than the header says (which loads lazily and would fail only later, or not at all on some tensors)."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        head = handle.read(8)
+        if len(head) < 8:
+            return "shorter than a safetensors header"
+        (length,) = struct.unpack("<Q", head)
+        if length > size - 8:
+            return "header larger than the file (truncated or not a safetensors file)"
+        try:
+            header = json.loads(handle.read(length))
+            end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
+        except (ValueError, UnicodeDecodeError, KeyError, TypeError, IndexError, AttributeError):
+            return "unreadable header (not a safetensors file)"
+    if 8 + length + end > size:
+        return f"truncated: {size} bytes, the header describes {8 + length + end}"
+    return None
 
 
 def load_decoder(cfg: LoadConfig | str, *, model_kwargs: dict | None = None, **overrides):
@@ -162,7 +242,7 @@ def load_decoder(cfg: LoadConfig | str, *, model_kwargs: dict | None = None, **o
             cfg.source, config=config, dtype=cfg.dtype, attn_implementation=cfg.attn_implementation,
             **kwargs, **(model_kwargs or {}),
         )
-    except (OSError, ValueError, KeyError, RuntimeError, EOFError) as err:
+    except (*_LOAD_ERRORS, _safetensor_error()) as err:
         raise EncoderizeError(_load_error_message(cfg, err)) from None
     if cfg.gguf_file:
         _forget_gguf_quantization(model)
@@ -192,7 +272,7 @@ def load_encoder(cfg: LoadConfig, *, model_kwargs: dict | None = None):
         model = AutoModelForMaskedLM.from_pretrained(cfg.source, config=config, dtype=cfg.dtype,
                                                      attn_implementation=cfg.attn_implementation,
                                                      **kwargs, **(model_kwargs or {}))
-    except (OSError, ValueError, KeyError, RuntimeError) as err:
+    except (*_LOAD_ERRORS, _safetensor_error()) as err:
         raise EncoderizeError(_load_error_message(cfg, err)) from None
     if tokenizer.mask_token is None:
         raise EncoderizeError(f"{cfg.source!r} is an encoder without a mask token; it cannot be trained with MLM")
@@ -207,7 +287,7 @@ def is_native_encoder(cfg: LoadConfig) -> bool:
         return False
     try:
         config = AutoConfig.from_pretrained(cfg.source, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
-    except (OSError, ValueError, KeyError):
+    except _LOAD_ERRORS:
         return False  # load_decoder reports the problem in its own words
     return classify_config(config) == ENCODER
 
