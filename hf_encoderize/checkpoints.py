@@ -44,7 +44,8 @@ def list_checkpoints(output_dir: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name.split("-")[1]))  # not step-N.partial, not step-N.corrupt
 
 
-RUN_FILES = ("checkpoints", "metrics.jsonl", "run_record.json", "pretrain_schedule.json", "encoder", "switch")
+RUN_FILES = ("checkpoints", "metrics.jsonl", "run_record.json", "run_settings.json", "pretrain_schedule.json",
+             "encoder", "switch")
 
 
 def prepare_output_dir(output_dir: Path, *, resume: bool, overwrite: bool) -> Path | None:

@@ -304,7 +304,8 @@ def resume_hint(output_dir: Path, train: TrainConfig) -> str:
     """What an interrupted run leaves, and how to go on."""
     last = list_checkpoints(output_dir)
     if not last:
-        return f"no checkpoint was written yet (every --save-every {train.save_every} steps); the run starts over"
+        return (f"no checkpoint was written yet (one every --save-every {train.save_every} steps); run the same "
+                "command with --overwrite to start over")
     return f"the newest checkpoint is {str(last[-1])!r}; run the same command with --resume to continue from it"
 
 

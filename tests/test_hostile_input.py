@@ -57,33 +57,53 @@ def test_overwrite_with_bad_input_keeps_the_earlier_run(case, decoder_dir, corpu
     assert _snapshot(finished_run) == before
 
 
-def test_overwrite_refuses_a_folder_hf_encoderize_did_not_write(decoder_dir, corpus, tmp_path, capsys):
+def _foreign_folder(tmp_path: Path) -> Path:
     mine = tmp_path / "thesis"
     (mine / "chapters").mkdir(parents=True)
     (mine / "chapters" / "one.tex").write_text("irreplaceable")
     (mine / "notes.md").write_text("also mine")
-    before = _snapshot(mine)
-    code = main(_cpt_args(decoder_dir, corpus, mine))
-    err = capsys.readouterr().err
-    assert code == 2 and "did not write" in err and "rm -r" in err and err.count("\n") == 1, err
-    assert _snapshot(mine) == before
+    return mine
 
 
-def test_an_output_path_that_is_a_file_is_refused(decoder_dir, corpus, tmp_path, capsys):
+def _a_file(tmp_path: Path) -> Path:
     target = tmp_path / "results.txt"
     target.write_text("keep me")
-    code = main(_cpt_args(decoder_dir, corpus, target))
-    err = capsys.readouterr().err
-    assert code == 2 and "is a file" in err and err.count("\n") == 1, err
-    assert target.read_text() == "keep me"
+    return target
 
 
-def test_an_output_path_inside_a_file_is_refused(decoder_dir, corpus, tmp_path, capsys):
-    target = tmp_path / "results.txt"
-    target.write_text("keep me")
-    code = main(_cpt_args(decoder_dir, corpus, target / "run"))
+def _read_only(tmp_path: Path) -> Path:
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    (folder / "keep.txt").write_text("keep me")
+    folder.chmod(0o555)
+    return folder / "run"
+
+
+OUTPUT_PATHS = {  # case: (make the user's path -> the --output-dir to pass, extra flags, expected message)
+    "a folder hf-encoderize did not write, with --overwrite": (_foreign_folder, ["--overwrite"], "did not write"),
+    "a file": (_a_file, ["--overwrite"], "is a file"),
+    "a path inside a file": (lambda tmp: _a_file(tmp) / "run", [], "is a file"),
+    "an earlier run, without --overwrite": (None, [], "is not empty; use --resume, --overwrite"),
+    "--resume with no checkpoint": (lambda tmp: tmp / "fresh", ["--resume"], "no checkpoint under"),
+    "a read-only parent folder": (_read_only, [], "read-only"),
+}
+
+
+@pytest.mark.parametrize("case", list(OUTPUT_PATHS))
+def test_output_paths_are_checked_before_any_work(case, decoder_dir, corpus, finished_run, tmp_path, capsys):
+    """What the user had at or around --output-dir is refused in one line before any work, and stays as it was."""
+    import os
+
+    make, flags, message = OUTPUT_PATHS[case]
+    if case.startswith("a read-only") and os.geteuid() == 0:
+        pytest.skip("root writes into read-only folders; the check (os.access) only refuses for other users")
+    output = make(tmp_path) if make else finished_run
+    watched = output if output.exists() else next(p for p in output.parents if p.exists())
+    before = _snapshot(watched) if watched.is_dir() else watched.read_bytes()
+    code = main([*_cpt_args(decoder_dir, corpus, output)[:-1], *flags])
     err = capsys.readouterr().err
-    assert code == 2 and _one_error_line(err, "is a file") and target.read_text() == "keep me", err
+    assert code == 2 and _one_error_line(err, message), err
+    assert (_snapshot(watched) if watched.is_dir() else watched.read_bytes()) == before
 
 
 def test_overwrite_replaces_an_earlier_run_when_everything_is_valid(decoder_dir, corpus, finished_run, tmp_path):
@@ -201,27 +221,36 @@ def interrupted(decoder_dir, corpus, tmp_path_factory):
     return out
 
 
-def test_an_interrupt_says_how_to_resume(decoder_dir, corpus, tmp_path, monkeypatch, capsys):
-    """Ctrl-C after the step-2 checkpoint: exit 130 and one line naming that checkpoint and --resume, which then
-    finishes the run."""
+INTERRUPTS = {  # Ctrl-C during step N of a 4-step run saving every 2 steps -> what the one line must say
+    "after the step-2 checkpoint": (3, "step-0000002"),
+    "after the step-4 checkpoint, before the encoder is saved": (4, "step-0000002"),
+    "before any checkpoint": (1, "no checkpoint was written yet"),
+}
+
+
+@pytest.mark.parametrize("case", list(INTERRUPTS))
+def test_an_interrupt_says_how_to_go_on(case, decoder_dir, corpus, tmp_path, monkeypatch, capsys):
+    """Ctrl-C: exit 130 and one line saying what is left (the newest checkpoint and --resume, or that nothing was
+    saved yet); the command it suggests then finishes the run."""
     import hf_encoderize.train as train_module
 
+    at_step, message = INTERRUPTS[case]
     real_step, calls = train_module.train_step, []
 
-    def ctrl_c_at_step_three(run):
+    def ctrl_c(run):
         calls.append(1)
-        if len(calls) == 3:
+        if len(calls) == at_step:
             raise KeyboardInterrupt
         return real_step(run)
 
     args = [*_cpt_args(decoder_dir, corpus, tmp_path / "run")[:-1], "--steps", "4"]
-    monkeypatch.setattr(train_module, "train_step", ctrl_c_at_step_three)
+    monkeypatch.setattr(train_module, "train_step", ctrl_c)
     assert main(args) == 130
     err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "step-0000002" in errors[0] and "--resume" in errors[0], err
+    assert _one_error_line(err, message) and "Traceback" not in err, err
     monkeypatch.setattr(train_module, "train_step", real_step)
-    assert main([*args, "--resume"]) == 0
+    go_on = ["--resume"] if "--resume" in err else ["--overwrite"]
+    assert main([*args, *go_on]) == 0
 
 
 RESUME_CHANGES = {
