@@ -7,6 +7,7 @@ output folder untouched.
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from conftest import write_corpus
@@ -220,3 +221,42 @@ def test_bad_weights_on_disk_are_one_line(case, command, decoder_dir, tmp_path, 
     _assert_one_line_error(code, err, expected)
     assert "not a reachable Hub model id" not in err
     assert _snapshot(out) == before
+
+
+def _rewrite_first_line(path: Path, change) -> None:
+    lines = path.read_text().splitlines()
+    lines[0] = change(lines[0])
+    path.write_text("\n".join(lines) + "\n")
+
+
+EVAL_FIXTURES = Path(__file__).parent / "fixtures" / "eval"
+EVAL_DATA_CASES = {  # dataset, file, how the first line is spoiled, the message
+    "sst2: a renamed column": ("sst2", "train.jsonl", lambda line: line.replace('"sentence"', '"text"'),
+                               "not in the Hub schema"),
+    "sst2: a line that is not JSON": ("sst2", "train.jsonl", lambda line: line[:-5], "line 1: not valid JSON"),
+    "sst2: a JSON list for a row": ("sst2", "validation.jsonl", lambda line: "[1, 2]", "not an object"),
+    "sst2: a label that is text": ("sst2", "train.jsonl", lambda line: line.replace('"label": 1', '"label": "good"'),
+                                   "train split, row 0: not in the Hub schema"),
+    "squad: no answers column": ("squad", "train.jsonl", lambda line: line.replace('"answers"', '"answer"'),
+                                 "not in the Hub schema"),
+}
+
+
+@pytest.mark.parametrize("case", list(EVAL_DATA_CASES))
+def test_eval_data_with_the_wrong_schema_is_one_line(case, decoder_dir, tmp_path, capsys):
+    """`eval --data-dir` files that are not in the Hub schema: one line naming the dataset, split and row (or the file
+    and line), exit 2, no traceback, the user's results folder unchanged."""
+    name, file, spoil, message = EVAL_DATA_CASES[case]
+    data = tmp_path / "data"
+    shutil.copytree(EVAL_FIXTURES, data)
+    _rewrite_first_line(data / name / file, spoil)
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "mine.txt").write_text("keep me")
+    code = main(["eval", str(decoder_dir), "--profile", "quick", "--datasets", name, "--data-dir", str(data),
+                 "--output-dir", str(results), "--max-steps", "2", "--batch-size", "4", "--max-length", "32"])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and message in errors[0] and "Traceback" not in err, err
+    assert sorted(p.name for p in results.rglob("*")) == ["mine.txt"]
+    assert (results / "mine.txt").read_text() == "keep me"

@@ -200,12 +200,18 @@ def _read_local(spec: DatasetSpec, split: str, data_dir: str) -> list[dict]:
                 import pyarrow.parquet as pq
 
                 return pq.read_table(path).to_pylist()
-            with open(path) as handle:
-                if suffix == ".json" and handle.read(1) == "[":
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    if suffix == ".json" and handle.read(1) == "[":
+                        handle.seek(0)
+                        return json.load(handle)
                     handle.seek(0)
-                    return json.load(handle)
-                handle.seek(0)
-                return [json.loads(line) for line in handle if line.strip()]
+                    return [_json_line(line, path, number) for number, line in enumerate(handle, 1) if line.strip()]
+            except UnicodeDecodeError:
+                raise EncoderizeError(f"{path}: not UTF-8 text; --data-dir needs the Hub files as JSON lines or "
+                                      "parquet") from None
+            except json.JSONDecodeError as err:
+                raise EncoderizeError(f"{path}: not valid JSON ({err.msg}); fix the file") from None
     raise EncoderizeError(
         f"local copy of {spec.name!r} has no {split!r} split: expected {folder}/{split}.parquet (or .jsonl/.json) "
         f"in the Hub schema of {spec.source}"
@@ -232,10 +238,28 @@ def _read_hub(spec: DatasetSpec, split: str) -> list[dict]:
     return list(rows)
 
 
+def _json_line(line: str, path: Path, number: int) -> dict:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise EncoderizeError(f"{path} line {number}: not valid JSON ({err.msg}); fix or remove the line") from None
+    if not isinstance(row, dict):
+        raise EncoderizeError(f"{path} line {number}: a JSON {type(row).__name__}, not an object with the Hub columns")
+    return row
+
+
 def read_split(spec: DatasetSpec, split: str, data_dir: str | None) -> list[dict]:
-    """Canonical rows of one Hub split of `spec` (from `data_dir` when given, else from the Hub)."""
+    """Canonical rows of one Hub split of `spec` (from `data_dir` when given, else from the Hub). A row without the
+    Hub schema's columns (or with values of the wrong kind) is one error naming the dataset, split and row."""
     raw = _read_local(spec, split, data_dir) if data_dir else _read_hub(spec, split)
-    rows = [spec.convert(row) for row in raw]
+    rows = []
+    for index, row in enumerate(raw):
+        try:
+            rows.append(spec.convert(row))
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+            columns = ", ".join(map(str, row)) if isinstance(row, dict) else type(row).__name__
+            raise EncoderizeError(f"dataset {spec.name!r}, {split} split, row {index}: not in the Hub schema of "
+                                  f"{spec.source} ({type(err).__name__}: {err}; columns: {columns})") from None
     return [row for row in rows if row is not None]
 
 
