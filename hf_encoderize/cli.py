@@ -5,8 +5,8 @@ Design choices:
   before fine-tuning, render a table), that glue is a public function of the module that owns the command.
 - One builder: every field of a command's config dataclasses becomes an argument, positional when declared before
   `_: KW_ONLY`, else `--field-name`, with the field's docstring as its help text.
-- One runner: each config is built from the `--config file.yaml` values overridden by the flags given, a
-  `--push-to-hub` is checked before any work starts, then the function is called and its result reported. Any
+- One runner: each config is built from the `--config file.yaml` values overridden by the flags given, then the
+  function is called (cpt, pretrain, eval and run check a `--push-to-hub` before any work) and its result reported. Any
   `EncoderizeError` becomes one `error:` line and exit code 2.
 - The file's values get the checks argparse gives flags, from the same field annotations (`_value_type`): a key that no
   config of the command has is refused (naming the closest option), and so is a value of the wrong type (`steps:
@@ -37,7 +37,6 @@ from hf_encoderize.evaluation.summary import render_markdown
 from hf_encoderize.hub import (
     HubConfig,
     PushConfig,
-    check_push_ready,
     cpt_and_push,
     evaluate_and_push,
     pretrain_and_push,
@@ -265,11 +264,9 @@ def build_configs(command: Command, args: argparse.Namespace, yaml_values: dict)
 
 
 def run_command(command: Command, args: argparse.Namespace, yaml_values: dict) -> None:
-    """Build the configs, check a push they ask for, call the command's function and report its result."""
+    """Build the configs, call the command's function (each checks a push it is asked for before any work) and
+    report its result."""
     configs = build_configs(command, args, yaml_values)
-    for config in configs:
-        if isinstance(config, HubConfig):
-            check_push_ready(config)  # no token or offline mode fails now, not after hours of work
     result = command.function(*configs)
     if command.report:
         command.report(result, *configs)

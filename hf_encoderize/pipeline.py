@@ -237,7 +237,9 @@ def run(load, data, masking, train, adapter, run_cfg: RunConfig, hub) -> dict:
         raise EncoderizeError("run is single-process: launch `cpt` with accelerate/torchrun, then the same `run` "
                               "command picks up the finished cpt")
     from hf_encoderize.cpt import default_output_dir
+    from hf_encoderize.hub import check_push_ready
 
+    check_push_ready(hub)  # no token or offline mode fails now, not after hours of work
     out, started = Path(train.output_dir) if train.output_dir else default_output_dir(load), time.time()
     train = dataclasses.replace(train, output_dir=str(out))  # the caller's config is left as it was
     stages = plan(load, data, masking, train, adapter, run_cfg, hub, out)
