@@ -3,7 +3,7 @@
 Design choices:
 - A checkpoint is `accelerator.save_state` (model as safetensors, optimizer, every process's RNG; all read back with
   torch's `weights_only` loader) plus `trainer_state.json`: the step and the state of every object registered here with
-  `register_state` (the WSD scheduler, the packer's position, the masking RNG), as plain JSON. Nothing is registered
+  `register_state` (the WSD scheduler, the row stream's position in every lane), as plain JSON. Nothing is registered
   with Accelerate's own custom-state mechanism, because it unpickles those files with `weights_only=False`: a replaced
   checkpoint file would run code on `--resume` or `pretrain --from-checkpoint`. It is written
   under `step-N.partial` and renamed into place once every process has written its part, so a crash never leaves a
@@ -30,7 +30,7 @@ from hf_encoderize.errors import EncoderizeError
 
 STATE_FILE = "trainer_state.json"
 SETTINGS_FILE = "run_settings.json"  # the settings a resume must keep (next to checkpoints/)
-HARMLESS_CHANGES = ("gradient_checkpointing",)  # memory only: the same updates either way
+HARMLESS_CHANGES = ("gradient_checkpointing", "compile", "prefetch")  # speed/memory only: the same updates
 
 
 def checkpoint_dir(output_dir: Path, step: int, folder: str = "checkpoints") -> Path:
@@ -160,13 +160,27 @@ def save_checkpoint(accelerator, folder: Path, step: int) -> Path:
     folder = Path(folder)
     tmp = folder.with_name(folder.name + ".partial")
     accelerator.save_state(str(tmp))
+    states = {name: _to_json(_state_of(accelerator, obj)) for name, obj in _REGISTERED.get(accelerator, {}).items()}
     accelerator.wait_for_everyone()  # every rank has written its shard/RNG file before the rename
     if accelerator.is_main_process:
-        states = {name: _to_json(obj.state_dict()) for name, obj in _REGISTERED.get(accelerator, {}).items()}
         (tmp / STATE_FILE).write_text(json.dumps({"step": step, "states": states}))
         tmp.rename(folder)
     accelerator.wait_for_everyone()
     return folder
+
+
+def _state_of(accelerator, stateful) -> dict:
+    """`stateful`'s state; for one whose state is split over processes (`sharded_state`, e.g. the row stream, where
+    each process holds its own lanes), every process's part, merged (a collective: call on every process)."""
+    state = stateful.state_dict()
+    if getattr(stateful, "sharded_state", False) and accelerator.num_processes > 1:
+        from accelerate.utils import gather_object
+
+        merged = {}
+        for part in gather_object([state]):
+            merged.update(part)
+        state = merged
+    return state
 
 
 def prune_checkpoints(output_dir: Path, keep_last: int) -> None:
@@ -177,6 +191,15 @@ def prune_checkpoints(output_dir: Path, keep_last: int) -> None:
 
 def checkpoint_step(path: Path) -> int:
     return int(json.loads((Path(path) / STATE_FILE).read_text())["step"])
+
+
+def claimed_step(path: Path) -> int:
+    """The step a checkpoint says it holds, for checks made before loading it (0 when its state file cannot be read:
+    `resume_newest` then falls back to an older one)."""
+    try:
+        return checkpoint_step(path)
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
 
 
 def load_checkpoint(accelerator, path: Path) -> int:

@@ -20,6 +20,7 @@ import torch
 from hf_encoderize.checkpoints import (
     check_resume_settings,
     check_shared_output_dir,
+    claimed_step,
     clear_output_dir,
     prepare_output_dir,
     resume_newest,
@@ -44,6 +45,7 @@ from hf_encoderize.train import (
     evaluate_held_out,
     gather_weights,
     make_accelerator,
+    resolve_grad_accum,
     run_summary,
     save_run,
     train_until,
@@ -61,6 +63,7 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
     """Run MLM continued pretraining and save the encoder. Returns a summary: the run folder (`output_dir`), steps,
     per-step losses, the final held-out loss and masked accuracy, wall time."""
     adapter = adapter or AdapterConfig()
+    train = resolve_grad_accum(train, data.seq_len)
     output_dir = Path(train.output_dir) if train.output_dir else default_output_dir(load)
     trackers = parse_report_to(train.report_to)
     accelerator = make_accelerator(train, output_dir, trackers)
@@ -81,10 +84,12 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
     model.train()
     loaded_dtype = model.dtype  # the encoder is saved in it; training may keep fp32 master weights meanwhile
     run = build_run(accelerator, model, tokenizer, documents, data, masking, train, output_dir)
-    step = resume_newest(accelerator, output_dir) if resume_from else 0
     facts = cpt_facts(load, data, masking, train, adapter)
-    check_resume_settings(output_dir, facts, step if resume_from else None, extendable=True,
+    # Before loading: a checkpoint of other settings (e.g. another global batch, so other data lanes) is refused in
+    # one line, never mistaken for a corrupt one.
+    check_resume_settings(output_dir, facts, claimed_step(resume_from) if resume_from else None, extendable=True,
                           main_process=accelerator.is_main_process)
+    step = resume_newest(accelerator, output_dir) if resume_from else 0
     monitor = TrainingMonitor(accelerator, output_dir, train.steps, start_step=step, show=train.progress,
                               log_every=train.log_every, trackers=trackers, facts=facts)
     started = time.time()

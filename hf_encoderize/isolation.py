@@ -145,20 +145,39 @@ def packed_forward_kwargs(document_ids: torch.Tensor, attn_implementation: str) 
     return kwargs
 
 
-def packed_forward(model, input_ids: torch.Tensor, document_ids: torch.Tensor, **kwargs):
+def packed_inputs(document_ids: torch.Tensor, attn_implementation: str) -> dict:
+    """`packed_forward_kwargs` computed from host (CPU) `document_ids`, for the training engine: it pins them and
+    copies them with `non_blocking=True`, so no device op waits on the host and the host never waits on the device
+    (on a GPU, `nonzero()` and `int(max)` over device tensors would each be a sync). Flash kernels get the flattened
+    batch's positions.
+
+    >>> packed = packed_inputs(torch.tensor([[0, 0, 1, -1]]), "flash_attention_2")
+    >>> packed["position_ids"].tolist(), packed["cu_seq_lens_q"].tolist(), packed["max_length_q"]
+    ([[0, 1, 0, 0]], [0, 2, 3, 4], 2)
+    """
+    kwargs = packed_forward_kwargs(document_ids, attn_implementation)
+    if attn_implementation.startswith("flash_attention"):
+        kwargs["position_ids"] = kwargs["position_ids"].reshape(1, -1)
+    return kwargs
+
+
+def packed_forward(model, input_ids: torch.Tensor, document_ids: torch.Tensor, packed: dict | None = None, **kwargs):
     """Run `model` on packed rows with every document isolated. Works for every attention backend.
 
     Flash kernels take the batch flattened to one row of `cu_seq_lens` segments; the outputs come back as (B, T, ...).
+    `packed`: `packed_inputs(...)` already on the device (the engine's path: nothing computed here), else computed
+    from `document_ids`.
     """
     backend = model.config._attn_implementation
-    extra = packed_forward_kwargs(document_ids.to(input_ids.device), backend)
+    if packed is None:
+        packed = packed_inputs(document_ids.cpu(), backend)
+        packed = {k: v.to(input_ids.device) if torch.is_tensor(v) else v for k, v in packed.items()}
     if backend.startswith("flash_attention"):
         batch, length = input_ids.shape
-        extra["position_ids"] = extra["position_ids"].reshape(1, -1)
-        output = model(input_ids=input_ids.reshape(1, -1), **extra, **kwargs)
+        output = model(input_ids=input_ids.reshape(1, -1), **packed, **kwargs)
         return _unflatten(output, batch, length)
-    with isolate_documents(document_ids.to(input_ids.device), extra["position_ids"]):
-        return model(input_ids=input_ids, **extra, **kwargs)
+    with isolate_documents(document_ids.to(input_ids.device), packed["position_ids"]):
+        return model(input_ids=input_ids, **packed, **kwargs)
 
 
 def _unflatten(output, batch: int, length: int):

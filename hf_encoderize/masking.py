@@ -8,9 +8,8 @@ Design choices (paper: "Should We Still Pretrain Encoders with MLM?", section 2)
 - padding and special tokens are never masked; labels are -100 everywhere else;
 - MNTP (LLM2Vec): the token at i is predicted from position i-1, so labels shift left by one.
 
-`sparse_mlm_loss` runs the LM head only on labelled positions, in chunks, so a 128k vocabulary never materialises
-logits for the whole batch; it equals the dense cross-entropy (tested), and counts correct arg-max predictions from
-the same logits, so training reports masked-token accuracy for free.
+`sparse_mlm_loss` is kept for callers that hold device labels; it is a thin wrapper over `loss.mlm_loss`, which runs
+the LM head only on labelled positions, in chunks, so a 128k vocabulary never materialises logits for the whole batch.
 """
 
 from __future__ import annotations
@@ -20,9 +19,8 @@ from dataclasses import KW_ONLY, dataclass
 import torch
 
 from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.loss import IGNORE, mlm_loss
 from hf_encoderize.validation import check_number
-
-IGNORE = -100
 
 
 @dataclass
@@ -84,39 +82,21 @@ def mask_tokens(
 
 
 def sparse_mlm_loss(
-    hidden: torch.Tensor, lm_head: torch.nn.Module, labels: torch.Tensor, chunk_size: int = 4096,
+    hidden: torch.Tensor, lm_head: torch.nn.Module, labels: torch.Tensor, chunk_size: int | None = None,
     return_correct: bool = False, reduction: str = "mean",
 ):
-    """Cross-entropy over labelled positions, running `lm_head` on those positions only, `chunk_size` at a time.
+    """Cross-entropy over the positions of `labels` (B, T) that are not -100, from `hidden` (B, T, H) through
+    `lm_head`: `loss.mlm_loss` with the positions found from `labels` wherever they are.
 
-    `reduction="mean"` averages over this batch's labelled positions; `"sum"` returns the sum, for a caller that
-    normalises by the labelled tokens of a larger batch (the training engine: all micro-batches, all processes).
-
-    hidden: (B, T, H); labels: (B, T) with -100 where there is nothing to predict. Memory for logits is
-    `chunk_size x vocab` instead of `B x T x vocab`. Each chunk is checkpointed so its logits are recomputed in the
-    backward pass rather than kept. With `return_correct`, also returns how many labelled positions the arg-max
-    predicts right (a 0-d tensor, on the device: no host sync), read off the logits the loss already computed.
+    `reduction="mean"` averages over this batch's labelled positions; `"sum"` returns the sum. With `return_correct`,
+    also returns how many labelled positions the arg-max predicts right (a 0-d tensor). `chunk_size` rows per chunk;
+    None picks `loss.mlm_loss`'s default. Labels on an accelerator cost a host sync here (counting the selected
+    positions): the training engine calls `loss.labelled_positions` on host labels instead.
     """
-    selected = labels.reshape(-1) != IGNORE
-    targets = labels.reshape(-1)[selected]  # (N,)
-    states = hidden.reshape(-1, hidden.shape[-1])[selected]  # (N, H)
-    total = hidden.new_zeros((), dtype=torch.float32)
-    correct = torch.zeros((), dtype=torch.long, device=hidden.device)
-    if targets.numel() == 0:
-        loss = hidden.sum() * 0.0  # keeps the graph connected
-        return (loss, correct) if return_correct else loss
-    for start in range(0, targets.numel(), chunk_size):
-        chunk, chunk_targets = states[start : start + chunk_size], targets[start : start + chunk_size]
-        chunk_loss, chunk_correct = torch.utils.checkpoint.checkpoint(
-            _chunk_loss, chunk, chunk_targets, lm_head, use_reentrant=False
-        )
-        total, correct = total + chunk_loss, correct + chunk_correct
-    loss = total / targets.numel() if reduction == "mean" else total
+    flat = labels.reshape(-1)
+    index = (flat != IGNORE).nonzero().squeeze(1)  # (N,)
+    loss, correct = mlm_loss(hidden, lm_head, index, flat.index_select(0, index), with_accuracy=return_correct,
+                             chunk_rows=chunk_size)
+    if reduction == "mean":
+        loss = loss / max(1, index.numel())
     return (loss, correct) if return_correct else loss
-
-
-def _chunk_loss(states: torch.Tensor, targets: torch.Tensor, lm_head: torch.nn.Module):
-    logits = lm_head(states).float()  # (chunk, vocab), in fp32 for a stable softmax
-    with torch.no_grad():
-        correct = (logits.argmax(-1) == targets).sum()
-    return torch.nn.functional.cross_entropy(logits, targets, reduction="sum"), correct

@@ -8,6 +8,9 @@ Design choices:
   unbroken run. The loss-curve PNG is drawn from it at the end.
 - Trackers are Accelerate's (`log_with`): tensorboard, wandb, trackio, ... whichever the user names and has installed.
 - Throughput counts real tokens (padding excluded), so packed and padded runs compare fairly.
+- The training step leaves its figures on the device; they are read once every `log_every` steps (one host sync for
+  all of them), so the GPU never idles waiting for a loss to be printed. Every step still gets its own line.
+  Masked accuracy is computed on logged steps only (null on the others): it costs an arg-max over the vocabulary.
 - The run record (`train.save_run`) takes `hardware_facts` from here; it never holds a token or secret: it is built
   from the config dataclasses (which have no token field) and from these facts.
 - The loss curve draws each objective's steps in its own colour: a CLM phase predicts next tokens, an MLM phase masked
@@ -22,6 +25,8 @@ import math
 import sys
 import time
 from pathlib import Path
+
+import torch
 
 from hf_encoderize.errors import EncoderizeError
 
@@ -58,6 +63,7 @@ class TrainingMonitor:
         self.started = self.last = time.perf_counter()
         self.tokens = 0
         self.losses: list[float] = []  # this process's run of steps (from `start_step` on)
+        self.pending: list[tuple] = []  # steps whose device figures are not read yet
         self.bar = None
         if trackers:
             accelerator.init_trackers(Path(output_dir).name, config=flatten_facts(facts or {}))
@@ -70,31 +76,59 @@ class TrainingMonitor:
                 self.bar = tqdm(total=total_steps, initial=start_step, desc=label, dynamic_ncols=True,
                                 mininterval=0.5 if sys.stderr.isatty() else 30.0)
 
-    def step(self, step: int, *, loss: float, accuracy: float, lr: float, tokens: int, grad_norm: float,
-             objective: str = "mlm", skipped: bool = False) -> dict:
-        """Record one optimizer step; `tokens` = real tokens of the global batch. `masked_accuracy` is the accuracy
-        on labelled tokens (next tokens in a CLM phase; `objective` says which)."""
+    def step(self, step: int, *, lr: float, totals, counts, processes: int, objective: str = "mlm",
+             with_accuracy: bool = True, data_wait_s: float = 0.0) -> list[dict]:
+        """Record one optimizer step from the engine's device tensors (`train.train_step`): `totals` = summed loss,
+        correct predictions and gradient norms over processes; `counts` = labelled and real tokens of the global batch.
+        They are read (one host sync for all pending steps) every `log_every` steps; returns the records written then
+        (empty between), for the non-finite check."""
         now = time.perf_counter()
-        self.tokens += tokens
-        self.losses.append(loss)
-        record = {"kind": "train", "step": step, "objective": objective, "loss": loss, "masked_accuracy": accuracy,
-                  "lr": lr,
-                  "grad_norm": grad_norm, "tokens": tokens, "step_time_s": now - self.last,
-                  "tokens_per_s": tokens / max(now - self.last, 1e-9), "elapsed_s": now - self.started}
-        if skipped:
-            record["skipped_nonfinite"] = True
+        self.pending.append((step, lr, totals.detach(), counts.detach(), processes, objective, with_accuracy,
+                             data_wait_s, now - self.last))
         self.last = now
+        return self.flush() if step % self.log_every == 0 else []
+
+    def flush(self) -> list[dict]:
+        """Turn the pending steps into records: write metrics.jsonl, trackers and the progress bar (main process)."""
+        if not self.pending:
+            return []
+        values = torch.stack([torch.cat([p[2].float(), p[3].float()]) for p in self.pending]).cpu().tolist()
+        records = [self._record(pending, *row) for pending, row in zip(self.pending, values, strict=True)]
+        self.pending = []
         if self.main:
-            self._write(record)
-            self.accelerator.log({f"train/{k}": v for k, v in record.items() if isinstance(v, float | int)}, step=step)
-            if self.bar is not None:
-                rate = self.tokens / max(now - self.started, 1e-9)
-                self.bar.set_postfix(loss=f"{loss:.3f}", acc=f"{accuracy:.3f}", lr=f"{lr:.1e}",
-                                     tok_s=f"{rate:,.0f}", refresh=False)
-                self.bar.update(1)
-            elif step % self.log_every == 0:
-                print(f"step {step}/{self.total_steps} loss {loss:.4f} lr {lr:.2e}", flush=True)
+            for record in records:
+                self._write(record)
+                self.accelerator.log({f"train/{k}": v for k, v in record.items() if isinstance(v, float | int)},
+                                     step=record["step"])
+            self._show(records)
+        return records
+
+    def _record(self, pending: tuple, loss: float, correct: float, norm: float, labelled: float,
+                tokens: float) -> dict:
+        step, lr, _, _, processes, objective, with_accuracy, wait, seconds = pending
+        labelled = max(labelled, 1.0)
+        self.tokens += int(tokens)
+        self.losses.append(loss / labelled)
+        record = {"kind": "train", "step": step, "objective": objective, "loss": loss / labelled,
+                  "masked_accuracy": correct / labelled if with_accuracy else None, "lr": lr,
+                  "grad_norm": norm / processes, "tokens": int(tokens), "labelled_tokens": int(labelled),
+                  "step_time_s": seconds, "tokens_per_s": tokens / max(seconds, 1e-9), "data_wait_s": wait,
+                  "elapsed_s": time.perf_counter() - self.started}
+        if not (math.isfinite(loss) and math.isfinite(norm)):
+            record["skipped_nonfinite"] = True
         return record
+
+    def _show(self, records: list[dict]) -> None:
+        last = records[-1]
+        if self.bar is not None:
+            rate = self.tokens / max(time.perf_counter() - self.started, 1e-9)
+            accuracy = next((r["masked_accuracy"] for r in reversed(records) if r["masked_accuracy"] is not None),
+                            None)
+            self.bar.set_postfix(loss=f"{last['loss']:.3f}", acc="-" if accuracy is None else f"{accuracy:.3f}",
+                                 lr=f"{last['lr']:.1e}", tok_s=f"{rate:,.0f}", refresh=False)
+            self.bar.update(len(records))
+        else:
+            print(f"step {last['step']}/{self.total_steps} loss {last['loss']:.4f} lr {last['lr']:.2e}", flush=True)
 
     def evaluation(self, step: int, metrics: dict) -> None:
         if not self.main:

@@ -4,13 +4,14 @@ Design choices (paper, section 2 "Pretraining paradigms" and section 4):
 - A run is a list of `Phase`s in order, each a share of one step budget: `clm:0.25,mlm:0.75`. Phases only go from
   CLM to MLM (causal -> bidirectional), the paper's CLM+MLM setup; the reverse would need a causal re-patch.
 - Both objectives share one loss: CLM labels are the next token at every position (shifted left by one), so the
-  same sparse LM-head loss (`masking.sparse_mlm_loss`) serves both. Labels never cross a document boundary, and
+  same sparse LM-head loss (`loss.mlm_loss`) serves both. Labels never cross a document boundary, and
   padding predicts nothing, so packed rows train exactly like separate documents.
 - MLM inputs come from `masking.mask_tokens`; CLM inputs are the tokens themselves. `Masker` picks between them.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import torch
@@ -98,25 +99,36 @@ def clm_labels(input_ids: torch.Tensor, document_ids: torch.Tensor) -> torch.Ten
     return labels
 
 
-@dataclass
-class Masker:
-    """One batch -> `(inputs, labels)` under the current objective: the one place where tokens get masked.
+def row_seed(seed: int, lane: int, row: int) -> int:
+    """The masking seed of one row: a hash of (run seed, lane, row number in that lane), so a row's mask depends on
+    nothing but which row it is. That makes masking stateless (a resumed run needs no RNG state), the same whatever
+    process or micro-batch a lane lands on (1 x 8 rows = 2 x 4 = 8 accumulation steps x 1), and the same after a CLM
+    phase of any length (a branch point holds no masking state).
 
-    `objective` is `clm` (next-token labels, nothing masked, nothing drawn from the RNG: a checkpoint taken during a
-    CLM phase holds the RNG at its seed, whatever split it is branched into), `mlm` or `mntp` (`masking.mask_tokens`).
-    Padding and the tokenizer's special tokens (EOS, mask, pad, ...) are never masked. The RNG state is the masker's
-    `state_dict`, so the engine checkpoints it with Accelerate next to the scheduler.
+    >>> row_seed(0, 3, 7) == row_seed(0, 3, 7), row_seed(0, 3, 7) == row_seed(0, 7, 3)
+    (True, False)
+    """
+    digest = hashlib.blake2b(f"{seed}:{lane}:{row}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & (2**63 - 1)
+
+
+class Masker:
+    """Rows -> `(inputs, labels)` under the current objective: the one place where tokens get masked.
+
+    `objective` is `clm` (next-token labels, nothing masked), `mlm` or `mntp` (`masking.mask_tokens`). Padding and the
+    tokenizer's special tokens (EOS, mask, pad, ...) are never masked. Every row is masked with its own generator,
+    seeded by `row_seed(seed, lane, row)` from the row's key `(lane, row)`: the masker holds no state.
 
     >>> masker = Masker(MaskingConfig(mask_ratio=0.5), mask_token_id=1, vocab_size=10, special_ids=[2], seed=0)
-    >>> inputs, labels = masker(torch.tensor([[5, 6, 7, 8, 2, 0]]), torch.tensor([[0, 0, 0, 0, 0, -1]]))
+    >>> inputs, labels = masker(torch.tensor([[5, 6, 7, 8, 2, 0]]), torch.tensor([[0, 0, 0, 0, 0, -1]]), [(0, 0)])
     >>> inputs.tolist(), labels.tolist()
-    ([[1, 6, 1, 1, 2, 0]], [[5, -100, 7, 8, -100, -100]])
+    ([[5, 1, 7, 8, 2, 0]], [[-100, 6, -100, -100, -100, -100]])
     """
 
     def __init__(self, masking: MaskingConfig, *, mask_token_id: int, vocab_size: int, special_ids, seed: int):
         self.masking, self.mask_token_id, self.vocab_size = masking, mask_token_id, vocab_size
         self.special_ids = torch.tensor(sorted(set(special_ids)), dtype=torch.long)
-        self.seed, self.generator = seed, torch.Generator().manual_seed(seed)
+        self.seed = seed
         self.objective = masking.objective
 
     @classmethod
@@ -124,22 +136,17 @@ class Masker:
         return cls(masking, mask_token_id=tokenizer.mask_token_id, vocab_size=vocab_size,
                    special_ids=tokenizer.all_special_ids, seed=seed)
 
-    def reseeded(self, seed: int) -> Masker:
-        """A copy with a fresh RNG at `seed` (held-out evaluation masks the same way at every step)."""
-        copy = Masker(self.masking, mask_token_id=self.mask_token_id, vocab_size=self.vocab_size,
-                      special_ids=self.special_ids.tolist(), seed=seed)
-        copy.objective = self.objective
-        return copy
-
-    def __call__(self, input_ids: torch.Tensor, document_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(self, input_ids: torch.Tensor, document_ids: torch.Tensor,
+                 keys: list[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mask rows (B, T); `keys[i]` = (lane, row number) of row i names its masking seed."""
         if self.objective == "clm":
             return input_ids, clm_labels(input_ids, document_ids)
         maskable = (document_ids >= 0) & ~torch.isin(input_ids, self.special_ids)
-        return mask_tokens(input_ids, maskable, mask_token_id=self.mask_token_id, vocab_size=self.vocab_size,
-                           config=self.masking, generator=self.generator)
-
-    def state_dict(self) -> dict:
-        return {"rng": self.generator.get_state()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.generator.set_state(state["rng"])
+        masked, labels = [], []
+        for row, (lane, number) in enumerate(keys):
+            generator = torch.Generator().manual_seed(row_seed(self.seed, lane, number))
+            pair = mask_tokens(input_ids[row : row + 1], maskable[row : row + 1], mask_token_id=self.mask_token_id,
+                               vocab_size=self.vocab_size, config=self.masking, generator=generator)
+            masked.append(pair[0])
+            labels.append(pair[1])
+        return torch.cat(masked), torch.cat(labels)

@@ -7,16 +7,20 @@ Design choices:
 - The packer's state (documents consumed, tokens carried over) is a small dict. `Packer` exposes it through
   `state_dict`/`load_state_dict`, so the training engine registers it with Accelerate's checkpointing next to the
   scheduler, and a resumed run continues from exactly the same token.
-- `RowStream` is the endless training stream: it skips the held-out documents and starts a new pass over the source
-  when it runs out. `held_out_batches` packs the held-out documents once, for evaluation.
+- `LaneStream` is the endless training stream, in lanes: slot j of every step's global batch packs its own share of
+  the documents (j, j + L, ...), so each process tokenizes only its own rows and N processes equal one. It skips the
+  held-out documents, and each lane starts a new pass over its documents when they run out. `held_out_batches` packs
+  the held-out documents once, for evaluation.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from hf_encoderize.errors import EncoderizeError
@@ -107,33 +111,131 @@ def collate(rows: list[Row]) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.tensor([r[0] for r in rows]), torch.tensor([r[1] for r in rows])
 
 
-class RowStream:
-    """Endless packed rows from `documents` after the first `skip` (held out); a new pass starts at the end.
+def _fresh_lane() -> dict:
+    empty = np.zeros(0, dtype=np.int64)
+    return {"pass": 0, "documents": 0, "rows": 0, "pass_rows": 0, "carry": empty, "carry_doc": empty}
 
-    The position lives in `packer` (registered for checkpointing), so the stream resumes token for token.
+
+class LaneStream:
+    """The endless training rows of one process: one row per lane it owns at every `take()`.
+
+    A step's global batch has `total_lanes` rows (batch_size x processes x grad_accum). Slot j of every step comes
+    from lane j, which packs the training documents j, j + L, j + 2L, ... (L = total_lanes, counted after the
+    held-out documents) and starts its own new pass over them when they run out (dropping its partial row). So a
+    process tokenizes and packs only its own lanes' documents, and a lane's rows do not depend on the process that
+    holds it: N processes produce exactly the rows of one. Every row comes with its key `(lane, row number)`, which
+    seeds its mask (`objectives.row_seed`).
+
+    The state (per lane: pass, documents consumed, rows made, tokens carried) is small; `snapshot()` is a cheap
+    copy for the prefetching thread (carries are numpy arrays never changed in place) and `state_dict()` its JSON.
+    On resume, the reader re-reads from the earliest document any lane still needs, so nothing is skipped or repeated.
     """
 
-    def __init__(self, packer: Packer, documents: Iterable[str], skip: int):
-        self.packer, self.documents, self.skip = packer, documents, skip
-        self._rows: Iterator[Row] | None = None  # opened lazily, after a checkpoint may have restored the packer
+    def __init__(self, tokenizer, seq_len: int, pack: bool, documents: Iterable[str], skip: int, lanes: list[int],
+                 total_lanes: int):
+        self.tokenizer, self.seq_len, self.pack = tokenizer, seq_len, pack
+        self.documents, self.skip, self.total_lanes = documents, skip, total_lanes
+        self.lanes = {lane: _fresh_lane() for lane in lanes}
+        self.queues: dict[int, collections.deque] = {lane: collections.deque() for lane in lanes}
+        self._reader: Iterator | None = None
+        self._known_documents: int | None = None  # training documents in one pass, once a pass has been read
 
-    def take(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The next `count` rows, collated: `(input_ids, document_ids)`, (count, seq_len) each."""
-        return collate([self._next_row() for _ in range(count)])
+    def take(self) -> tuple[torch.Tensor, torch.Tensor, list[tuple[int, int]]]:
+        """The next row of every owned lane, in lane order: `(input_ids, document_ids, keys)`, (lanes, seq_len)."""
+        rows, keys = [], []
+        for lane, state in self.lanes.items():
+            rows.append(self._next_row(lane, state))
+            keys.append((lane, state["rows"]))
+            state["rows"] += 1
+        input_ids, document_ids = collate(rows)
+        return input_ids, document_ids, keys
 
-    def _next_row(self) -> Row:
-        for _ in range(2):  # the rest of this pass, else one fresh pass
-            if self._rows is None:
-                self._rows = self.packer.rows(iter(self.documents), skip=self.skip)
-            row = next(self._rows, None)
-            if row is not None:
-                return row
-            if self.packer.state["documents"] == 0:
-                raise EncoderizeError("the dataset has no training documents after the held-out evaluation slice")
-            self.packer.reset()  # the source ran out: a new pass (the partial row left over is dropped)
-            self._rows = None
-        raise EncoderizeError(f"the training documents do not fill one row of {self.packer.seq_len} tokens; add data "
-                              "or lower --seq-len")
+    def _next_row(self, lane: int, state: dict) -> Row:
+        while not self._row_ready(state):
+            self._add_document(lane, state)
+        take = self.seq_len if self.pack else min(self.seq_len, len(state["carry"]))
+        row, docs = state["carry"][:take], state["carry_doc"][:take]
+        state["carry"], state["carry_doc"] = state["carry"][take:], state["carry_doc"][take:]
+        if not self.pack:  # one document per row: whatever is left of it (beyond seq_len) is dropped
+            state["carry"], state["carry_doc"] = state["carry"][:0], state["carry_doc"][:0]
+        state["pass_rows"] += 1
+        return _pad(row.tolist(), docs.tolist(), self.seq_len, self.tokenizer.pad_token_id)
+
+    def _row_ready(self, state: dict) -> bool:
+        return len(state["carry"]) >= self.seq_len or (not self.pack and len(state["carry"]) > 0)
+
+    def _add_document(self, lane: int, state: dict) -> None:
+        while not self.queues[lane]:
+            self._read_more(lane)
+        passes, tokens = self.queues[lane].popleft()
+        if passes != state["pass"]:  # this lane's documents ran out: a new pass, its partial row dropped
+            if state["pass_rows"] == 0:
+                raise EncoderizeError(f"the training documents do not fill one row of {self.seq_len} tokens per lane "
+                                      f"({self.total_lanes} lanes: batch size x processes x accumulation); add data, "
+                                      "or lower --seq-len or --batch-size")
+            empty = state["carry"][:0]
+            state.update({"pass": passes, "documents": 0, "pass_rows": 0, "carry": empty, "carry_doc": empty})
+        first = int(state["carry_doc"][-1]) + 1 if len(state["carry_doc"]) else 0
+        state["documents"] += 1
+        state["carry"] = np.concatenate([state["carry"], tokens])
+        state["carry_doc"] = np.concatenate([state["carry_doc"], np.full(len(tokens), first, dtype=np.int64)])
+
+    def _read_more(self, lane: int) -> None:
+        """Read documents in order until `lane` has one queued, tokenizing the owned ones in one batch."""
+        if self._reader is None:
+            self._reader = self._read()
+        owned: list[tuple[int, int, str]] = []
+        for passes, index, text in self._reader:
+            owned.append((passes, index % self.total_lanes, text))
+            if index % self.total_lanes == lane:
+                break
+        encoded = self.tokenizer([text for _, _, text in owned], add_special_tokens=False)["input_ids"]
+        for (passes, owner, _), ids in zip(owned, encoded, strict=True):
+            tokens = np.asarray(ids + [self.tokenizer.eos_token_id], dtype=np.int64)
+            self.queues[owner].append((passes, tokens if self.pack else tokens[: self.seq_len]))
+
+    def _read(self) -> Iterator[tuple[int, int, str]]:
+        """Owned documents `(pass, index, text)` from the earliest one a lane still needs, pass after pass."""
+        needed = {lane: (s["pass"], lane + s["documents"] * self.total_lanes) for lane, s in self.lanes.items()}
+        passes, start = min(needed.values())
+        while True:
+            count = 0
+            for index, text in enumerate(itertools.islice(iter(self.documents), self.skip, None)):
+                count = index + 1
+                if index < start or index % self.total_lanes not in needed:
+                    continue
+                if (passes, index) >= needed[index % self.total_lanes]:
+                    yield passes, index, text
+            self._check_pass(count)
+            passes, start = passes + 1, 0
+
+    def _check_pass(self, count: int) -> None:
+        if self._known_documents is None and count:
+            self._known_documents = count
+        if not count or count < self.total_lanes:
+            raise EncoderizeError(f"the dataset has {count} training documents after the held-out ones; a step takes "
+                                  f"{self.total_lanes} rows (batch size x processes x accumulation), each packed from "
+                                  "its own documents: add data, or lower --batch-size or --grad-accum")
+
+    def snapshot(self) -> dict:
+        """The lanes' state, cheaply (for the prefetching thread): carries are shared, never changed in place."""
+        return {lane: dict(state) for lane, state in self.lanes.items()}
+
+    def state_dict(self, snapshot: dict | None = None) -> dict:
+        lanes = self.snapshot() if snapshot is None else snapshot
+        return {str(lane): {**{k: int(v) for k, v in s.items() if not k.startswith("carry")},
+                            "carry": s["carry"].tolist(), "carry_doc": s["carry_doc"].tolist()}
+                for lane, s in lanes.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore the owned lanes from a checkpoint holding every lane (saved from all processes)."""
+        for lane in self.lanes:
+            saved = state[str(lane)]
+            self.lanes[lane] = {**{k: int(v) for k, v in saved.items() if not k.startswith("carry")},
+                                "carry": np.asarray(saved["carry"], dtype=np.int64),
+                                "carry_doc": np.asarray(saved["carry_doc"], dtype=np.int64)}
+            self.queues[lane].clear()
+        self._reader = None
 
 
 def held_out_batches(documents: Iterable[str], packer: Packer, count: int, max_rows: int, batch_size: int) -> list:

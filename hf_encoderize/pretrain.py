@@ -30,6 +30,7 @@ from hf_encoderize.checkpoints import (
     check_shared_output_dir,
     checkpoint_dir,
     checkpoint_step,
+    claimed_step,
     clear_output_dir,
     load_checkpoint,
     prepare_output_dir,
@@ -38,6 +39,7 @@ from hf_encoderize.checkpoints import (
 )
 from hf_encoderize.data import DataConfig, open_documents
 from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.loss import CHUNK_ELEMENTS
 from hf_encoderize.masking import MaskingConfig
 from hf_encoderize.monitor import TrainingMonitor, hardware_facts, parse_report_to, utc_now
 from hf_encoderize.objectives import Phase, parse_schedule
@@ -48,6 +50,7 @@ from hf_encoderize.train import (
     evaluate_held_out,
     gather_weights,
     make_accelerator,
+    resolve_grad_accum,
     run_summary,
     save_run,
     train_until,
@@ -147,7 +150,8 @@ def estimate_memory(config, data: DataConfig, train: TrainConfig, mixed_precisio
     # With checkpointing only each layer's input (2 bytes a value) stays, plus one layer being recomputed.
     activations = per_layer + tokens * text.hidden_size * 2 * layers if train.gradient_checkpointing else \
         per_layer * layers
-    logits = 3 * 4096 * text.vocab_size * 4  # sparse_mlm_loss's chunk, fp32, with its gradient
+    # The fused loss's chunk (2**26 logits: fp32 softmax + compute-dtype logits and gradient) and its fp32 grad_W.
+    logits = CHUNK_ELEMENTS * (4 + 2 + 2) + text.vocab_size * text.hidden_size * 4
     return {"parameters": parameters, "states": 16 * parameters, "activations": activations, "logits": logits,
             "total": 16 * parameters + activations + logits}
 
@@ -236,6 +240,7 @@ def _prefix(phases: list[Phase], step: int) -> list[tuple[str, int, int]]:
 def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, train: TrainConfig) -> dict:
     """Pretrain from scratch through `spec.schedule`'s phases and save the encoder. Returns a summary (the run folder,
     losses, the phases, the final held-out MLM loss and masked accuracy, wall time)."""
+    train = resolve_grad_accum(train, data.seq_len)
     phases = parse_schedule(spec.schedule, train.steps)
     config = model_config_from(spec.model_config)
     _check_seq_len(config, data)
@@ -262,11 +267,12 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
     check_shared_output_dir(accelerator, output_dir)
     model.train()
     run = build_run(accelerator, model, tokenizer, documents, data, masking, train, output_dir)
-    step = resume_newest(accelerator, output_dir) if train.resume else \
-        load_checkpoint(accelerator, resume_from) if resume_from else 0
     record = _run_facts(spec, data, masking, train, phases, memory)
     check_resume_settings(output_dir, {k: v for k, v in record.items() if k not in ("estimated_memory_gib",)},
-                          step if train.resume else None, extendable=False, main_process=accelerator.is_main_process)
+                          claimed_step(resume_from) if train.resume else None, extendable=False,
+                          main_process=accelerator.is_main_process)  # before loading, as in cpt
+    step = resume_newest(accelerator, output_dir) if train.resume else \
+        load_checkpoint(accelerator, resume_from) if resume_from else 0
     if accelerator.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / SCHEDULE_FILE).write_text(json.dumps(_schedule_record(spec, phases, facts, train), indent=2))

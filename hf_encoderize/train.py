@@ -9,19 +9,25 @@ Design choices:
   `ObjectiveModel` so the wrapped module's forward (and its gradient hooks) is what runs.
 - Optimiser and schedule follow the paper (section 2, Appendix A): AdamW betas (0.9, 0.95), weight decay 0.1,
   gradient clipping 1.0, Warmup-Stable-Decay.
-- One optimizer step takes `batch_size x processes x grad_accum` packed rows in order, masks them all at once with one
-  RNG (the same on every process), and gives each micro-batch and process its slice. The loss is the cross-entropy
-  summed over labelled tokens divided by the labelled tokens of that whole global batch (the paper's token-level
-  objective), so 1 process x 8 rows, 2 x 4 and 8 accumulation steps x 1 row give the same update.
-- Packed rows keep documents isolated (`isolation.packed_forward`) and the LM head runs only on labelled positions
-  (`masking.sparse_mlm_loss`).
-- The packer's position and the masking RNG are registered for checkpointing next to the scheduler
+- One optimizer step takes `batch_size x processes x grad_accum` packed rows: slot j of the global batch comes from
+  lane j of the document stream (`packing.LaneStream`), so each process tokenizes, packs and masks only its own
+  rows, and every row's mask is seeded by its lane and row number (`objectives.row_seed`): N processes see exactly
+  the rows and masks of one. The loss is the cross-entropy summed over labelled tokens divided by the labelled
+  tokens of the whole global batch (all-reduced on the device; the paper's token-level objective), so 1 process x 8
+  rows, 2 x 4 and 8 accumulation steps x 1 row give the same update.
+- The data never makes the GPU wait: a background thread (`prefetch.Prefetcher`) tokenizes, packs, masks, finds the
+  labelled positions and the packed-attention boundaries on the host and pins the tensors, which are copied with
+  `non_blocking=True`. Metrics stay on the device and are read once per `log_every` steps.
+- Packed rows keep documents isolated (`isolation.packed_forward`) and the LM head runs only on labelled positions,
+  through a fused linear + cross-entropy (`loss.mlm_loss`).
+- The row stream's position (every lane's) is registered for checkpointing next to the scheduler
   (`checkpoints.register_state`, saved as JSON rather than pickled), so `checkpoints.save_checkpoint(accelerator,
-  folder, step)` saves everything and a resumed run continues token for token.
+  folder, step)` saves everything and a resumed run continues token for token. Masking needs no state.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -39,10 +45,13 @@ from hf_encoderize.checkpoints import (
 )
 from hf_encoderize.data import DataConfig, Documents
 from hf_encoderize.errors import EncoderizeError
-from hf_encoderize.isolation import packed_forward
-from hf_encoderize.masking import IGNORE, MaskingConfig, sparse_mlm_loss
+from hf_encoderize.isolation import packed_forward, packed_inputs
+from hf_encoderize.loss import labelled_positions, mlm_loss
+from hf_encoderize.masking import IGNORE, MaskingConfig
 from hf_encoderize.objectives import Masker, Phase
-from hf_encoderize.packing import Packer, RowStream, held_out_batches
+from hf_encoderize.packing import LaneStream, Packer, held_out_batches
+from hf_encoderize.prefetch import Prefetcher
+from hf_encoderize.profiling import section
 from hf_encoderize.schedule import PAPER_DECAY_FRACTION, default_warmup, wsd_scheduler
 from hf_encoderize.validation import check_number
 
@@ -65,7 +74,10 @@ class TrainConfig:
     batch_size: int = 8
     """Rows per device per micro-batch."""
     grad_accum: int = 1
-    """Micro-batches per optimizer step."""
+    """Micro-batches per optimizer step (see --tokens-per-step)."""
+    tokens_per_step: int | None = None
+    """Target tokens per optimizer step: sets --grad-accum to ceil(target / (batch size x processes x seq len)).
+    The paper's recipe takes 2,373,120 tokens per step (section 2); default: --grad-accum as given."""
     warmup_steps: int | None = None
     """Linear warmup steps; default min(2000, 10% of steps) (paper, Appendix A: 2,000)."""
     decay_fraction: float = PAPER_DECAY_FRACTION
@@ -97,6 +109,14 @@ class TrainConfig:
     weight, round to nothing, and weight decay with it)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory."""
+    compile: bool = False
+    """`torch.compile` every decoder layer (static shapes: packing gives fixed batch x seq len). Off by default until
+    measured faster on the GPU at hand; the first steps pay the compilation."""
+    prefetch: int = 2
+    """Batches tokenized, packed, masked (and pinned, on a GPU) ahead in a background thread; 0: in the loop."""
+    profile: bool = False
+    """Time steps 3-5 by component (attention, loss, optimizer, data wait, ...) with torch.profiler; writes
+    OUT/profile/summary.json and a Chrome trace. The timed steps synchronise the GPU, so they run slower."""
     on_nonfinite: str = "stop"
     """What to do when the loss or gradient norm is NaN/inf: `stop` (one-line error; the last checkpoint is intact)
     or `skip` (drop that update, count it in metrics.jsonl; stop after 10 in a row)."""
@@ -108,7 +128,9 @@ class TrainConfig:
     def __post_init__(self):
         for name in ("steps", "batch_size", "grad_accum", "save_every", "keep_last", "log_every"):
             check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=1, integer=True)
-        for name in ("warmup_steps", "eval_every", "seed"):
+        if self.tokens_per_step is not None:
+            check_number("--tokens-per-step", self.tokens_per_step, minimum=1, integer=True)
+        for name in ("warmup_steps", "eval_every", "seed", "prefetch"):
             check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=0, integer=True)
         check_number("--lr", self.lr, above=0)
         check_number("--decay-fraction", self.decay_fraction, minimum=0, maximum=1)
@@ -165,18 +187,25 @@ class ObjectiveModel(torch.nn.Module):
     def get_output_embeddings(self):
         return self.model.get_output_embeddings()
 
-    def forward(self, input_ids, document_ids, labels):
+    def forward(self, batch: dict, with_accuracy: bool = False):
+        """`batch`: one micro-batch on the device (`prepare_step`): masked `input_ids`, `document_ids`, `labels`, the
+        flat `index` and `targets` of the labelled positions, and the packed-attention inputs."""
         from hf_encoderize.bidirectional import base_model_of, last_hidden_state
 
+        packed = batch["packed"]
         if self.native_encoder:
             # A native encoder: its MLM head has a transform before the decoder, so run the whole masked-LM model.
-            logits = packed_forward(self.model, input_ids, document_ids).logits.float()
-            selected = labels != IGNORE
-            loss = torch.nn.functional.cross_entropy(logits[selected], labels[selected], reduction="sum")
-            return loss, (logits.detach().argmax(-1)[selected] == labels[selected]).sum()
-        hidden = last_hidden_state(packed_forward(base_model_of(self.model), input_ids, document_ids, use_cache=False))
-        return sparse_mlm_loss(hidden, self.model.get_output_embeddings(), labels, return_correct=True,
-                               reduction="sum")
+            logits = packed_forward(self.model, batch["input_ids"], batch["document_ids"], packed=packed).logits
+            logits = logits.reshape(-1, logits.shape[-1]).index_select(0, batch["index"]).float()
+            loss = torch.nn.functional.cross_entropy(logits, batch["targets"], reduction="sum")
+            return loss, (logits.detach().argmax(-1) == batch["targets"]).sum()
+        with section("forward"):
+            output = packed_forward(base_model_of(self.model), batch["input_ids"], batch["document_ids"],
+                                    packed=packed, use_cache=False)
+        with section("loss"):
+            loss, correct = mlm_loss(last_hidden_state(output), self.model.get_output_embeddings(), batch["index"],
+                                     batch["targets"], with_accuracy=with_accuracy)
+        return loss, correct if correct is not None else torch.zeros((), dtype=torch.long, device=loss.device)
 
 
 @dataclass
@@ -188,12 +217,25 @@ class Run:
     """The `ObjectiveModel`, prepared by Accelerate."""
     optimizer: object
     scheduler: object
-    rows: RowStream
+    rows: Prefetcher
+    """This process's training rows (`LaneStream`), prepared ahead by a background thread."""
     masker: Masker
     tokenizer: object
     eval_batches: list
     train: TrainConfig
     output_dir: Path
+
+
+def resolve_grad_accum(train: TrainConfig, seq_len: int) -> TrainConfig:
+    """`train` with `grad_accum` worked out from `tokens_per_step` (a copy; unchanged when it is not set). The
+    processes are those of the launch (`WORLD_SIZE`), known before the Accelerator exists."""
+    import dataclasses
+
+    if train.tokens_per_step is None:
+        return train
+    processes = int(os.environ.get("WORLD_SIZE", "1"))
+    per_micro = train.batch_size * processes * seq_len
+    return dataclasses.replace(train, grad_accum=max(1, math.ceil(train.tokens_per_step / per_micro)))
 
 
 def make_accelerator(train: TrainConfig, output_dir: Path, trackers: list[str]):
@@ -234,19 +276,91 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
                                   fused=fused)
     scheduler = wsd_scheduler(optimizer, train.steps, train.warmup, train.decay_fraction)
     configure_deepspeed(accelerator, train)
+    if train.compile:
+        from hf_encoderize.compiling import compile_decoder_layers
+
+        compile_decoder_layers(model)
     objective, optimizer = accelerator.prepare(objective, optimizer)
-    packer = Packer(tokenizer, data.seq_len, data.pack)
     embeddings = model.get_input_embeddings().weight
     vocab_size = getattr(embeddings, "ds_shape", embeddings.shape)[0]  # ZeRO-3 partitions report an empty shape
-    masker = Masker.for_tokenizer(tokenizer, masking, vocab_size, seed=train.seed)  # same on every process
+    masker = Masker.for_tokenizer(tokenizer, masking, vocab_size, seed=train.seed)  # stateless: seeds per row
+    stream = LaneStream(tokenizer, data.seq_len, data.pack, documents, data.eval_documents,
+                        lanes=my_lanes(train, accelerator.num_processes, accelerator.process_index),
+                        total_lanes=train.batch_size * accelerator.num_processes * train.grad_accum)
+    backend = model.config._attn_implementation
+    pin = accelerator.device.type == "cuda"
+
+    def produce():
+        return prepare_step(*stream.take(), masker, train.grad_accum, backend, pin)
+
+    rows = Prefetcher(stream, produce, depth=train.prefetch)
     # Checkpointed next to the model and optimizer as JSON (never Accelerate's pickled custom state, see checkpoints);
     # the scheduler is stepped once per optimizer step, by us, so it is not prepared either.
-    for name, stateful in (("scheduler", scheduler), ("packer", packer), ("masker", masker)):
+    for name, stateful in (("scheduler", scheduler), ("rows", rows)):
         register_state(accelerator, name, stateful)
     held_out = held_out_batches(documents, Packer(tokenizer, data.seq_len, data.pack), data.eval_documents,
                                 data.eval_max_rows, train.batch_size)
-    return Run(accelerator, objective, optimizer, scheduler, RowStream(packer, documents, data.eval_documents),
-               masker, tokenizer, held_out, train, Path(output_dir))
+    return Run(accelerator, objective, optimizer, scheduler, rows, masker, tokenizer, held_out, train,
+               Path(output_dir))
+
+
+def my_lanes(train: TrainConfig, processes: int, process: int) -> list[int]:
+    """The lanes (row slots of the global batch) this process trains on, micro-batch by micro-batch: micro-batch m
+    of process p holds slots (m x processes + p) x batch_size ... + batch_size - 1.
+
+    >>> my_lanes(TrainConfig(batch_size=2, grad_accum=2), processes=2, process=1)
+    [2, 3, 6, 7]
+    """
+    rows = train.batch_size
+    return [(m * processes + process) * rows + r for m in range(train.grad_accum) for r in range(rows)]
+
+
+@dataclass
+class StepBatch:
+    """One optimizer step's rows for this process, ready on the host (pinned on a GPU): made by `prepare_step`."""
+
+    raw: tuple
+    """(input_ids, document_ids, keys) before masking: re-masked if the objective changed since (pretrain)."""
+    objective: str
+    micro: list[dict]
+    """Per micro-batch: `input_ids` (masked), `document_ids`, `labels`, `index`/`targets` of the labelled positions
+    and `packed` (positions, varlen boundaries: `isolation.packed_inputs`)."""
+    counts: torch.Tensor
+    """(2,) float: labelled and real tokens of these rows; all-reduced on the device for the global batch."""
+
+
+def prepare_step(input_ids, document_ids, keys, masker: Masker, micro: int, backend: str,
+                 pin: bool) -> StepBatch:
+    """Mask this process's rows and cut them into `micro` micro-batches with everything the forward needs computed
+    on the host: no device op has to wait for the host (or the host for the device) during the step."""
+    inputs, labels = masker(input_ids, document_ids, keys)
+    rows = len(keys) // micro
+    parts = []
+    for m in range(micro):
+        mine = slice(m * rows, (m + 1) * rows)
+        index, targets = labelled_positions(labels[mine])
+        part = {"input_ids": inputs[mine], "document_ids": document_ids[mine], "labels": labels[mine],
+                "index": index, "targets": targets, "packed": packed_inputs(document_ids[mine], backend)}
+        parts.append(_pinned(part) if pin else part)
+    counts = torch.tensor([float((labels != IGNORE).sum()), float((document_ids >= 0).sum())])
+    return StepBatch((input_ids, document_ids, keys), masker.objective, parts, _pinned(counts) if pin else counts)
+
+
+def _pinned(value):
+    if torch.is_tensor(value):
+        return value.pin_memory()
+    if isinstance(value, dict):
+        return {key: _pinned(item) for key, item in value.items()}
+    return value
+
+
+def to_device(value, device):
+    """Copy a (nested dict of) host tensors to `device` without blocking the host (pinned sources copy async)."""
+    if torch.is_tensor(value):
+        return value.to(device, non_blocking=True)
+    if isinstance(value, dict):
+        return {key: to_device(item, device) for key, item in value.items()}
+    return value
 
 
 def configure_deepspeed(accelerator, train: TrainConfig) -> None:
@@ -281,22 +395,33 @@ def enter_phase(run: Run, phase: Phase) -> tuple[int, int] | None:
 
 def train_until(run: Run, monitor, step: int, until: int) -> int:
     """Train from `step` up to `until` (the whole run, or one pretraining phase): log every step, evaluate and
-    checkpoint on schedule. Returns the step reached."""
+    checkpoint on schedule. Returns the step reached. Metrics stay on the device and reach the host once per
+    `log_every` steps (and before every evaluation and checkpoint, so a checkpoint never follows a non-finite step)."""
+    from hf_encoderize.profiling import StepProfiler
+
     train, guard = run.train, NonFiniteGuard(run.train, run.output_dir)
+    profiler = StepProfiler(run.output_dir / "profile", first=step + 3, count=3) if train.profile else None
     try:
         while step < until:
-            stats = train_step(run)
+            with profiler.around(step) if profiler else contextlib.nullcontext():
+                stats = train_step(run, with_accuracy=(step + 1) % train.log_every == 0 or step + 1 == until)
             step += 1
-            guard.check(stats, step)
-            monitor.step(step, lr=run.scheduler.get_last_lr()[0], **stats)
+            guard.check_all(monitor.step(step, lr=run.scheduler.get_last_lr()[0], **stats))
             if train.eval_every and step % train.eval_every == 0 and step < train.steps:
+                guard.check_all(monitor.flush())
                 monitor.evaluation(step, evaluate_held_out(run))
             if step % train.save_every == 0 or step == train.steps:
+                guard.check_all(monitor.flush())
                 save_checkpoint(run.accelerator, checkpoint_dir(run.output_dir, step), step)
                 if run.accelerator.is_main_process:
                     prune_checkpoints(run.output_dir, train.keep_last)
+        guard.check_all(monitor.flush())
     except KeyboardInterrupt:  # Ctrl-C: checkpoints are written atomically, so the newest one is whole
         raise KeyboardInterrupt(resume_hint(run.output_dir, train)) from None
+    finally:
+        run.rows.close()  # stop the prefetching thread; the stream rewinds to the last batch trained on
+        if profiler:
+            profiler.close()
     return step
 
 
@@ -309,42 +434,55 @@ def resume_hint(output_dir: Path, train: TrainConfig) -> str:
     return f"the newest checkpoint is {str(last[-1])!r}; run the same command with --resume to continue from it"
 
 
-def train_step(run: Run) -> dict:
+def next_batch(run: Run) -> StepBatch:
+    """The next prepared step; re-masked here if it was prepared under the objective of the phase before."""
+    batch = run.rows.next()
+    if batch.objective != run.masker.objective:
+        pin = run.accelerator.device.type == "cuda"
+        batch = prepare_step(*batch.raw, run.masker, run.train.grad_accum, _backend(run), pin)
+    return batch
+
+
+def _backend(run: Run) -> str:
+    return run.accelerator.unwrap_model(run.model).model.config._attn_implementation
+
+
+def train_step(run: Run, with_accuracy: bool = False) -> dict:
     """One optimizer step over `grad_accum` micro-batches of `batch_size` rows on each process.
 
-    Returns the loss and accuracy per labelled token of the global batch, the gradient norm, the real (non-pad) tokens
-    of the global batch, the objective, and whether the update was non-finite. One host sync per step.
+    Returns device tensors (no host sync): the summed loss, correct predictions (`with_accuracy`) and gradient norm of
+    the global batch, and its labelled and real token counts, plus the objective. `monitor.step` turns them into
+    per-token figures when it next syncs.
     """
     accelerator, train = run.accelerator, run.train
-    processes, micro, rows = accelerator.num_processes, train.grad_accum, train.batch_size
-    input_ids, document_ids = run.rows.take(rows * processes * micro)  # (rows * processes * micro, T), CPU
-    inputs, labels = run.masker(input_ids, document_ids)  # the whole global batch, identical on every process
-    labelled = max(1, int((labels != IGNORE).sum()))  # CPU tensor: no device sync
+    processes, micro = accelerator.num_processes, train.grad_accum
+    with section("data_wait"):
+        batch = next_batch(run)
+    device = accelerator.device
+    counts = accelerator.reduce(batch.counts.to(device, non_blocking=True), reduction="sum")  # global batch
     # Each process's loss is a sum over its labelled tokens; DDP/FSDP average gradients over processes and Accelerate
     # divides by the accumulation steps, so this scale makes the update the mean over the global batch's tokens.
-    scale = processes * micro / labelled
-    device = accelerator.device
+    scale = (processes * micro / counts[0].clamp(min=1)).float()
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), dtype=torch.long, device=device)
     grad_norm = torch.zeros((), device=device)
-    for index in range(micro):
-        start = (index * processes + accelerator.process_index) * rows
-        mine = slice(start, start + rows)
+    for part in batch.micro:
         with accelerator.accumulate(run.model):
-            loss, right = run.model(inputs[mine].to(device), document_ids[mine].to(device), labels[mine].to(device))
-            accelerator.backward(loss * scale)
-            if accelerator.sync_gradients:
-                grad_norm = accelerator.clip_grad_norm_(run.model.parameters(), train.max_grad_norm)
-                grad_norm = _finite_or_skip(grad_norm, run)
-            run.optimizer.step()
-            run.optimizer.zero_grad()
+            loss, right = run.model(to_device(part, device), with_accuracy)
+            with section("backward"):
+                accelerator.backward(loss * scale)
+            with section("optimizer"):
+                if accelerator.sync_gradients:
+                    grad_norm = accelerator.clip_grad_norm_(run.model.parameters(), train.max_grad_norm)
+                    grad_norm = _finite_or_skip(grad_norm, run)
+                run.optimizer.step()
+                run.optimizer.zero_grad()
         loss_sum, correct = loss_sum + loss.detach().float(), correct + right
     run.scheduler.step()
     totals = torch.stack([loss_sum, correct.float(), torch.as_tensor(grad_norm, device=device).float()])
-    loss, right, norm = accelerator.reduce(totals, reduction="sum").tolist()
-    return {"loss": loss / labelled, "accuracy": right / labelled, "grad_norm": norm / processes,
-            "tokens": int((document_ids >= 0).sum()), "objective": run.masker.objective,
-            "skipped": not (math.isfinite(loss) and math.isfinite(norm))}
+    totals = accelerator.reduce(totals, reduction="sum")
+    return {"totals": totals, "counts": counts, "processes": processes, "objective": run.masker.objective,
+            "with_accuracy": with_accuracy, "data_wait_s": run.rows.take_wait()}
 
 
 def _finite_or_skip(grad_norm, run: Run):
@@ -369,9 +507,13 @@ class NonFiniteGuard:
     skipped: int = 0
     steps: int = 0
 
-    def check(self, stats: dict, step: int) -> None:
+    def check_all(self, records: list[dict]) -> None:
+        for record in records:
+            self.check(record, record["step"])
+
+    def check(self, record: dict, step: int) -> None:
         self.steps += 1
-        if not stats["skipped"]:
+        if not record.get("skipped_nonfinite"):
             self.in_a_row = 0
             return
         self.in_a_row, self.skipped = self.in_a_row + 1, self.skipped + 1
@@ -402,18 +544,19 @@ def check_finite_result(model, state_dict: dict | None, final_eval: dict) -> Non
 
 @torch.no_grad()
 def evaluate_held_out(run: Run) -> dict:
-    """Loss and accuracy on the held-out rows under the current objective, masked with a fixed seed so evaluations
-    are comparable across steps. Both are averaged over labelled tokens, not batches. In a CLM phase the accuracy is
-    next-token accuracy and named so."""
-    masker, device = run.masker.reseeded(run.train.seed), run.accelerator.device
+    """Loss and accuracy on the held-out rows under the current objective, masked with fixed seeds (each held-out row
+    has its own key) so evaluations are comparable across steps. Both are averaged over labelled tokens, not batches.
+    In a CLM phase the accuracy is next-token accuracy and named so."""
+    device, backend = run.accelerator.device, _backend(run)
     run.model.eval()
     loss_sum, correct, count = 0.0, 0, 0
-    for input_ids, document_ids in run.eval_batches:
-        inputs, labels = masker(input_ids, document_ids)
-        loss, right = run.model(inputs.to(device), document_ids.to(device), labels.to(device))
-        loss_sum, correct, count = loss_sum + float(loss), correct + int(right), count + int((labels != IGNORE).sum())
+    for number, (input_ids, document_ids) in enumerate(run.eval_batches):
+        keys = [(-1 - number, row) for row in range(len(input_ids))]  # negative lanes: never a training lane
+        batch = prepare_step(input_ids, document_ids, keys, run.masker, 1, backend, pin=False)
+        loss, right = run.model(to_device(batch.micro[0], device), True)
+        loss_sum, correct, count = loss_sum + float(loss), correct + int(right), count + int(batch.counts[0])
     run.model.train()
-    accuracy = "eval_next_token_accuracy" if masker.objective == "clm" else "eval_masked_accuracy"
+    accuracy = "eval_next_token_accuracy" if run.masker.objective == "clm" else "eval_masked_accuracy"
     return {"eval_loss": loss_sum / max(1, count), accuracy: correct / max(1, count)} if run.eval_batches else {}
 
 
@@ -426,8 +569,9 @@ def training_facts(data: DataConfig, masking: MaskingConfig, train: TrainConfig)
         "steps": train.steps, "lr": train.lr, "schedule": "wsd", "warmup_steps": train.warmup,
         "decay_fraction": train.decay_fraction, "weight_decay": train.weight_decay, "betas": list(ADAMW_BETAS),
         "max_grad_norm": train.max_grad_norm, "batch_size": train.batch_size, "grad_accum": train.grad_accum,
-        "seed": train.seed, "gradient_checkpointing": train.gradient_checkpointing,
-        "master_weights": train.master_weights,
+        "tokens_per_step": train.tokens_per_step, "seed": train.seed,
+        "gradient_checkpointing": train.gradient_checkpointing, "master_weights": train.master_weights,
+        "compile": train.compile, "prefetch": train.prefetch,
     }
 
 

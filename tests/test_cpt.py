@@ -31,7 +31,8 @@ def _run(decoder_dir, corpus, out, **train):
 
 
 def test_loss_goes_down_and_encoder_is_saved(decoder_dir, corpus, tmp_path):
-    summary = _run(decoder_dir, corpus, tmp_path / "run", steps=80, save_every=80, lr=3e-3, eval_every=40)
+    summary = _run(decoder_dir, corpus, tmp_path / "run", steps=80, save_every=80, lr=3e-3, eval_every=40,
+                   log_every=10)
     losses = summary["losses"]
     assert sum(losses[-10:]) / 10 < 0.85 * sum(losses[:5]) / 5, losses
     assert (tmp_path / "run" / "encoder" / "model.safetensors").exists()
@@ -43,8 +44,11 @@ def test_loss_goes_down_and_encoder_is_saved(decoder_dir, corpus, tmp_path):
     train = [r for r in records if r["kind"] == "train"]
     assert [r["step"] for r in train] == list(range(1, 81))
     assert [r["loss"] for r in train] == pytest.approx(losses)
-    assert all(0 <= r["masked_accuracy"] <= 1 and r["tokens"] > 0 and r["tokens_per_s"] > 0 for r in train)
-    assert train[-1]["masked_accuracy"] > train[0]["masked_accuracy"]
+    assert all(r["tokens"] > 0 and r["tokens_per_s"] > 0 and r["data_wait_s"] >= 0 for r in train)
+    # Masked accuracy costs an arg-max over the vocabulary: computed on logged steps only, null on the others.
+    logged = [r["masked_accuracy"] for r in train if r["step"] % 10 == 0]
+    assert all(0 <= a <= 1 for a in logged) and logged[-1] > logged[0]
+    assert all(r["masked_accuracy"] is None for r in train if r["step"] % 10)
     assert [r["step"] for r in records if r["kind"] == "eval"] == [40, 80]
     assert (tmp_path / "run" / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     record = json.loads((tmp_path / "run" / "run_record.json").read_text())

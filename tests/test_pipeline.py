@@ -87,11 +87,11 @@ def test_run_resumes_an_interrupted_cpt(decoder_dir, corpus, tmp_path, capsys, m
     base = ["--data-files", str(corpus), "--output-dir", str(out), *TINY[:-2], "--log-every", "1"]
     real_step, calls = train_module.train_step, []
 
-    def dies_at_step_three(run):
+    def dies_at_step_three(run, **options):
         calls.append(1)
         if len(calls) == 3:
             raise KeyboardInterrupt  # after the step-2 checkpoint
-        return real_step(run)
+        return real_step(run, **options)
 
     monkeypatch.setattr(train_module, "train_step", dies_at_step_three)
     assert main(["run", str(decoder_dir), "--steps", "4", *base, "--eval-profile", "none"]) == 130

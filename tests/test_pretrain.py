@@ -53,14 +53,14 @@ def unbroken(tiny, tmp_path_factory):
     seen, out = [], tmp_path_factory.mktemp("runs") / "unbroken"
     real_step = train_module.train_step
 
-    def probing_step(run):
+    def probing_step(run, **options):
         model = run.accelerator.unwrap_model(run.model).model
         if len(seen) in (5, 6):  # the last CLM step and the first MLM step: the full behavioural probe
             probe = verify_bidirectional(model, pad_token_id=run.tokenizer.pad_token_id, raise_on_failure=False)
             seen.append((run.masker.objective, probe.passed))
         else:
             seen.append((run.masker.objective, getattr(model.config, "is_causal", True) is False))
-        return real_step(run)
+        return real_step(run, **options)
 
     train_module.train_step = probing_step
     try:
@@ -117,11 +117,11 @@ def test_branches_equal_the_unbroken_run(tiny, unbroken, tmp_path):
 def test_resume_inside_the_mlm_phase_equals_the_unbroken_run(tiny, unbroken, tmp_path, monkeypatch):
     real_step, calls = train_module.train_step, []
 
-    def dies_at_step_ten(run):
+    def dies_at_step_ten(run, **options):
         calls.append(run.masker.objective)
         if len(calls) == 10:
             raise KeyboardInterrupt  # after the step-8 checkpoint, two steps into the MLM phase
-        return real_step(run)
+        return real_step(run, **options)
 
     monkeypatch.setattr(train_module, "train_step", dies_at_step_ten)
     settings = dict(steps=12, warmup_steps=4, decay_fraction=0.2, save_every=4)
