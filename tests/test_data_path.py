@@ -166,3 +166,29 @@ def test_close_stops_a_thread_blocked_on_a_full_queue():
     prefetcher.close()
     assert time.perf_counter() - started < 2
     assert not any(t.name == "hf-encoderize-prefetch" for t in threading.enumerate())
+
+
+def test_profile_writes_a_per_component_summary(decoder_dir, tmp_path):
+    """`--profile` times steps 3-5 by component and writes summary.json (+ a Chrome trace); the parts are positive
+    where they must be and add up to no more than the step."""
+    import json
+
+    from conftest import write_corpus
+
+    from hf_encoderize.cpt import cpt
+    from hf_encoderize.data import DataConfig
+    from hf_encoderize.loading import LoadConfig
+
+    corpus = write_corpus(tmp_path / "docs.jsonl", 200, lambda i: 5 + i % 17)
+    out = tmp_path / "run"
+    cpt(LoadConfig(str(decoder_dir), attn_implementation="sdpa"),
+        DataConfig(data_files=str(corpus), seq_len=32, eval_documents=0), MaskingConfig(),
+        TrainConfig(output_dir=str(out), steps=7, batch_size=4, save_every=100, eval_every=0, progress=False,
+                    profile=True))
+    summary = json.loads((out / "profile" / "summary.json").read_text())
+    assert summary["steps"] == 3 and summary["device"] == "cpu"
+    for part in ("attention", "loss", "optimizer", "forward_other", "backward_other", "total"):
+        assert summary[part] > 0, part
+    parts = sum(summary[k] for k in ("attention", "loss", "optimizer", "data_wait", "forward_other", "backward_other"))
+    assert parts <= summary["total"] * 1.05
+    assert (out / "profile" / "trace.json").stat().st_size > 0
