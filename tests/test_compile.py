@@ -1,0 +1,56 @@
+"""--compile: compiled decoder layers give the same loss and gradients as eager ones, and save under the same names."""
+
+import pytest
+import torch
+from conftest import make_decoder
+
+from hf_encoderize.bidirectional import encoderize
+from hf_encoderize.compiling import compile_decoder_layers
+from hf_encoderize.isolation import document_ids_from_lengths, packed_forward
+
+
+def _loss_and_grads(model, ids, docs):
+    model.zero_grad()
+    hidden = packed_forward(model.model, ids, docs).last_hidden_state
+    loss = model.lm_head(hidden).float().logsumexp(-1).mean()
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.slow
+def test_compiled_layers_train_like_eager_ones():
+    ids = torch.randint(0, 100, (2, 16))
+    docs = document_ids_from_lengths([[5, 11], [9, 4]], 16)
+    eager = make_decoder("llama", "sdpa")
+    encoderize(eager)
+    compiled = make_decoder("llama", "sdpa")
+    encoderize(compiled)
+    assert compile_decoder_layers(compiled) == 2
+    assert set(compiled.state_dict()) == set(eager.state_dict())  # no _orig_mod. prefix: checkpoints unchanged
+    loss, grads = _loss_and_grads(eager, ids, docs)
+    compiled_loss, compiled_grads = _loss_and_grads(compiled, ids, docs)
+    torch.testing.assert_close(compiled_loss, loss, atol=1e-5, rtol=1e-5)
+    assert grads.keys() == compiled_grads.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(compiled_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.slow
+def test_cpt_with_compile_trains_and_saves_plain_names(decoder_dir, tmp_path):
+    from conftest import write_corpus
+    from safetensors.torch import load_file
+
+    from hf_encoderize.cpt import cpt
+    from hf_encoderize.data import DataConfig
+    from hf_encoderize.loading import LoadConfig
+    from hf_encoderize.masking import MaskingConfig
+    from hf_encoderize.train import TrainConfig
+
+    corpus = write_corpus(tmp_path / "docs.jsonl", 120, lambda i: 5 + i % 17)
+    summary = cpt(LoadConfig(str(decoder_dir), attn_implementation="sdpa"),
+                  DataConfig(data_files=str(corpus), seq_len=32, eval_documents=8), MaskingConfig(),
+                  TrainConfig(output_dir=str(tmp_path / "run"), steps=4, batch_size=4, save_every=2, eval_every=0,
+                              progress=False, compile=True))
+    assert all(torch.isfinite(torch.tensor(summary["losses"])))
+    names = load_file(tmp_path / "run" / "encoder" / "model.safetensors").keys()
+    assert names and not any("_orig_mod" in name for name in names)
