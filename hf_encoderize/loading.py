@@ -60,15 +60,17 @@ class LoadConfig:
     """Hub revision (branch, tag or commit) to load; ignored for local sources."""
     gguf_file: str | None = None
     """File name of a GGUF inside the Hub repo or folder given as `source`."""
-    attn_implementation: str = "sdpa"
-    """Attention backend: eager, sdpa, flex_attention, flash_attention_2 or flash_attention_3."""
+    attn_implementation: str = "auto"
+    """Attention backend: auto (the fastest the architecture supports and this machine has: flash_attention_2 with
+    flash-attn on a GPU, then flex_attention on a GPU, then sdpa, then eager), eager, sdpa, flex_attention,
+    flash_attention_2 or flash_attention_3. The run record says which ran."""
     dtype: str = "auto"
     """Weights dtype: auto, float32, bfloat16 or float16."""
     trust_remote_code: bool = False
     """Run modelling code from the Hub repo. Off unless the user asks for it."""
 
     def __post_init__(self):
-        backends = ("eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3")
+        backends = ("auto", "eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3")
         if self.attn_implementation not in backends:
             raise EncoderizeError(
                 f"unknown attention backend {self.attn_implementation!r}; choose one of {', '.join(backends)}"
@@ -233,13 +235,14 @@ def load_decoder(cfg: LoadConfig | str, *, model_kwargs: dict | None = None, **o
         cfg = LoadConfig(cfg, **overrides)
     check_backend_available(cfg.attn_implementation)
     config = load_config(cfg)
+    backend = choose_backend(config, cfg.attn_implementation, cfg.trust_remote_code)
     kwargs = dict(revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
     if cfg.gguf_file:
         kwargs["gguf_file"] = cfg.gguf_file
     try:
         tokenizer = AutoTokenizer.from_pretrained(cfg.source, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(
-            cfg.source, config=config, dtype=cfg.dtype, attn_implementation=cfg.attn_implementation,
+            cfg.source, config=config, dtype=cfg.dtype, attn_implementation=backend,
             **kwargs, **(model_kwargs or {}),
         )
     except (*_LOAD_ERRORS, _safetensor_error()) as err:
@@ -270,7 +273,8 @@ def load_encoder(cfg: LoadConfig, *, model_kwargs: dict | None = None):
         tokenizer = AutoTokenizer.from_pretrained(cfg.source, **kwargs)
         config = AutoConfig.from_pretrained(cfg.source, **kwargs)
         model = AutoModelForMaskedLM.from_pretrained(cfg.source, config=config, dtype=cfg.dtype,
-                                                     attn_implementation=cfg.attn_implementation,
+                                                     attn_implementation=None if cfg.attn_implementation ==
+                                                     "auto" else cfg.attn_implementation,
                                                      **kwargs, **(model_kwargs or {}))
     except (*_LOAD_ERRORS, _safetensor_error()) as err:
         raise EncoderizeError(_load_error_message(cfg, err)) from None
@@ -290,6 +294,53 @@ def is_native_encoder(cfg: LoadConfig) -> bool:
     except _LOAD_ERRORS:
         return False  # load_decoder reports the problem in its own words
     return classify_config(config) == ENCODER
+
+
+# Fastest first. flex_attention's document BlockMask skips the cross-document tiles of packed rows and keeps GQA
+# unexpanded; sdpa with a packed row gets a dense block-diagonal mask (no flash kernel, K/V expanded). On CPU flex runs
+# through compiled CPU kernels that measured slower than sdpa for our packed batches, so CPU keeps sdpa.
+_SUPPORT_FLAGS = {"flash_attention_2": "_supports_flash_attn", "flex_attention": "_supports_flex_attn",
+                  "sdpa": "_supports_sdpa", "eager": None}
+
+
+def backend_candidates() -> list[str]:
+    """The backends `auto` tries on this machine, fastest first."""
+    import importlib.util
+
+    import torch
+
+    if not torch.cuda.is_available():
+        return ["sdpa", "eager"]
+    flash = ["flash_attention_2"] if importlib.util.find_spec("flash_attn") is not None else []
+    return [*flash, "flex_attention", "sdpa", "eager"]
+
+
+def choose_backend(config, requested: str, trust_remote_code: bool = False) -> str:
+    """`requested`, checked against what the architecture supports; for `auto`, the fastest candidate it supports.
+
+    Checked on the model class before any weight is read, so an unsupported backend is one line naming it, not a load
+    failure blamed on the model's location."""
+    model_class = _causal_lm_class(config, trust_remote_code)
+    if model_class is None:  # remote code or an unmapped config: let transformers decide
+        return None if requested == "auto" else requested
+    supported = [b for b in _SUPPORT_FLAGS if _SUPPORT_FLAGS[b] is None or getattr(model_class, _SUPPORT_FLAGS[b], 0)]
+    if requested == "auto":
+        return next(b for b in backend_candidates() if b in supported)
+    flag = _SUPPORT_FLAGS.get(requested, "_supports_flash_attn")
+    if flag and not getattr(model_class, flag, False):
+        raise EncoderizeError(f"{config.model_type} ({model_class.__name__}) does not support --attn-implementation "
+                              f"{requested}; use --attn-implementation auto (picks {choose_backend(config, 'auto')}) "
+                              "or eager")
+    return requested
+
+
+def _causal_lm_class(config, trust_remote_code: bool):
+    from transformers import AutoModelForCausalLM
+
+    if trust_remote_code and getattr(config, "auto_map", None):
+        return None
+    return AutoModelForCausalLM._model_mapping.get(type(config), None) if type(config) in \
+        AutoModelForCausalLM._model_mapping else None
 
 
 def check_backend_available(attn_implementation: str) -> None:

@@ -90,8 +90,9 @@ class PretrainConfig:
     from_checkpoint: str | None = None
     """Branch from a checkpoint folder of an earlier pretrain run (OUT/switch/step-N or OUT/checkpoints/step-N)
     instead of redoing the shared prefix; its schedule must agree with this one up to that step."""
-    attn_implementation: str = "sdpa"
-    """Attention backend: eager, sdpa, flex_attention, flash_attention_2 or flash_attention_3."""
+    attn_implementation: str = "auto"
+    """Attention backend: auto (the fastest the architecture supports here; see cpt), eager, sdpa, flex_attention,
+    flash_attention_2 or flash_attention_3."""
     check_memory: bool = True
     """Estimate the training memory from the config first and refuse a run that cannot fit on this machine."""
 
@@ -325,13 +326,14 @@ def _build_model(spec: PretrainConfig, config, train: TrainConfig):
     from transformers import AutoModelForCausalLM
 
     from hf_encoderize.isolation import install_document_isolation
-    from hf_encoderize.loading import check_backend_available
+    from hf_encoderize.loading import check_backend_available, choose_backend
     from hf_encoderize.tokens import ensure_special_tokens
 
     tokenizer = _load_tokenizer(spec.tokenizer)
     check_backend_available(spec.attn_implementation)
     torch.manual_seed(train.seed)  # the same random init for every split: they differ only in objectives
-    model = AutoModelForCausalLM.from_config(config, attn_implementation=spec.attn_implementation)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=choose_backend(config,
+                                                                                         spec.attn_implementation))
     if model.get_input_embeddings().weight.shape[0] < len(tokenizer):
         model.resize_token_embeddings(len(tokenizer))
     # Mask and pad tokens in place from step 0: the vocabulary (and so the optimizer state) never changes at the

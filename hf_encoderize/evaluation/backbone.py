@@ -104,7 +104,7 @@ def _load_encoder(load: LoadConfig):
     from transformers import AutoModel, AutoTokenizer
 
     kwargs = dict(revision=load.revision, trust_remote_code=load.trust_remote_code, dtype=load.dtype,
-                  attn_implementation=load.attn_implementation)
+                  attn_implementation=None if load.attn_implementation == "auto" else load.attn_implementation)
     try:
         tokenizer = AutoTokenizer.from_pretrained(load.source, revision=load.revision,
                                                   trust_remote_code=load.trust_remote_code)
