@@ -4,7 +4,8 @@ Rows, in order (each catches its own failure, so one broken row never hides the 
 1. `gpu tests`: `pytest -m gpu tests/`; the figure is the pass count.
 2. `cpt <backend>`: `benchmarks/cpt_throughput.py`'s `ours` arm, a bf16 cpt of a random Qwen2.5-0.5B-shaped Llama
    (seq 2048, 8 rows, 30 timed steps after 5 warm-up) under sdpa, flex_attention and flash_attention_2 (when
-   flash_attn imports); the sdpa row also runs the Trainer baselines. Figures: tokens/s, MFU, peak GPU memory, loss.
+   flash_attn imports); the sdpa row also runs the Trainer baselines. Figures: tokens/s, MFU (useful model FLOPs,
+   `hf_encoderize.flops`), peak GPU memory, loss, and ours over the Trainer arms (throughput; peak memory).
 3. `accelerate <config>`: `accelerate launch --config_file examples/accelerate/<config>.yaml --num_processes 1 -m
    hf_encoderize.cli cpt` of a tiny random decoder for 6 steps, checkpointing at step 3: single_gpu, multi_gpu_ddp,
    fsdp (FSDP2), deepspeed_zero2 and deepspeed_zero3 (skipped when deepspeed does not import). multi_node.yaml needs a
@@ -247,9 +248,14 @@ def check_cpt(ctx: Context, backend: str) -> tuple[str, dict]:
         f"peak RSS {ours['peak_rss_mib'] / 1024:.1f} GiB"
     figure = [f"{ours['tokens_per_s']:,.0f} tok/s", f"MFU {mfu:.1%}" if mfu else "MFU n/a", peak,
               f"loss {ours['final_loss']:.3f}"]
-    figure += [f"{ratio:.2f}x {name.removeprefix('ours_vs_')}" for name, ratio in report["ratios"].items()]
+    ratios = report["ratios"]
+    figure += [f"{ratio:.2f}x {name.removeprefix('ours_vs_')}" for name, ratio in ratios.items()
+               if name.startswith("ours_vs_")]
+    if "peak_memory_ours_vs_trainer_grouped" in ratios:
+        figure.append(f"peak memory {ratios['peak_memory_ours_vs_trainer_grouped']:.2f}x trainer_grouped")
     details = {"tokens_per_s": ours["tokens_per_s"], "mfu": mfu, "peak_gpu_mib": ours.get("peak_gpu_mib"),
-               "final_loss": ours["final_loss"], "ratios": report["ratios"], "report": str(report_path),
+               "final_loss": ours["final_loss"], "ratios": ratios, "targets": report.get("targets"),
+               "report": str(report_path),
                "mixed_precision": run["mixed_precision"], "gpu_name": run["gpu_name"]}
     return ", ".join(figure), details
 
