@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from hf_encoderize.batches import StepBatch, my_lanes, prepare_step, to_device
 from hf_encoderize.checkpoints import (
     checkpoint_dir,
     list_checkpoints,
@@ -45,9 +46,10 @@ from hf_encoderize.checkpoints import (
 )
 from hf_encoderize.data import DataConfig, Documents
 from hf_encoderize.errors import EncoderizeError
-from hf_encoderize.isolation import packed_forward, packed_inputs
-from hf_encoderize.loss import labelled_positions, mlm_loss
-from hf_encoderize.masking import IGNORE, MaskingConfig
+from hf_encoderize.isolation import packed_forward
+from hf_encoderize.loss import mlm_loss
+from hf_encoderize.masking import MaskingConfig
+from hf_encoderize.nonfinite import NonFiniteGuard, check_finite_result
 from hf_encoderize.objectives import Masker, Phase
 from hf_encoderize.packing import LaneStream, Packer, held_out_batches
 from hf_encoderize.prefetch import Prefetcher
@@ -55,8 +57,6 @@ from hf_encoderize.profiling import section
 from hf_encoderize.schedule import PAPER_DECAY_FRACTION, default_warmup, wsd_scheduler
 from hf_encoderize.validation import check_number
 
-MAX_NONFINITE_IN_A_ROW = 10  # with --on-nonfinite skip: a run that only produces NaN is broken, not unlucky
-MAX_SKIPPED_SHARE = 0.05  # ... and so is one that skips more than 5% of its steps (checked from step 20 on)
 ADAMW_BETAS = (0.9, 0.95)  # paper, Appendix A
 
 
@@ -304,65 +304,6 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
                Path(output_dir))
 
 
-def my_lanes(train: TrainConfig, processes: int, process: int) -> list[int]:
-    """The lanes (row slots of the global batch) this process trains on, micro-batch by micro-batch: micro-batch m
-    of process p holds slots (m x processes + p) x batch_size ... + batch_size - 1.
-
-    >>> my_lanes(TrainConfig(batch_size=2, grad_accum=2), processes=2, process=1)
-    [2, 3, 6, 7]
-    """
-    rows = train.batch_size
-    return [(m * processes + process) * rows + r for m in range(train.grad_accum) for r in range(rows)]
-
-
-@dataclass
-class StepBatch:
-    """One optimizer step's rows for this process, ready on the host (pinned on a GPU): made by `prepare_step`."""
-
-    raw: tuple
-    """(input_ids, document_ids, keys) before masking: re-masked if the objective changed since (pretrain)."""
-    objective: str
-    micro: list[dict]
-    """Per micro-batch: `input_ids` (masked), `document_ids`, `labels`, `index`/`targets` of the labelled positions
-    and `packed` (positions, varlen boundaries: `isolation.packed_inputs`)."""
-    counts: torch.Tensor
-    """(2,) float: labelled and real tokens of these rows; all-reduced on the device for the global batch."""
-
-
-def prepare_step(input_ids, document_ids, keys, masker: Masker, micro: int, backend: str,
-                 pin: bool) -> StepBatch:
-    """Mask this process's rows and cut them into `micro` micro-batches with everything the forward needs computed
-    on the host: no device op has to wait for the host (or the host for the device) during the step."""
-    inputs, labels = masker(input_ids, document_ids, keys)
-    rows = len(keys) // micro
-    parts = []
-    for m in range(micro):
-        mine = slice(m * rows, (m + 1) * rows)
-        index, targets = labelled_positions(labels[mine])
-        part = {"input_ids": inputs[mine], "document_ids": document_ids[mine], "labels": labels[mine],
-                "index": index, "targets": targets, "packed": packed_inputs(document_ids[mine], backend)}
-        parts.append(_pinned(part) if pin else part)
-    counts = torch.tensor([float((labels != IGNORE).sum()), float((document_ids >= 0).sum())])
-    return StepBatch((input_ids, document_ids, keys), masker.objective, parts, _pinned(counts) if pin else counts)
-
-
-def _pinned(value):
-    if torch.is_tensor(value):
-        return value.pin_memory()
-    if isinstance(value, dict):
-        return {key: _pinned(item) for key, item in value.items()}
-    return value
-
-
-def to_device(value, device):
-    """Copy a (nested dict of) host tensors to `device` without blocking the host (pinned sources copy async)."""
-    if torch.is_tensor(value):
-        return value.to(device, non_blocking=True)
-    if isinstance(value, dict):
-        return {key: to_device(item, device) for key, item in value.items()}
-    return value
-
-
 def configure_deepspeed(accelerator, train: TrainConfig) -> None:
     """Fill the `auto` batch values of a DeepSpeed config: accelerate derives them from a prepared DataLoader, and this
     loop has none (it packs its own rows), so `prepare` would raise on `train_micro_batch_size_per_gpu: auto`."""
@@ -494,52 +435,6 @@ def _finite_or_skip(grad_norm, run: Run):
     if not bool(torch.isfinite(torch.as_tensor(grad_norm))):
         run.optimizer.zero_grad(set_to_none=True)
     return grad_norm
-
-
-@dataclass
-class NonFiniteGuard:
-    """Stop with a one-line error on a non-finite loss (`--on-nonfinite stop`), or count skipped updates and stop when
-    10 come in a row or they exceed 5% of the steps taken (`skip`): a run that keeps producing NaN is broken."""
-
-    train: TrainConfig
-    output_dir: Path
-    in_a_row: int = 0
-    skipped: int = 0
-    steps: int = 0
-
-    def check_all(self, records: list[dict]) -> None:
-        for record in records:
-            self.check(record, record["step"])
-
-    def check(self, record: dict, step: int) -> None:
-        self.steps += 1
-        if not record.get("skipped_nonfinite"):
-            self.in_a_row = 0
-            return
-        self.in_a_row, self.skipped = self.in_a_row + 1, self.skipped + 1
-        last = list_checkpoints(self.output_dir)
-        where = f"the last good checkpoint is {str(last[-1])!r} (resume with --resume)" if last else "no checkpoint yet"
-        if self.train.on_nonfinite == "stop":
-            raise EncoderizeError(f"non-finite loss or gradient at step {step}; {where}; lower --lr, use "
-                                  "--mixed-precision bf16 rather than fp16, or pass --on-nonfinite skip")
-        if self.in_a_row >= MAX_NONFINITE_IN_A_ROW:
-            raise EncoderizeError(f"{MAX_NONFINITE_IN_A_ROW} non-finite steps in a row up to step {step}; {where}; "
-                                  "lower --lr or check the data")
-        if self.steps >= 20 and self.skipped > MAX_SKIPPED_SHARE * self.steps:
-            raise EncoderizeError(f"{self.skipped} of {self.steps} steps were non-finite and skipped (more than "
-                                  f"{MAX_SKIPPED_SHARE:.0%}) up to step {step}; {where}; lower --lr or check the data")
-
-
-def check_finite_result(model, state_dict: dict | None, final_eval: dict) -> None:
-    """Never save or report success for a model whose weights or final held-out loss are not finite."""
-    tensors = state_dict.values() if state_dict is not None else (p.detach() for p in model.parameters())
-    bad = sum(1 for t in tensors if t.is_floating_point() and not bool(torch.isfinite(t).all()))
-    loss = final_eval.get("eval_loss")
-    if bad or (loss is not None and not math.isfinite(loss)):
-        what = f"{bad} weight tensors hold NaN/inf" if bad else f"the final held-out loss is {loss}"
-        raise EncoderizeError(f"training ended with a broken model ({what}); nothing was saved as the encoder; "
-                              "resume from an earlier checkpoint with a lower --lr, or use --on-nonfinite stop to find "
-                              "the step")
 
 
 @torch.no_grad()
