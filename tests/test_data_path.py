@@ -1,7 +1,6 @@
 """The training data path: lanes (each process packs only its own rows, N processes == one), stateless per-row
 masking, and the prefetching thread (token-exact resume, errors and Ctrl-C)."""
 
-import threading
 import time
 
 import pytest
@@ -153,19 +152,21 @@ def test_an_error_in_the_thread_reaches_the_training_loop_and_the_thread_ends():
 
     prefetcher = Prefetcher(stream, produce, depth=2)
     prefetcher.next(), prefetcher.next()
+    thread = prefetcher._thread
     with pytest.raises(EncoderizeError, match="bad row 7"):
         prefetcher.next()
-    assert not any(t.name == "hf-encoderize-prefetch" for t in threading.enumerate())
+    assert prefetcher._thread is None and not thread.is_alive()
 
 
 def test_close_stops_a_thread_blocked_on_a_full_queue():
     prefetcher = _prefetched(depth=1)
     prefetcher.next()
     time.sleep(0.1)  # the thread is now blocked putting the next batch
+    thread = prefetcher._thread
     started = time.perf_counter()
     prefetcher.close()
     assert time.perf_counter() - started < 2
-    assert not any(t.name == "hf-encoderize-prefetch" for t in threading.enumerate())
+    assert prefetcher._thread is None and not thread.is_alive()
 
 
 def test_profile_writes_a_per_component_summary(decoder_dir, tmp_path):
