@@ -3,12 +3,16 @@
 Design choices:
 - Per layer, not the whole model: every decoder layer has the same code and, with packing, the same static shapes
   (fixed batch x seq len), so one compiled graph serves all of them and compiles in seconds; a whole-model graph
-  would take minutes and break at the first data-dependent op.
+  would take minutes and break at the first data-dependent op. One graph needs `use_cache=False` in the forward (the
+  engine passes it; tested: two layers, one graph): a KV cache makes each layer guard on its own `layer_idx` and
+  compile a graph of its own.
 - The masks (sdpa's block-diagonal bool mask, flex's `BlockMask`), the position ids and flash's `cu_seqlens` are built
   in the base model's forward and by the engine on the host, outside the compiled regions, and passed in as inputs.
 - `dynamic=False`: shapes never change during a packed run; evaluation batches of another size recompile once.
-- Compiled before `accelerator.prepare`, in place (`nn.Module.compile`), so DDP/FSDP wrap the compiled layers and
-  the state dict keeps its names (no `_orig_mod.` prefix in checkpoints or the saved encoder).
+- Compiled before `accelerator.prepare`, in place (`nn.Module.compile`), so DDP/FSDP wrap the compiled layers (the
+  order torchtitan uses for FSDP2: compile each block, then shard) and the state dict keeps its names (no `_orig_mod.`
+  prefix in checkpoints or the saved encoder). Under DDP, compiling before or after `prepare` gave the same losses and
+  the same weights on every rank as no compile (2 gloo processes, 3 steps); before is what the engine does.
 - Off by default: compilation costs time up front and its speed-up depends on the GPU; measure with
   `benchmarks/cpt_throughput.py` before turning it on for a long run.
 """

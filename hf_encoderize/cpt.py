@@ -11,7 +11,9 @@ Output folder: `checkpoints/` (full training state, never pushed), `encoder/` (t
 from __future__ import annotations
 
 import contextlib
+import gc
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -167,9 +169,9 @@ def load_encoderized(load: LoadConfig, data: DataConfig, train: TrainConfig, ada
 
     With an `accelerator`, the probe runs where and in the precision the model will train (a flash-attention kernel
     cannot run on CPU tensors or in fp32); a model that FSDP/DeepSpeed will place goes back to the CPU afterwards."""
-    from hf_encoderize.bidirectional import EncoderizeReport, encoderize
+    from hf_encoderize.bidirectional import EncoderizeReport
     from hf_encoderize.isolation import install_document_isolation
-    from hf_encoderize.loading import is_native_encoder, load_decoder, load_encoder
+    from hf_encoderize.loading import is_native_encoder, load_encoder
 
     check_seq_len(load, data.seq_len)
     torch.manual_seed(train.seed)
@@ -177,17 +179,54 @@ def load_encoderized(load: LoadConfig, data: DataConfig, train: TrainConfig, ada
     if adapter.load_in_4bit:
         check_qlora_available()
         extra["quantization_config"] = quantization_config()
-    if is_native_encoder(load):
-        # MLM->MLM continued pretraining of an encoder (the paper's baseline, section 5): nothing to patch.
-        model, tokenizer = load_encoder(load, model_kwargs=extra)
-        report = EncoderizeReport(model.config.model_type, model.config._attn_implementation, False, 0, 0,
-                                  {"mask_token": tokenizer.mask_token, "mask_token_path": "existing"})
-    else:
-        model, tokenizer = load_decoder(load, model_kwargs=extra)
-        report = encoderize(model, tokenizer)
+    if not is_native_encoder(load):
+        model, tokenizer, report, _ = encoderize_where_it_trains(load, extra, accelerator, adapter.load_in_4bit)
+        return model, tokenizer, report
+    # MLM->MLM continued pretraining of an encoder (the paper's baseline, section 5): nothing to patch.
+    model, tokenizer = load_encoder(load, model_kwargs=extra)
+    report = EncoderizeReport(model.config.model_type, model.config._attn_implementation, False, 0, 0,
+                              {"mask_token": tokenizer.mask_token, "mask_token_path": "existing"})
     install_document_isolation()
     probe_where_it_trains(model, tokenizer, accelerator, quantized=adapter.load_in_4bit)
     return model, tokenizer, report
+
+
+def encoderize_where_it_trains(load: LoadConfig, model_kwargs: dict, accelerator, quantized: bool):
+    """Load the decoder, encoderize it and probe it where it trains. Returns `(model, tokenizer, report, tried)`:
+    `report.attn_implementation` is the backend that runs, `tried` the candidates considered with why each was skipped
+    (`loading.load_decoder_trying`).
+
+    With `--attn-implementation auto`, a backend whose model fails the probe there (a kernel that crashes on this
+    device or in this precision, or that lets packed documents leak) gives way to the next candidate, reloaded from
+    the source: older model classes cannot switch backend in place. eager, the last, and an explicit backend raise."""
+    from hf_encoderize.bidirectional import NotBidirectionalError, encoderize
+    from hf_encoderize.isolation import install_document_isolation
+    from hf_encoderize.loading import load_decoder_trying
+
+    failed = {}
+    autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(getattr(accelerator, "mixed_precision", "no")))
+    while True:
+        model, tokenizer, tried = load_decoder_trying(load, model_kwargs=model_kwargs, exclude=failed,
+                                                      compute_dtype=autocast)
+        report = encoderize(model, tokenizer)
+        install_document_isolation()
+        try:
+            probe_where_it_trains(model, tokenizer, accelerator, quantized)
+            return model, tokenizer, report, tried
+        except NotBidirectionalError as err:
+            if load.attn_implementation != "auto" or report.attn_implementation == "eager":
+                raise
+            failed[report.attn_implementation] = f"failed the probe: {err}"
+        _warn_fallback(accelerator, report.attn_implementation, failed[report.attn_implementation])
+        del model  # its weights (on the training device) go before the next candidate's load
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _warn_fallback(accelerator, backend: str, reason: str) -> None:
+    if accelerator is None or accelerator.is_main_process:
+        print(f"warning: attention backend {backend} {reason}; trying the next one", file=sys.stderr, flush=True)
 
 
 def probe_where_it_trains(model, tokenizer, accelerator, quantized: bool) -> None:

@@ -11,8 +11,15 @@ row (the `config.is_causal=False` path ignores `position_ids`), so this module d
   positions) with a block-diagonal document mask. The result is a 4-D block-diagonal mask for sdpa (bool) and eager
   (additive float), and a `BlockMask` for flex. Outside the context the wrapper is a pass-through.
   Reusing the model's own mask function keeps its exact window convention (`<` for Gemma 3, `<=` elsewhere).
+  flex's `BlockMask` is block-sparse: a 128 x 128 tile whose queries and keys lie in different documents is never
+  computed (two 128-token documents in a 256-token row: 2 of 4 tiles, tested).
 - flash_attention_2/3: no mask at all; `packed_forward_kwargs` returns `cu_seq_lens_q/k` and `max_length_q/k` for
   the varlen kernel, computed over the flattened batch.
+- The training engine computes positions and varlen boundaries on the host (`packed_inputs`, from CPU
+  `document_ids`), pins them and copies them with `non_blocking=True`, then passes them as `packed_forward(...,
+  packed=...)`: the forward then holds no device->host sync (no `nonzero()`, no `int(tensor)`; tested with a dispatch
+  mode that records such ops). The sdpa/eager masks and flex's `BlockMask` are built from device tensors by
+  transformers inside the model's forward, again without a sync.
 - Padding tokens form one extra "document" per row, so a padded query row is never fully masked (no NaNs in sdpa).
 """
 
@@ -146,15 +153,21 @@ def packed_forward_kwargs(document_ids: torch.Tensor, attn_implementation: str) 
 
 
 def packed_inputs(document_ids: torch.Tensor, attn_implementation: str) -> dict:
-    """`packed_forward_kwargs` computed from host (CPU) `document_ids`, for the training engine: it pins them and
-    copies them with `non_blocking=True`, so no device op waits on the host and the host never waits on the device
-    (on a GPU, `nonzero()` and `int(max)` over device tensors would each be a sync). Flash kernels get the flattened
-    batch's positions.
+    """Everything `packed_forward` needs besides the tokens, computed on the host from CPU `document_ids` (B, T):
+    `position_ids`, and for flash_attention_* `cu_seq_lens_q/k` (int32, over the flattened batch) and `max_length_q/k`
+    (Python ints). The engine pins the tensors and copies them with `non_blocking=True`; on a device, `nonzero()` and
+    `int(max)` would each be a device->host sync. Flash kernels get the flattened batch's positions (1, B x T).
 
-    >>> packed = packed_inputs(torch.tensor([[0, 0, 1, -1]]), "flash_attention_2")
+    >>> docs = torch.tensor([[0, 0, 1, -1], [0, 0, 0, 0]])
+    >>> packed = packed_inputs(docs, "flash_attention_2")
     >>> packed["position_ids"].tolist(), packed["cu_seq_lens_q"].tolist(), packed["max_length_q"]
-    ([[0, 1, 0, 0]], [0, 2, 3, 4], 2)
+    ([[0, 1, 0, 0, 0, 1, 2, 3]], [0, 2, 3, 4, 8], 4)
+    >>> packed_inputs(docs, "sdpa")["position_ids"].tolist()
+    [[0, 1, 0, 0], [0, 1, 2, 3]]
     """
+    if document_ids.device.type != "cpu":
+        raise ValueError(f"packed_inputs takes host document_ids (got {document_ids.device}): computing them on the "
+                         "device would sync; call it before the copy, or use packed_forward_kwargs")
     kwargs = packed_forward_kwargs(document_ids, attn_implementation)
     if attn_implementation.startswith("flash_attention"):
         kwargs["position_ids"] = kwargs["position_ids"].reshape(1, -1)
@@ -164,9 +177,10 @@ def packed_inputs(document_ids: torch.Tensor, attn_implementation: str) -> dict:
 def packed_forward(model, input_ids: torch.Tensor, document_ids: torch.Tensor, packed: dict | None = None, **kwargs):
     """Run `model` on packed rows with every document isolated. Works for every attention backend.
 
-    Flash kernels take the batch flattened to one row of `cu_seq_lens` segments; the outputs come back as (B, T, ...).
-    `packed`: `packed_inputs(...)` already on the device (the engine's path: nothing computed here), else computed
-    from `document_ids`.
+    `input_ids`, `document_ids`: (B, T) on the model's device. `packed`: `packed_inputs(...)` already on the device,
+    the engine's path, which computes nothing here and never syncs; without it, they are computed from a host copy of
+    `document_ids` (one sync). `kwargs` go to the model (e.g. `use_cache=False`). Flash kernels take the batch
+    flattened to one row of `cu_seq_lens` segments; the outputs come back as (B, T, ...).
     """
     backend = model.config._attn_implementation
     if packed is None:

@@ -6,6 +6,12 @@ Design choices:
 - GGUF files go through transformers' own `from_pretrained(..., gguf_file=...)` path (which needs the `gguf` package),
   so the de-quantised weights and the tokenizer are exactly what transformers reads.
 - `trust_remote_code` is off unless the user asks for it.
+- `--attn-implementation auto` (the default) tries the backends fastest first (`backend_candidates`) and skips, each
+  with its reason in the list `load_decoder_trying` returns: one this machine cannot run, one the model class does not
+  declare (`_supports_flash_attn`, `_supports_flex_attn`, `_supports_sdpa`, checked before any weight is read), and
+  one whose load fails with an attention-backend error. The caller then probes the encoderized model where it trains
+  and excludes a backend that fails (`cpt.encoderize_where_it_trains`). An explicit backend is taken as asked; one the
+  architecture lacks is a one-line error, never blamed on the model's location.
 - A load that fails on a local folder is explained from the folder itself (`local_folder_problem`): missing or corrupt
   config.json, missing or corrupt tokenizer files, missing or corrupt weights, each named by file, rather than from
   whatever exception transformers happened to raise.
@@ -13,8 +19,10 @@ Design choices:
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import re
 import struct
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
@@ -61,9 +69,9 @@ class LoadConfig:
     gguf_file: str | None = None
     """File name of a GGUF inside the Hub repo or folder given as `source`."""
     attn_implementation: str = "auto"
-    """Attention backend: auto (the fastest the architecture supports and this machine has: flash_attention_2 with
-    flash-attn on a GPU, then flex_attention on a GPU, then sdpa, then eager), eager, sdpa, flex_attention,
-    flash_attention_2 or flash_attention_3. The run record says which ran."""
+    """Attention backend: auto (the fastest the architecture supports that loads and passes the bidirectionality
+    probe here: flash_attention_2 with flash-attn on a GPU in bf16/fp16, then flex_attention on a GPU, then sdpa, then
+    eager), eager, sdpa, flex_attention, flash_attention_2 or flash_attention_3. The run record says which ran."""
     dtype: str = "auto"
     """Weights dtype: auto, float32, bfloat16 or float16."""
     trust_remote_code: bool = False
@@ -227,29 +235,73 @@ def load_decoder(cfg: LoadConfig | str, *, model_kwargs: dict | None = None, **o
     `model_kwargs` go to `from_pretrained` (e.g. a bitsandbytes `quantization_config` for QLoRA).
     `cfg` is a `LoadConfig` or just the source string, with `LoadConfig` fields as keyword overrides:
     `load_decoder("HuggingFaceTB/SmolLM2-135M", revision="main")`.
-    Raises `EncoderizeError` (one line) for a missing model, a corrupt GGUF or a model that is not a decoder.
+    Raises `EncoderizeError` (one line) for a missing model, a corrupt GGUF, a model that is not a decoder, or an
+    explicit attention backend the architecture does not support.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     if isinstance(cfg, str):
         cfg = LoadConfig(cfg, **overrides)
+    model, tokenizer, _ = load_decoder_trying(cfg, model_kwargs=model_kwargs)
+    return model, tokenizer
+
+
+def load_decoder_trying(cfg: LoadConfig, *, model_kwargs: dict | None = None, exclude: dict[str, str] | None = None,
+                        compute_dtype=None):
+    """`load_decoder`, returning `(model, tokenizer, tried)` where `tried` lists the backends considered, fastest
+    first: `[{"backend": "flash_attention_2", "skipped": "needs a CUDA or ROCm GPU"}, ..., {"backend": "sdpa",
+    "skipped": None}]`, the last one the backend that loaded.
+
+    `exclude`: backend -> why (`auto` only), e.g. one whose model failed the probe. `compute_dtype`: the dtype attention
+    runs in (the autocast dtype when training under mixed precision), for flash attention's bf16/fp16 requirement;
+    default: the weights' dtype."""
+    from transformers import AutoTokenizer
+
     check_backend_available(cfg.attn_implementation)
     config = load_config(cfg)
-    backend = choose_backend(config, cfg.attn_implementation, cfg.trust_remote_code)
+    plan = backend_plan(config, cfg.attn_implementation, cfg.trust_remote_code,
+                        compute_dtype or _weights_dtype(cfg, config))  # an unsupported explicit backend stops here
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(cfg.source, **_source_kwargs(cfg))
+    except (*_LOAD_ERRORS, _safetensor_error()) as err:
+        raise EncoderizeError(_load_error_message(cfg, err)) from None
+    tried = []
+    for backend, skipped in plan:
+        skipped = skipped or (exclude or {}).get(backend)
+        model, skipped = (None, skipped) if skipped else _load_model(cfg, config, backend, model_kwargs)
+        tried.append({"backend": backend, "skipped": skipped})
+        if model is not None:
+            return model, tokenizer, tried
+    reasons = "; ".join(f"{t['backend']}: {t['skipped']}" for t in tried)
+    raise EncoderizeError(f"no attention backend works for {config.model_type} here ({reasons})")
+
+
+def _source_kwargs(cfg: LoadConfig) -> dict:
     kwargs = dict(revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
     if cfg.gguf_file:
         kwargs["gguf_file"] = cfg.gguf_file
+    return kwargs
+
+
+def _load_model(cfg: LoadConfig, config, backend: str, model_kwargs: dict | None):
+    """`(model, None)`, or with `auto` `(None, why)` when the load fails for this backend only. Any other failure
+    raises a one-line `EncoderizeError`."""
+    from transformers import AutoModelForCausalLM
+
     try:
-        tokenizer = AutoTokenizer.from_pretrained(cfg.source, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(
-            cfg.source, config=config, dtype=cfg.dtype, attn_implementation=backend,
-            **kwargs, **(model_kwargs or {}),
-        )
+        # A copy: from_pretrained writes the backend into the config, and a failed try must not leak into the next.
+        model = AutoModelForCausalLM.from_pretrained(cfg.source, config=copy.deepcopy(config), dtype=cfg.dtype,
+                                                     attn_implementation=backend, **_source_kwargs(cfg),
+                                                     **(model_kwargs or {}))
     except (*_LOAD_ERRORS, _safetensor_error()) as err:
-        raise EncoderizeError(_load_error_message(cfg, err)) from None
+        reason = _backend_error(err)
+        if reason is None:
+            raise EncoderizeError(_load_error_message(cfg, err)) from None
+        if cfg.attn_implementation != "auto":
+            raise EncoderizeError(f"{config.model_type} cannot load with --attn-implementation {backend} ({reason}); "
+                                  "use --attn-implementation auto or eager") from None
+        return None, f"load failed: {reason}"
     if cfg.gguf_file:
         _forget_gguf_quantization(model)
-    return model.eval(), tokenizer
+    return model.eval(), None
 
 
 def _forget_gguf_quantization(model) -> None:
@@ -296,42 +348,90 @@ def is_native_encoder(cfg: LoadConfig) -> bool:
     return classify_config(config) == ENCODER
 
 
-# Fastest first. flex_attention's document BlockMask skips the cross-document tiles of packed rows and keeps GQA
-# unexpanded; sdpa with a packed row gets a dense block-diagonal mask (no flash kernel, K/V expanded). On CPU flex runs
-# through compiled CPU kernels that measured slower than sdpa for our packed batches, so CPU keeps sdpa.
-_SUPPORT_FLAGS = {"flash_attention_2": "_supports_flash_attn", "flex_attention": "_supports_flex_attn",
-                  "sdpa": "_supports_sdpa", "eager": None}
+# Fastest first. flash-attn's varlen kernel runs packed documents as segments (`cu_seqlens`, no mask at all);
+# flex_attention's document BlockMask skips the cross-document tiles of packed rows and keeps GQA unexpanded; sdpa with
+# a packed row gets a dense block-diagonal mask (no flash kernel, K/V expanded); eager materialises the scores.
+#
+# CPU: sdpa, then eager. flex_attention cannot train on CPU (torch 2.13: "FlexAttention does not support backward on
+# CPU"; `tests/test_attention_auto.py` notices when that changes) and its forward is 1.4x slower than sdpa. Measured
+# with `python tests/test_attention_auto.py` (torch 2.13, 2-core CPU, otherwise idle; tiny Llama hidden 256, 4 layers,
+# 8 rows x 512 tokens each packed with documents of 250 + 262 tokens, `packed_forward` with `packed_inputs`, mean of
+# 10 steps after 3 warm-up, two runs):
+#   forward+backward: sdpa 0.59-0.60 s, eager 1.08-1.10 s, flex_attention unsupported;
+#   forward: sdpa 0.21 s, eager 0.28-0.34 s, flex_attention 0.28 s.
+_BACKEND_ORDER = ("flash_attention_2", "flex_attention", "sdpa", "eager")
+_SUPPORT_FLAGS = {"flash_attention_2": "_supports_flash_attn", "flash_attention_3": "_supports_flash_attn",
+                  "flex_attention": "_supports_flex_attn", "sdpa": "_supports_sdpa"}
+# What transformers raises when a model class lacks a backend or the backend cannot run here, e.g. "GPTJForCausalLM
+# does not support an attention implementation through torch.nn.functional.scaled_dot_product_attention yet".
+_BACKEND_ERROR = re.compile(r"attention implementation|attn_implementation|flash.?attention|flash_attn|flex.?attention|"
+                            r"scaled_dot_product_attention", re.IGNORECASE)
 
 
-def backend_candidates() -> list[str]:
-    """The backends `auto` tries on this machine, fastest first."""
-    import importlib.util
-
+def machine_skips(dtype=None) -> dict[str, str]:
+    """Why `auto` leaves a backend out on this machine, by backend (those absent can run here). `dtype`: the dtype
+    attention computes in, when known."""
     import torch
 
     if not torch.cuda.is_available():
-        return ["sdpa", "eager"]
-    flash = ["flash_attention_2"] if importlib.util.find_spec("flash_attn") is not None else []
-    return [*flash, "flex_attention", "sdpa", "eager"]
+        return {"flash_attention_2": "needs a CUDA or ROCm GPU",
+                "flex_attention": "on CPU: no backward pass, and a slower forward than sdpa"}
+    problem = _flash_attention_2_problem(dtype)
+    return {"flash_attention_2": problem} if problem else {}
 
 
-def choose_backend(config, requested: str, trust_remote_code: bool = False) -> str:
-    """`requested`, checked against what the architecture supports; for `auto`, the fastest candidate it supports.
+def _flash_attention_2_problem(dtype) -> str | None:
+    import torch
 
-    Checked on the model class before any weight is read, so an unsupported backend is one line naming it, not a load
-    failure blamed on the model's location."""
+    try:
+        import flash_attn  # noqa: F401  (imported, not just found: a build for another torch fails here)
+    except Exception as err:  # ImportError, or OSError for an undefined symbol
+        return f"flash_attn does not import ({type(err).__name__}; pip install flash-attn)"
+    if torch.version.hip is None and torch.cuda.get_device_capability() < (8, 0):
+        return f"needs an Ampere or newer GPU (this one is sm{''.join(map(str, torch.cuda.get_device_capability()))})"
+    if dtype is not None and dtype not in (torch.bfloat16, torch.float16):
+        return f"runs in bf16/fp16 only, and attention would run in {str(dtype).removeprefix('torch.')}"
+    return None
+
+
+def backend_candidates(dtype=None) -> list[str]:
+    """The backends `auto` tries on this machine, fastest first."""
+    skips = machine_skips(dtype)
+    return [backend for backend in _BACKEND_ORDER if backend not in skips]
+
+
+def backend_plan(config, requested: str, trust_remote_code: bool = False, dtype=None) -> list[tuple[str, str | None]]:
+    """The backends to try in order, each with why it is skipped (None: try it). An explicit backend is the only one;
+    one the architecture's class does not support raises a one-line `EncoderizeError`. Checked on the class, before
+    any weight is read."""
+    unsupported = _class_skips(config, trust_remote_code)
+    if requested != "auto":
+        if requested in unsupported:
+            picks = next(b for b, why in backend_plan(config, "auto", trust_remote_code, dtype) if why is None)
+            model_class = _causal_lm_class(config, trust_remote_code).__name__
+            raise EncoderizeError(f"{config.model_type} ({model_class}) does not support "
+                                  f"--attn-implementation {requested}; use --attn-implementation auto (picks {picks}) "
+                                  "or eager")
+        return [(requested, None)]
+    skips = {**machine_skips(dtype), **unsupported}  # the class's reason first: it holds on every machine
+    return [(backend, skips.get(backend)) for backend in _BACKEND_ORDER]
+
+
+def choose_backend(config, requested: str, trust_remote_code: bool = False) -> str | None:
+    """`requested`, checked against what the architecture supports; for `auto`, the fastest candidate it supports
+    (None for remote code: transformers then takes sdpa if the class supports it, else eager)."""
+    if requested == "auto" and _causal_lm_class(config, trust_remote_code) is None:
+        return None
+    return next(backend for backend, why in backend_plan(config, requested, trust_remote_code) if why is None)
+
+
+def _class_skips(config, trust_remote_code: bool) -> dict[str, str]:
+    """Backends the model class does not declare support for (none known for remote code or an unmapped config)."""
     model_class = _causal_lm_class(config, trust_remote_code)
-    if model_class is None:  # remote code or an unmapped config: let transformers decide
-        return None if requested == "auto" else requested
-    supported = [b for b in _SUPPORT_FLAGS if _SUPPORT_FLAGS[b] is None or getattr(model_class, _SUPPORT_FLAGS[b], 0)]
-    if requested == "auto":
-        return next(b for b in backend_candidates() if b in supported)
-    flag = _SUPPORT_FLAGS.get(requested, "_supports_flash_attn")
-    if flag and not getattr(model_class, flag, False):
-        raise EncoderizeError(f"{config.model_type} ({model_class.__name__}) does not support --attn-implementation "
-                              f"{requested}; use --attn-implementation auto (picks {choose_backend(config, 'auto')}) "
-                              "or eager")
-    return requested
+    if model_class is None:
+        return {}
+    return {backend: f"{model_class.__name__} does not support it" for backend, flag in _SUPPORT_FLAGS.items()
+            if not getattr(model_class, flag, False)}
 
 
 def _causal_lm_class(config, trust_remote_code: bool):
@@ -341,6 +441,20 @@ def _causal_lm_class(config, trust_remote_code: bool):
         return None
     return AutoModelForCausalLM._model_mapping.get(type(config), None) if type(config) in \
         AutoModelForCausalLM._model_mapping else None
+
+
+def _backend_error(err: Exception) -> str | None:
+    """The first sentence of a load error that is about the attention backend, else None."""
+    text = " ".join(str(err).split())
+    return text.split(". ")[0].rstrip(".") if _BACKEND_ERROR.search(text) else None
+
+
+def _weights_dtype(cfg: LoadConfig, config):
+    """The dtype the weights load in: `--dtype`, else the checkpoint's (fp32 when it names none)."""
+    import torch
+
+    name = cfg.dtype if cfg.dtype != "auto" else getattr(config, "dtype", None) or "float32"
+    return name if isinstance(name, torch.dtype) else getattr(torch, str(name).removeprefix("torch."), torch.float32)
 
 
 def check_backend_available(attn_implementation: str) -> None:

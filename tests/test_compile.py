@@ -3,15 +3,18 @@
 import pytest
 import torch
 from conftest import make_decoder
+from torch._dynamo.utils import counters
 
 from hf_encoderize.bidirectional import encoderize
 from hf_encoderize.compiling import compile_decoder_layers
-from hf_encoderize.isolation import document_ids_from_lengths, packed_forward
+from hf_encoderize.isolation import document_ids_from_lengths, packed_forward, packed_inputs
 
 
 def _loss_and_grads(model, ids, docs):
     model.zero_grad()
-    hidden = packed_forward(model.model, ids, docs).last_hidden_state
+    # As the engine runs it: host-computed packed inputs, no KV cache.
+    output = packed_forward(model.model, ids, docs, packed=packed_inputs(docs, "sdpa"), use_cache=False)
+    hidden = output.last_hidden_state
     loss = model.lm_head(hidden).float().logsumexp(-1).mean()
     loss.backward()
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
@@ -28,7 +31,10 @@ def test_compiled_layers_train_like_eager_ones():
     assert compile_decoder_layers(compiled) == 2
     assert set(compiled.state_dict()) == set(eager.state_dict())  # no _orig_mod. prefix: checkpoints unchanged
     loss, grads = _loss_and_grads(eager, ids, docs)
+    torch._dynamo.reset()
+    counters.clear()
     compiled_loss, compiled_grads = _loss_and_grads(compiled, ids, docs)
+    assert counters["stats"]["unique_graphs"] == 1  # both layers run one compiled graph
     torch.testing.assert_close(compiled_loss, loss, atol=1e-5, rtol=1e-5)
     assert grads.keys() == compiled_grads.keys()
     for name, grad in grads.items():

@@ -1,15 +1,21 @@
 """Document isolation for packed rows."""
 
+import pytest
 import torch
 from conftest import make_decoder
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from hf_encoderize.bidirectional import encoderize
 from hf_encoderize.isolation import (
     cu_seqlens_from_document_ids,
     document_ids_from_lengths,
+    isolate_documents,
     packed_forward,
+    packed_inputs,
     position_ids_from_document_ids,
 )
+
+BACKENDS = ("eager", "sdpa", "flex_attention")
 
 
 def test_positions_restart_at_every_document():
@@ -31,7 +37,7 @@ def _packed_vs_alone(model):
 
 
 def test_packed_documents_do_not_see_each_other():
-    for backend in ("eager", "sdpa", "flex_attention"):
+    for backend in BACKENDS:
         model = make_decoder("llama", backend)
         encoderize(model)
         diff_a, diff_b = _packed_vs_alone(model)
@@ -58,3 +64,85 @@ def test_isolation_is_a_pass_through_outside_packing(decoder):
         plain = decoder.model(input_ids=ids).last_hidden_state
         packed = packed_forward(decoder.model, ids, torch.zeros(2, 7, dtype=torch.long)).last_hidden_state
     torch.testing.assert_close(plain, packed, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_documents_spanning_several_blocks_stay_apart(backend):
+    # flex works in 128 x 128 tiles: documents of 130, 200 and 50 tokens straddle tile borders, so partial tiles
+    # (the mask inside a tile) and skipped tiles (whole tiles between documents) are both exercised.
+    if backend == "flex_attention":
+        # torch 2.13's inductor emits C++ that does not compile for flex on CPU once an earlier test's shapes made
+        # it recompile with dynamic shapes; start from a clean compile cache.
+        torch._dynamo.reset()
+    model = make_decoder("llama", backend, max_position_embeddings=256)
+    encoderize(model)
+    lengths = [130, 200, 50]
+    docs = [torch.randint(0, 100, (1, n)) for n in lengths]
+    row = torch.cat([*docs, torch.zeros(1, 4, dtype=torch.long)], dim=1)
+    with torch.no_grad():
+        packed = packed_forward(model.model, row, document_ids_from_lengths([lengths], 384)).last_hidden_state
+        starts = torch.tensor([0, *lengths]).cumsum(0).tolist()
+        for doc, start in zip(docs, starts[:-1], strict=True):
+            alone = model.model(input_ids=doc).last_hidden_state
+            torch.testing.assert_close(packed[:, start : start + doc.shape[1]], alone, atol=1e-4, rtol=1e-4)
+
+
+def test_flex_block_mask_skips_cross_document_tiles():
+    from transformers.masking_utils import create_bidirectional_mask
+
+    model = make_decoder("llama", "flex_attention")
+    encoderize(model)
+    embeds = torch.zeros(1, 256, model.config.hidden_size)
+    with isolate_documents(document_ids_from_lengths([[128, 128]], 256)):
+        isolated = create_bidirectional_mask(model.config, embeds, None)
+    # Each query tile keeps one key tile, whole (no per-token mask needed), and skips the other document's tile.
+    assert isolated.full_kv_num_blocks.tolist() == [[[1, 1]]] and isolated.kv_num_blocks.tolist() == [[[0, 0]]]
+    assert isolated.sparsity() == 50.0
+    assert create_bidirectional_mask(model.config, embeds, None).sparsity() == 0.0  # control: no packing, no skips
+
+
+class _SyncOps(TorchDispatchMode):
+    """Records the ops that make the host wait for a device: `.item()`/`int(t)`/`bool(t)` and `nonzero()`. (A
+    device->host copy cannot show on CPU, where it is a no-op; the mask builders' `_to_copy` ops are dtype casts.)"""
+
+    SYNCING = {"_local_scalar_dense", "is_nonzero", "nonzero", "equal"}
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ in self.SYNCING:
+            self.seen.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+def test_a_forward_with_host_packed_inputs_never_syncs(backend):
+    model = make_decoder("llama", backend)
+    encoderize(model)
+    docs = document_ids_from_lengths([[5, 11], [9, 4]], 16)
+    ids = torch.randint(0, 100, (2, 16))
+    packed = packed_inputs(docs, backend)  # the engine's host step, before the (non-blocking) copy
+    with _SyncOps() as ops:
+        packed_forward(model.model, ids, docs, packed=packed).last_hidden_state.sum().backward()
+    assert ops.seen == []
+    with _SyncOps() as control:  # the recorder works: varlen boundaries need nonzero() and int(max), kept on the host
+        packed_inputs(docs, "flash_attention_2")
+    assert {"nonzero", "_local_scalar_dense"} <= set(control.seen)
+
+
+def test_the_flex_block_mask_is_built_without_a_sync():
+    from transformers.masking_utils import create_bidirectional_mask
+
+    model = make_decoder("llama", "flex_attention")
+    encoderize(model)
+    docs = document_ids_from_lengths([[130, 200, 50], [256]], 384)
+    with isolate_documents(docs, packed_inputs(docs, "flex_attention")["position_ids"]), _SyncOps() as ops:
+        create_bidirectional_mask(model.config, torch.zeros(2, 384, model.config.hidden_size), None)
+    assert ops.seen == []
+
+
+def test_packed_inputs_refuses_device_tensors():
+    with pytest.raises(ValueError, match="host document_ids"):
+        packed_inputs(torch.zeros(2, 4, dtype=torch.long, device="meta"), "flash_attention_2")
