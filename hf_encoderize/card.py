@@ -351,10 +351,28 @@ def done_rows(facts: CardFacts) -> list[tuple[str, str]]:
         rows.append(("Attention patch", f"causal mask removed under `{enc.get('attn_implementation')}`: config "
                      f"`is_causal=False`, {enc.get('modules_patched', 0)} attention modules patched, "
                      f"{enc.get('causal_buffers_replaced', 0)} hard-coded causal buffers replaced"))
+    plain = _plain_loading(enc.get("plain_attention") or {})
+    if plain:
+        rows.append(("Plain transformers", plain))
     mask = enc.get("mask_token") or tokens.get("mask_token")
     rows.append(("Mask token", f"`{mask}` ({enc.get('mask_token_path') or tokens.get('mask_token_path')})"))
     return rows + (_training_rows(facts.run) if facts.run else
                    [("Training", "none: converted with `hf-encoderize convert` (weights as in the base model)")])
+
+
+def _plain_loading(verdicts: dict) -> str | None:
+    """What a user with plain transformers gets (`roundtrip.plain_attention`, recorded by `save_encoder`)."""
+    causal = [b for b, verdict in verdicts.items() if verdict is False]
+    if not causal:
+        return None
+    default = verdicts.get("saved_default")
+    named = ", ".join(f"`{b}`" for b in causal)
+    remote = "`AutoModelForMaskedLM.from_pretrained(..., trust_remote_code=True)` patches every backend"
+    if default:
+        return (f"config.json selects `{default}`, so `AutoModel.from_pretrained(...)` is bidirectional; named "
+                f"explicitly, {named} (and flash attention) stay causal in this architecture's transformers code; "
+                f"{remote}")
+    return f"a plain `AutoModel` stays causal ({named}: causal in this architecture's transformers code); {remote}"
 
 
 def _training_rows(run: dict) -> list[tuple[str, str]]:

@@ -3,6 +3,8 @@
 What goes in the folder:
 - `model.safetensors` + `config.json` with `is_causal: false` and the original `model_type`, so
   `AutoModel.from_pretrained(out)` builds the native architecture with bidirectional masks (transformers >= 5.2);
+  for a class that stays causal under sdpa in plain hands (`roundtrip.plain_attention`, e.g. StableLM), config.json
+  also names `attn_implementation: eager`, so the default load is bidirectional;
 - `modeling_encoderize.py` + `auto_map`, so `AutoModelForMaskedLM.from_pretrained(out, trust_remote_code=True)` and
   `pipeline("fill-mask", ...)` work; the file imports only torch and transformers;
 - the tokenizer with its mask and pad tokens, padding on the right (real tokens keep positions 0..n-1);
@@ -24,6 +26,7 @@ from importlib import resources
 from pathlib import Path
 
 from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.roundtrip import plain_attention, saved_backend
 
 MODELING_FILE = "modeling_encoderize.py"
 
@@ -127,12 +130,22 @@ def _write_encoder(model, tokenizer, tmp: Path, metadata: dict, state_dict: dict
     from hf_encoderize.loading import ENCODER, classify_config
 
     native_encoder = classify_config(config) == ENCODER  # BertForMaskedLM & co load with plain AutoModelForMaskedLM
+    default_backend = None
     if not native_encoder:
         config.is_causal = False
         config.use_cache = False
         config.auto_map = {"AutoModelForMaskedLM": f"{MODELING_FILE[:-3]}.EncoderForMaskedLM"}
+        verdicts = plain_attention(model_type)
+        default_backend = saved_backend(verdicts)
+        metadata = {**metadata, "plain_attention": {**verdicts, "saved_default": default_backend}}
     config.hf_encoderize = {"version": _version(), **metadata}
     model.save_pretrained(tmp, state_dict=state_dict)
+    if default_backend:
+        # The class stays causal under sdpa/flash in plain hands (`roundtrip` explains why): make a plain
+        # `AutoModel.from_pretrained(out)` pick a backend that is bidirectional. `attn_implementation` in config.json
+        # is read by transformers' config constructor; an explicit `attn_implementation=` still wins (the card warns).
+        payload = json.loads((tmp / "config.json").read_text())
+        _write_json(tmp / "config.json", {**payload, "attn_implementation": default_backend})
     tokenizer.padding_side = "right"
     tokenizer.save_pretrained(tmp)
     if not native_encoder:

@@ -1,0 +1,138 @@
+"""Does a saved encoder stay bidirectional in anyone's hands? Two answers, one cheap and one exact.
+
+- `plain_attention(model_type)`, at save time: which backends plain transformers runs bidirectionally for this
+  architecture, from a tiny fresh (unpatched) model of the same class with `is_causal=False`. Some classes drop the
+  forward kwargs on the way to attention (StableLM's decoder layer calls `self_attn` without `**kwargs`), so the
+  `is_causal=False` that transformers derives from the config never arrives, and sdpa (whenever it skips the mask: no
+  padding) and flash fall back to the module's hard-coded `is_causal=True`. `saving` then makes the saved config
+  select a backend that is bidirectional, and the card says so.
+- `check_saved(folders)`, the round trip: a fresh Python process in which `hf_encoderize` cannot be imported loads
+  each folder under sdpa, eager and flex_attention and checks bidirectionality, padding and packed documents, then
+  fill-mask through the shipped remote code and `SentenceTransformer` (`roundtrip_check.py`). One process checks many
+  folders, so the architecture matrix pays one interpreter start for all of them.
+
+Flash attention in plain hands (transformers 5.23, read from `integrations/flash_attention.py` and
+`utils/generic.py::merge_with_config_defaults`): the flash wrapper takes `is_causal` from the forward kwargs when given,
+else from the module, and the base model's forward puts `config.is_causal` into those kwargs. So a class that
+passes its kwargs down is bidirectional under flash exactly when it is under sdpa with the mask skipped, which is
+what the `bidirectional` check measures (no mask); a class that drops them is causal under both. This is inferred
+from the code, not run: flash kernels need a GPU (`tests/test_gpu.py` checks it on one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+CHECK_SCRIPT = Path(__file__).with_name("roundtrip_check.py")
+BACKENDS = ("sdpa", "eager", "flex_attention")
+_CHECKS = ("bidirectional", "padding", "packing")
+
+
+def plain_attention(model_type: str, backends=("sdpa", "eager")) -> dict[str, bool | str]:
+    """backend -> True when a fresh, unpatched tiny model of `model_type` with `is_causal=False` attends
+    bidirectionally under it (with no mask, and with an all-ones mask, which transformers also skips), False when it
+    stays causal, or the reason it could not be told (an architecture the tiny builder cannot shrink)."""
+    from transformers import AutoModelForCausalLM
+
+    from hf_encoderize.architectures import tiny_config
+
+    verdicts = {}
+    for backend in backends:
+        try:
+            config = tiny_config(model_type)
+            config.is_causal = False
+            torch.manual_seed(0)
+            model = AutoModelForCausalLM.from_config(config, attn_implementation=backend).float().eval()
+            verdicts[backend] = _later_token_moves_first(model)
+        except Exception as err:  # not a verdict: the card then says "not verified"
+            verdicts[backend] = f"not verified ({type(err).__name__})"
+    return verdicts
+
+
+@torch.no_grad()
+def _later_token_moves_first(model) -> bool:
+    text = model.config.get_text_config()
+    window = min([w for w in (getattr(text, "sliding_window", None), getattr(text, "attention_chunk_size", None))
+                  if isinstance(w, int) and w > 0] or [8])
+    length = min(8, window)
+    vocab = int(getattr(text, "vocab_size", 256) or 256)
+    ids = torch.randint(3, vocab, (1, length), generator=torch.Generator().manual_seed(0))
+    changed = ids.clone()
+    changed[0, -1] = (changed[0, -1] + 1) % vocab
+    for extra in ({}, {"attention_mask": torch.ones_like(ids)}):
+        first = model(input_ids=ids, use_cache=False, output_hidden_states=True, **extra).hidden_states[-1][0, 0]
+        moved = model(input_ids=changed, use_cache=False, output_hidden_states=True, **extra).hidden_states[-1][0, 0]
+        if float((first - moved).abs().max()) <= 1e-6:
+            return False
+    return True
+
+
+def saved_backend(verdicts: dict[str, bool | str]) -> str | None:
+    """The backend to write into the saved config.json: None (transformers' own default, sdpa) when sdpa is
+    bidirectional or could not be told, else eager when eager is."""
+    if verdicts.get("sdpa") is False and verdicts.get("eager") is True:
+        return "eager"
+    return None
+
+
+def check_saved(folders: list[str | os.PathLike], backends=BACKENDS, timeout: int = 1800) -> dict[str, dict]:
+    """Run `roundtrip_check.py` on `folders` in one fresh process; folder (as given, str) -> its report."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}
+    env.pop("PYTHONPATH", None)
+    with tempfile.TemporaryDirectory() as cwd:  # not the repository: nothing importable from the working folder
+        done = subprocess.run([sys.executable, str(CHECK_SCRIPT), "--backends", ",".join(backends), "-"],
+                              input=json.dumps([str(f) for f in folders]), capture_output=True, text=True,
+                              timeout=timeout, env=env, cwd=cwd)
+    if done.returncode != 0:
+        raise RuntimeError(f"the round-trip check failed (exit {done.returncode}): {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def failures(report: dict) -> list[str]:
+    """Every failed check in one folder's report, as "where: why" (empty: the round trip passed). A backend
+    transformers does not offer for the class is not a failure, nor is one the saved config declares causal in plain
+    transformers (it then selects another backend by default, and the card says so); the default load must work."""
+    if "tokenizer" in report:
+        return [f"tokenizer: {report['tokenizer']}"]
+    found = []
+    declared = set(report.get("declared_causal", ()))
+    for where, result in report.items():
+        if where == "declared_causal" or where in declared:
+            continue
+        if not isinstance(result, dict):
+            if result is not True:
+                found.append(f"{where}: {result}")
+            continue
+        if result.get("loaded") == "unsupported" and where != "default":
+            continue
+        if result.get("loaded") is not True:
+            found.append(f"{where}: load failed: {result.get('loaded')}")
+            continue
+        found += [f"{where} {check}: {result[check]}" for check in _CHECKS
+                  if check in result and result[check] is not True]
+    return found
+
+
+def summary(report: dict) -> str:
+    """One table cell: "pass (sdpa, eager, flex_attention)" or the failures, shortened."""
+    problems = failures(report)
+    declared = report.get("declared_causal", [])
+    if problems and report.get("default", {}).get("backend") in declared and all(p.startswith("default") for p in
+                                                                                  problems):
+        remote = " (AutoModelForMaskedLM with trust_remote_code=True is)" if report.get("fill_mask") is True else ""
+        return f"plain transformers cannot: causal under {', '.join(declared)}, declared{remote}"
+    if problems:
+        return "; ".join(p[:140] for p in problems[:3]).replace("|", "/") + (" ..." if len(problems) > 3 else "")
+    declared = report.get("declared_causal", [])
+    offered = [b for b, r in report.items()
+               if isinstance(r, dict) and b != "default" and r.get("loaded") is True and b not in declared]
+    default = report.get("default", {}).get("backend")
+    limits = f"; {', '.join(declared)} causal in plain transformers, saved default {default}" if declared else ""
+    return f"pass ({', '.join(offered)}{limits})"

@@ -1,0 +1,69 @@
+"""The round trip: saved encoders loaded by a fresh process with plain transformers (hf_encoderize unimportable)."""
+
+import json
+
+import pytest
+import torch
+from conftest import make_tokenizer
+from transformers import AutoModelForCausalLM
+
+from hf_encoderize.architectures import tiny_config
+from hf_encoderize.bidirectional import encoderize
+from hf_encoderize.card import _plain_loading
+from hf_encoderize.roundtrip import check_saved, failures, plain_attention, summary
+from hf_encoderize.saving import save_encoder
+
+
+def _save(model_type: str, out):
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(tiny_config(model_type)).float().eval()
+    tokenizer = make_tokenizer()
+    report = encoderize(model, tokenizer)
+    return save_encoder(model, tokenizer, out, metadata=report.to_dict())
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    root = tmp_path_factory.mktemp("roundtrip")
+    folders = {name: _save(name, root / name) for name in ("llama", "stablelm")}
+    # A folder that claims to be an encoder but is causal in plain hands: the check must catch it.
+    broken = _save("llama", root / "broken")
+    config = json.loads((broken / "config.json").read_text())
+    (broken / "config.json").write_text(json.dumps({**config, "is_causal": True}))
+    folders["broken"] = broken
+    results = check_saved(list(folders.values()))
+    return {name: results[str(folder)] for name, folder in folders.items()}, folders
+
+
+def test_llama_round_trip_passes_every_backend(reports):
+    report = reports[0]["llama"]
+    assert failures(report) == [], report
+    for backend in ("sdpa", "eager", "flex_attention"):
+        assert report[backend]["loaded"] is True
+        assert report[backend]["bidirectional"] is report[backend]["padding"] is report[backend]["packing"] is True
+    assert report["fill_mask"] is True and report["sentence_transformers"] is True
+    assert summary(report).startswith("pass (sdpa, eager, flex_attention")
+
+
+def test_stablelm_saved_default_is_bidirectional(reports):
+    """StableLM's decoder layer drops the kwargs that carry is_causal=False, so sdpa stays causal in plain hands:
+    the saved config selects eager, declares sdpa causal, and the card says so."""
+    report, folders = reports[0]["stablelm"], reports[1]
+    assert report["declared_causal"] == ["sdpa"]
+    assert report["sdpa"]["bidirectional"] is not True  # the limitation is real, not assumed
+    assert report["default"]["backend"] == "eager" and report["default"]["bidirectional"] is True
+    assert failures(report) == [] and "saved default eager" in summary(report)
+    config = json.loads((folders["stablelm"] / "config.json").read_text())
+    assert config["attn_implementation"] == "eager"
+    row = _plain_loading(config["hf_encoderize"]["plain_attention"])
+    assert "selects `eager`" in row and "`sdpa`" in row
+
+
+def test_round_trip_catches_a_causal_folder(reports):
+    problems = failures(reports[0]["broken"])
+    assert any(p.startswith("default bidirectional: causal") for p in problems), problems
+
+
+def test_plain_attention_verdicts():
+    assert plain_attention("stablelm") == {"sdpa": False, "eager": True}
+    assert plain_attention("llama") == {"sdpa": True, "eager": True}
