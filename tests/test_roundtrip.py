@@ -3,23 +3,13 @@
 import json
 
 import pytest
-import torch
-from conftest import make_tokenizer
-from transformers import AutoModelForCausalLM
 
-from hf_encoderize.architectures import tiny_config
-from hf_encoderize.bidirectional import encoderize
 from hf_encoderize.card import _plain_loading
-from hf_encoderize.roundtrip import check_saved, failures, plain_attention, summary
-from hf_encoderize.saving import save_encoder
+from hf_encoderize.roundtrip import check_saved, failures, plain_attention, round_trip, save_tiny, summary
 
 
 def _save(model_type: str, out):
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(tiny_config(model_type)).float().eval()
-    tokenizer = make_tokenizer()
-    report = encoderize(model, tokenizer)
-    return save_encoder(model, tokenizer, out, metadata=report.to_dict())
+    return save_tiny(model_type, out)
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +57,9 @@ def test_round_trip_catches_a_causal_folder(reports):
 def test_plain_attention_verdicts():
     assert plain_attention("stablelm") == {"sdpa": False, "eager": True}
     assert plain_attention("llama") == {"sdpa": True, "eager": True}
+
+
+def test_round_trip_reports_a_failed_save(tmp_path):
+    result = round_trip(["no_such_model_type"], tmp_path)
+    assert list(result["no_such_model_type"]) == ["save"]
+    assert failures(result["no_such_model_type"])[0].startswith("save: ")
