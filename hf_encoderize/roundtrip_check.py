@@ -3,7 +3,7 @@
 Run as a script, never imported by the package: `python roundtrip_check.py FOLDER [FOLDER ...]` (or `-` to read a
 JSON list of folders from stdin), optionally `--backends sdpa,eager,flex_attention`. `hf_encoderize` is made
 unimportable before transformers is imported, so a folder that silently depends on it fails here. One process checks
-many folders (the architecture matrix hands it all of them at once); prints one JSON object: folder -> report.
+many folders (the architecture matrix hands it all of them at once); prints one JSON line per folder as it finishes.
 
 Per folder, with plain transformers only:
 - `default`: `AutoModel.from_pretrained(folder)` with no backend named (what most users type): which backend it
@@ -14,7 +14,9 @@ Per folder, with plain transformers only:
   - `padding`: right padding (the saved tokenizer's side) and left padding with position ids leave the real tokens'
     outputs unchanged;
   - `packing`: two documents packed in one row with restarted position ids and a block-diagonal 4-D mask (a bool mask
-    for sdpa, an additive one for eager, a `BlockMask` for flex) give each document's outputs alone.
+    for sdpa, an additive one for eager, a `BlockMask` for flex) give each document's outputs alone; "n/a: ..." when
+    the class does not accept such a mask at all (BLOOM's ALiBi path), which is not a bidirectionality question.
+  A backend that cannot run on this machine (attention sinks under flex on CPU) is "unsupported" with the reason.
 - `fill_mask`: `AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True)` in a fill-mask pipeline, and
   its logits at position 0 move when the last token changes (the shipped module's patch).
 - `sentence_transformers`: `SentenceTransformer(folder)` embeddings equal mean pooling over `AutoModel`'s outputs.
@@ -145,7 +147,12 @@ def check_backend(folder: str, backend: str | None, vocab: int, pad_id: int) -> 
               "padding": _run(lambda: _check_padding(model, ids, pad_id))}
     if backend is not None:
         doc_b = _ids(vocab, max(2, length - 2), seed=2)
-        report["packing"] = _run(lambda: _check_packing(model, backend, ids, doc_b))
+        try:
+            report["packing"] = _check_packing(model, backend, ids, doc_b)
+        except Exception as err:  # the class rejects a user-built 4-D mask / BlockMask: nothing to check, say why
+            report["packing"] = f"n/a: the class does not take a packed mask ({_reason(err)[:120]})"
+    if any(isinstance(v, str) and "cannot be run on CPU" in v for v in report.values()):
+        return {"loaded": "unsupported", "why": "not on this machine: " + report["bidirectional"][:160]}
     return report
 
 
@@ -197,13 +204,17 @@ def check_folder(folder: str, backends=BACKENDS) -> dict:
     report = {"declared_causal": sorted(b for b, verdict in declared.items() if verdict is False),
               "default": check_backend(folder, None, vocab, pad_id)}
     for backend in backends:
+        print(json.dumps({"folder": folder, "started": backend}), flush=True)  # names the culprit of a native crash
         report[backend] = check_backend(folder, backend, vocab, pad_id)
     report["fill_mask"] = _run(lambda: _check_fill_mask(folder, tokenizer, vocab))
     report["sentence_transformers"] = _run(lambda: _check_sentence_transformers(folder, tokenizer))
     return report
 
 
-def main(argv: list[str]) -> dict:
+def main(argv: list[str]) -> None:
+    """Print one JSON line per folder, `{"folder": ..., "seconds": ..., "report": {...}}`, as each is checked (flushed),
+    so a caller keeps every finished report even if a later folder kills the process."""
+    import time
     import warnings
 
     from transformers.utils import logging
@@ -220,9 +231,14 @@ def main(argv: list[str]) -> dict:
         backends = tuple(argv[at + 1].split(","))
         argv = argv[:at] + argv[at + 2 :]
     folders = json.load(sys.stdin) if argv == ["-"] else argv
-    return {folder: check_folder(folder, backends) for folder in folders}
+    for folder in folders:
+        print(json.dumps({"folder": folder, "started": "loading"}), flush=True)
+        start = time.perf_counter()
+        report = check_folder(folder, backends)
+        print(json.dumps({"folder": folder, "seconds": round(time.perf_counter() - start, 2), "report": report}),
+              flush=True)
 
 
 if __name__ == "__main__":
     sys.modules["hf_encoderize"] = None  # any `import hf_encoderize` now raises ImportError (transformers loads later)
-    print(json.dumps(main(sys.argv[1:])))
+    main(sys.argv[1:])

@@ -21,3 +21,24 @@ def test_flash_attention_2_probe_bf16(model_type, extra):
     encoderize(model)
     result = verify_bidirectional(model)
     assert result.passed, result.summary()
+
+
+@pytest.mark.parametrize("model_type, causal_in_plain_hands", [("llama", False), ("stablelm", True)])
+def test_flash_attention_2_in_plain_hands(tmp_path, model_type, causal_in_plain_hands):
+    """A saved encoder loaded by plain transformers under flash_attention_2 (no patch, no remote code): the flash
+    wrapper takes `is_causal` from the forward kwargs, which the base model fills from `config.is_causal=False`, so a
+    class that passes its kwargs down is bidirectional; StableLM's decoder layer drops them and stays causal (its saved
+    config selects eager and declares sdpa causal, `roundtrip.plain_attention`). This is the GPU half of
+    `hf_encoderize.roundtrip`'s reading of the code."""
+    from transformers import AutoModel
+
+    from hf_encoderize.roundtrip import save_tiny
+
+    out = save_tiny(model_type, tmp_path / model_type)
+    model = AutoModel.from_pretrained(out, attn_implementation="flash_attention_2", dtype=torch.bfloat16).to("cuda")
+    ids = torch.randint(5, 100, (1, 12), device="cuda")
+    changed = ids.clone()
+    changed[0, -1] += 1
+    with torch.no_grad():
+        moved = (model(input_ids=ids).last_hidden_state[0, 0] - model(input_ids=changed).last_hidden_state[0, 0])
+    assert (float(moved.abs().max()) == 0.0) is causal_in_plain_hands
