@@ -46,7 +46,10 @@ MODELING_FILE = "modeling_encoderize.py"
 REMOTE_MLM_CLASS = "modeling_encoderize.EncoderForMaskedLM"  # the auto_map entry hf-encoderize writes
 # SHA-256 of hf_encoderize/remote_code/modeling_encoderize.py, the template of every encoder's modeling file.
 # Update it whenever the template changes (tests/test_space_trust.py fails until you do).
-TRUSTED_MODELING_SHA256 = frozenset({"4c075161dc06592d06155daf9521638dbb2e75ad29636c80fb3cfebed16c89a6"})
+TRUSTED_MODELING_SHA256 = frozenset({
+    "4c075161dc06592d06155daf9521638dbb2e75ad29636c80fb3cfebed16c89a6",  # up to 0.x: patch steps 1-3
+    "6986c13b8e4caa77bef041024b1715c3b33d38afa7847229e5f065750f45aab4",  # + symmetric chunks, materialised eager masks
+})
 
 EXAMPLE_SENTENCES = "A cat sits on the mat.\nA kitten rests on a rug.\nStock markets fell sharply today."
 EXAMPLE_CORPUS = (

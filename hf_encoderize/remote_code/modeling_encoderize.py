@@ -6,6 +6,9 @@ checkpoint's weight names, tied embeddings and attention backends are exactly th
 changes are bidirectional attention and an un-shifted masked-LM loss.
 """
 
+import inspect
+import sys
+
 import torch
 import transformers
 from transformers.modeling_outputs import MaskedLMOutput
@@ -21,7 +24,10 @@ def make_bidirectional(model: torch.nn.Module) -> tuple[int, int]:
     1. `config.is_causal = False` on the config and its text sub-configs: transformers >= 5.2 then builds
        bidirectional (and symmetric sliding-window) masks;
     2. `module.is_causal = False` wherever the attribute exists: sdpa (when the mask is skipped) and flash read it;
-    3. square lower-triangular bool buffers (hard-coded causal masks, e.g. GPT-Neo) become `B | B^T`.
+    3. square lower-triangular bool buffers (hard-coded causal masks, e.g. GPT-Neo) become `B | B^T`;
+    4. chunked-attention layers (Llama 4): transformers' `create_chunked_causal_mask` ignores `config.is_causal`, so
+       it is wrapped (see `_symmetric_chunks`) to attend within the whole chunk, as windows are made symmetric;
+    5. eager always gets a materialised mask (see `_materialized_eager_masks`).
     """
     for name in ("", "text_config", "decoder", "language_config", "llm_config"):
         config = getattr(model.config, name, None) if name else model.config
@@ -30,6 +36,8 @@ def make_bidirectional(model: torch.nn.Module) -> tuple[int, int]:
             if isinstance(getattr(config, "use_bidirectional_attention", None), bool):
                 config.use_bidirectional_attention = True  # Gemma 3 style switch
     modules = buffers = 0
+    _make_chunks_symmetric(model)
+    _materialized_eager_masks()
     for module in model.modules():
         if isinstance(getattr(module, "is_causal", None), bool):
             module.is_causal = False
@@ -44,6 +52,74 @@ def make_bidirectional(model: torch.nn.Module) -> tuple[int, int]:
                 setattr(module, name, (as_bool | as_bool.transpose(-1, -2)).to(buffer.dtype))
                 buffers += 1
     return modules, buffers
+
+
+def _symmetric_chunks(original):
+    """Wrap `create_chunked_causal_mask`: for a config with `is_causal=False`, a query attends to every key of its
+    chunk (before and after it) instead of only the earlier ones. A pass-through for causal configs."""
+    from transformers.masking_utils import chunked_overlay, or_masks
+
+    signature = inspect.signature(original)
+
+    def create_chunked_mask(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        config, padding = bound.arguments["config"], bound.arguments.get("attention_mask")
+        if getattr(config, "is_causal", True) or config.attention_chunk_size is None:
+            return original(*args, **kwargs)
+        embeds = bound.arguments["inputs_embeds"]
+        if torch.is_tensor(padding) and padding.dim() == 2:  # chunks start after the left padding, as in transformers
+            left_padding = (padding.cumsum(dim=-1) == 0).sum(dim=-1).to(embeds.device)
+        else:
+            left_padding = torch.zeros(embeds.shape[0], dtype=torch.long, device=embeds.device)
+        # The causal chunk OR the whole chunk = the whole chunk; padding is still masked by the mask interface.
+        whole_chunk = chunked_overlay(config.attention_chunk_size, left_padding)
+        previous = bound.arguments.get("or_mask_function")
+        bound.arguments["or_mask_function"] = whole_chunk if previous is None else or_masks(previous, whole_chunk)
+        return original(*bound.args, **bound.kwargs)
+
+    create_chunked_mask._encoderize_original = original
+    return create_chunked_mask
+
+
+def _make_chunks_symmetric(model: torch.nn.Module) -> None:
+    """Swap the chunked-mask builder for `_symmetric_chunks` in transformers' masking module and in every modelling
+    module of `model` that imported it by name (once per process: the wrapper is idempotent)."""
+    from transformers import masking_utils
+
+    python_modules = {sys.modules.get(type(m).__module__) for m in model.modules()} | {masking_utils}
+    for python_module in python_modules - {None}:
+        current = getattr(python_module, "create_chunked_causal_mask", None)
+        if current is not None and not hasattr(current, "_encoderize_original"):
+            python_module.create_chunked_causal_mask = _symmetric_chunks(current)
+    mapping = masking_utils.LAYER_PATTERN_TO_MASK_FUNCTION_MAPPING
+    if not hasattr(mapping["chunked_attention"], "_encoderize_original"):
+        mapping["chunked_attention"] = _symmetric_chunks(mapping["chunked_attention"])
+
+
+def _materialized_eager_masks() -> None:
+    """Never let the eager mask builder return None for a plain bidirectional mask (no padding).
+
+    A causal eager mask is always materialised, and some eager code relies on that (ModernBERT-decoder adds the mask
+    unconditionally, MPT calls `.to(bool)` on it); the bidirectional path may skip it. An all-zero (B, 1, T, T) mask
+    is cheap next to eager's (B, H, T, T) scores. Wrapped once per process; `_hf_encoderize_original` is passed on so
+    that hf_encoderize's document isolation, which wraps the same entry, still recognises its own wrapper inside.
+    """
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    current = ALL_MASK_ATTENTION_FUNCTIONS["eager"]
+    inner = current
+    while inner is not None:
+        if getattr(inner, "_encoderize_materialized", False):
+            return
+        inner = getattr(inner, "_hf_encoderize_original", None)
+
+    def eager_mask(*args, **kwargs):
+        return current(*args, **{**kwargs, "allow_is_bidirectional_skip": False})
+
+    eager_mask._encoderize_materialized = True
+    if hasattr(current, "_hf_encoderize_original"):
+        eager_mask._hf_encoderize_original = current._hf_encoderize_original
+    AttentionMaskInterface._global_mapping["eager"] = eager_mask
 
 
 if MODEL_TYPE in MODEL_MAPPING_NAMES:  # False when hf_encoderize imports this file unfilled for the patch
