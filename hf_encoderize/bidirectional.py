@@ -13,6 +13,9 @@ The patch (`encoderize`) has three layers, because no single switch covers every
    so one forgotten causal layer is caught too);
 2. left and right padding leave the real tokens' outputs unchanged;
 3. a document packed next to another gives the same outputs as the document alone (see `isolation`).
+A model that passes every check but the third (a hybrid whose state-space / linear-attention layers carry state along
+a packed row) is still a correct encoder: it trains on padded rows, one document per row
+(`ProbeResult.passed_without_packing`; `cpt.encoderize_where_it_trains` decides, `EncoderizeReport.packing` records).
 """
 
 from __future__ import annotations
@@ -24,9 +27,16 @@ import torch
 from hf_encoderize.errors import EncoderizeError
 from hf_encoderize.isolation import document_ids_from_lengths, install_document_isolation, packed_forward
 
+PACKING_CHECK = "packed_documents_isolated"
+PACKED = "packed"  # `EncoderizeReport.packing` when documents share rows; else "padded rows: <why>"
+
 
 class NotBidirectionalError(EncoderizeError):
-    """The probe found causal (or leaking) attention."""
+    """The probe found causal (or leaking) attention. `result`: the `ProbeResult` behind it, when the probe ran."""
+
+    def __init__(self, message: str, result: ProbeResult | None = None):
+        super().__init__(message)
+        self.result = result
 
 
 @dataclass
@@ -39,6 +49,15 @@ class EncoderizeReport:
     modules_patched: int
     causal_buffers_replaced: int
     tokens: dict = field(default_factory=dict)
+    packing: str = PACKED
+    """How training rows are built: "packed" (several isolated documents per row) or "padded rows: <why>" (one
+    document per row), e.g. for a hybrid whose state-space layers carry state across packed documents; "not checked
+    (--no-verify)" when the probe did not run."""
+    attn_candidates: list[dict] = field(default_factory=list)
+    """The backends considered, fastest first, each with why it was skipped (None for the one that ran):
+    `loading.load_decoder_trying`'s `tried`."""
+    probe: str = ""
+    """The probe's verdict (`ProbeResult.summary`); empty when it did not run here."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -94,6 +113,13 @@ class ProbeResult:
     def passed(self) -> bool:
         return all(value is True for value in self.checks.values())
 
+    @property
+    def passed_without_packing(self) -> bool:
+        """Every check passes except, possibly, packed-document isolation: the model is bidirectional and trains
+        correctly on padded rows (one document per row), e.g. a hybrid whose state-space layers carry state along
+        a packed row."""
+        return all(value is True for name, value in self.checks.items() if name != PACKING_CHECK)
+
     def failures(self) -> list[str]:
         return [f"{name}: {value}" for name, value in self.checks.items() if value is not True]
 
@@ -144,22 +170,29 @@ def _layer_probe(base, ids: torch.Tensor, tol: float) -> bool | str:
             hidden = kwargs.get("hidden_states", args[0] if args else None)
             if not torch.is_tensor(hidden) or hidden.dim() != 3:
                 return None
+            noise = torch.randn_like(hidden[:, 1:]) * hidden.abs().mean().clamp_min(1e-3)
             noisy = hidden.clone()
-            noisy[:, 1:] += torch.randn_like(noisy[:, 1:]) * hidden.abs().mean().clamp_min(1e-3)
+            noisy[:, 1:] += noise
+            # Keys and values can come in separately (Inkling's key/value_hidden_states): perturb them the same way.
+            extra = {key: torch.cat([kwargs[key][:, :1], kwargs[key][:, 1:] + noise], dim=1)
+                     for key in ("key_hidden_states", "value_hidden_states")
+                     if torch.is_tensor(kwargs.get(key)) and kwargs[key].shape == hidden.shape}
             if "hidden_states" in kwargs:
-                return args, {**kwargs, "hidden_states": noisy}
-            return (noisy, *args[1:]), kwargs
+                return args, {**kwargs, "hidden_states": noisy, **extra}
+            return (noisy, *args[1:]), {**kwargs, **extra}
 
         def capture(mod, args, kwargs, output, captured=captured):
-            out = output[0] if isinstance(output, tuple) else output
+            out = output[0] if isinstance(output, (tuple, list)) else output
             captured.setdefault("out", []).append(out[:, 0].detach().clone())
 
         handles = [module.register_forward_hook(capture, with_kwargs=True)]
-        base(input_ids=ids, use_cache=False)
-        handles.append(module.register_forward_pre_hook(perturb, with_kwargs=True))
-        base(input_ids=ids, use_cache=False)
-        for handle in handles:
-            handle.remove()
+        try:  # a crash must not leave a hook behind to break every later check
+            base(input_ids=ids, use_cache=False)
+            handles.append(module.register_forward_pre_hook(perturb, with_kwargs=True))
+            base(input_ids=ids, use_cache=False)
+        finally:
+            for handle in handles:
+                handle.remove()
         outs = captured.get("out", [])
         if len(outs) == 2 and _close(outs[0], outs[1], tol * 1e-2)[0]:
             causal_layers.append(name)
@@ -236,7 +269,7 @@ def verify_bidirectional(
         ("later_token_changes_first", lambda: _check_later_token(base, ids, vocab, tol)),
         ("every_attention_layer_bidirectional", lambda: _layer_probe(base, ids, tol)),
         ("padding_invariant", lambda: _check_padding(base, ids, pad_id, tol)),
-        ("packed_documents_isolated", lambda: _check_packing(base, ids, doc_b, pad_id, tol)),
+        (PACKING_CHECK, lambda: _check_packing(base, ids, doc_b, pad_id, tol)),
     ):
         try:
             result.checks[name] = check()
@@ -244,5 +277,5 @@ def verify_bidirectional(
             result.checks[name] = f"{type(err).__name__}: {' '.join(str(err).split())[:200]}"
     base.train(was_training)
     if raise_on_failure and not result.passed:
-        raise NotBidirectionalError("bidirectionality probe failed: " + "; ".join(result.failures()))
+        raise NotBidirectionalError("bidirectionality probe failed: " + "; ".join(result.failures()), result)
     return result

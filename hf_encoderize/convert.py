@@ -21,19 +21,24 @@ class ConvertConfig:
     overwrite: bool = False
     """Replace a non-empty output folder."""
     verify: bool = True
-    """Run the bidirectionality probe before saving and refuse to save a model that fails it."""
+    """Run the bidirectionality probe before saving and refuse to save a model that fails it (one that fails only
+    packed-document isolation, a hybrid, is saved and recorded as one to train on padded rows)."""
 
 
 def convert(load: LoadConfig, out: ConvertConfig) -> dict:
-    """Encoderize `load.source` and save it to `out.output_dir`. Returns a summary dict (printed by the CLI)."""
-    from hf_encoderize.bidirectional import encoderize, verify_bidirectional
-    from hf_encoderize.loading import load_decoder
+    """Encoderize `load.source` and save it to `out.output_dir`. Returns a summary dict (printed by the CLI).
+
+    With `verify`, the backend is picked as `cpt` picks it (`cpt.encoderize_where_it_trains`: with `auto`, one whose
+    model fails the probe gives way to the next), and a model that fails only packed-document isolation (a hybrid)
+    is saved all the same, recorded as one to train on padded rows (`packing` in the saved config)."""
+    from hf_encoderize.cpt import encoderize_where_it_trains
     from hf_encoderize.saving import check_output_dir, save_encoder
 
     check_output_dir(out.output_dir, out.overwrite)
-    model, tokenizer = load_decoder(load)
-    report = encoderize(model, tokenizer)
-    probe = verify_bidirectional(model, pad_token_id=tokenizer.pad_token_id) if out.verify else None
+    if out.verify:
+        model, tokenizer, report, _ = encoderize_where_it_trains(load, {}, None, False)
+    else:
+        model, tokenizer, report = _encoderize_unverified(load)
     metadata = {**report.to_dict(), "base_model": load.source, "revision": load.revision, "gguf_file": load.gguf_file}
     save_encoder(model, tokenizer, out.output_dir, overwrite=out.overwrite, metadata=metadata)
     return {
@@ -45,5 +50,17 @@ def convert(load: LoadConfig, out: ConvertConfig) -> dict:
         "mask_token": f"{report.tokens['mask_token']} (id {report.tokens['mask_token_id']}, "
         f"{report.tokens['mask_token_path']})",
         "pad_token": f"{report.tokens['pad_token']} ({report.tokens['pad_token_path']})",
-        "probe": probe.summary() if probe else "skipped",
+        "probe": report.probe or "skipped",
+        "packing": report.packing,
     }
+
+
+def _encoderize_unverified(load: LoadConfig):
+    """`--no-verify`: the first backend that loads, patched, unprobed (so packing is not known either)."""
+    from hf_encoderize.bidirectional import encoderize
+    from hf_encoderize.loading import load_decoder_trying
+
+    model, tokenizer, tried = load_decoder_trying(load)
+    report = encoderize(model, tokenizer)
+    report.attn_candidates, report.packing = tried, "not checked (--no-verify)"
+    return model, tokenizer, report

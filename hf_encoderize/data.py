@@ -48,8 +48,11 @@ class DataConfig:
     """Column holding the document text (`.txt` files always use `text`)."""
     seq_len: int = 512
     """Tokens per packed row."""
-    pack: bool = True
-    """Pack several documents per row (isolated from each other); False pads one document per row."""
+    pack: bool | None = None
+    """Pack several documents per row (isolated from each other); False pads one document per row (truncated to
+    --seq-len). Default: pack, unless the probe finds that packed documents leak while every other check passes (a
+    hybrid whose state-space layers carry state along a row), then pad, with a warning; --pack on such a model is
+    refused. The run record says which."""
     eval_documents: int = 64
     """The first N documents are held out for evaluation and never trained on."""
     eval_max_rows: int = 64

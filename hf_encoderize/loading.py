@@ -8,13 +8,16 @@ Design choices:
 - `trust_remote_code` is off unless the user asks for it.
 - `--attn-implementation auto` (the default) tries the backends fastest first (`backend_candidates`) and skips, each
   with its reason in the list `load_decoder_trying` returns: one this machine cannot run, one the model class does not
-  declare (`_supports_flash_attn`, `_supports_flex_attn`, `_supports_sdpa`, checked before any weight is read), and
-  one whose load fails with an attention-backend error. The caller then probes the encoderized model where it trains
-  and excludes a backend that fails (`cpt.encoderize_where_it_trains`). An explicit backend is taken as asked; one the
-  architecture lacks is a one-line error, never blamed on the model's location.
+  declare (`_supports_flash_attn`, `_supports_flex_attn`, `_supports_sdpa`, checked before any weight is read), flash
+  attention for a hybrid (its varlen path flattens the batch into one row, along which state-space layers would
+  carry state), and one whose load fails with an attention-backend error. The caller then probes the encoderized
+  model where it trains and excludes a backend that fails (`cpt.encoderize_where_it_trains`). An explicit backend is
+  taken as asked; one the architecture lacks is a one-line error, never blamed on the model's location.
 - A load that fails on a local folder is explained from the folder itself (`local_folder_problem`): missing or corrupt
-  config.json, missing or corrupt tokenizer files, missing or corrupt weights, each named by file, rather than from
-  whatever exception transformers happened to raise.
+  config.json (or one naming no model type transformers knows), missing or corrupt tokenizer files, missing or
+  corrupt weights (safetensors or pytorch_model.bin), each named by file, rather than from whatever exception
+  transformers happened to raise. A missing path, or a Hub id not in the cache with HF_HUB_OFFLINE set, is "not
+  found".
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import pickle
 import re
 import struct
 from dataclasses import KW_ONLY, dataclass
@@ -29,8 +33,10 @@ from pathlib import Path
 
 from hf_encoderize.errors import EncoderizeError
 
-# Errors a load can raise for a bad source (safetensors' own error is neither an OSError nor a ValueError).
-_LOAD_ERRORS = (OSError, ValueError, KeyError, RuntimeError, EOFError, TypeError, AttributeError, ImportError)
+# Errors a load can raise for a bad source (safetensors' own error is neither an OSError nor a ValueError; torch.load
+# of a garbage pytorch_model.bin raises pickle's UnpicklingError).
+_LOAD_ERRORS = (OSError, ValueError, KeyError, RuntimeError, EOFError, TypeError, AttributeError, ImportError,
+                pickle.UnpicklingError)
 _TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model", "tokenizer_config.json",
 )
@@ -52,7 +58,9 @@ _HYBRID_TYPES = {
     "jamba", "zamba", "zamba2", "bamba", "falcon_h1", "granitemoehybrid", "nemotron_h", "lfm2", "lfm2_moe",
     "qwen3_next", "recurrent_gemma", "plamo2", "minimax", "olmo_hybrid", "qwen3_5", "qwen3_5_moe", "kimi_linear",
 }  # fmt: skip
-_NON_ATTENTION_LAYER_TYPES = ("mamba", "linear", "conv", "recurrent", "ssm", "mlstm", "rwkv", "deltanet")
+# "hybrid" is transformers' layer type for attention plus a linear-attention/convolution state (Inkling, ZAYA), and
+# the substring also covers "hybrid_sliding".
+_NON_ATTENTION_LAYER_TYPES = ("mamba", "linear", "conv", "recurrent", "ssm", "mlstm", "rwkv", "deltanet", "hybrid")
 # A config holding a text sub-config (or vision/audio ones) wraps a text decoder inside a multimodal model.
 _MULTIMODAL_SUBCONFIGS = ("vision_config", "audio_config", "speech_config", "vq_config", "image_config")
 
@@ -160,7 +168,26 @@ def _load_error_message(cfg: LoadConfig, err: Exception) -> str:
         return f"model folder {cfg.source!r} not found (the path does not exist); check the path"
     if os.path.isdir(cfg.source):
         return local_folder_problem(Path(cfg.source)) or f"cannot load the local model folder {cfg.source!r}: {text}"
+    if isinstance(err, OSError) and _hub_offline() and not _in_hub_cache(cfg):
+        return (f"model {cfg.source!r} not found: no local folder of that name, and the Hub id is not in the local "
+                "cache while HF_HUB_OFFLINE is set; check the name, or unset HF_HUB_OFFLINE to download it")
     return f"cannot load {cfg.source!r}: not a local model folder or a reachable Hub model id ({text})"
+
+
+def _hub_offline() -> bool:
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def _in_hub_cache(cfg: LoadConfig) -> bool:
+    """Whether the Hub cache holds the model's config.json (then a failure is not a missing model)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(cfg.source, "config.json", revision=cfg.revision), str)
+    except ValueError:  # not a valid repo id (HFValidationError)
+        return False
 
 
 def _safetensor_error() -> type[Exception]:
@@ -181,6 +208,9 @@ def local_folder_problem(folder: Path) -> str | None:
     problem = _json_problem(folder / "config.json", must_be_object=True)
     if problem:
         return f"corrupt config.json in {where!r} ({problem}); re-download or re-save the model"
+    problem = _model_type_problem(folder / "config.json", where)
+    if problem:
+        return problem
     for name in _JSON_TOKENIZER_FILES:
         problem = (folder / name).is_file() and _json_problem(folder / name, must_be_object=name != "vocab.json")
         if problem:
@@ -191,8 +221,8 @@ def local_folder_problem(folder: Path) -> str | None:
     weights = sorted(folder.glob("*.safetensors")) + sorted(folder.glob("pytorch_model*.bin"))
     if not weights:
         return f"no weights file (model.safetensors or pytorch_model.bin) in {where!r}; re-download or re-save it"
-    for path in (w for w in weights if w.suffix == ".safetensors"):
-        problem = _safetensors_problem(path)
+    for path in weights:
+        problem = _safetensors_problem(path) if path.suffix == ".safetensors" else _pickle_problem(path)
         if problem:
             return f"corrupt weights (file {path.name}: {problem}) in {where!r}; re-download or re-save the model"
     return None
@@ -206,6 +236,36 @@ def _json_problem(path: Path, *, must_be_object: bool) -> str | None:
     if must_be_object and not isinstance(value, dict):
         return f"holds a JSON {type(value).__name__}, not an object"
     return None
+
+
+def _model_type_problem(path: Path, where: str) -> str | None:
+    """A config.json that is valid JSON but names no architecture transformers knows (remote code aside)."""
+    from transformers import CONFIG_MAPPING
+
+    config = json.loads(path.read_bytes())
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        return f"corrupt config.json in {where!r} (no model_type); re-download or re-save the model"
+    if model_type not in CONFIG_MAPPING and not config.get("auto_map"):
+        import transformers
+
+        return (f"config.json in {where!r} names model_type {model_type!r}, which transformers "
+                f"{transformers.__version__} does not know; upgrade transformers (pip install -U transformers)")
+    return None
+
+
+def _pickle_problem(path: Path) -> str | None:
+    """`torch.save` writes a zip archive; anything else (a truncated download, an HTML error page) is not one."""
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        return "not a PyTorch checkpoint archive (truncated or not a torch.save file)"
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError) as err:
+        return f"unreadable archive ({err})"
+    return f"damaged member {bad!r}" if bad else None
 
 
 def _safetensors_problem(path: Path) -> str | None:
@@ -404,8 +464,12 @@ def backend_plan(config, requested: str, trust_remote_code: bool = False, dtype=
     """The backends to try in order, each with why it is skipped (None: try it). An explicit backend is the only one;
     one the architecture's class does not support raises a one-line `EncoderizeError`. Checked on the class, before
     any weight is read."""
-    unsupported = _class_skips(config, trust_remote_code)
+    unsupported = {**_class_skips(config, trust_remote_code), **_hybrid_skips(config)}
     if requested != "auto":
+        if requested in _hybrid_skips(config):
+            picks = next(b for b, why in backend_plan(config, "auto", trust_remote_code, dtype) if why is None)
+            raise EncoderizeError(f"--attn-implementation {requested} cannot train {config.model_type}: "
+                                  f"{_hybrid_skips(config)[requested]}; use --attn-implementation auto (picks {picks})")
         if requested in unsupported:
             picks = next(b for b, why in backend_plan(config, "auto", trust_remote_code, dtype) if why is None)
             model_class = _causal_lm_class(config, trust_remote_code).__name__
@@ -432,6 +496,16 @@ def _class_skips(config, trust_remote_code: bool) -> dict[str, str]:
         return {}
     return {backend: f"{model_class.__name__} does not support it" for backend, flag in _SUPPORT_FLAGS.items()
             if not getattr(model_class, flag, False)}
+
+
+def _hybrid_skips(config) -> dict[str, str]:
+    """Flash attention for a hybrid: its varlen kernel gets the batch flattened into one row
+    (`isolation.packed_forward`), and state-space layers would carry state along it, from one row's document into the
+    next row's, packed or padded."""
+    if classify_config(config) != HYBRID:
+        return {}
+    why = "the batch is flattened into one row for it, and the state-space layers would carry state along it"
+    return {backend: why for backend in ("flash_attention_2", "flash_attention_3")}
 
 
 def _causal_lm_class(config, trust_remote_code: bool):

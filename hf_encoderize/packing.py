@@ -3,7 +3,8 @@
 Design choices:
 - Every document gets EOS appended and is packed into rows of `seq_len` tokens with per-document ids (-1 on padding),
   so the attention can keep documents apart (that part is `isolation`). A document longer than what is left in a row
-  continues in the next row as a new segment. `pack=False` pads one document per row instead (truncated).
+  continues in the next row as a new segment. `pack=False` pads one document per row instead (truncated): for
+  `--no-pack`, and for hybrids whose state-space layers would carry state from one packed document into the next.
 - The packer's state (documents consumed, tokens carried over) is a small dict. `Packer` exposes it through
   `state_dict`/`load_state_dict`, so the training engine registers it with Accelerate's checkpointing next to the
   scheduler, and a resumed run continues from exactly the same token.
@@ -48,6 +49,12 @@ class Packer:
     [([0, 1, 3, 2], [0, 0, 0, 1]), ([3, 1, 1, 2], [0, 1, 1, 1]), ([3, 4, 4, 4], [0, -1, -1, -1])]
     >>> packer.state_dict()
     {'documents': 3, 'carry': [], 'carry_doc': []}
+
+    `pack=False` pads one document per row instead, truncated to `seq_len` (the padding gets document id -1, so it is
+    never masked or labelled, and attention keeps it apart from the document):
+
+    >>> list(Packer(tokenizer, seq_len=4, pack=False).rows(iter(["a b", "c b b c"]), flush=True))
+    [([0, 1, 3, 4], [0, 0, 0, -1]), ([2, 1, 1, 2], [0, 0, 0, 0])]
     """
 
     tokenizer: object

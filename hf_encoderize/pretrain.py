@@ -18,6 +18,7 @@ Before anything is built, the training memory is estimated from the config and a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import KW_ONLY, asdict, dataclass
@@ -242,6 +243,7 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
     """Pretrain from scratch through `spec.schedule`'s phases and save the encoder. Returns a summary (the run folder,
     losses, the phases, the final held-out MLM loss and masked accuracy, wall time)."""
     train = resolve_grad_accum(train, data.seq_len)
+    data = dataclasses.replace(data, pack=data.pack is not False)  # decoders only: packed unless --no-pack
     phases = parse_schedule(spec.schedule, train.steps)
     config = model_config_from(spec.model_config)
     _check_seq_len(config, data)
@@ -300,7 +302,7 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
                "phases": [p.to_dict() for p in phases]}
     weights = gather_weights(run)  # every process: FSDP2/ZeRO-3 gather their shards here
     if accelerator.is_main_process:
-        report = _report(model, counts, tokens)
+        report = _report(model, counts, tokens, data.pack)
         record.update(command="pretrain", encoderize={**report.to_dict(), **report.tokens},
                       num_processes=accelerator.num_processes, hardware=hardware_facts(accelerator),
                       wall_time_s=round(summary["wall_time_s"], 2), eval_loss=summary.get("eval_loss"),
@@ -357,12 +359,12 @@ def _load_tokenizer(name: str):
     return tokenizer
 
 
-def _report(model, counts: tuple[int, int], tokens):
+def _report(model, counts: tuple[int, int], tokens, pack: bool):
     """The switch, for the run record and the encoder's config (what `encoderize` reports for cpt)."""
-    from hf_encoderize.bidirectional import EncoderizeReport
+    from hf_encoderize.bidirectional import PACKED, EncoderizeReport
 
     return EncoderizeReport(model.config.model_type, model.config._attn_implementation, True, counts[0], counts[1],
-                            asdict(tokens))
+                            asdict(tokens), packing=PACKED if pack else "padded rows: --no-pack")
 
 
 def _at_switch(run, monitor, step: int) -> None:

@@ -19,7 +19,9 @@ Design choices:
   labelled positions and the packed-attention boundaries on the host and pins the tensors, which are copied with
   `non_blocking=True`. Metrics stay on the device and are read once per `log_every` steps.
 - Packed rows keep documents isolated (`isolation.packed_forward`) and the LM head runs only on labelled positions,
-  through a fused linear + cross-entropy (`loss.mlm_loss`).
+  through a fused linear + cross-entropy (`loss.mlm_loss`). Padded rows (`--no-pack`, or a hybrid whose state-space
+  layers would carry state across packed documents) take the same path: one document per row, the padding its own
+  attention block and never labelled.
 - The row stream's position (every lane's) is registered for checkpointing next to the scheduler
   (`checkpoints.register_state`, saved as JSON rather than pickled), so `checkpoints.save_checkpoint(accelerator,
   folder, step)` saves everything and a resumed run continues token for token. Masking needs no state.
@@ -284,7 +286,8 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
     embeddings = model.get_input_embeddings().weight
     vocab_size = getattr(embeddings, "ds_shape", embeddings.shape)[0]  # ZeRO-3 partitions report an empty shape
     masker = Masker.for_tokenizer(tokenizer, masking, vocab_size, seed=train.seed)  # stateless: seeds per row
-    stream = LaneStream(tokenizer, data.seq_len, data.pack, documents, data.eval_documents,
+    pack = data.pack is not False  # None (not decided by a recipe) packs, the default
+    stream = LaneStream(tokenizer, data.seq_len, pack, documents, data.eval_documents,
                         lanes=my_lanes(train, accelerator.num_processes, accelerator.process_index),
                         total_lanes=train.batch_size * accelerator.num_processes * train.grad_accum)
     backend = model.config._attn_implementation
@@ -298,7 +301,7 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
     # the scheduler is stepped once per optimizer step, by us, so it is not prepared either.
     for name, stateful in (("scheduler", scheduler), ("rows", rows)):
         register_state(accelerator, name, stateful)
-    held_out = held_out_batches(documents, Packer(tokenizer, data.seq_len, data.pack), data.eval_documents,
+    held_out = held_out_batches(documents, Packer(tokenizer, data.seq_len, pack), data.eval_documents,
                                 data.eval_max_rows, train.batch_size)
     return Run(accelerator, objective, optimizer, scheduler, rows, masker, tokenizer, held_out, train,
                Path(output_dir))
@@ -497,6 +500,7 @@ def save_run(model, tokenizer, output_dir: Path, record: dict, state_dict: dict 
     report = record["encoderize"]
     metadata = {**{k: report[k] for k in ("model_type", "attn_implementation", "config_switch", "modules_patched",
                                           "causal_buffers_replaced", "tokens")},
+                "packing": report.get("packing", "packed"),
                 "base_model": record["base_model"], "objective": record["objective"],
                 "mask_ratio": record["mask_ratio"], "steps": record["steps"],
                 "lora_r": (record.get("lora") or {}).get("r", 0)}

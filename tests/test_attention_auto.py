@@ -6,6 +6,7 @@ one line, not a load error.
 behind `auto`'s CPU candidates (`loading.py`)."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -77,11 +78,33 @@ def test_auto_encoderizes_a_model_without_sdpa_with_eager(gptj_dir):
     assert verify_bidirectional(model, pad_token_id=tokenizer.pad_token_id).passed
 
 
-def test_convert_by_default_works_on_a_model_without_sdpa(gptj_dir, tmp_path):
+@pytest.fixture(scope="module")
+def bloom_dir(tmp_path_factory):
+    """A tiny BLOOM: no sdpa kernel either, and ALiBi instead of positions."""
+    path = tmp_path_factory.mktemp("models") / "tiny-bloom"
+    make_decoder("bloom", "eager", n_embd=32, n_layer=2, n_head=4).save_pretrained(path)
+    make_tokenizer().save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize(("folder", "model_class"), [("gptj_dir", "GPTJForCausalLM"),
+                                                     ("bloom_dir", "BloomForCausalLM")])
+def test_the_cli_default_converts_and_trains_a_model_without_sdpa(folder, model_class, request, tmp_path):
+    source = str(request.getfixturevalue(folder))
     out = tmp_path / "encoder"
-    assert main(["convert", str(gptj_dir), str(out)]) == 0
+    assert main(["convert", source, str(out)]) == 0
     config = json.loads((out / "config.json").read_text())
     assert config["is_causal"] is False and config["hf_encoderize"]["attn_implementation"] == "eager"
+    assert {"backend": "sdpa", "skipped": f"{model_class} does not support it"} in \
+        config["hf_encoderize"]["attn_candidates"]
+    corpus = write_corpus(tmp_path / "docs.jsonl", 40, lambda i: 5 + i % 11)
+    assert main(["cpt", source, "--data-files", str(corpus), "--seq-len", "32", "--batch-size", "2", "--steps", "2",
+                 "--eval-documents", "4", "--eval-every", "0", "--no-progress", "--output-dir",
+                 str(tmp_path / "run")]) == 0
+    record = json.loads((tmp_path / "run" / "run_record.json").read_text())
+    assert record["encoderize"]["attn_implementation"] == "eager" and record["encoderize"]["packing"] == "packed"
+    assert record["encoderize"]["attn_candidates"][-1] == {"backend": "eager", "skipped": None}
+    assert all(math.isfinite(loss) for loss in (record["final_train_loss"], record["eval_loss"]))
 
 
 def test_an_explicit_backend_the_architecture_lacks_is_one_line(gptj_dir, tmp_path, capsys):
