@@ -42,7 +42,7 @@ def test_help_lists_eval_and_compare(capsys):
 def test_eval_on_the_real_loaders_through_the_cli(decoder_dir, tmp_path, capsys):
     """One real dataset per family, read from fixture files in the Hub schema, fine-tuned for two steps."""
     argv = ["eval", str(decoder_dir), "--profile", "quick", "--datasets", "sst2,conll2003,squad_v2,nq",
-            "--data-dir", FIXTURES, "--output-dir", str(tmp_path), *TINY]
+            "--data-dir", FIXTURES, "--dataset-source", "original", "--output-dir", str(tmp_path), *TINY]
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert "| sst2 | accuracy |" in captured.out and "| nq | ndcg@10 |" in captured.out
@@ -86,8 +86,8 @@ def test_a_model_that_cannot_be_loaded_is_one_line(tmp_path, capsys):
 
     BertModel(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                          intermediate_size=32)).save_pretrained(encoder)
-    assert "--causal is for decoders" in _error(capsys, ["eval", str(encoder), "--profile", "smoke", "--causal",
-                                                        "--output-dir", str(tmp_path)])
+    message = _error(capsys, ["eval", str(encoder), "--profile", "smoke", "--causal", "--output-dir", str(tmp_path)])
+    assert "--causal keeps a decoder's causal mask" in message and "an ablation" in message
 
 
 def test_another_protocol_never_overwrites_finished_runs(decoder_dir, tmp_path, capsys):

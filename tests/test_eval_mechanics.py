@@ -252,7 +252,7 @@ def test_nq_and_mldr_share_the_ms_marco_runs_and_score_as_if_trained_alone(decod
     calls, real = [], base.finetune
     monkeypatch.setattr(base, "finetune", lambda *args, **kwargs: calls.append(kwargs["lr"]) or real(*args, **kwargs))
     settings = dict(profile="quick", lrs="1e-4,5e-4", seeds="0", max_steps=2, batch_size=4, max_length=32,
-                    data_dir=fixtures, device="cpu")
+                    data_dir=fixtures, dataset_source="original", device="cpu")
     lines = []
     shared = evaluate(LoadConfig(str(decoder_dir)),
                       EvalConfig(datasets="msmarco,nq,mldr", output_dir=str(tmp_path / "a"), **settings),

@@ -5,7 +5,9 @@ Design choices:
   a native encoder (BERT, ModernBERT, MiniLM) through `AutoModel`; a decoder, loaded with `loading.load_decoder` (Hub
   id, folder, GGUF) and made bidirectional with `bidirectional.encoderize` (a folder from `cpt`/`convert` already has
   `is_causal: false`; the patch is then a no-op that also covers flash attention); or a decoder kept causal
-  (`causal=True`, the paper's CLM rows). Only the backbone (`LlamaModel` inside `LlamaForCausalLM`) is kept.
+  (`causal=True`), an ablation outside the paper's protocol: section 2 fine-tunes every model, CLM-pretrained ones
+  included, with bidirectional attention, so the paper's CLM results are the bidirectional default here. Only the
+  backbone (`LlamaModel` inside `LlamaForCausalLM`) is kept.
 - The pretrained weights are loaded from disk once. A CPU copy of the state dict restores them before each run
   (`Backbone.fresh()`), so a 30-run grid reads the checkpoint once.
 - Weights are kept in float32 (`dtype="auto"` means float32 here) and the forward pass runs under bf16 autocast on a
@@ -88,7 +90,8 @@ def load_backbone(load: LoadConfig, *, causal: bool = False, device: str = "auto
                           trust_remote_code=load.trust_remote_code)
     if is_native_encoder(load):
         if causal:
-            raise EncoderizeError(f"{load.source!r} is an encoder; --causal is for decoders (the paper's CLM rows)")
+            raise EncoderizeError(f"{load.source!r} is an encoder; --causal keeps a decoder's causal mask during "
+                                  "fine-tuning (an ablation; the paper fine-tunes every model bidirectionally)")
         model, tokenizer = _load_encoder(load)
         mode = "bidirectional"
     else:

@@ -3,6 +3,10 @@
 Defaults follow the paper (section 2, "Fine-tuning protocol"): learning rates 1e-5, 2e-5, 5e-5, 1e-4, 2e-4 and 5e-4,
 five seeds, batch size 32, at most 1,000 steps or one epoch (whichever comes first), 10% warmup then linear decay,
 learning rate chosen on validation. Three profiles set the grid; every knob can be overridden by its flag.
+
+Where the paper is silent we follow the authors' evaluation code (EncodEval, branch MLM_vs_CLM): the AdamW settings
+(configs/*/*.yaml) and, in the paper profile, the input length: the model's own limit, 0.99 x its positions
+(encodeval/eval_tasks/abstract_eval.py: `max_length` unset in every config, then `round(0.99 * max_length)`).
 """
 
 from __future__ import annotations
@@ -10,14 +14,17 @@ from __future__ import annotations
 from dataclasses import KW_ONLY, dataclass
 
 from hf_encoderize.errors import EncoderizeError
-from hf_encoderize.evaluation.loaders import DATASETS, REAL, SYNTHETIC, TASKS
+from hf_encoderize.evaluation.loaders import DATASETS, REAL, SOURCES, SYNTHETIC, TASKS
 from hf_encoderize.validation import check_number
 
 PAPER_LRS = (1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4)  # section 2, "Fine-tuning protocol"
+MODEL_LIMIT_FRACTION = 0.99  # EncodEval abstract_eval.py: `round(0.99 * max_length)`, "Apply 1% buffer"
 PROFILES = {
+    # max_length None: the model's limit, round(0.99 x positions), for every task (the authors' EncodEval).
     "paper": dict(datasets=tuple(s.name for s in REAL), lrs=PAPER_LRS, seeds=(0, 1, 2, 3, 4), max_steps=1000,
-                  batch_size=32, max_length=512, max_eval_examples=None),
-    # One mid-grid learning rate, one seed, a fifth of the steps and capped evaluation sets.
+                  batch_size=32, max_length=None, max_eval_examples=None),
+    # One mid-grid learning rate, one seed, a fifth of the steps, capped evaluation sets, and a shorter input length
+    # than the paper's (512 tokens; 2,048 for MLDR, the long-document set): a quick look, not the paper's protocol.
     "quick": dict(datasets=tuple(s.name for s in REAL), lrs=(5e-5,), seeds=(0,), max_steps=200, batch_size=32,
                   max_length=512, max_eval_examples=2000),
     # Offline synthetic sets sized for CI on two CPU cores (about a minute of CPU for MiniLM, all four families).
@@ -37,7 +44,8 @@ class Grid:
     seeds: tuple[int, ...]
     max_steps: int
     batch_size: int
-    max_length: int
+    max_length: int | None
+    """None: the model's limit, round(0.99 x its positions) (paper profile)."""
     max_eval_examples: int | None
 
     @property
@@ -78,8 +86,18 @@ class EvalConfig:
     warmup_ratio: float = 0.1
     """Fraction of steps with linear warmup, then linear decay to 0 (paper: 10%)."""
     max_length: int | None = None
-    """Most tokens per input (default 512; smoke 64; capped at the model's positions). QA splits longer contexts
-    into strided windows."""
+    """Most tokens per input, capped at the model's positions (paper profile: the model's limit, round(0.99 x its
+    positions), as the authors' EncodEval; quick: 512, 2,048 for MLDR; smoke: 64). QA splits longer contexts into
+    strided windows."""
+    adam_beta1: float = 0.9
+    """AdamW beta1 (the authors' EncodEval configs; the paper names no optimiser settings)."""
+    adam_beta2: float = 0.95
+    """AdamW beta2 (the authors' EncodEval configs: 0.95)."""
+    adam_epsilon: float = 1e-5
+    """AdamW epsilon (the authors' EncodEval configs: 1e-5)."""
+    weight_decay: float = 0.1
+    """AdamW weight decay, not applied to biases and norm weights (the authors' EncodEval configs: 0.1, through
+    transformers' Trainer, which exempts those)."""
     qa_stride: int = 128
     """Tokens shared by consecutive QA windows of a long context."""
     max_eval_examples: int | None = None
@@ -91,8 +109,12 @@ class EvalConfig:
     data_dir: str | None = None
     """Local copies of the datasets: DIR/<dataset>/<split>.parquet or .jsonl in the Hub schema, used instead of the
     Hub."""
+    dataset_source: str = "authors"
+    """authors (the Hub copies the authors' EncodEval loads: hgissbkh/conll2003-en, BeIR/msmarco, ...) or original
+    (the upstream repos: eriktks/conll2003, microsoft/ms_marco, Tevatron/wikipedia-nq, Shitao/MLDR, ...)."""
     causal: bool = False
-    """Keep a decoder causal (the paper's CLM rows) instead of making it bidirectional."""
+    """Fine-tune a decoder with its causal mask kept, an ablation outside the paper's protocol: the paper fine-tunes
+    every model, CLM-pretrained ones included, with bidirectional attention (section 2, "Fine-tuning protocol")."""
     device: str = "auto"
     """auto (GPU when there is one), cpu, cuda or cuda:N."""
 
@@ -100,6 +122,12 @@ class EvalConfig:
         if self.profile not in PROFILES:
             raise EncoderizeError(f"unknown profile {self.profile!r}; choose paper, quick or smoke")
         check_number("--warmup-ratio", self.warmup_ratio, minimum=0, below=1)
+        if self.dataset_source not in SOURCES:
+            raise EncoderizeError(f"unknown --dataset-source {self.dataset_source!r}; choose {' or '.join(SOURCES)}")
+        for name in ("adam_beta1", "adam_beta2"):
+            check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=0, below=1)
+        check_number("--adam-epsilon", self.adam_epsilon, above=0)
+        check_number("--weight-decay", self.weight_decay, minimum=0)
         for name in ("max_steps", "batch_size", "max_length", "max_eval_examples", "qa_stride"):
             check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=1, integer=True)
         for lr in self.grid().lrs:  # also refuses an unknown task/dataset or an empty grid before anything loads
@@ -132,7 +160,7 @@ class EvalConfig:
         cap = self.max_eval_examples or defaults["max_eval_examples"]
         return Grid(datasets=tuple(names), lrs=tuple(sorted(dict.fromkeys(lrs))), seeds=tuple(dict.fromkeys(seeds)),
                     max_steps=int(self.max_steps or defaults["max_steps"]), batch_size=batch_size,
-                    max_length=int(self.max_length or defaults["max_length"]),
+                    max_length=int(self.max_length or defaults["max_length"] or 0) or None,
                     max_eval_examples=int(cap) if cap else None)
 
     @staticmethod
@@ -152,11 +180,29 @@ class EvalConfig:
             "lrs": [lr_key(lr) for lr in grid.lrs], "seeds": list(grid.seeds), "batch_size": grid.batch_size,
             "max_steps": grid.max_steps, "warmup_ratio": float(self.warmup_ratio),
             "selection": "learning rate with the best validation mean over seeds; test mean and 95% CI over seeds",
-            "schedule": "linear warmup then linear decay; AdamW, no weight decay, gradient clipping 1.0",
-            "epochs": "at most one", "max_length": grid.max_length, "qa_stride": int(self.qa_stride),
+            "schedule": "linear warmup then linear decay; gradient clipping 1.0",
+            "optimizer": {"name": "AdamW", "betas": [float(self.adam_beta1), float(self.adam_beta2)],
+                          "eps": float(self.adam_epsilon), "weight_decay": float(self.weight_decay),
+                          "no_decay": "biases and norm weights"},
+            "dataset_source": self.dataset_source,
+            "epochs": "at most one", "max_length": grid.max_length or "model limit (0.99 x positions)",
+            "qa_stride": int(self.qa_stride),
             "max_eval_examples": grid.max_eval_examples,
             "synthetic_sizes": SMOKE_SIZES if self.profile == "smoke" else None,
         }
+
+
+    def adamw(self):
+        """The AdamW settings of every fine-tuning run."""
+        from hf_encoderize.evaluation.base import AdamWSettings
+
+        return AdamWSettings(betas=(float(self.adam_beta1), float(self.adam_beta2)), eps=float(self.adam_epsilon),
+                             weight_decay=float(self.weight_decay))
+
+
+def model_limit(max_positions: int) -> int:
+    """The paper profile's input length: round(0.99 x the model's positions), as EncodEval's abstract_eval.py."""
+    return max(1, round(MODEL_LIMIT_FRACTION * max_positions))
 
 
 def lr_key(lr: float) -> str:

@@ -21,14 +21,14 @@ from pathlib import Path
 import torch
 
 from hf_encoderize.errors import EncoderizeError
-from hf_encoderize.evaluation.config import SMOKE_SIZES, EvalConfig, lr_key
-from hf_encoderize.evaluation.loaders import DATASETS, DatasetSpec, load_splits
+from hf_encoderize.evaluation.config import SMOKE_SIZES, EvalConfig, lr_key, model_limit
+from hf_encoderize.evaluation.loaders import DatasetSpec, dataset_spec, load_splits
 from hf_encoderize.files import write_json_atomic
 from hf_encoderize.loading import LoadConfig
 
 # Protocol keys that must match for a finished run to count as part of this grid.
 FINGERPRINT_KEYS = ("batch_size", "max_steps", "warmup_ratio", "max_length", "qa_stride", "max_eval_examples",
-                    "synthetic_sizes")
+                    "synthetic_sizes", "optimizer", "dataset_source")
 
 
 def task_class(task: str):
@@ -83,7 +83,7 @@ def evaluate(load: LoadConfig, cfg: EvalConfig, *, progress: Callable[[str], Non
     name = cfg.name or model_name(load, cfg.causal)
     results_dir = Path(cfg.output_dir) / name
     expected = fingerprint(load, cfg)
-    specs = [DATASETS[n] for n in grid.datasets]
+    specs = [dataset_spec(n, cfg.dataset_source) for n in grid.datasets]
     pending = {spec.name: [(lr, seed) for lr in grid.lrs for seed in grid.seeds
                            if not is_finished(run_dir(results_dir, spec, lr, seed), expected)] for spec in specs}
     sizes = SMOKE_SIZES if cfg.profile == "smoke" else None
@@ -130,12 +130,24 @@ def evaluate(load: LoadConfig, cfg: EvalConfig, *, progress: Callable[[str], Non
 
 def _prepare(spec: DatasetSpec, backbone, cfg: EvalConfig, splits: dict, progress):
     """Tokenise the dataset once for all its runs."""
-    length = min(cfg.max_length or spec.max_length or cfg.grid().max_length, backbone.max_positions)
+    length = input_length(cfg, spec, backbone.max_positions)
     task = task_class(spec.task)(spec, backbone.tokenizer, length, qa_stride=int(cfg.qa_stride))
     started = time.perf_counter()
     prepared = task.prepare(splits)
     progress(f"tokenised {spec.name} once for all runs (max length {length}, {time.perf_counter() - started:.1f} s)")
     return task, prepared
+
+
+def input_length(cfg: EvalConfig, spec: DatasetSpec, max_positions: int) -> int:
+    """Tokens per input: --max-length if given; else the profile's (quick: 512, or the dataset's own longer length,
+    2,048 for MLDR); else (paper profile) the model's limit, round(0.99 x positions), for every task, as the authors'
+    EncodEval (abstract_eval.py). Never more than the model's positions."""
+    profile_length = cfg.grid().max_length
+    if cfg.max_length:
+        return min(int(cfg.max_length), max_positions)
+    if profile_length is None:
+        return model_limit(max_positions)
+    return min(max(profile_length, spec.max_length or 0), max_positions)
 
 
 def training_groups(specs: list[DatasetSpec]) -> list[list[DatasetSpec]]:
@@ -159,7 +171,7 @@ def run_shared(task, backbone, train, targets: list[tuple], *, lr: float, seed: 
     head = task.make_head(backbone.hidden_size)
     started = time.perf_counter()
     facts = finetune(task, backbone, head, train, lr=lr, seed=seed, max_steps=grid.max_steps,
-                     batch_size=grid.batch_size, warmup_ratio=float(cfg.warmup_ratio))
+                     batch_size=grid.batch_size, warmup_ratio=float(cfg.warmup_ratio), adamw=cfg.adamw())
     train_time = time.perf_counter() - started
     records = []
     for target, prepared in targets:

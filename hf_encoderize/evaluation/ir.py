@@ -2,8 +2,9 @@
 with InfoNCE on in-batch negatives, through sentence-transformers' `MultipleNegativesRankingLoss`.
 
 Scored with NDCG@10 (graded, linear gains as in pytrec_eval/BEIR), plus MRR@10 and recall@100 (relevant means grade
-above 0). The corpus is the union of the evaluated queries' labelled documents (Appendix B); queries with no relevant
-document are skipped.
+above 0). The corpus is the union of the evaluated queries' labelled documents (Appendix B), or, for the authors' IR
+sets, the judged documents of both evaluation splits together, as EncodEval's loaders build it (`corpus` from
+`loaders.load_splits`); queries with no relevant document are skipped.
 """
 
 from __future__ import annotations
@@ -54,12 +55,13 @@ class Retrieval(Task):
         queries, docs = self._ids([row["query"] for row in rows]), self._ids(positives)
         return [{"query": q, "doc": d} for q, d in zip(queries, docs, strict=True)]
 
-    def eval_set(self, rows: list[dict]) -> dict:
-        """Queries with a relevant document, the corpus of all their labelled documents, and the grades."""
+    def eval_set(self, rows: list[dict], corpus_rows: list[dict] | None = None) -> dict:
+        """Queries with a relevant document, the corpus (`corpus_rows`, else all their labelled documents), and the
+        grades."""
         rows = [row for row in rows if any(doc["grade"] > 0 for doc in row["docs"])]
         if not rows:
             raise EncoderizeError(f"{self.spec.name}: no evaluation query has a relevant document; check the data")
-        corpus = {}
+        corpus = {doc["id"]: doc["text"] for doc in corpus_rows or ()}
         for row in rows:
             for doc in row["docs"]:
                 corpus.setdefault(doc["id"], doc["text"])
@@ -68,7 +70,9 @@ class Retrieval(Task):
                 "grades": [{doc["id"]: max(doc["grade"], 0) for doc in row["docs"]} for row in rows]}
 
     def prepare(self, splits: dict[str, list[dict]]) -> Prepared:
-        return Prepared(self.pairs(splits["train"]), self.eval_set(splits["validation"]), self.eval_set(splits["test"]))
+        corpus = splits.get("corpus")
+        return Prepared(self.pairs(splits["train"]), self.eval_set(splits["validation"], corpus),
+                        self.eval_set(splits["test"], corpus))
 
     def make_head(self, hidden_size: int) -> torch.nn.Module:
         return torch.nn.ModuleList()  # no head: the pooled embedding is the output

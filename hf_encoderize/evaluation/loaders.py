@@ -3,14 +3,26 @@
 Design choices:
 - One `DatasetSpec` per dataset: where it lives on the Hub, which splits to read, and a converter from the Hub row
   schema to the canonical row the task family reads. Converters are plain functions, tested on fixture files that
-  have exactly the Hub schema (tests/fixtures/eval/).
-- Splits follow the issue: the Hub train split is split 95/5 into train and validation with a fixed seed (the same
-  for every run), and the original validation split serves as the test set.
-- IR: MS MARCO trains and is evaluated; NQ and MLDR are evaluated only, after training on MS MARCO (Appendix B).
-  Each query carries its labelled documents (positives and negatives); the evaluation corpus is the union of the
-  labelled documents, as the paper does, which makes scores far easier than full-corpus BEIR/MTEB.
+  have exactly the Hub schema (tests/fixtures/eval/ and the authors' schemas built in tests/test_eval_loaders.py).
+- Two source sets. `authors` (the default) reads the Hub copies the authors' evaluation code loads (EncodEval, branch
+  MLM_vs_CLM, encodeval/datasets.py): nyu-mll/glue, hgissbkh/conll2003-en, hgissbkh/ontonotes5, hgissbkh/uner_en,
+  rajpurkar/squad(_v2), hgissbkh/record, hgissbkh/msmarco-pairs (IR training), BeIR/msmarco(-qrels), BeIR/nq(-qrels),
+  hgissbkh/mldr-en, with their input templates ("Premise: ...\nHypothesis: ...", "Query: ", "Document: ").
+  `original` (`--dataset-source original`) reads the upstream repos this package used first.
+- Splits (Appendix B): where the test set is not public (SC, QA) the Hub train split is split 95/5 into train and
+  validation, as EncodEval's `train_test_split(train_size=0.95, seed=42)` (same indices), and the original validation
+  split is the test set. TC (CoNLL, OntoNotes, UNER) has public test splits: trained on train, learning rate chosen on
+  validation, scored on test (EncodEval's TC loaders keep the three splits).
+- IR: MS MARCO trains; NQ and MLDR are evaluated after MS MARCO training (section 2). MS MARCO: validation is BeIR's
+  dev qrels, test BeIR's test qrels (TREC DL 2019). NQ has one judged split, so its queries are halved at random
+  (fixed seed here; EncodEval's `nq()` samples half for validation), and the learning rate is chosen on NQ's half.
+  MLDR: dev and test. The corpus is the union of the judged documents of both evaluation splits, as EncodEval's loaders
+  build it (Appendix B: "we restrict the corpus to labeled documents only"); a document is relevant when its qrels
+  score is at least 1 (EncodEval: `if example["score"] >= 1`). Far easier than full-corpus BEIR/MTEB scores.
 - A local copy replaces the Hub: `--data-dir DIR` reads `DIR/<name>/<split>.parquet|.jsonl|.json` in the Hub schema
-  (e.g. `load_dataset("nyu-mll/glue", "sst2")["train"].to_parquet("DIR/sst2/train.parquet")`).
+  (e.g. `load_dataset("nyu-mll/glue", "sst2")["train"].to_parquet("DIR/sst2/train.parquet")`); the authors' IR sets
+  read `DIR/<name>/{queries,corpus,qrels_validation,qrels_test}` (BeIR) or `DIR/mldr/{dev,test,corpus}`, and MS MARCO
+  training pairs `DIR/msmarco-pairs/train`.
 - Repos that still carry a loading script (which `datasets` >= 4 no longer runs) are read from the Hub's own parquet
   export, `revision="refs/convert/parquet"`.
 """
@@ -19,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 from collections.abc import Callable
@@ -29,8 +42,9 @@ from hf_encoderize.errors import EncoderizeError
 from hf_encoderize.evaluation import synthetic
 
 PARQUET_EXPORT = "refs/convert/parquet"
-IR_NOTE = ("IR corpus restricted to the labelled documents of the evaluated queries (positives and negatives), as in "
-           "the paper (Appendix B); far easier than full-corpus BEIR/MTEB scores, which these are not comparable to")
+IR_NOTE = ("IR corpus restricted to the labelled documents (judged in the qrels) of the evaluation queries, as in "
+           "the paper (Appendix B) and the authors' loaders; far easier than full-corpus BEIR/MTEB scores, which "
+           "these are not comparable to")
 CONLL_TAGS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
 UNER_TAGS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC")
 # tner/ontonotes5 dataset/label.json (label2id), in id order.
@@ -56,15 +70,25 @@ class DatasetSpec:
     train_split: str | None = "train"
     test_split: str = "validation"
     validation_split: str | None = None
-    """A Hub split used as validation instead of 5% of train (MLDR's dev split)."""
+    """A Hub split used as validation instead of 5% of train (TC's validation, MLDR's dev); train is then whole."""
+    query_split: float | None = None
+    """Fraction of the test split's queries held out as validation (NQ, which has one judged split)."""
     files: str | None = None
     """Path of one split's raw file inside the Hub repo (`{split}` filled in), read with the generic json builder:
     for repos whose loading script `datasets` >= 4 no longer runs and whose parquet export is not guaranteed."""
+    parts: dict = field(default_factory=dict)
+    """Split or part name -> (repo, config, split, revision) where it is not `hub`/`config`/`revision` (BeIR's
+    queries, corpus and qrels live in two repos)."""
+    reader: Callable | None = None
+    """Builds the evaluation splits itself: `reader(read) -> (validation, test, corpus)`, `read(part)` giving raw rows
+    (the authors' IR sets: queries, corpus and qrels joined)."""
     train_from: str | None = None
-    """Train (and validate, unless `validation_split`) on this other dataset: NQ and MLDR train on MS MARCO."""
+    """Train on this other dataset (its own training rows): NQ and MLDR train on MS MARCO, MS MARCO on its pairs."""
+    source_set: str = "authors"
+    """`authors` (EncodEval's Hub copies) or `original` (upstream repos); `train_from` resolves in the same set."""
     label_names: tuple[str, ...] = ()
     max_length: int | None = None
-    """Longer inputs than the run's default (MLDR is the paper's long-document set)."""
+    """Longer inputs than the quick profile's 512 (MLDR is the paper's long-document set)."""
     note: str | None = None
     synthetic: Callable[..., list[dict]] | None = None
     synthetic_kwargs: dict = field(default_factory=dict)
@@ -75,7 +99,10 @@ class DatasetSpec:
             return "synthetic (generated offline)"
         if self.files:
             return f"hf://datasets/{self.hub}/{self.files}"
-        return " ".join(p for p in (self.hub, self.config, f"@{self.revision}" if self.revision else None) if p)
+        repos = dict.fromkeys([self.hub] + [part[0] for part in self.parts.values()])
+        return " + ".join(" ".join(p for p in (repo, self.config if repo == self.hub else None,
+                                                f"@{self.revision}" if self.revision and repo == self.hub else None)
+                                   if p) for repo in repos if repo)
 
 
 # ------------------------------------------------------------------------------------------------------ converters
@@ -91,19 +118,33 @@ def _sc(first: str, second: str | None) -> Callable[[dict], dict | None]:
     return convert
 
 
-def _tc(tag_column: str, id_column: str | None) -> Callable[[dict], dict | None]:
+def _sc_template(first: str, second: str, template: str) -> Callable[[dict], dict | None]:
+    """EncodEval's SC inputs (encodeval/datasets.py mnli_m, qqp): both sentences in one text, e.g.
+    "Premise: {premise}\nHypothesis: {hypothesis}", rather than a tokenizer pair."""
     def convert(row: dict) -> dict | None:
-        if not row["tokens"]:
+        if row["label"] < 0:
             return None
-        row_id = str(row[id_column]) if id_column else hashlib.sha1(" ".join(row["tokens"]).encode()).hexdigest()[:12]
-        return {"id": row_id, "tokens": list(row["tokens"]), "tags": [int(t) for t in row[tag_column]]}
+        text = template.format(row[first], row[second])
+        return {"id": str(row["idx"]), "text": text, "text_pair": None, "label": int(row["label"])}
+
+    return convert
+
+
+def _tc(tag_column: str, id_column: str | None, token_column: str = "tokens") -> Callable[[dict], dict | None]:
+    def convert(row: dict) -> dict | None:
+        tokens = row[token_column]
+        if not tokens:
+            return None
+        row_id = str(row[id_column]) if id_column else hashlib.sha1(" ".join(tokens).encode()).hexdigest()[:12]
+        return {"id": row_id, "tokens": list(tokens), "tags": [int(t) for t in row[tag_column]]}
 
     return convert
 
 
 def _squad(row: dict) -> dict:
     answers = row["answers"]
-    return {"id": row["id"], "question": row["question"], "context": row["context"],
+    row_id = row.get("id") or hashlib.sha1((row["question"] + row["context"]).encode()).hexdigest()[:16]
+    return {"id": str(row_id), "question": row["question"], "context": row["context"],
             "answers": {"text": list(answers["text"]), "answer_start": [int(s) for s in answers["answer_start"]]}}
 
 
@@ -123,6 +164,12 @@ def _record(row: dict) -> dict:
             "answers": {"text": texts, "answer_start": starts}}
 
 
+def _record_authors(row: dict) -> dict:
+    """hgissbkh/record: EncodEval's `record()` renames nothing and its QA code reads SQuAD's columns (context,
+    question, answers), so the copy is read as SQuAD; rows in SuperGLUE's schema (passage, query) are also taken."""
+    return _record(row) if "passage" in row else _squad(row)
+
+
 def _doc_id(text: str) -> str:
     # MS MARCO v1.1 passages carry no id; the same passage under two queries is one corpus document.
     return "p" + hashlib.sha1(text.encode()).hexdigest()[:16]
@@ -135,6 +182,13 @@ def _msmarco(row: dict) -> dict | None:
     return {"id": str(row["query_id"]), "query": row["query"], "docs": docs}
 
 
+def _msmarco_pairs(row: dict) -> dict:
+    """hgissbkh/msmarco-pairs (query, positive) with EncodEval's prefixes (datasets.py `msmarco_pairs`)."""
+    text = f"Document: {row['positive']}"
+    return {"id": _doc_id(row["query"]), "query": f"Query: {row['query']}",
+            "docs": [{"id": _doc_id(text), "text": text, "grade": 1}]}
+
+
 def _tevatron(row: dict) -> dict | None:
     """Tevatron-style rows (NQ, MLDR): positive and negative passages with document ids."""
     def text(passage: dict) -> str:
@@ -145,31 +199,127 @@ def _tevatron(row: dict) -> dict | None:
     return {"id": str(row["query_id"]), "query": row["query"], "docs": docs}
 
 
+def _judged_rows(queries: dict, corpus: dict, qrels: list[tuple[str, str, int]]) -> list[dict]:
+    """One canonical row per judged query; grade 1 when the qrels score is at least 1 (EncodEval), else 0."""
+    rows: dict[str, dict] = {}
+    for query_id, doc_id, score in qrels:
+        row = rows.setdefault(query_id, {"id": query_id, "query": queries[query_id], "docs": []})
+        row["docs"].append({"id": doc_id, "text": corpus[doc_id], "grade": int(score >= 1)})
+    return list(rows.values())
+
+
+def halve_queries(qrels: list[tuple], fraction: float, seed: int = 42) -> tuple[list[tuple], list[tuple]]:
+    """Split judged pairs by query: `fraction` of the (sorted) query ids, drawn with a fixed seed, go to validation.
+    EncodEval's `nq()` draws `random.sample(query_ids, round(0.5 * n))` without a seed of its own."""
+    ids = sorted({q for q, *_ in qrels})
+    held = set(random.Random(seed).sample(ids, round(fraction * len(ids))))
+    return [r for r in qrels if r[0] in held], [r for r in qrels if r[0] not in held]
+
+
+def _beir(document: Callable[[dict], str], qrel_splits: tuple[str, ...], fraction: float | None = None):
+    """EncodEval's `msmarco()`/`nq()`: BeIR queries, corpus and qrels; the corpus keeps the judged documents only."""
+    def reader(read) -> tuple[list[dict], list[dict], list[dict]]:
+        qrels = {split: [(str(r["query-id"]), str(r["corpus-id"]), int(r["score"])) for r in read(f"qrels_{split}")]
+                 for split in qrel_splits}
+        if fraction is not None:  # NQ: one judged split, halved into validation and test
+            qrels = dict(zip(("validation", "test"), halve_queries(qrels["test"], fraction), strict=True))
+        wanted_q = {q for pairs in qrels.values() for q, _, _ in pairs}
+        wanted_d = {d for pairs in qrels.values() for _, d, _ in pairs}
+        queries = {str(r["_id"]): f"Query: {r['text']}" for r in read("queries") if str(r["_id"]) in wanted_q}
+        corpus = {str(r["_id"]): document(r) for r in read("corpus") if str(r["_id"]) in wanted_d}
+        rows = {split: _judged_rows(queries, corpus, pairs) for split, pairs in qrels.items()}
+        return rows["validation"], rows["test"], [{"id": k, "text": v} for k, v in corpus.items()]
+
+    return reader
+
+
+def _mldr_authors(read) -> tuple[list[dict], list[dict], list[dict]]:
+    """EncodEval's `mldr_en()`: hgissbkh/mldr-en dev and test; the corpus is the queries' positive passages only."""
+    qrels, queries = {}, {}
+    for split, part in (("validation", "dev"), ("test", "test")):
+        rows = list(read(part))
+        queries.update({str(r["query_id"]): f"Query: {r['query']}" for r in rows})
+        qrels[split] = [(str(r["query_id"]), str(p["docid"]), 1) for r in rows for p in r["positive_passages"]]
+    wanted = {d for pairs in qrels.values() for _, d, _ in pairs}
+    corpus = {str(r["docid"]): f"Document: {r['text']}" for r in read("corpus") if str(r["docid"]) in wanted}
+    rows = {split: _judged_rows(queries, corpus, pairs) for split, pairs in qrels.items()}
+    return rows["validation"], rows["test"], [{"id": k, "text": v} for k, v in corpus.items()]
+
+
 # --------------------------------------------------------------------------------------------------------- registry
 
+_BEIR_PARQUET = PARQUET_EXPORT  # BeIR/msmarco and BeIR/nq carry loading scripts (EncodEval: trust_remote_code=True)
+_MSMARCO_PARTS = {"queries": ("BeIR/msmarco", "queries", "queries", _BEIR_PARQUET),
+                  "corpus": ("BeIR/msmarco", "corpus", "corpus", _BEIR_PARQUET),
+                  "qrels_validation": ("BeIR/msmarco-qrels", None, "validation", None),
+                  "qrels_test": ("BeIR/msmarco-qrels", None, "test", None)}
+_NQ_PARTS = {"queries": ("BeIR/nq", "queries", "queries", _BEIR_PARQUET),
+             "corpus": ("BeIR/nq", "corpus", "corpus", _BEIR_PARQUET),
+             "qrels_test": ("BeIR/nq-qrels", None, "test", None)}
+_MLDR_PARTS = {"dev": ("hgissbkh/mldr-en", "default", "dev", None),
+               "test": ("hgissbkh/mldr-en", "default", "test", None),
+               "corpus": ("hgissbkh/mldr-en", "corpus", "corpus", None)}
+
+# EncodEval encodeval/datasets.py, one entry per loader; the TC copies keep train/validation/test.
 REAL = (
     DatasetSpec("sst2", "sc", "accuracy", _sc("sentence", None), "nyu-mll/glue", "sst2", label_names=("neg", "pos")),
-    DatasetSpec("mnli", "sc", "accuracy", _sc("premise", "hypothesis"), "nyu-mll/glue", "mnli",
-                test_split="validation_matched", label_names=("entailment", "neutral", "contradiction")),
-    DatasetSpec("qqp", "sc", "accuracy", _sc("question1", "question2"), "nyu-mll/glue", "qqp",
-                label_names=("not_duplicate", "duplicate")),
-    DatasetSpec("conll2003", "tc", "f1", _tc("ner_tags", "id"), "eriktks/conll2003", "conll2003",
-                revision=PARQUET_EXPORT, label_names=CONLL_TAGS),
-    DatasetSpec("ontonotes5", "tc", "f1", _tc("tags", None), "tner/ontonotes5", "ontonotes5",
-                revision=PARQUET_EXPORT, label_names=ONTONOTES_TAGS),
-    DatasetSpec("uner", "tc", "f1", _tc("ner_tags", "idx"), "universalner/universal_ner", "en_ewt",
-                revision=PARQUET_EXPORT, label_names=UNER_TAGS),
+    DatasetSpec("mnli", "sc", "accuracy", _sc_template("premise", "hypothesis", "Premise: {}\nHypothesis: {}"),
+                "nyu-mll/glue", "mnli", test_split="validation_matched",
+                label_names=("entailment", "neutral", "contradiction")),
+    DatasetSpec("qqp", "sc", "accuracy", _sc_template("question1", "question2", "Question 1: {}\nQuestion 2: {}"),
+                "nyu-mll/glue", "qqp", label_names=("not_duplicate", "duplicate")),
+    DatasetSpec("conll2003", "tc", "f1", _tc("ner", None, "words"), "hgissbkh/conll2003-en", test_split="test",
+                validation_split="validation", label_names=CONLL_TAGS),
+    DatasetSpec("ontonotes5", "tc", "f1", _tc("tags", None), "hgissbkh/ontonotes5", revision=PARQUET_EXPORT,
+                test_split="test", validation_split="validation", label_names=ONTONOTES_TAGS),
+    DatasetSpec("uner", "tc", "f1", _tc("ner_tags", "idx"), "hgissbkh/uner_en", test_split="test",
+                validation_split="validation", label_names=UNER_TAGS),
     DatasetSpec("squad", "qa", "f1", _squad, "rajpurkar/squad", "plain_text"),
     DatasetSpec("squad_v2", "qa", "f1", _squad, "rajpurkar/squad_v2", "squad_v2"),
-    DatasetSpec("record", "qa", "f1", _record, "aps/super_glue", "record"),
-    DatasetSpec("msmarco", "ir", "ndcg@10", _msmarco, "microsoft/ms_marco", "v1.1", note=IR_NOTE),
+    DatasetSpec("record", "qa", "f1", _record_authors, "hgissbkh/record"),
+    DatasetSpec("msmarco", "ir", "ndcg@10", hub="BeIR/msmarco", parts=_MSMARCO_PARTS, train_from="msmarco-pairs",
+                reader=_beir(lambda r: f"Document: {r['text']}", ("validation", "test")),
+                note=IR_NOTE + "; validation: BeIR dev qrels, test: BeIR test qrels (TREC DL 2019)"),
+    DatasetSpec("nq", "ir", "ndcg@10", hub="BeIR/nq", parts=_NQ_PARTS, train_from="msmarco-pairs", query_split=0.5,
+                reader=_beir(lambda r: f"Document: {r['title']}. {r['text']}", ("test",), fraction=0.5),
+                note=IR_NOTE + "; trained on MS MARCO; NQ's judged queries halved (fixed seed): learning rate chosen "
+                               "on one half, scored on the other"),
+    DatasetSpec("mldr", "ir", "ndcg@10", hub="hgissbkh/mldr-en", parts=_MLDR_PARTS, train_from="msmarco-pairs",
+                reader=_mldr_authors, max_length=2048,
+                note=IR_NOTE + "; trained on MS MARCO, learning rate chosen on MLDR dev; corpus: positives only"),
+)
+TRAIN_ONLY = (
+    DatasetSpec("msmarco-pairs", "ir", "ndcg@10", _msmarco_pairs, "hgissbkh/msmarco-pairs"),
+)
+# The upstream repos this package read first (`--dataset-source original`), where they differ from the authors'.
+ORIGINAL = (
+    DatasetSpec("sst2", "sc", "accuracy", _sc("sentence", None), "nyu-mll/glue", "sst2", label_names=("neg", "pos"),
+                source_set="original"),
+    DatasetSpec("mnli", "sc", "accuracy", _sc("premise", "hypothesis"), "nyu-mll/glue", "mnli",
+                test_split="validation_matched", label_names=("entailment", "neutral", "contradiction"),
+                source_set="original"),
+    DatasetSpec("qqp", "sc", "accuracy", _sc("question1", "question2"), "nyu-mll/glue", "qqp",
+                label_names=("not_duplicate", "duplicate"), source_set="original"),
+    DatasetSpec("conll2003", "tc", "f1", _tc("ner_tags", "id"), "eriktks/conll2003", "conll2003",
+                revision=PARQUET_EXPORT, test_split="test", validation_split="validation", label_names=CONLL_TAGS,
+                source_set="original"),
+    DatasetSpec("ontonotes5", "tc", "f1", _tc("tags", None), "tner/ontonotes5", "ontonotes5",
+                revision=PARQUET_EXPORT, test_split="test", validation_split="validation",
+                label_names=ONTONOTES_TAGS, source_set="original"),
+    DatasetSpec("uner", "tc", "f1", _tc("ner_tags", "idx"), "universalner/universal_ner", "en_ewt",
+                revision=PARQUET_EXPORT, test_split="test", validation_split="validation", label_names=UNER_TAGS,
+                source_set="original"),
+    DatasetSpec("record", "qa", "f1", _record, "aps/super_glue", "record", source_set="original"),
+    DatasetSpec("msmarco", "ir", "ndcg@10", _msmarco, "microsoft/ms_marco", "v1.1", note=IR_NOTE,
+                source_set="original"),
     DatasetSpec("nq", "ir", "ndcg@10", _tevatron, "Tevatron/wikipedia-nq", "default", revision=PARQUET_EXPORT,
-                train_split=None, test_split="dev", train_from="msmarco",
-                note=IR_NOTE + "; trained on MS MARCO, learning rate chosen on MS MARCO validation"),
+                train_split=None, test_split="dev", query_split=0.5, train_from="msmarco", source_set="original",
+                note=IR_NOTE + "; trained on MS MARCO; NQ dev queries halved (fixed seed): learning rate chosen on "
+                               "one half, scored on the other"),
     # Shitao/MLDR is a loading-script repo (MLDR.py); the script reads mldr-v1.0-<lang>/<split>.jsonl.gz, so do we.
     DatasetSpec("mldr", "ir", "ndcg@10", _tevatron, "Shitao/MLDR", "en", files="mldr-v1.0-en/{split}.jsonl.gz",
                 train_split=None, test_split="test", validation_split="dev", train_from="msmarco", max_length=2048,
-                note=IR_NOTE + "; trained on MS MARCO, learning rate chosen on MLDR dev"),
+                source_set="original", note=IR_NOTE + "; trained on MS MARCO, learning rate chosen on MLDR dev"),
 )
 SYNTHETIC = (
     DatasetSpec("syn-sentiment", "sc", "accuracy", synthetic=synthetic.sentiment, label_names=("negative", "positive"),
@@ -186,6 +336,14 @@ SYNTHETIC = (
 )
 DATASETS: dict[str, DatasetSpec] = {spec.name: spec for spec in REAL + SYNTHETIC}
 TASKS = ("sc", "tc", "qa", "ir")
+SOURCES = ("authors", "original")
+_BY_SOURCE = {"authors": {s.name: s for s in REAL + TRAIN_ONLY + SYNTHETIC},
+              "original": {**{s.name: s for s in REAL + SYNTHETIC}, **{s.name: s for s in ORIGINAL}}}
+
+
+def dataset_spec(name: str, source: str = "authors") -> DatasetSpec:
+    """The spec of `name` in the `authors` (default) or `original` source set."""
+    return _BY_SOURCE[source][name]
 
 
 # ---------------------------------------------------------------------------------------------------------- reading
@@ -218,15 +376,16 @@ def _read_local(spec: DatasetSpec, split: str, data_dir: str) -> list[dict]:
     )
 
 
-def _read_hub(spec: DatasetSpec, split: str) -> list[dict]:
+def _read_hub(spec: DatasetSpec, split: str):
+    """The raw rows of one split (or part) of `spec` on the Hub, as a lazily read `datasets.Dataset`."""
     import datasets
 
+    repo, config, hub_split, revision = spec.parts.get(split, (spec.hub, spec.config, split, spec.revision))
     try:
         if spec.files:
-            where = f"hf://datasets/{spec.hub}@{spec.revision or 'main'}/{spec.files.format(split=split)}"
-            rows = datasets.load_dataset("json", data_files=where, split="train")  # the one file is one "train"
-        else:
-            rows = datasets.load_dataset(spec.hub, spec.config, split=split, revision=spec.revision)
+            where = f"hf://datasets/{repo}@{revision or 'main'}/{spec.files.format(split=split)}"
+            return datasets.load_dataset("json", data_files=where, split="train")  # the one file is one "train"
+        return datasets.load_dataset(repo, config, split=hub_split, revision=revision)
     except Exception as err:  # datasets raises many types (ConnectionError, FileNotFoundError, RuntimeError, ...)
         offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0") or os.environ.get("HF_DATASETS_OFFLINE")
         reason = "the Hub is offline (HF_HUB_OFFLINE is set)" if offline else type(err).__name__
@@ -235,7 +394,6 @@ def _read_hub(spec: DatasetSpec, split: str) -> list[dict]:
             f"loaded: {reason}; or point at a local copy with --data-dir DIR holding DIR/{spec.name}/{split}.parquet "
             f"(or .jsonl) in the Hub schema"
         ) from None
-    return list(rows)
 
 
 def _json_line(line: str, path: Path, number: int) -> dict:
@@ -248,48 +406,92 @@ def _json_line(line: str, path: Path, number: int) -> dict:
     return row
 
 
+def read_raw(spec: DatasetSpec, split: str, data_dir: str | None):
+    """Raw rows of one split (or IR part: queries, corpus, qrels_test, ...) in the Hub schema."""
+    return _read_local(spec, split, data_dir) if data_dir else _read_hub(spec, split)
+
+
 def read_split(spec: DatasetSpec, split: str, data_dir: str | None) -> list[dict]:
     """Canonical rows of one Hub split of `spec` (from `data_dir` when given, else from the Hub). A row without the
     Hub schema's columns (or with values of the wrong kind) is one error naming the dataset, split and row."""
-    raw = _read_local(spec, split, data_dir) if data_dir else _read_hub(spec, split)
     rows = []
-    for index, row in enumerate(raw):
+    for index, row in enumerate(read_raw(spec, split, data_dir)):
         try:
             rows.append(spec.convert(row))
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
-            columns = ", ".join(map(str, row)) if isinstance(row, dict) else type(row).__name__
-            raise EncoderizeError(f"dataset {spec.name!r}, {split} split, row {index}: not in the Hub schema of "
-                                  f"{spec.source} ({type(err).__name__}: {err}; columns: {columns})") from None
+            raise _schema_error(spec, split, index, row, err) from None
     return [row for row in rows if row is not None]
 
 
-def split_train(rows: list[dict], fraction: float = 0.05) -> tuple[list[dict], list[dict]]:
-    """Split the Hub train split 95/5 into train and validation, with a fixed seed shared by every run."""
-    order = list(range(len(rows)))
-    random.Random(1234).shuffle(order)
-    n_val = max(1, round(len(rows) * fraction)) if len(rows) > 1 else 0
-    return [rows[i] for i in sorted(order[n_val:])], [rows[i] for i in sorted(order[:n_val])]
+def _schema_error(spec: DatasetSpec, split: str, index, row, err: Exception) -> EncoderizeError:
+    columns = ", ".join(map(str, row)) if isinstance(row, dict) else type(row).__name__
+    return EncoderizeError(f"dataset {spec.name!r}, {split} split, row {index}: not in the Hub schema of "
+                           f"{spec.source} ({type(err).__name__}: {err}; columns: {columns})")
+
+
+def split_train(rows: list, fraction: float = 0.05, seed: int = 42) -> tuple[list, list]:
+    """Split the Hub train split 95/5 into train and validation, with the indices of EncodEval's
+    `dataset["train"].train_test_split(train_size=0.95, seed=42)` (datasets' permutation of `default_rng(seed)`:
+    the first `n - floor(0.95 n)` permuted rows are validation). Fixed, so every run shares it."""
+    import numpy as np
+
+    if len(rows) < 2:
+        return list(rows), []
+    n_train = math.floor((1 - fraction) * len(rows))
+    permutation = np.random.default_rng(seed).permutation(len(rows)).tolist()
+    n_val = len(rows) - n_train
+    return [rows[i] for i in sorted(permutation[n_val:])], [rows[i] for i in sorted(permutation[:n_val])]
+
+
+def _own_train(spec: DatasetSpec, data_dir: str | None) -> tuple[list[dict], list[dict] | None]:
+    """The rows `spec` trains on, and its 95/5 validation when it has no validation of its own. A dataset that
+    trains on another (`train_from`) gets exactly that dataset's training rows, so shared runs see the same data."""
+    rows = read_split(spec, spec.train_split, data_dir)
+    if spec.validation_split or spec.reader or spec.query_split or spec.name in {s.name for s in TRAIN_ONLY}:
+        return rows, None
+    return split_train(rows)
+
+
+def _eval_splits(spec: DatasetSpec, data_dir: str | None, validation: list[dict] | None):
+    """(validation, test, shared corpus or None) of a real dataset."""
+    if spec.reader is not None:
+        def read(part: str):
+            return read_raw(spec, part, data_dir)
+
+        try:
+            return spec.reader(read)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+            raise EncoderizeError(f"dataset {spec.name!r}: not in the Hub schema of {spec.source} "
+                                  f"({type(err).__name__}: {err})") from None
+    test = read_split(spec, spec.test_split, data_dir)
+    if spec.validation_split:
+        validation = read_split(spec, spec.validation_split, data_dir)
+    elif spec.query_split:  # NQ: learning rate chosen on NQ's own held-out queries, not on the training set's
+        held = set(halve_queries([(row["id"],) for row in test], spec.query_split)[0])
+        validation, test = [r for r in test if (r["id"],) in held], [r for r in test if (r["id"],) not in held]
+    return validation, test, None
 
 
 def load_splits(spec: DatasetSpec, *, data_dir: str | None = None, sizes: dict | None = None,
                 max_eval_examples: int | None = None) -> dict[str, list[dict]]:
-    """`{"train", "validation", "test"}` canonical rows for `spec`.
+    """`{"train", "validation", "test"}` canonical rows for `spec` (plus `corpus`, the documents shared by both IR
+    evaluation splits, for the authors' IR sets).
 
     `sizes` gives the synthetic sets' sizes (`train`, `test`; validation is 5% of train)."""
+    corpus = None
     if spec.synthetic is not None:
         sizes = sizes or {"train": 600, "test": 200}
         pool = spec.synthetic(round(sizes["train"] / 0.95), seed=0, test=False, **spec.synthetic_kwargs)
         train, validation = split_train(pool)
         test = spec.synthetic(sizes["test"], seed=0, test=True, **spec.synthetic_kwargs)
     else:
-        source = DATASETS[spec.train_from] if spec.train_from else spec
-        train, validation = split_train(read_split(source, source.train_split, data_dir))
-        if spec.validation_split:
-            validation = read_split(spec, spec.validation_split, data_dir)
-        test = read_split(spec, spec.test_split, data_dir)
+        source = dataset_spec(spec.train_from, spec.source_set) if spec.train_from else spec
+        train, validation = _own_train(source, data_dir)
+        validation, test, corpus = _eval_splits(spec, data_dir, None if spec.train_from else validation)
     if max_eval_examples:
         validation, test = validation[:max_eval_examples], test[:max_eval_examples]
     for split, rows in (("train", train), ("validation", validation), ("test", test)):
         if not rows:
             raise EncoderizeError(f"dataset {spec.name!r} has no usable {split} rows; check its source {spec.source}")
-    return {"train": train, "validation": validation, "test": test}
+    splits = {"train": train, "validation": validation, "test": test}
+    return splits if corpus is None else {**splits, "corpus": corpus}

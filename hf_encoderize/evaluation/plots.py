@@ -1,5 +1,6 @@
 """PNG plots of a summary: per-family bars with 95% CI whiskers (one bar per model, so `compare` reuses it) and the
-learning-rate sensitivity curves of the paper's Figure 5. matplotlib runs headless (Agg)."""
+learning-rate sensitivity curves (test score per learning rate, the view behind section 3's stability claim and its
+Figure 5; the paper defines no stability number). matplotlib runs headless (Agg)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def plot_scores(summaries: dict[str, dict], path: Path) -> None:
 
 
 def plot_lr_sensitivity(summary: dict, path: Path) -> None:
-    """Test mean (± CI) against learning rate, one panel per family, one line per dataset (Figure 5)."""
+    """Test mean (± CI) against learning rate, one panel per family, one line per dataset (cf. Figure 5)."""
     plt = _pyplot()
     families = _families({"": summary})
     figure, axes = plt.subplots(1, len(families), figsize=(4.2 * len(families), 3.4), squeeze=False)

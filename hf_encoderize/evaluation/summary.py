@@ -1,9 +1,13 @@
 """Aggregate finished runs into `summary.json` (read by the model card), `summary.md` and PNG plots.
 
 Per dataset: for each learning rate, the validation and test means over seeds and the test 95% confidence interval
-(Student t, `null` with a single seed); the learning rate with the best validation mean is selected (section 2);
-`lr_spread` is the paper's fine-tuning stability measure (Figure 5): the standard deviation of the per-learning-rate
-test means (0 with one learning rate). Family means average the datasets of each task family. Scores are 0-100.
+(Student t, `null` with a single seed); the learning rate with the best validation mean is selected (section 2).
+
+Stability: section 3 says, citing Figure 5, that CLM-pretrained models show "lower sensitivity to learning rate
+choices", but the text defines no measure. `lr_spread` is ours: the population standard deviation (`statistics.pstdev`)
+of the per-learning-rate test means over the learning rates run (0 with one), in score points; lower is steadier. It
+depends on the grid run, so compare it only between models evaluated on the same learning rates.
+Family means average the datasets of each task family. Scores are 0-100.
 """
 
 from __future__ import annotations
@@ -101,7 +105,8 @@ def render_markdown(summary: dict) -> str:
              f"{protocol.get('batch_size')}; at most {protocol.get('max_steps')} steps or one epoch; "
              f"{100 * protocol.get('warmup_ratio', 0):.0f}% warmup then linear decay. The learning rate is chosen on "
              "validation; test scores are means ± 95% CI over seeds (0-100). LR spread: standard deviation of the "
-             "test mean across learning rates (fine-tuning stability; lower is steadier).", ""]
+             "test mean across learning rates (population SD over the learning rates run; our measure of the "
+             "learning-rate sensitivity of section 3, which the paper does not define; lower is steadier).", ""]
     for task in TASKS:
         rows = [r for r in summary["results"] if r["task"] == task]
         if not rows:
