@@ -367,7 +367,8 @@ def _plain_loading(verdicts: dict) -> str | None:
         return None
     default = verdicts.get("saved_default")
     named = ", ".join(f"`{b}`" for b in causal)
-    remote = "`AutoModelForMaskedLM.from_pretrained(..., trust_remote_code=True)` patches every backend"
+    remote = ("`AutoModel` / `AutoModelForMaskedLM.from_pretrained(..., trust_remote_code=True)` load the shipped "
+              "patch, bidirectional under every backend")
     if default:
         return (f"config.json selects `{default}`, so `AutoModel.from_pretrained(...)` is bidirectional; named "
                 f"explicitly, {named} (and flash attention) stay causal in this architecture's transformers code; "

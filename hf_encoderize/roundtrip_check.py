@@ -17,6 +17,8 @@ Per folder, with plain transformers only:
     for sdpa, an additive one for eager, a `BlockMask` for flex) give each document's outputs alone; "n/a: ..." when
     the class does not accept such a mask at all (BLOOM's ALiBi path), which is not a bidirectionality question.
   A backend that cannot run on this machine (attention sinks under flex on CPU) is "unsupported" with the reason.
+- `remote_automodel`: `AutoModel.from_pretrained(folder, trust_remote_code=True)` is the shipped, patched backbone and
+  is bidirectional.
 - `fill_mask`: `AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True)` in a fill-mask pipeline, and
   its logits at position 0 move when the last token changes (the shipped module's patch).
 - `sentence_transformers`: `SentenceTransformer(folder)` embeddings equal mean pooling over `AutoModel`'s outputs.
@@ -182,6 +184,16 @@ def _check_fill_mask(folder: str, tokenizer, vocab: int) -> bool | str:
     return True if _moved(diff, first) else f"causal: the MLM's position 0 ignores the last token (max diff {diff:.1e})"
 
 
+def _check_remote_automodel(folder: str, vocab: int) -> bool | str:
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+    if type(model).__name__ != "EncoderModel":
+        return f"trust_remote_code=True loaded {type(model).__name__}, not the shipped EncoderModel"
+    ids = _ids(vocab, 8, seed=4)
+    return _check_bidirectional(model, ids, vocab, _window(model.config))
+
+
 def _check_sentence_transformers(folder: str, tokenizer) -> bool | str:
     from sentence_transformers import SentenceTransformer
     from transformers import AutoModel
@@ -215,6 +227,7 @@ def check_folder(folder: str, backends=BACKENDS) -> dict:
     for backend in backends:
         print(json.dumps({"folder": folder, "started": backend}), flush=True)  # names the culprit of a native crash
         report[backend] = check_backend(folder, backend, vocab, pad_id)
+    report["remote_automodel"] = _run(lambda: _check_remote_automodel(folder, vocab))
     report["fill_mask"] = _run(lambda: _check_fill_mask(folder, tokenizer, vocab))
     report["sentence_transformers"] = _run(lambda: _check_sentence_transformers(folder, tokenizer))
     return report

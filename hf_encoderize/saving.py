@@ -5,8 +5,9 @@ What goes in the folder:
   `AutoModel.from_pretrained(out)` builds the native architecture with bidirectional masks (transformers >= 5.2);
   for a class that stays causal under sdpa in plain hands (`roundtrip.plain_attention`, e.g. StableLM), config.json
   also names `attn_implementation: eager`, so the default load is bidirectional;
-- `modeling_encoderize.py` + `auto_map`, so `AutoModelForMaskedLM.from_pretrained(out, trust_remote_code=True)` and
-  `pipeline("fill-mask", ...)` work; the file imports only torch and transformers;
+- `modeling_encoderize.py` + `auto_map`, so `AutoModelForMaskedLM.from_pretrained(out, trust_remote_code=True)`,
+  `pipeline("fill-mask", ...)` and `AutoModel.from_pretrained(out, trust_remote_code=True)` (the patched backbone)
+  work; the file imports only torch and transformers; without `trust_remote_code` the native class loads;
 - the tokenizer with its mask and pad tokens, padding on the right (real tokens keep positions 0..n-1);
 - sentence-transformers files (modules.json, 1_Pooling/config.json with mean pooling, sentence_bert_config.json,
   config_sentence_transformers.json), so `SentenceTransformer(out)` gives mean-pooled embeddings.
@@ -134,7 +135,11 @@ def _write_encoder(model, tokenizer, tmp: Path, metadata: dict, state_dict: dict
     if not native_encoder:
         config.is_causal = False
         config.use_cache = False
-        config.auto_map = {"AutoModelForMaskedLM": f"{MODELING_FILE[:-3]}.EncoderForMaskedLM"}
+        # Remote code is opt-in for the user: a plain load takes the native class (bidirectional through is_causal);
+        # with trust_remote_code=True both classes apply the full patch, which covers the classes plain transformers
+        # leaves causal (GPT-Neo's hard-coded causal buffer is rebuilt at every load).
+        config.auto_map = {"AutoModel": f"{MODELING_FILE[:-3]}.EncoderModel",
+                           "AutoModelForMaskedLM": f"{MODELING_FILE[:-3]}.EncoderForMaskedLM"}
         verdicts = plain_attention(model_type)
         default_backend = saved_backend(verdicts)
         metadata = {**metadata, "plain_attention": {**verdicts, "saved_default": default_backend}}

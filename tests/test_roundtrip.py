@@ -15,7 +15,7 @@ def _save(model_type: str, out):
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
     root = tmp_path_factory.mktemp("roundtrip")
-    folders = {name: _save(name, root / name) for name in ("llama", "stablelm")}
+    folders = {name: _save(name, root / name) for name in ("llama", "stablelm", "gpt_neo")}
     # A folder that claims to be an encoder but is causal in plain hands: the check must catch it.
     broken = _save("llama", root / "broken")
     config = json.loads((broken / "config.json").read_text())
@@ -32,6 +32,7 @@ def test_llama_round_trip_passes_every_backend(reports):
         assert report[backend]["loaded"] is True
         assert report[backend]["bidirectional"] is report[backend]["padding"] is report[backend]["packing"] is True
     assert report["fill_mask"] is True and report["sentence_transformers"] is True
+    assert report["remote_automodel"] is True
     assert summary(report).startswith("pass (sdpa, eager, flex_attention")
 
 
@@ -63,3 +64,12 @@ def test_round_trip_reports_a_failed_save(tmp_path):
     result = round_trip(["no_such_model_type"], tmp_path)
     assert list(result["no_such_model_type"]) == ["save"]
     assert failures(result["no_such_model_type"])[0].startswith("save: ")
+
+
+def test_gpt_neo_is_causal_in_plain_hands_and_says_so(reports):
+    """GPT-Neo rebuilds its hard-coded causal buffer at load: no plain backend is bidirectional, the folder declares
+    it, and the shipped remote code (AutoModel and AutoModelForMaskedLM) is."""
+    report = reports[0]["gpt_neo"]
+    assert report["declared_causal"] == ["eager"] and report["default"]["bidirectional"] is not True
+    assert report["remote_automodel"] is True and report["fill_mask"] is True
+    assert summary(report).startswith("plain transformers cannot: causal under eager, declared (AutoModel and")
