@@ -75,6 +75,8 @@ def _check_bidirectional(model, ids, vocab, window) -> bool | str:
         extra = {} if mask is None else {"attention_mask": mask}
         first = _hidden(model, input_ids=ids, **extra)[0, 0]
         diff = float((first - _hidden(model, input_ids=changed, **extra)[0, 0]).abs().max())
+        if diff != diff or not torch.isfinite(first).all():
+            return "non-finite outputs (NaN/inf)"
         same = not _moved(diff, first)
         if same:
             how = "no mask" if mask is None else "an all-ones mask"
@@ -181,6 +183,8 @@ def _check_fill_mask(folder: str, tokenizer, vocab: int) -> bool | str:
     with torch.no_grad():
         first = mlm(input_ids=ids).logits[0, 0]
         diff = float((first - mlm(input_ids=changed).logits[0, 0]).abs().max())
+    if diff != diff or not torch.isfinite(first).all():
+        return "non-finite logits (NaN/inf)"
     return True if _moved(diff, first) else f"causal: the MLM's position 0 ignores the last token (max diff {diff:.1e})"
 
 

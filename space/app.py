@@ -49,6 +49,7 @@ REMOTE_MLM_CLASS = "modeling_encoderize.EncoderForMaskedLM"  # the auto_map entr
 TRUSTED_MODELING_SHA256 = frozenset({
     "4c075161dc06592d06155daf9521638dbb2e75ad29636c80fb3cfebed16c89a6",  # up to 0.x: patch steps 1-3
     "6986c13b8e4caa77bef041024b1715c3b33d38afa7847229e5f065750f45aab4",  # + symmetric chunks, materialised eager masks
+    "1a5334b0eaf1584036849f6f8388cebbbe3a39b26533f50769d577538ebc01c2",  # + native weight init (is_custom_code False)
 })
 
 EXAMPLE_SENTENCES = "A cat sits on the mat.\nA kitten rests on a rug.\nStock markets fell sharply today."

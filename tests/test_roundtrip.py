@@ -73,3 +73,22 @@ def test_gpt_neo_is_causal_in_plain_hands_and_says_so(reports):
     assert report["declared_causal"] == ["eager"] and report["default"]["bidirectional"] is not True
     assert report["remote_automodel"] is True and report["fill_mask"] is True
     assert summary(report).startswith("plain transformers cannot: causal under eager, declared (AutoModel and")
+
+
+def test_remote_code_initialises_buffers_like_the_native_class(tmp_path):
+    """FalconH1's non-persistent `mup_vector` is set only by the root model's init branch; transformers skips that
+    branch for custom code, so the shipped classes declare themselves native (`is_custom_code`). Before, the remote
+    AutoModel and fill-mask gave NaN."""
+    import torch
+    from transformers import AutoModel, AutoModelForMaskedLM
+
+    out = save_tiny("falcon_h1", tmp_path / "falcon_h1")
+    ids = torch.randint(5, 100, (1, 8))
+    native = AutoModel.from_pretrained(out).eval()
+    for cls in (AutoModel, AutoModelForMaskedLM):
+        remote = cls.from_pretrained(out, trust_remote_code=True).eval()
+        for (name, mine), (_, theirs) in zip(remote.named_buffers(), native.named_buffers(), strict=False):
+            if name.endswith("mup_vector"):
+                assert torch.equal(mine, theirs), name
+        with torch.no_grad():
+            assert torch.isfinite(remote(input_ids=ids)[0]).all()

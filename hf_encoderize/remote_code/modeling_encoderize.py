@@ -129,6 +129,10 @@ if MODEL_TYPE in MODEL_MAPPING_NAMES:  # False when hf_encoderize imports this f
 
         config_class = CONFIG_MAPPING[MODEL_TYPE]
 
+        @classmethod
+        def is_custom_code(cls) -> bool:
+            return False  # see EncoderForMaskedLM.is_custom_code
+
         def forward(self, *args, **kwargs):
             if not getattr(self, "_bidirectional", False):
                 make_bidirectional(self)  # after weight loading, which may re-initialise non-persistent buffers
@@ -141,6 +145,14 @@ if MODEL_TYPE in MODEL_MAPPING_NAMES:  # False when hf_encoderize imports this f
         """Bidirectional encoder with its LM head used as an MLM head (the token at i predicts itself)."""
 
         config_class = CONFIG_MAPPING[MODEL_TYPE]
+
+        @classmethod
+        def is_custom_code(cls) -> bool:
+            """Initialise like the native class. The weight init here is transformers' own (the inherited
+            `_init_weights`, which skips loaded tensors); as "custom code", transformers would skip it on every module
+            without tensors of its own, the root included, and buffers only the root's branch sets (FalconH1's
+            non-persistent `mup_vector`) would stay uninitialised memory: NaN outputs (found by the round trip)."""
+            return False
 
         def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
                     **kw):
