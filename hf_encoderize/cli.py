@@ -28,6 +28,7 @@ from typing import Any
 
 from hf_encoderize.architectures import ArchitecturesConfig, architectures
 from hf_encoderize.card import CardConfig, write_card
+from hf_encoderize.contrastive import ContrastiveConfig, contrastive
 from hf_encoderize.convert import ConvertConfig, convert
 from hf_encoderize.data import DataConfig
 from hf_encoderize.errors import EncoderizeError
@@ -109,6 +110,8 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
             pretrain_and_push, (PretrainConfig, DataConfig, MaskingConfig, TrainConfig, HubConfig), _print_summary),
     Command("convert", "encoderize a decoder and save it (no training)",
             convert, (LoadConfig, ConvertConfig), _print_fields),
+    Command("contrastive", "make an encoder an embedding model: SimCSE or supervised contrastive training",
+            contrastive, (ContrastiveConfig,), _print_fields),
     Command("eval", "fine-tune and score a model on the paper's SC/TC/QA/IR suite",
             evaluate_and_push, (LoadConfig, EvalConfig, HubConfig), _print_eval),
     Command("compare", "one table and one plot of several eval results folders side by side",

@@ -1,0 +1,264 @@
+"""`hf-encoderize contrastive ENCODER`: turn an encoder made here into an embedding model with sentence-transformers.
+
+Design choices:
+- Everything that trains is sentence-transformers' own: `SentenceTransformerTrainer`, its
+  `MultipleNegativesRankingLoss` (InfoNCE with in-batch negatives, LLM2Vec's loss for both stages) or the cached
+  (GradCache) variant for large batches on small memory, and its no-duplicates batch sampler (a duplicate in a batch
+  would be a false negative). No hand-written loss.
+- `simcse` (unsupervised, Gao et al. 2021; LLM2Vec's second stage): each sentence is its own positive, the two views
+  differing only by dropout, so dropout must be on. Decoder configs usually have none (Llama's `attention_dropout` is
+  0.0): the model loads with `attention_dropout` (and hidden dropouts the config has) set to `--dropout`, 0.3 by
+  default as in LLM2Vec's SimCSE configs, and the saved config has them back at 0 for inference.
+- `supervised`: (anchor, positive[, hard negative]) rows from `--data-files` or a Hub dataset, column names as options.
+- Pooling: mean (default, the paper's pooling for IR), last token or weighted mean, as LLM2Vec offers. Optional
+  instruction prefixes for queries and documents are applied in training and saved as sentence-transformers prompts
+  (`encode(..., prompt_name="query")`).
+- Everything is validated (encoder folder, output folder, objective, columns, rows) before the output folder is touched;
+  the result is written under a temporary name and renamed into place, so a failure leaves nothing half-written.
+- The output loads without hf-encoderize: a sentence-transformers folder whose transformer config keeps
+  `is_causal: false` (plain `AutoModel` is bidirectional), with the input folder's `modeling_encoderize.py` so
+  `AutoModel.from_pretrained(out, trust_remote_code=True)` still applies the patch. The MLM head is not part of an
+  embedding model, so the `AutoModelForMaskedLM` entry is dropped. `contrastive_run.json` records both stages.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import KW_ONLY, asdict, dataclass
+from pathlib import Path
+
+from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.saving import MODELING_FILE, check_output_dir, encoder_dir
+
+OBJECTIVES = ("simcse", "supervised")
+POOLINGS = {"mean": "mean", "lasttoken": "lasttoken", "weightedmean": "weightedmean"}
+LOSSES = ("mnrl", "cached_mnrl")
+_DROPOUT_FIELDS = ("attention_dropout", "hidden_dropout", "hidden_dropout_prob", "attention_probs_dropout_prob",
+                   "resid_pdrop", "attn_pdrop", "embd_pdrop", "dropout")
+
+
+@dataclass
+class ContrastiveConfig:
+    """The contrastive stage: objective, data, pooling and training settings."""
+
+    encoder: str
+    """An encoder folder (a cpt/convert output, OUT or OUT/encoder) or any sentence-transformers/transformers folder."""
+    _: KW_ONLY
+    output_dir: str = "runs/contrastive"
+    """Folder to write the embedding model to; must be empty or absent unless `overwrite`."""
+    overwrite: bool = False
+    """Replace a non-empty output folder."""
+    objective: str = "simcse"
+    """simcse (unsupervised: each text is its own positive, dropout makes the two views) or supervised (pairs or
+    triplets with hard negatives)."""
+    data_files: str | None = None
+    """Local JSON/JSONL, CSV or Parquet file(s) (a glob works)."""
+    dataset: str | None = None
+    """A Hub dataset id instead of `data_files`."""
+    dataset_config: str | None = None
+    """The Hub dataset's configuration name."""
+    split: str = "train"
+    """Split to train on."""
+    text_column: str = "text"
+    """simcse: the text column."""
+    anchor_column: str = "anchor"
+    """supervised: the query/anchor column."""
+    positive_column: str = "positive"
+    """supervised: the positive column."""
+    negative_column: str | None = None
+    """supervised: a hard-negative column (optional; in-batch negatives are always used)."""
+    max_rows: int | None = None
+    """Use at most this many rows."""
+    pooling: str = "mean"
+    """mean (the paper's pooling for IR), lasttoken or weightedmean."""
+    query_prefix: str = ""
+    """Instruction prefixed to anchors (and saved as the "query" prompt)."""
+    document_prefix: str = ""
+    """Instruction prefixed to positives and negatives (and saved as the "document" prompt)."""
+    loss: str = "mnrl"
+    """mnrl (MultipleNegativesRankingLoss) or cached_mnrl (GradCache: large batches on small memory)."""
+    mini_batch_size: int = 32
+    """cached_mnrl: rows per forward pass."""
+    scale: float = 20.0
+    """Similarity scale of the loss (1 / temperature; 20 = temperature 0.05, as in SimCSE and LLM2Vec)."""
+    dropout: float = 0.3
+    """simcse: dropout applied during training (LLM2Vec's SimCSE setting); saved back as 0."""
+    steps: int = 1000
+    """Optimizer steps."""
+    batch_size: int = 64
+    """Rows per step (in-batch negatives: larger is better)."""
+    learning_rate: float = 3e-5
+    """Peak learning rate (LLM2Vec's SimCSE and supervised runs use 3e-5 and 2e-4 with LoRA; full fine-tuning here)."""
+    warmup_ratio: float = 0.1
+    """Linear warmup over this share of the steps, then linear decay."""
+    max_seq_length: int = 128
+    """Tokens per text."""
+    seed: int = 0
+    """Seed for data order and dropout."""
+
+    def __post_init__(self):
+        problems = []
+        if self.objective not in OBJECTIVES:
+            problems.append(f"--objective must be one of {', '.join(OBJECTIVES)} (got {self.objective!r})")
+        if self.pooling not in POOLINGS:
+            problems.append(f"--pooling must be one of {', '.join(POOLINGS)} (got {self.pooling!r})")
+        if self.loss not in LOSSES:
+            problems.append(f"--loss must be one of {', '.join(LOSSES)} (got {self.loss!r})")
+        if (self.data_files is None) == (self.dataset is None):
+            problems.append("give exactly one of --data-files or --dataset")
+        for name in ("steps", "batch_size", "max_seq_length", "mini_batch_size"):
+            if getattr(self, name) < 1:
+                problems.append(f"--{name.replace('_', '-')} must be at least 1")
+        if self.objective == "simcse" and self.batch_size < 2:
+            problems.append("--batch-size must be at least 2 (in-batch negatives)")
+        if not 0.0 <= self.dropout < 1.0:
+            problems.append("--dropout must be in [0, 1)")
+        if self.learning_rate <= 0 or not 0.0 <= self.warmup_ratio < 1.0:
+            problems.append("--learning-rate must be > 0 and --warmup-ratio in [0, 1)")
+        if problems:
+            raise EncoderizeError("; ".join(problems))
+
+
+def _columns(config: ContrastiveConfig) -> list[str]:
+    if config.objective == "simcse":
+        return [config.text_column]
+    return [config.anchor_column, config.positive_column] + ([config.negative_column] if config.negative_column else [])
+
+
+def load_rows(config: ContrastiveConfig):
+    """The training rows as a `datasets.Dataset` with columns anchor, positive[, negative], prefixes applied."""
+    import datasets
+
+    datasets.disable_progress_bars()  # a bad-input run prints one error line, not a progress bar before it
+    try:
+        if config.data_files is not None:
+            files = sorted(glob.glob(config.data_files))
+            if not files or not all(Path(f).is_file() for f in files):
+                raise EncoderizeError(f"--data-files {config.data_files!r}: no such file")
+            suffix = Path(files[0]).suffix.lower()
+            builder = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}.get(suffix)
+            if builder is None:
+                raise EncoderizeError(f"--data-files: unsupported file type {suffix!r}; use JSON/JSONL, CSV or Parquet")
+            rows = datasets.load_dataset(builder, data_files=files, split="train")
+        else:
+            rows = datasets.load_dataset(config.dataset, config.dataset_config, split=config.split)
+    except EncoderizeError:
+        raise
+    except Exception as err:  # unreadable file, unknown Hub dataset, offline Hub
+        raise EncoderizeError(f"cannot read the training data: {type(err).__name__}: {' '.join(str(err).split())[:200]}"
+                              ) from None
+    wanted = _columns(config)
+    missing = [c for c in wanted if c not in rows.column_names]
+    if missing:
+        hint = " (supervised needs an anchor and a positive column: pairs or triplets)" \
+            if config.objective == "supervised" else ""
+        raise EncoderizeError(f"column(s) {', '.join(map(repr, missing))} not in the data (it has "
+                              f"{', '.join(map(repr, rows.column_names))}); pass the column options{hint}")
+    rows = rows.select_columns(wanted).filter(lambda row: all(isinstance(row[c], str) and row[c].strip()
+                                                              for c in wanted))
+    if config.max_rows:
+        rows = rows.select(range(min(config.max_rows, len(rows))))
+    if len(rows) < 2:
+        raise EncoderizeError(f"the training data has {len(rows)} usable row(s) with non-empty {', '.join(wanted)}; "
+                              "in-batch negatives need at least 2")
+    if config.objective == "simcse":  # the same text twice: dropout makes the two views
+        text = config.text_column
+        return rows.map(lambda row: {"anchor": config.query_prefix + row[text],
+                                     "positive": config.document_prefix + row[text]}, remove_columns=[text])
+    renamed = {config.anchor_column: "anchor", config.positive_column: "positive"}
+    if config.negative_column:
+        renamed[config.negative_column] = "negative"
+    rows = rows.rename_columns({k: v for k, v in renamed.items() if k != v})
+    return rows.map(lambda row: {key: (config.query_prefix if key == "anchor" else config.document_prefix) + value
+                                 for key, value in row.items()})
+
+
+def _dropout_kwargs(folder: Path, value: float) -> dict:
+    """The dropout fields this architecture's config has, set to `value` (SimCSE needs dropout in training)."""
+    config = json.loads((folder / "config.json").read_text())
+    return {name: value for name in _DROPOUT_FIELDS if isinstance(config.get(name), (int, float))
+            and not isinstance(config.get(name), bool)}
+
+
+def contrastive(config: ContrastiveConfig) -> dict:
+    """Train the contrastive stage and save a sentence-transformers folder to `config.output_dir`. Returns a summary."""
+    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, losses, models
+    from sentence_transformers.sentence_transformer.training_args import (
+        BatchSamplers,
+        SentenceTransformerTrainingArguments,
+    )
+
+    source = encoder_dir(config.encoder)
+    out = check_output_dir(config.output_dir, config.overwrite)
+    rows = load_rows(config)  # every input is checked before the output folder is touched
+    dropout = _dropout_kwargs(source, config.dropout) if config.objective == "simcse" else {}
+    try:
+        model = SentenceTransformer(str(source), device=None, config_kwargs=dropout or None)
+    except Exception as err:
+        raise EncoderizeError(f"cannot load {str(source)!r} as an encoder: {type(err).__name__}: "
+                              f"{' '.join(str(err).split())[:200]}") from None
+    model.max_seq_length = config.max_seq_length
+    dim = model.get_embedding_dimension()
+    model = SentenceTransformer(modules=[model[0], models.Pooling(dim, pooling_mode=POOLINGS[config.pooling])],
+                                device=str(model.device))
+    if config.loss == "cached_mnrl":
+        loss = losses.CachedMultipleNegativesRankingLoss(model, scale=config.scale,
+                                                         mini_batch_size=config.mini_batch_size)
+    else:
+        loss = losses.MultipleNegativesRankingLoss(model, scale=config.scale)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    try:
+        args = SentenceTransformerTrainingArguments(
+            output_dir=str(tmp / "trainer"), max_steps=config.steps, per_device_train_batch_size=config.batch_size,
+            # transformers v5 reads a float warmup_steps below 1 as a ratio (warmup_ratio is deprecated)
+            learning_rate=config.learning_rate, warmup_steps=config.warmup_ratio, lr_scheduler_type="linear",
+            seed=config.seed, data_seed=config.seed, batch_sampler=BatchSamplers.NO_DUPLICATES, save_strategy="no",
+            report_to="none", logging_steps=max(1, config.steps // 20), disable_tqdm=True,
+            dataloader_drop_last=len(rows) >= config.batch_size,
+        )
+        trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=rows, loss=loss)
+        trainer.train()
+        shutil.rmtree(tmp / "trainer", ignore_errors=True)
+        losses_logged = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+        prompts = {name: prefix for name, prefix in (("query", config.query_prefix),
+                                                      ("document", config.document_prefix)) if prefix}
+        model.prompts = prompts
+        model.save(str(tmp))
+        summary = _finish_folder(tmp, source, config, dropout, losses_logged, len(rows))
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return {**summary, "output_dir": str(out)}
+
+
+def _finish_folder(folder: Path, source: Path, config: ContrastiveConfig, dropout: dict, logged: list, rows: int):
+    """Dropout back to the source's values, the shipped modeling file, the run record."""
+    source_config = json.loads((source / "config.json").read_text())
+    saved = json.loads((folder / "config.json").read_text())
+    for name in dropout:
+        saved[name] = source_config.get(name, 0.0)
+    auto_map = {k: v for k, v in (saved.get("auto_map") or {}).items() if k != "AutoModelForMaskedLM"}
+    if auto_map and (source / MODELING_FILE).is_file():
+        shutil.copyfile(source / MODELING_FILE, folder / MODELING_FILE)
+        saved["auto_map"] = auto_map
+    else:
+        saved.pop("auto_map", None)
+    stage = {"objective": config.objective, "pooling": config.pooling, "loss": config.loss, "steps": config.steps,
+             "batch_size": config.batch_size, "learning_rate": config.learning_rate, "scale": config.scale,
+             "training_dropout": dropout, "rows": rows, "final_loss": logged[-1] if logged else None}
+    previous = saved.get("hf_encoderize") or {}
+    saved["hf_encoderize"] = {**previous, "contrastive": stage}
+    (folder / "config.json").write_text(json.dumps(saved, indent=2) + "\n")
+    record = {"source": os.fspath(source), "config": asdict(config), "stage": stage, "losses": logged,
+              "base_encoder": previous}
+    (folder / "contrastive_run.json").write_text(json.dumps(record, indent=2) + "\n")
+    return {"objective": config.objective, "rows": rows, "steps": config.steps, "first_loss": logged[0] if logged
+            else None, "final_loss": stage["final_loss"]}

@@ -1,0 +1,113 @@
+"""The contrastive stage (SimCSE and supervised) through the CLI, its output in a clean environment, and bad input."""
+
+import json
+import random
+import subprocess
+import sys
+
+import pytest
+from conftest import make_decoder, make_tokenizer
+
+from hf_encoderize.bidirectional import encoderize
+from hf_encoderize.cli import main
+from hf_encoderize.saving import save_encoder
+
+CLEAN_CHECK = """
+import json, sys
+sys.modules["hf_encoderize"] = None
+import torch
+from sentence_transformers import SentenceTransformer
+from transformers import AutoModel
+out = sys.argv[1]
+st = SentenceTransformer(out, device="cpu")
+emb = st.encode(["w1 w2 w3", "w4 w5"], convert_to_tensor=True)
+model = AutoModel.from_pretrained(out).eval()
+ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
+changed = ids.clone(); changed[0, -1] = 11
+with torch.no_grad():
+    first, second = (model(input_ids=x).last_hidden_state[0, 0] for x in (ids, changed))
+remote = AutoModel.from_pretrained(out, trust_remote_code=True)
+print(json.dumps({"shape": list(emb.shape), "finite": bool(torch.isfinite(emb).all()),
+                  "is_causal": model.config.is_causal, "moved": float((first - second).abs().max()),
+                  "remote": type(remote).__name__, "prompts": st.prompts}))
+"""
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory):
+    model, tokenizer = make_decoder(), make_tokenizer()
+    report = encoderize(model, tokenizer)
+    return save_encoder(model, tokenizer, tmp_path_factory.mktemp("enc") / "encoder", metadata=report.to_dict())
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root, rng = tmp_path_factory.mktemp("data"), random.Random(0)
+
+    def words(n):
+        return [rng.randrange(100) for _ in range(n)]
+
+    text = _write(root / "text.jsonl", [{"text": " ".join(f"w{i}" for i in words(8))} for _ in range(48)])
+    triplets = []
+    for _ in range(48):
+        anchor = words(6)
+        triplets.append({"q": " ".join(f"w{i}" for i in anchor), "pos": " ".join(f"w{i}" for i in reversed(anchor)),
+                         "neg": " ".join(f"w{i}" for i in words(6))})
+    pairs = _write(root / "triplets.jsonl", triplets)
+    one_column = _write(root / "one.jsonl", [{"q": "w1 w2"}] * 4)
+    empty = _write(root / "empty.jsonl", [{"text": " "}] * 3)
+    return {"text": text, "triplets": pairs, "one": one_column, "empty": empty}
+
+
+def _clean_load(out):
+    done = subprocess.run([sys.executable, "-c", CLEAN_CHECK, str(out)], capture_output=True, text=True, timeout=300,
+                          cwd=out.parent)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_simcse_end_to_end_loads_without_hf_encoderize(encoder, data, tmp_path, capsys):
+    out = tmp_path / "simcse"
+    assert main(["contrastive", str(encoder), "--data-files", str(data["text"]), "--output-dir", str(out),
+                 "--steps", "3", "--batch-size", "8"]) == 0
+    record = json.loads((out / "contrastive_run.json").read_text())
+    assert record["stage"]["objective"] == "simcse" and len(record["losses"]) >= 1
+    assert record["stage"]["training_dropout"] == {"attention_dropout": 0.3}
+    config = json.loads((out / "config.json").read_text())
+    assert config["attention_dropout"] == 0.0  # dropout was for training only
+    assert "AutoModelForMaskedLM" not in config["auto_map"]  # no MLM head in an embedding model
+    assert config["hf_encoderize"]["tokens"]  # the base encoder's record is kept
+    report = _clean_load(out)
+    assert report["shape"] == [2, 32] and report["finite"] and report["is_causal"] is False
+    assert report["moved"] > 0 and report["remote"] == "EncoderModel"
+
+
+def test_supervised_triplets_with_prefixes(encoder, data, tmp_path):
+    out = tmp_path / "supervised"
+    assert main(["contrastive", str(encoder), "--objective", "supervised", "--data-files", str(data["triplets"]),
+                 "--anchor-column", "q", "--positive-column", "pos", "--negative-column", "neg",
+                 "--query-prefix", "w90 ", "--loss", "cached_mnrl", "--mini-batch-size", "4",
+                 "--pooling", "lasttoken", "--output-dir", str(out), "--steps", "3", "--batch-size", "8"]) == 0
+    assert json.loads((out / "1_Pooling" / "config.json").read_text())["pooling_mode"] == "lasttoken"
+    assert _clean_load(out)["prompts"]["query"] == "w90 "
+
+
+@pytest.mark.parametrize("case, extra, wording", [
+    ("missing column", ["--text-column", "body"], "column(s) 'body' not in the data"),
+    ("one column for supervised", ["--objective", "supervised", "--anchor-column", "q"], "column(s) 'positive'"),
+    ("empty source", [], "usable row(s)"),
+    ("bad objective", ["--objective", "triplet"], "--objective must be one of"),
+])
+def test_bad_input_is_one_line(encoder, data, tmp_path, capsys, case, extra, wording):
+    source = {"missing column": "text", "one column for supervised": "one", "empty source": "empty",
+              "bad objective": "text"}[case]
+    out = tmp_path / "out"
+    assert main(["contrastive", str(encoder), "--data-files", str(data[source]), "--output-dir", str(out), *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and wording in err[0], err
+    assert not out.exists()
