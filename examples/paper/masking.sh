@@ -14,6 +14,7 @@ for size in ${SIZES:-210M 610M 1B}; do
   done
 done
 for mask in 0.2 0.3 0.5; do
-  SIZE=610M MASK=$mask pretrain "clm0.25-mlm0.75-42000-mask${mask}" clm:0.25,mlm:0.75 42000 \
-    "$(SIZE=610M checkpoint clm-42000 10500)"
+  # Appendix C.3's 25/75 split of 42k is 10K CLM + 32K MLM (whole thousands), as in pfs.sh
+  SIZE=610M MASK=$mask pretrain "clm0.25-mlm0.75-42000-mask${mask}" "clm:$(python3 -c 'print(10000 / 42000)'),mlm:$(python3 -c 'print(32000 / 42000)')" 42000 \
+    "$(SIZE=610M checkpoint clm-42000 10000)"
 done
