@@ -56,7 +56,7 @@ class ContrastiveConfig:
     """simcse (unsupervised: each text is its own positive, dropout makes the two views) or supervised (pairs or
     triplets with hard negatives)."""
     data_files: str | None = None
-    """Local JSON/JSONL, CSV or Parquet file(s) (a glob works)."""
+    """Local JSON/JSONL, CSV, Parquet or .txt file(s) (a glob works; .txt: one text per line, column `text`)."""
     dataset: str | None = None
     """A Hub dataset id instead of `data_files`."""
     dataset_config: str | None = None
@@ -140,9 +140,11 @@ def load_rows(config: ContrastiveConfig):
             if not files or not all(Path(f).is_file() for f in files):
                 raise EncoderizeError(f"--data-files {config.data_files!r}: no such file")
             suffix = Path(files[0]).suffix.lower()
-            builder = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}.get(suffix)
+            builders = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".txt": "text"}
+            builder = builders.get(suffix)
             if builder is None:
-                raise EncoderizeError(f"--data-files: unsupported file type {suffix!r}; use JSON/JSONL, CSV or Parquet")
+                raise EncoderizeError(f"--data-files: unsupported file type {suffix!r}; use JSON/JSONL, CSV, Parquet "
+                                      "or .txt (one text per line)")
             rows = datasets.load_dataset(builder, data_files=files, split="train")
         else:
             rows = datasets.load_dataset(config.dataset, config.dataset_config, split=config.split)

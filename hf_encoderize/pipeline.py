@@ -58,8 +58,20 @@ class RunConfig:
     """Local copies of the evaluation datasets (see `eval --data-dir`)."""
     base_model_id: str | None = None
     """Hub id of the base model for the card's metadata, when MODEL is a local folder or GGUF file."""
+    contrastive: str = "none"
+    """After cpt, make the encoder an embedding model in OUT/contrastive: simcse (on cpt's own text source),
+    supervised (on `contrastive_data_files`), or none."""
+    contrastive_data_files: str | None = None
+    """supervised: JSON/JSONL/CSV/Parquet pairs or triplets with anchor, positive[, negative] columns."""
+    contrastive_steps: int = 1000
+    """Optimizer steps of the contrastive stage."""
 
     def __post_init__(self):
+        if self.contrastive not in ("simcse", "supervised", "none"):
+            raise EncoderizeError(f"--contrastive must be simcse, supervised or none, got {self.contrastive!r}")
+        if self.contrastive == "supervised" and not self.contrastive_data_files:
+            raise EncoderizeError("--contrastive supervised needs --contrastive-data-files (anchor, positive columns)")
+        check_number("--contrastive-steps", self.contrastive_steps, minimum=1, integer=True)
         if self.eval_profile not in ("paper", "quick", "smoke", "none"):
             raise EncoderizeError(f"--eval-profile must be paper, quick, smoke or none, got {self.eval_profile!r}")
         if self.eval_base not in ("bidirectional", "causal", "none"):
@@ -105,6 +117,23 @@ def stage_cpt(load, data, masking, train, adapter, out: Path) -> str:
     summary = cpt(load, data, masking, dataclasses.replace(train, resume=resume or train.resume), adapter)
     gc.collect()  # the trained model is not needed any more; free it before evaluation loads another
     return f"{summary['steps']} steps in {summary['wall_time_s']:.0f} s"
+
+
+def stage_contrastive(data, run_cfg: RunConfig, out: Path) -> str:
+    """`contrastive` on OUT/encoder into OUT/contrastive: SimCSE reads cpt's own text source."""
+    from hf_encoderize.contrastive import ContrastiveConfig, contrastive
+
+    if run_cfg.contrastive == "supervised":
+        source = {"data_files": run_cfg.contrastive_data_files}
+    elif data.data_files:
+        source = {"data_files": data.data_files, "text_column": data.text_column}
+    else:
+        source = {"dataset": data.dataset, "dataset_config": data.dataset_config, "split": data.split,
+                  "text_column": data.text_column}
+    summary = contrastive(ContrastiveConfig(str(out / "encoder"), output_dir=str(out / "contrastive"), overwrite=True,
+                                            objective=run_cfg.contrastive, steps=run_cfg.contrastive_steps, **source))
+    return (f"{summary['steps']} steps on {summary['rows']} rows, "
+            f"loss {summary['first_loss']} -> {summary['final_loss']}")
 
 
 def eval_done(results: Path, profile: str) -> bool:
@@ -213,6 +242,10 @@ def plan(load, data, masking, train, adapter, run_cfg: RunConfig, hub, out: Path
     stages = [Stage(f"cpt {source}: {train.steps} steps",
                     lambda: None if train.overwrite or not cpt_done(out, load, masking, train) else "finished earlier",
                     lambda: stage_cpt(load, data, masking, train, adapter, out))]
+    if run_cfg.contrastive != "none":
+        stages.append(Stage(f"contrastive {run_cfg.contrastive}: {run_cfg.contrastive_steps} steps",
+                            lambda: "finished earlier" if (out / "contrastive" / "config.json").is_file() else None,
+                            lambda: stage_contrastive(data, run_cfg, out)))
     if run_cfg.eval_profile != "none":
         stages.append(eval_stage(LoadConfig(str(out / "encoder")), "encoder", False, run_cfg, out))
         if run_cfg.eval_base != "none":

@@ -166,3 +166,22 @@ def test_eval_push_to_hub_refuses_a_hub_model_before_fine_tuning(tmp_path, fake_
                  "--push-to-hub", "someone/evaluated"])
     assert code == 2 and "needs MODEL to be a local encoder folder" in capsys.readouterr().err
     assert not (tmp_path / "r").exists() and fake_hub.requests == []
+
+
+def test_run_adds_a_simcse_stage_and_a_rerun_skips_it(decoder_dir, corpus, tmp_path, capsys):
+    out = tmp_path / "contrastive-run"
+    args = ["run", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(out), "--steps", "2",
+            *TINY[:-2], "--eval-profile", "none", "--contrastive", "simcse", "--contrastive-steps", "2"]
+    assert main(args) == 0
+    record = json.loads((out / "contrastive" / "contrastive_run.json").read_text())
+    assert record["stage"]["objective"] == "simcse" and record["source"] == str(out / "encoder")
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "contrastive simcse: 2 steps -- finished earlier, skipped" in capsys.readouterr().out
+
+
+def test_run_supervised_contrastive_needs_data(decoder_dir, corpus, tmp_path, capsys):
+    out = tmp_path / "sup"
+    assert main(["run", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(out),
+                 "--contrastive", "supervised"]) == 2
+    assert "--contrastive-data-files" in capsys.readouterr().err and not out.exists()
