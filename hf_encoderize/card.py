@@ -392,7 +392,7 @@ def _training_rows(run: dict) -> list[tuple[str, str]]:
         ("Steps", f"{_thousands(run.get('steps'))} optimizer steps, {_thousands(run.get('tokens_seen'))} tokens seen"),
         ("Schedule", f"{(run.get('schedule') or 'wsd').upper()}: peak lr {run.get('lr', 0):.1e}, "
                      f"{_thousands(run.get('warmup_steps'))} warmup steps, "
-                     f"linear decay over the final {run.get('decay_fraction', 0):.0%} of steps"),
+                     f"linear decay over the final {_decay(run)}"),
         ("Batch", f"{run.get('batch_size')} rows x {run.get('grad_accum')} accumulation x {processes} process(es)"),
         ("Adapters", adapters + (" on a 4-bit NF4 base (QLoRA)" if run.get("load_in_4bit") else "")),
         ("Hardware", f"{hardware.get('gpu_name') or hardware.get('device', '?')}, {processes} process(es), mixed "
@@ -470,3 +470,9 @@ def write_card(config: CardConfig) -> Path:
         raise EncoderizeError(f"{str(readme)!r} was not written by hf-encoderize; move it away or pass --overwrite")
     readme.write_text(render_card(facts))
     return readme
+
+
+def _decay(run: dict) -> str:
+    if run.get("decay_steps") is not None:
+        return f"{_thousands(run['decay_steps'])} steps"
+    return f"{run.get('decay_fraction', 0):.0%} of steps"  # runs recorded before decay_steps existed

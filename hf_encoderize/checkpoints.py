@@ -160,7 +160,7 @@ def save_checkpoint(accelerator, folder: Path, step: int) -> Path:
     folder = Path(folder)
     tmp = folder.with_name(folder.name + ".partial")
     accelerator.save_state(str(tmp))
-    states = {name: _to_json(_state_of(accelerator, obj)) for name, obj in _REGISTERED.get(accelerator, {}).items()}
+    states = {name: _to_json(state_of(accelerator, obj)) for name, obj in _REGISTERED.get(accelerator, {}).items()}
     accelerator.wait_for_everyone()  # every rank has written its shard/RNG file before the rename
     if accelerator.is_main_process:
         (tmp / STATE_FILE).write_text(json.dumps({"step": step, "states": states}))
@@ -169,7 +169,7 @@ def save_checkpoint(accelerator, folder: Path, step: int) -> Path:
     return folder
 
 
-def _state_of(accelerator, stateful) -> dict:
+def state_of(accelerator, stateful) -> dict:
     """`stateful`'s state; for one whose state is split over processes (`sharded_state`, e.g. the row stream, where
     each process holds its own lanes), every process's part, merged (a collective: call on every process)."""
     state = stateful.state_dict()
@@ -243,17 +243,34 @@ def resume_newest(accelerator, output_dir: Path) -> int:
                           "start over with --overwrite")
 
 
+def recorded_decay_steps(settings: dict) -> int:
+    """The decay length a recorded run used; runs recorded before `decay_steps` existed kept a fraction."""
+    if settings.get("decay_steps") is not None:
+        return int(settings["decay_steps"])
+    return max(1, round(int(settings["steps"]) * float(settings.get("decay_fraction") or 0.0)))
+
+
+def _as_now(before: dict) -> dict:
+    """An older run's settings in today's terms, so a resume compares like with like (kept for old runs)."""
+    if "decay_steps" in before or "decay_fraction" not in before:
+        return before
+    return {**{k: v for k, v in before.items() if k != "decay_fraction"}, "decay_steps": recorded_decay_steps(before)}
+
+
 def check_resume_settings(output_dir: Path, settings: dict, step: int | None, *, extendable: bool,
                           main_process: bool = True) -> None:
     """Refuse a resume whose settings differ from the run's (one line naming each field), then record the settings.
 
-    The one safe change is a larger `steps` (`extendable` runs only, before the run's decay began): the WSD schedule is
-    rebuilt over the new length, so the stable phase continues and the decay moves to the new end."""
+    The one safe change is a larger `steps` (`extendable` runs only, before the run's decay began), with its own decay
+    length: the WSD schedule is rebuilt over the new length, so the stable phase continues and the decay moves to the
+    new end."""
     path = Path(output_dir) / SETTINGS_FILE
     if step is not None and path.is_file():
-        before = json.loads(path.read_text())
+        before = _as_now(json.loads(path.read_text()))
         now = json.loads(json.dumps(settings, default=str))
-        changed = [key for key in now if key not in HARMLESS_CHANGES + ("steps",) and before.get(key) != now[key]]
+        # a longer run may decay over another length: its decay starts after the checkpoint (`_check_new_length`)
+        lengths = ("steps", "decay_steps") if before.get("steps") != now.get("steps") else ("steps",)
+        changed = [key for key in now if key not in HARMLESS_CHANGES + lengths and before.get(key) != now[key]]
         if changed:
             what = "; ".join(f"{key} was {before.get(key)!r}, now {now[key]!r}" for key in changed)
             raise EncoderizeError(f"--resume with other settings than the run's ({what}); resume with the same ones, "
@@ -271,8 +288,46 @@ def _check_new_length(before: dict, now: dict, step: int, extendable: bool) -> N
     if not extendable or new < old:
         allowed = "a larger --steps" if extendable else "no other --steps"
         raise EncoderizeError(f"--resume: the run has --steps {old}, this asks for {new}; a resume allows {allowed}")
-    decay_start = old - max(1, round(old * float(before.get("decay_fraction", 0.0))))
+    decay_start = old - recorded_decay_steps(before)
     if step > decay_start:
         raise EncoderizeError(f"--resume --steps {new}: the checkpoint (step {step}) is past the start of the run's "
                               f"learning-rate decay (step {decay_start}); extending would raise the LR again. Resume "
                               f"with --steps {old}, or branch a new run")
+
+
+def check_branch_settings(checkpoint: Path, settings: dict) -> int:
+    """Refuse a branch point the unbroken run would not pass through; return its step.
+
+    The source run's recorded settings must equal this run's but for the length (`steps`, `decay_steps`), and the
+    checkpoint must lie before both runs' decays: up to it, the two runs took the same updates on the same data."""
+    checkpoint = Path(checkpoint)
+    record = checkpoint.parent.parent / SETTINGS_FILE
+    if not record.is_file():
+        raise EncoderizeError(f"--from-checkpoint {str(checkpoint)!r} has no {SETTINGS_FILE} beside its checkpoints/ "
+                              "folder; branch only from checkpoints of an hf-encoderize run")
+    before = _as_now(json.loads(record.read_text()))
+    now = json.loads(json.dumps(settings, default=str))
+    changed = [key for key in now if key not in HARMLESS_CHANGES + ("steps", "decay_steps") and
+               before.get(key) != now[key]]
+    if changed:
+        what = "; ".join(f"{key} was {before.get(key)!r}, now {now[key]!r}" for key in changed)
+        raise EncoderizeError(f"--from-checkpoint: the source run differs ({what}); branch with the same settings")
+    step = claimed_step(checkpoint)
+    if step >= now["steps"]:
+        raise EncoderizeError(f"--from-checkpoint is at step {step}, not before --steps {now['steps']}; nothing to do")
+    earliest = min(before["steps"] - recorded_decay_steps(before), now["steps"] - now["decay_steps"])
+    if step > earliest:
+        raise EncoderizeError(f"--from-checkpoint step {step} is past the start of a learning-rate decay (step "
+                              f"{earliest}); branch from an undecayed checkpoint, as the paper does")
+    return step
+
+
+def inherit_metrics(checkpoint: Path, output_dir: Path) -> None:
+    """A branch starts its metrics.jsonl with the source run's lines up to the branch point, so its loss curve and
+    tokens seen read like the unbroken run's."""
+    step = claimed_step(checkpoint)
+    source = Path(checkpoint).parent.parent / "metrics.jsonl"
+    if source.is_file():
+        lines = [line for line in source.read_text().splitlines() if (json.loads(line).get("step") or 0) <= step]
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(output_dir) / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))

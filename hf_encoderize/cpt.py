@@ -22,10 +22,13 @@ import torch
 
 from hf_encoderize.bidirectional import PACKED
 from hf_encoderize.checkpoints import (
+    check_branch_settings,
     check_resume_settings,
     check_shared_output_dir,
     claimed_step,
     clear_output_dir,
+    inherit_metrics,
+    load_checkpoint,
     prepare_output_dir,
     resume_newest,
 )
@@ -52,6 +55,7 @@ from hf_encoderize.train import (
     resolve_grad_accum,
     run_summary,
     save_run,
+    stream_position,
     train_until,
     training_facts,
 )
@@ -72,11 +76,18 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
     trackers = parse_report_to(train.report_to)
     accelerator = make_accelerator(train, output_dir, trackers)
     check_launcher(accelerator, adapter)
+    branch_point = Path(train.from_checkpoint) if train.from_checkpoint else None
+    if branch_point:
+        if train.overwrite and output_dir.resolve() in branch_point.resolve().parents:
+            raise EncoderizeError(f"--from-checkpoint {str(branch_point)!r} is inside the --output-dir that "
+                                  "--overwrite would delete; branch into a new --output-dir")
     resume_from = prepare_output_dir(output_dir, resume=train.resume, overwrite=train.overwrite)
     started_at = utc_now()
     documents = open_documents(data)  # a bad source fails before any weight is loaded
     model, tokenizer, report = load_encoderized(load, data, train, adapter, accelerator)
     data = dataclasses.replace(data, pack=report.packing == PACKED)  # a hybrid whose layers leak: padded rows
+    if branch_point:
+        check_branch_settings(branch_point, cpt_facts(load, data, masking, train, adapter))
     # Everything is validated (options, data, model): only now may --overwrite delete the earlier run.
     clear_output_dir(output_dir, overwrite=train.overwrite and not train.resume,
                      main_process=accelerator.is_main_process)
@@ -94,7 +105,10 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
     # one line, never mistaken for a corrupt one.
     check_resume_settings(output_dir, facts, claimed_step(resume_from) if resume_from else None, extendable=True,
                           main_process=accelerator.is_main_process)
-    step = resume_newest(accelerator, output_dir) if resume_from else 0
+    step = resume_newest(accelerator, output_dir) if resume_from else \
+        load_checkpoint(accelerator, branch_point) if branch_point else 0
+    if branch_point and accelerator.is_main_process:
+        inherit_metrics(branch_point, output_dir)
     monitor = TrainingMonitor(accelerator, output_dir, train.steps, start_step=step, show=train.progress,
                               log_every=train.log_every, trackers=trackers, facts=facts)
     started = time.time()
@@ -105,6 +119,7 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
     monitor.close()
     accelerator.wait_for_everyone()
     summary = run_summary(run, monitor, step, started, final_eval)
+    position = stream_position(run, data)  # every process: the lanes are gathered
     weights = gather_weights(run)  # every process: FSDP2/ZeRO-3 gather their shards here
     if accelerator.is_main_process:
         final = accelerator.unwrap_model(run.model).model
@@ -124,7 +139,8 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
         elif final.dtype != loaded_dtype and not adapter.load_in_4bit:
             final = final.to(loaded_dtype)
         saved_dtype = loaded_dtype if weights is not None else final.dtype
-        record = {"command": "cpt", **facts, "saved_dtype": str(saved_dtype).removeprefix("torch."),
+        record = {"command": "cpt", **facts, "from_checkpoint": train.from_checkpoint, "data_position": position,
+                  "saved_dtype": str(saved_dtype).removeprefix("torch."),
                   "encoderize": {**report.to_dict(), **report.tokens}, "num_processes": accelerator.num_processes,
                   "hardware": hardware_facts(accelerator), "wall_time_s": round(summary["wall_time_s"], 2),
                   "eval_loss": summary.get("eval_loss"), "eval_masked_accuracy": summary.get("eval_masked_accuracy"),

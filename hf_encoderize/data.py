@@ -21,7 +21,8 @@ import itertools
 import json
 import logging
 import os
-from collections.abc import Iterator
+import random
+from collections.abc import Iterable, Iterator
 from dataclasses import KW_ONLY, dataclass
 
 from hf_encoderize.errors import EncoderizeError
@@ -55,6 +56,13 @@ class DataConfig:
     refused. The run record says which."""
     eval_documents: int = 64
     """The first N documents are held out for evaluation and never trained on."""
+    skip_documents: int = 0
+    """Training starts this many documents after the held-out ones: continue a stream that an earlier run already
+    read (CPT of a base model pretrained here: its run record's `data_position.next_document`), so no token is seen
+    twice, as the paper's "unique tokens" require (section 2)."""
+    shuffle_buffer: int = 0
+    """Shuffle the training documents within a buffer of N, seeded by --seed (each pass its own order; resume and
+    N processes stay exact). 0 keeps the source's order, as the paper reads FineWeb-Edu (section 2)."""
     eval_max_rows: int = 64
     """At most this many packed rows of the held-out documents are evaluated (long documents would otherwise make
     every evaluation cost more than the training between two of them)."""
@@ -64,6 +72,8 @@ class DataConfig:
     def __post_init__(self):
         check_number("--seq-len", self.seq_len, minimum=8, integer=True)
         check_number("--eval-documents", self.eval_documents, minimum=0, integer=True)
+        check_number("--skip-documents", self.skip_documents, minimum=0, integer=True)
+        check_number("--shuffle-buffer", self.shuffle_buffer, minimum=0, integer=True)
         check_number("--eval-max-rows", self.eval_max_rows, minimum=1, integer=True)
 
 
@@ -216,7 +226,31 @@ def open_documents(cfg: DataConfig) -> Documents:
     if cfg.data_files and sum(os.path.getsize(f) for f in _local_files(cfg.data_files)) <= PRECHECK_BYTES:
         for _ in documents:  # read through once: a bad row anywhere fails now, before any weight is loaded
             pass
-    if next(itertools.islice(iter(documents), cfg.eval_documents, None), None) is None:
+    first = cfg.eval_documents + cfg.skip_documents
+    if next(itertools.islice(iter(documents), first, None), None) is None:
+        skipped = f" and the {cfg.skip_documents} skipped" if cfg.skip_documents else ""
         raise EncoderizeError(f"the dataset has no training documents after the {cfg.eval_documents} held out for "
-                              "evaluation; add data or lower --eval-documents")
+                              f"evaluation{skipped}; add data or lower --eval-documents/--skip-documents")
     return documents
+
+
+def shuffled(items: Iterable, buffer: int, seed) -> Iterator:
+    """`items` in a seeded buffer-shuffled order (the streaming shuffle of `datasets.IterableDataset.shuffle`, for
+    any iterable): each item is drawn at random from a buffer of `buffer` items. The same seed gives the same order.
+
+    >>> list(shuffled(range(6), 1, 0)), sorted(shuffled(range(6), 3, 0)) == list(range(6))
+    ([0, 1, 2, 3, 4, 5], True)
+    """
+    if buffer <= 1:
+        yield from items
+        return
+    generator, pool = random.Random(str(seed)), []
+    for item in items:
+        if len(pool) < buffer:
+            pool.append(item)
+            continue
+        index = generator.randrange(buffer)
+        yield pool[index]
+        pool[index] = item
+    generator.shuffle(pool)
+    yield from pool

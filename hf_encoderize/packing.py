@@ -10,20 +10,22 @@ Design choices:
   scheduler, and a resumed run continues from exactly the same token.
 - `LaneStream` is the endless training stream, in lanes: slot j of every step's global batch packs its own share of
   the documents (j, j + L, ...), so each process tokenizes only its own rows and N processes equal one. It skips the
-  held-out documents, and each lane starts a new pass over its documents when they run out. `held_out_batches` packs
-  the held-out documents once, for evaluation.
+  held-out documents (and `--skip-documents` more), and each lane starts a new pass over its documents when they run
+  out, with a loud warning: the paper trains on unique tokens. An optional seeded shuffle buffer reorders the
+  training documents per pass. `held_out_batches` packs the held-out documents once, for evaluation.
 """
 
 from __future__ import annotations
 
 import collections
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from hf_encoderize.data import shuffled
 from hf_encoderize.errors import EncoderizeError
 
 Row = tuple[list[int], list[int]]  # (input_ids, document_ids), both seq_len long
@@ -139,9 +141,11 @@ class LaneStream:
     """
 
     def __init__(self, tokenizer, seq_len: int, pack: bool, documents: Iterable[str], skip: int, lanes: list[int],
-                 total_lanes: int):
+                 total_lanes: int, shuffle_buffer: int = 0, seed: int = 0, warn: Callable[[str], None] | None = None):
         self.tokenizer, self.seq_len, self.pack = tokenizer, seq_len, pack
         self.documents, self.skip, self.total_lanes = documents, skip, total_lanes
+        self.shuffle_buffer, self.seed, self.warn = shuffle_buffer, seed, warn
+        self._announced: set[int] = set()
         self.lanes = {lane: _fresh_lane() for lane in lanes}
         self.queues: dict[int, collections.deque] = {lane: collections.deque() for lane in lanes}
         self._reader: Iterator | None = None
@@ -180,12 +184,22 @@ class LaneStream:
                 raise EncoderizeError(f"the training documents do not fill one row of {self.seq_len} tokens per lane "
                                       f"({self.total_lanes} lanes: batch size x processes x accumulation); add data, "
                                       "or lower --seq-len or --batch-size")
+            self._announce(passes)
             empty = state["carry"][:0]
             state.update({"pass": passes, "documents": 0, "pass_rows": 0, "carry": empty, "carry_doc": empty})
         first = int(state["carry_doc"][-1]) + 1 if len(state["carry_doc"]) else 0
         state["documents"] += 1
         state["carry"] = np.concatenate([state["carry"], tokens])
         state["carry_doc"] = np.concatenate([state["carry_doc"], np.full(len(tokens), first, dtype=np.int64)])
+
+    def _announce(self, passes: int) -> None:
+        """Say loudly, once per pass, that the documents ran out and training repeats them."""
+        if self.warn is not None and passes not in self._announced:
+            self._announced.add(passes)
+            self.warn(f"warning: the training documents ran out ({self._known_documents or '?'} after the skipped and "
+                      f"held-out ones): pass {passes + 1} over them begins, so training now repeats tokens (the paper "
+                      "trains on unique tokens, section 2); add data or lower --steps. The run record counts the "
+                      "passes.")
 
     def _read_more(self, lane: int) -> None:
         """Read documents in order until `lane` has one queued, tokenizing the owned ones in one batch."""
@@ -207,7 +221,9 @@ class LaneStream:
         passes, start = min(needed.values())
         while True:
             count = 0
-            for index, text in enumerate(itertools.islice(iter(self.documents), self.skip, None)):
+            source = itertools.islice(iter(self.documents), self.skip, None)
+            # a seeded order per pass; a resumed reader re-reads its pass in the same order
+            for index, text in enumerate(shuffled(source, self.shuffle_buffer, (self.seed, passes))):
                 count = index + 1
                 if index < start or index % self.total_lanes not in needed:
                     continue
@@ -250,3 +266,15 @@ def held_out_batches(documents: Iterable[str], packer: Packer, count: int, max_r
     rows = packer.rows(itertools.islice(iter(documents), count), flush=True)
     held_out = list(itertools.islice(rows, max_rows))
     return [collate(held_out[i : i + batch_size]) for i in range(0, len(held_out), batch_size)]
+
+
+def data_position(lanes: dict, total_lanes: int, skipped: int) -> dict:
+    """Where the training stream stands, from every lane's state (`LaneStream.state_dict`, gathered): the passes
+    completed over the training documents and, in the first pass, the `--skip-documents` value that continues the
+    stream after every document read so far (documents a lagging lane had not reached yet are skipped, not repeated).
+    """
+    passes = max(int(s["pass"]) for s in lanes.values())
+    read = [int(lane) + (int(s["documents"]) - 1) * total_lanes for lane, s in lanes.items()
+            if int(s["pass"]) == passes and int(s["documents"])]
+    following = skipped + max(read) + 1 if read else skipped
+    return {"passes_completed": passes, "next_document": following if passes == 0 else None}

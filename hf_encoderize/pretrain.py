@@ -33,8 +33,10 @@ from hf_encoderize.checkpoints import (
     checkpoint_step,
     claimed_step,
     clear_output_dir,
+    inherit_metrics,
     load_checkpoint,
     prepare_output_dir,
+    recorded_decay_steps,
     resume_newest,
     save_checkpoint,
 )
@@ -44,6 +46,7 @@ from hf_encoderize.loss import CHUNK_ELEMENTS
 from hf_encoderize.masking import MaskingConfig
 from hf_encoderize.monitor import TrainingMonitor, hardware_facts, parse_report_to, utc_now
 from hf_encoderize.objectives import Phase, parse_schedule
+from hf_encoderize.schedule import decay_start, default_warmup
 from hf_encoderize.train import (
     TrainConfig,
     build_run,
@@ -54,14 +57,17 @@ from hf_encoderize.train import (
     resolve_grad_accum,
     run_summary,
     save_run,
+    stream_position,
     train_until,
     training_facts,
 )
 
 # Paper, Appendix A: EuroBERT-style Llama blocks (RMSNorm, SwiGLU, RoPE theta 10,000), context 2,048, the Llama-3
-# tokenizer (vocabulary 128,256). Tied input/output embeddings: that is what makes the totals 210M / 610M / 1B.
+# tokenizer (vocabulary 128,256). Untied input and output embeddings, as in EuroBERT, whose architecture the paper's
+# models follow (the authors' trainer, optimus/trainer/model/encoder/eurobert.py: "tied_weights": False). The names
+# 210M / 610M / 1B count the encoder without its LM head (embeddings once); the head adds 128,256 x hidden weights.
 PAPER_COMMON = dict(model_type="llama", vocab_size=128256, max_position_embeddings=2048, rope_theta=10000.0,
-                    hidden_act="silu", rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=128000,
+                    hidden_act="silu", rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=128000,
                     eos_token_id=128001, attention_bias=False, mlp_bias=False)
 PAPER_SIZES = {
     "210M": dict(num_hidden_layers=12, hidden_size=768, intermediate_size=3072, num_attention_heads=12,
@@ -88,9 +94,6 @@ class PretrainConfig:
     schedule: str = "clm:0.25,mlm:0.75"
     """Phases in order with their share of --steps: clm:1.0, mlm:1.0, clm:0.5,mlm:0.5, ... The default 25-75 split
     is the one that reliably beats MLM alone (paper, section 4)."""
-    from_checkpoint: str | None = None
-    """Branch from a checkpoint folder of an earlier pretrain run (OUT/switch/step-N or OUT/checkpoints/step-N)
-    instead of redoing the shared prefix; its schedule must agree with this one up to that step."""
     attn_implementation: str = "auto"
     """Attention backend: auto (the fastest the architecture supports here; see cpt), eager, sdpa, flex_attention,
     flash_attention_2 or flash_attention_3."""
@@ -106,9 +109,6 @@ class PretrainConfig:
         from hf_encoderize.loading import LoadConfig
 
         LoadConfig("-", attn_implementation=self.attn_implementation)  # the same one-line refusal as cpt's
-        if self.from_checkpoint and not (Path(self.from_checkpoint) / "trainer_state.json").is_file():
-            raise EncoderizeError(f"--from-checkpoint {self.from_checkpoint!r} is not a checkpoint folder; "
-                                  "pass OUT/switch/step-N or OUT/checkpoints/step-N of an earlier pretrain run")
 
 
 def model_config_from(spec: str):
@@ -191,18 +191,12 @@ def check_memory(spec: str, config, data: DataConfig, train: TrainConfig) -> dic
 
 def _branch_facts(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, train: TrainConfig) -> dict:
     """The settings a branch must share with the run it starts from (all but the split and the length)."""
-    from hf_encoderize.schedule import default_warmup
-
     return {"model_config": spec.model_config, "tokenizer": spec.tokenizer, "lr": train.lr,
             "warmup_steps": train.warmup_steps if train.warmup_steps is not None else default_warmup(train.steps),
             "batch_size": train.batch_size, "grad_accum": train.grad_accum, "seed": train.seed,
             "data": [data.dataset, data.dataset_config, data.split, data.data_files, data.text_column],
             "seq_len": data.seq_len, "pack": data.pack, "eval_documents": data.eval_documents,
             "masking": [masking.mask_ratio, masking.replacement, masking.objective]}
-
-
-def _decay_start(steps: int, decay_fraction: float) -> int:
-    return steps - max(1, round(steps * decay_fraction))  # as in schedule.wsd_factor
 
 
 def check_branch(checkpoint: Path, phases: list[Phase], facts: dict, train: TrainConfig) -> int:
@@ -224,8 +218,8 @@ def check_branch(checkpoint: Path, phases: list[Phase], facts: dict, train: Trai
     if _prefix(source_phases, step) != _prefix(phases, step):
         raise EncoderizeError(f"--from-checkpoint is at step {step}, where the source split ({source['schedule']}) "
                               f"and this one differ; branch from a step both pass through with the same objectives")
-    earliest_decay = min(_decay_start(source["steps"], source["decay_fraction"]),
-                         _decay_start(train.steps, train.decay_fraction))
+    earliest_decay = min(decay_start(source["steps"], recorded_decay_steps(source)),
+                         decay_start(train.steps, train.decay))
     if step > earliest_decay:
         raise EncoderizeError(f"--from-checkpoint step {step} is past the start of a learning-rate decay (step "
                               f"{earliest_decay}); branch from an undecayed checkpoint, as the paper does")
@@ -249,7 +243,7 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
     _check_seq_len(config, data)
     memory = check_memory(spec.model_config, config, data, train) if spec.check_memory else None
     facts = _branch_facts(spec, data, masking, train)
-    branch_point = Path(spec.from_checkpoint) if spec.from_checkpoint else None
+    branch_point = Path(train.from_checkpoint) if train.from_checkpoint else None
     if branch_point:
         check_branch(branch_point, phases, facts, train)
     output_dir = Path(train.output_dir) if train.output_dir else \
@@ -280,7 +274,7 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / SCHEDULE_FILE).write_text(json.dumps(_schedule_record(spec, phases, facts, train), indent=2))
         if resume_from is not None and resume_from == branch_point:
-            _inherit_metrics(branch_point, output_dir)
+            inherit_metrics(branch_point, output_dir)
     monitor = TrainingMonitor(accelerator, output_dir, train.steps, start_step=step, show=train.progress,
                               label="pretrain", log_every=train.log_every, trackers=trackers, facts=record)
     started, counts = time.time(), None
@@ -300,13 +294,15 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
     accelerator.wait_for_everyone()
     summary = {**run_summary(run, monitor, step, started, final_eval), "schedule": spec.schedule,
                "phases": [p.to_dict() for p in phases]}
+    position = stream_position(run, data)  # every process: the lanes are gathered
     weights = gather_weights(run)  # every process: FSDP2/ZeRO-3 gather their shards here
     if accelerator.is_main_process:
         report = _report(model, counts, tokens, data.pack)
         record.update(command="pretrain", encoderize={**report.to_dict(), **report.tokens},
                       num_processes=accelerator.num_processes, hardware=hardware_facts(accelerator),
                       wall_time_s=round(summary["wall_time_s"], 2), eval_loss=summary.get("eval_loss"),
-                      eval_masked_accuracy=summary.get("eval_masked_accuracy"), started_at=started_at)
+                      eval_masked_accuracy=summary.get("eval_masked_accuracy"), started_at=started_at,
+                      data_position=position)
         save_run(accelerator.unwrap_model(run.model).model, tokenizer, output_dir, record, state_dict=weights)
     accelerator.end_training()
     return summary
@@ -375,17 +371,9 @@ def _at_switch(run, monitor, step: int) -> None:
     save_checkpoint(run.accelerator, checkpoint_dir(run.output_dir, step, folder="switch"), step)
 
 
-def _inherit_metrics(checkpoint: Path, output_dir: Path) -> None:
-    """A branch starts with the source run's metrics (the monitor drops those past the branch step), so its
-    metrics.jsonl, loss curve and tokens seen read like the unbroken run's."""
-    source = checkpoint.parent.parent / "metrics.jsonl"
-    if source.is_file():
-        (output_dir / "metrics.jsonl").write_text(source.read_text())
-
-
 def _schedule_record(spec: PretrainConfig, phases: list[Phase], facts: dict, train: TrainConfig) -> dict:
     return {"schedule": spec.schedule, "phases": [p.to_dict() for p in phases], "steps": train.steps,
-            "decay_fraction": train.decay_fraction, "facts": json.loads(json.dumps(facts))}
+            "decay_steps": train.decay, "facts": json.loads(json.dumps(facts))}
 
 
 def _run_facts(spec: PretrainConfig, data, masking, train, phases: list[Phase], memory: dict | None) -> dict:
@@ -394,6 +382,6 @@ def _run_facts(spec: PretrainConfig, data, masking, train, phases: list[Phase], 
     return {"base_model": None, "revision": None, "gguf_file": None, **training_facts(data, masking, train),
             "lora": None, "load_in_4bit": False, "model_config": spec.model_config, "tokenizer": spec.tokenizer,
             "objective": "+".join(p.objective for p in phases), "phases": spec.schedule,
-            "switch_step": switch[0] if switch else None, "from_checkpoint": spec.from_checkpoint,
+            "switch_step": switch[0] if switch else None, "from_checkpoint": train.from_checkpoint,
             "estimated_memory_gib": round(memory["total"] / 2**30, 2) if memory else None,
             "parameters": memory["parameters"] if memory else None}

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
 import time
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
@@ -45,6 +46,7 @@ from hf_encoderize.checkpoints import (
     prune_checkpoints,
     register_state,
     save_checkpoint,
+    state_of,
 )
 from hf_encoderize.data import DataConfig, Documents
 from hf_encoderize.errors import EncoderizeError
@@ -53,10 +55,10 @@ from hf_encoderize.loss import mlm_loss
 from hf_encoderize.masking import MaskingConfig
 from hf_encoderize.nonfinite import NonFiniteGuard, check_finite_result
 from hf_encoderize.objectives import Masker, Phase
-from hf_encoderize.packing import LaneStream, Packer, held_out_batches
+from hf_encoderize.packing import LaneStream, Packer, data_position, held_out_batches
 from hf_encoderize.prefetch import Prefetcher
 from hf_encoderize.profiling import section
-from hf_encoderize.schedule import PAPER_DECAY_FRACTION, default_warmup, wsd_scheduler
+from hf_encoderize.schedule import decay_steps_for, default_warmup, wsd_scheduler
 from hf_encoderize.validation import check_number
 
 ADAMW_BETAS = (0.9, 0.95)  # paper, Appendix A
@@ -81,9 +83,13 @@ class TrainConfig:
     """Target tokens per optimizer step: sets --grad-accum to ceil(target / (batch size x processes x seq len)).
     The paper's recipe takes 2,373,120 tokens per step (section 2); default: --grad-accum as given."""
     warmup_steps: int | None = None
-    """Linear warmup steps; default min(2000, 10% of steps) (paper, Appendix A: 2,000)."""
-    decay_fraction: float = PAPER_DECAY_FRACTION
-    """Final fraction of steps with linear decay to zero (paper, Appendix A: 5%)."""
+    """Linear warmup steps; default 2,000 (paper, section 2 and Appendix A), at most a fifth of a short run."""
+    decay_steps: int | None = None
+    """Final steps of linear decay to zero; default 2,000 (paper, section 2: "decay only during the final 2,000
+    steps", at every budget), at most a fifth of a short run."""
+    decay_fraction: float | None = None
+    """Instead of --decay-steps: the final fraction of the steps that decays (Appendix A's table rounds the paper's
+    2,000 of 42,000 to 5%)."""
     weight_decay: float = 0.1
     """AdamW weight decay (paper, Appendix A)."""
     max_grad_norm: float = 1.0
@@ -100,6 +106,11 @@ class TrainConfig:
     """Print the training loss every N steps."""
     resume: bool = False
     """Continue from the newest checkpoint in `output_dir`."""
+    from_checkpoint: str | None = None
+    """Branch a new run from a checkpoint folder of an earlier run of the same command (OUT/checkpoints/step-N, or
+    pretrain's OUT/switch/step-N) instead of redoing the shared prefix, as the paper does for its PFS splits and CPT
+    budgets: the settings must be the same but for --steps and the decay, and the checkpoint must come before both
+    runs' decays. The data continue from the checkpoint's position."""
     overwrite: bool = False
     """Start over in a non-empty `output_dir`, deleting it."""
     mixed_precision: str = "auto"
@@ -135,7 +146,21 @@ class TrainConfig:
         for name in ("warmup_steps", "eval_every", "seed", "prefetch"):
             check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=0, integer=True)
         check_number("--lr", self.lr, above=0)
-        check_number("--decay-fraction", self.decay_fraction, minimum=0, maximum=1)
+        if self.decay_steps is not None:
+            check_number("--decay-steps", self.decay_steps, minimum=1, integer=True)
+        if self.decay_fraction is not None:
+            check_number("--decay-fraction", self.decay_fraction, above=0, maximum=1)
+        if self.decay_steps is not None and self.decay_fraction is not None:
+            raise EncoderizeError("give --decay-steps or --decay-fraction, not both")
+        if self.from_checkpoint and not (Path(self.from_checkpoint) / "trainer_state.json").is_file():
+            raise EncoderizeError(f"--from-checkpoint {self.from_checkpoint!r} is not a checkpoint folder; pass "
+                                  "OUT/checkpoints/step-N (or pretrain's OUT/switch/step-N) of an earlier run")
+        if self.from_checkpoint and self.resume:
+            raise EncoderizeError("--from-checkpoint starts a new run and --resume continues one; pass one of them")
+        for name in ("warmup_steps", "decay_steps"):
+            if (getattr(self, name) or 0) > self.steps:
+                raise EncoderizeError(f"--{name.replace('_', '-')} {getattr(self, name)} is more than --steps "
+                                      f"{self.steps}; lower it or train longer")
         check_number("--weight-decay", self.weight_decay, minimum=0)
         check_number("--max-grad-norm", self.max_grad_norm, above=0)
         if self.mixed_precision not in ("auto", "bf16", "fp16", "no"):
@@ -148,6 +173,10 @@ class TrainConfig:
     @property
     def warmup(self) -> int:
         return self.warmup_steps if self.warmup_steps is not None else default_warmup(self.steps)
+
+    @property
+    def decay(self) -> int:
+        return decay_steps_for(self.steps, self.decay_steps, self.decay_fraction)
 
 
 class ObjectiveModel(torch.nn.Module):
@@ -276,7 +305,7 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
     fused = torch.cuda.is_available() and all(p.is_floating_point() for p in trainable)
     optimizer = torch.optim.AdamW(trainable, lr=train.lr, betas=ADAMW_BETAS, weight_decay=train.weight_decay,
                                   fused=fused)
-    scheduler = wsd_scheduler(optimizer, train.steps, train.warmup, train.decay_fraction)
+    scheduler = wsd_scheduler(optimizer, train.steps, train.warmup, train.decay)
     configure_deepspeed(accelerator, train)
     if train.compile:
         from hf_encoderize.compiling import compile_decoder_layers
@@ -287,9 +316,11 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
     vocab_size = getattr(embeddings, "ds_shape", embeddings.shape)[0]  # ZeRO-3 partitions report an empty shape
     masker = Masker.for_tokenizer(tokenizer, masking, vocab_size, seed=train.seed)  # stateless: seeds per row
     pack = data.pack is not False  # None (not decided by a recipe) packs, the default
-    stream = LaneStream(tokenizer, data.seq_len, pack, documents, data.eval_documents,
+    stream = LaneStream(tokenizer, data.seq_len, pack, documents, data.eval_documents + data.skip_documents,
                         lanes=my_lanes(train, accelerator.num_processes, accelerator.process_index),
-                        total_lanes=train.batch_size * accelerator.num_processes * train.grad_accum)
+                        total_lanes=train.batch_size * accelerator.num_processes * train.grad_accum,
+                        shuffle_buffer=data.shuffle_buffer, seed=train.seed,
+                        warn=_say if accelerator.is_main_process else None)
     backend = model.config._attn_implementation
     pin = accelerator.device.type == "cuda"
 
@@ -463,9 +494,10 @@ def training_facts(data: DataConfig, masking: MaskingConfig, train: TrainConfig)
     return {
         "objective": masking.objective, "mask_ratio": masking.mask_ratio, "replacement": masking.replacement,
         "data": {k: getattr(data, k) for k in ("dataset", "dataset_config", "split", "data_files", "text_column",
-                                               "seq_len", "pack", "eval_documents")},
+                                               "seq_len", "pack", "eval_documents", "skip_documents",
+                                               "shuffle_buffer")},
         "steps": train.steps, "lr": train.lr, "schedule": "wsd", "warmup_steps": train.warmup,
-        "decay_fraction": train.decay_fraction, "weight_decay": train.weight_decay, "betas": list(ADAMW_BETAS),
+        "decay_steps": train.decay, "weight_decay": train.weight_decay, "betas": list(ADAMW_BETAS),
         "max_grad_norm": train.max_grad_norm, "batch_size": train.batch_size, "grad_accum": train.grad_accum,
         "tokens_per_step": train.tokens_per_step, "seed": train.seed,
         "gradient_checkpointing": train.gradient_checkpointing, "master_weights": train.master_weights,
@@ -514,6 +546,17 @@ def save_run(model, tokenizer, output_dir: Path, record: dict, state_dict: dict 
               "final_train_loss": train_records[-1]["loss"] if train_records else None, "finished_at": utc_now()}
     write_json_atomic(output_dir / "run_record.json", record)
     return record
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def stream_position(run: Run, data: DataConfig) -> dict:
+    """`packing.data_position` over every process's lanes (a collective: call on every process)."""
+    lanes = state_of(run.accelerator, run.rows)
+    total = run.train.batch_size * run.accelerator.num_processes * run.train.grad_accum
+    return data_position(lanes, total, data.skip_documents)
 
 
 def run_summary(run: Run, monitor, step: int, started: float, final_eval: dict) -> dict:

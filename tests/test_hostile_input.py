@@ -190,7 +190,7 @@ def test_resume_falls_back_past_a_corrupt_newest_checkpoint(decoder_dir, corpus,
     capsys.readouterr()
     assert main([*args[:-2], "--output-dir", str(run), "--steps", "4", "--resume"]) == 0
     err = capsys.readouterr().err
-    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    warnings = [line for line in err.splitlines() if line.startswith("warning: checkpoint")]
     assert len(warnings) == 1 and "step-0000004" in warnings[0] and "Traceback" not in err, err
     kept = run / "checkpoints" / "step-0000004.corrupt" / "model.safetensors"
     assert kept.stat().st_size == 100
@@ -275,6 +275,8 @@ def test_resume_refuses_changed_settings(flag, decoder_dir, corpus, interrupted,
             "--resume"]
     at = args.index(flag) if flag in args else None
     args = args[:at + 1] + [value] + args[at + 2:] if at is not None else [*args, flag, value]
+    if flag == "--steps":
+        args += ["--warmup-steps", "2"]  # the default warmup follows --steps (12 // 5 = 2, 8 // 5 = 1)
     code = main(args)
     err = capsys.readouterr().err
     assert code == 2 and _one_error_line(err, message), err
@@ -283,7 +285,8 @@ def test_resume_refuses_changed_settings(flag, decoder_dir, corpus, interrupted,
 
 def test_resume_may_extend_steps_before_the_decay(decoder_dir, corpus, interrupted, tmp_path, capsys):
     """The one safe change: a larger --steps before the decay began; the record then says the new length. The default
-    warmup follows --steps (12 // 10 = 1, 20 // 10 = 2), so extending to 20 needs the original warmup stated."""
+    warmup follows --steps (12 // 5 = 2, 20 // 5 = 4), so extending to 20 needs the original warmup stated; the
+    default decay follows it too, and may (the decay starts after the checkpoint)."""
     import shutil
 
     run = tmp_path / "extended"
@@ -291,10 +294,11 @@ def test_resume_may_extend_steps_before_the_decay(decoder_dir, corpus, interrupt
     args = ["cpt", str(decoder_dir), "--data-files", str(corpus), "--seq-len", "32", "--batch-size", "4", "--steps",
             "20", "--save-every", "4", "--eval-every", "0", "--no-progress", "--output-dir", str(run), "--resume"]
     assert main(args) == 2
-    assert _one_error_line(capsys.readouterr().err, "warmup_steps was 1, now 2")
-    assert main([*args, "--warmup-steps", "1"]) == 0
+    assert _one_error_line(capsys.readouterr().err, "warmup_steps was 2, now 4")
+    assert main([*args, "--warmup-steps", "2"]) == 0
     record = json.loads((run / "run_record.json").read_text())
     assert record["steps"] == 20 and json.loads((run / "run_settings.json").read_text())["steps"] == 20
+    assert record["decay_steps"] == 4 and record["warmup_steps"] == 2
 
 
 def test_resume_refuses_to_extend_a_run_inside_its_decay(decoder_dir, corpus, finished_run, capsys):
