@@ -34,6 +34,7 @@ from hf_encoderize.checkpoints import (
 )
 from hf_encoderize.data import DataConfig, open_documents
 from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.exports import export_encoder
 from hf_encoderize.loading import LoadConfig
 from hf_encoderize.lora import (
     AdapterConfig,
@@ -48,6 +49,7 @@ from hf_encoderize.masking import MaskingConfig
 from hf_encoderize.monitor import TrainingMonitor, hardware_facts, parse_report_to, utc_now
 from hf_encoderize.train import (
     TrainConfig,
+    align_lr_with_schedule,
     build_run,
     evaluate_held_out,
     gather_weights,
@@ -76,6 +78,9 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
     trackers = parse_report_to(train.report_to)
     accelerator = make_accelerator(train, output_dir, trackers)
     check_launcher(accelerator, adapter)
+    if train.exports and adapter.lora_r:
+        raise EncoderizeError("--export-steps saves full encoders; with --lora-r the adapters would need merging at "
+                              "every export: export from a full fine-tune, or drop --export-steps")
     branch_point = Path(train.from_checkpoint) if train.from_checkpoint else None
     if branch_point:
         if train.overwrite and output_dir.resolve() in branch_point.resolve().parents:
@@ -101,12 +106,16 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
     loaded_dtype = model.dtype  # the encoder is saved in it; training may keep fp32 master weights meanwhile
     run = build_run(accelerator, model, tokenizer, documents, data, masking, train, output_dir)
     facts = cpt_facts(load, data, masking, train, adapter)
+    run.exporter = lambda at: export_encoder(run, at, {
+        "command": "cpt", "base_model": load.source, "objective": masking.objective, "mask_ratio": masking.mask_ratio,
+        "packing": report.packing, "model_type": report.model_type}, loaded_dtype)
     # Before loading: a checkpoint of other settings (e.g. another global batch, so other data lanes) is refused in
     # one line, never mistaken for a corrupt one.
     check_resume_settings(output_dir, facts, claimed_step(resume_from) if resume_from else None, extendable=True,
                           main_process=accelerator.is_main_process)
     step = resume_newest(accelerator, output_dir) if resume_from else \
         load_checkpoint(accelerator, branch_point) if branch_point else 0
+    align_lr_with_schedule(run)
     if branch_point and accelerator.is_main_process:
         inherit_metrics(branch_point, output_dir)
     monitor = TrainingMonitor(accelerator, output_dir, train.steps, start_step=step, show=train.progress,

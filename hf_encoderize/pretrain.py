@@ -42,6 +42,7 @@ from hf_encoderize.checkpoints import (
 )
 from hf_encoderize.data import DataConfig, open_documents
 from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.exports import export_encoder
 from hf_encoderize.loss import CHUNK_ELEMENTS
 from hf_encoderize.masking import MaskingConfig
 from hf_encoderize.monitor import TrainingMonitor, hardware_facts, parse_report_to, utc_now
@@ -49,6 +50,7 @@ from hf_encoderize.objectives import Phase, parse_schedule
 from hf_encoderize.schedule import decay_start, default_warmup
 from hf_encoderize.train import (
     TrainConfig,
+    align_lr_with_schedule,
     build_run,
     enter_phase,
     evaluate_held_out,
@@ -265,11 +267,16 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
     model.train()
     run = build_run(accelerator, model, tokenizer, documents, data, masking, train, output_dir)
     record = _run_facts(spec, data, masking, train, phases, memory)
+    run.exporter = lambda at: export_encoder(run, at, {
+        "command": "pretrain", "base_model": None, "phases": spec.schedule, "mask_ratio": masking.mask_ratio,
+        "objective": next(p.objective for p in phases if p.start < at <= p.end),
+        "model_type": config.model_type}, model.dtype)
     check_resume_settings(output_dir, {k: v for k, v in record.items() if k not in ("estimated_memory_gib",)},
                           claimed_step(resume_from) if train.resume else None, extendable=False,
                           main_process=accelerator.is_main_process)  # before loading, as in cpt
     step = resume_newest(accelerator, output_dir) if train.resume else \
         load_checkpoint(accelerator, resume_from) if resume_from else 0
+    align_lr_with_schedule(run)
     if accelerator.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / SCHEDULE_FILE).write_text(json.dumps(_schedule_record(spec, phases, facts, train), indent=2))

@@ -34,6 +34,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
@@ -50,6 +51,7 @@ from hf_encoderize.checkpoints import (
 )
 from hf_encoderize.data import DataConfig, Documents
 from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.exports import parse_export_steps
 from hf_encoderize.isolation import packed_forward
 from hf_encoderize.loss import mlm_loss
 from hf_encoderize.masking import MaskingConfig
@@ -100,6 +102,9 @@ class TrainConfig:
     """Save a full training checkpoint every N steps."""
     keep_last: int = 2
     """Checkpoints to keep."""
+    export_steps: str | None = None
+    """Also save a full encoder at these steps, comma-separated (e.g. 5000,10000,20000), into OUT/exports/step-N:
+    the intermediate checkpoints the paper fine-tunes for its data-efficiency result (section 3, Figure 4)."""
     eval_every: int = 500
     """Evaluate on the held-out documents every N steps (0: only at the end, and in `pretrain` at each phase switch)."""
     log_every: int = 10
@@ -157,6 +162,7 @@ class TrainConfig:
                                   "OUT/checkpoints/step-N (or pretrain's OUT/switch/step-N) of an earlier run")
         if self.from_checkpoint and self.resume:
             raise EncoderizeError("--from-checkpoint starts a new run and --resume continues one; pass one of them")
+        parse_export_steps(self.export_steps, self.steps)
         for name in ("warmup_steps", "decay_steps"):
             if (getattr(self, name) or 0) > self.steps:
                 raise EncoderizeError(f"--{name.replace('_', '-')} {getattr(self, name)} is more than --steps "
@@ -173,6 +179,10 @@ class TrainConfig:
     @property
     def warmup(self) -> int:
         return self.warmup_steps if self.warmup_steps is not None else default_warmup(self.steps)
+
+    @property
+    def exports(self) -> tuple[int, ...]:
+        return parse_export_steps(self.export_steps, self.steps)
 
     @property
     def decay(self) -> int:
@@ -255,6 +265,8 @@ class Run:
     eval_batches: list
     train: TrainConfig
     output_dir: Path
+    exporter: Callable[[int], object] | None = None
+    """Saves the encoder at a `--export-steps` step (set by the recipe, which knows what the export records)."""
 
 
 def resolve_grad_accum(train: TrainConfig, seq_len: int) -> TrainConfig:
@@ -390,6 +402,8 @@ def train_until(run: Run, monitor, step: int, until: int) -> int:
                 save_checkpoint(run.accelerator, checkpoint_dir(run.output_dir, step), step)
                 if run.accelerator.is_main_process:
                     prune_checkpoints(run.output_dir, train.keep_last)
+            if step in train.exports and run.exporter is not None:
+                run.exporter(step)
         guard.check_all(monitor.flush())
     except KeyboardInterrupt:  # Ctrl-C: checkpoints are written atomically, so the newest one is whole
         raise KeyboardInterrupt(resume_hint(run.output_dir, train)) from None
@@ -546,6 +560,15 @@ def save_run(model, tokenizer, output_dir: Path, record: dict, state_dict: dict 
               "final_train_loss": train_records[-1]["loss"] if train_records else None, "finished_at": utc_now()}
     write_json_atomic(output_dir / "run_record.json", record)
     return record
+
+
+def align_lr_with_schedule(run: Run) -> None:
+    """After loading a checkpoint, give the optimizer this run's LR for the next step. The checkpoint holds the LR its
+    own schedule set; a branch (or a longer resume) has another decay, and at its decay start the two differ."""
+    scheduler = run.scheduler
+    for group, base, factor in zip(run.optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas, strict=True):
+        group["lr"] = base * factor(scheduler.last_epoch)
+    scheduler._last_lr = [group["lr"] for group in run.optimizer.param_groups]
 
 
 def _say(message: str) -> None:
