@@ -218,3 +218,48 @@ def test_bad_export_steps_are_one_line(decoder_dir, corpus, tmp_path, capsys):
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1, err
     assert not (tmp_path / "x").exists()
+
+
+# ------------------------------------------------------------------------------------------------ recipes
+
+
+def _dry_run(script, runs, **env):
+    """The commands a paper recipe would launch (LAUNCH=echo), one list of arguments per command."""
+    import os
+    import shlex
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run(["bash", str(root / "examples" / "paper" / script)], capture_output=True, text=True,
+                            env={**os.environ, "RUNS": str(runs), "LAUNCH": "echo hf-encoderize", **env}, check=True)
+    return [shlex.split(line)[1:] for line in result.stdout.splitlines() if line.startswith("hf-encoderize ")]
+
+
+def _flag(command, name):
+    return command[command.index(name) + 1] if name in command else None
+
+
+def test_pfs_recipe_follows_the_paper(tmp_path):
+    commands = _dry_run("pfs.sh", tmp_path)
+    assert len(commands) == 2 + 3 * 3 + 2 * 2  # base runs, 3 splits x 3 budgets, 100% cells of 12k and 22k
+    for command in commands:
+        assert (_flag(command, "--lr"), _flag(command, "--warmup-steps"), _flag(command, "--decay-steps")) == \
+            ("5e-4", "2000", "2000") and "--decay-fraction" not in command
+        assert int(_flag(command, "--batch-size")) * 8 * int(_flag(command, "--grad-accum")) * 2048 == 2_359_296
+    bases = [c for c in commands if "--from-checkpoint" not in c]
+    assert [_flag(c, "--export-steps") for c in bases] == ["1000,2000,5000,10000,20000,40000"] * 2
+    switches = sorted(int(_flag(c, "--from-checkpoint")[-7:]) for c in commands if "clm0." in _flag(c, "--output-dir"))
+    assert switches == [3000, 5000, 6000, 9000, 10000, 11000, 17000, 21000, 32000]  # Appendix C.3's whole thousands
+
+
+def test_cpt_recipe_branches_budgets_and_continues_the_data(tmp_path):
+    for base in ("clm-42000", "mlm-42000"):
+        (tmp_path / "610M" / base).mkdir(parents=True)
+        record = {"data_position": {"passes_completed": 0, "next_document": 4321}}
+        (tmp_path / "610M" / base / "run_record.json").write_text(json.dumps(record))
+    commands = _dry_run("cpt.sh", tmp_path)
+    assert [int(_flag(c, "--steps")) for c in commands] == [22000, 12000, 2000] * 2
+    assert sum(int(_flag(c, "--steps")) for c in commands[:3]) - 10000 == 26000  # section 5: 26,000 steps a base
+    assert _flag(commands[1], "--from-checkpoint").endswith("cpt-clm-42000-22000/checkpoints/step-0010000")
+    assert all(_flag(c, "--skip-documents") == "4321" and _flag(c, "--decay-steps") == "2000" for c in commands)

@@ -7,10 +7,12 @@ cd "$(dirname "$0")/../.."
 source examples/paper/common.sh
 
 for size in ${SIZES:-210M 610M 1B}; do
-  SIZE=$size pretrain clm-42000 clm:1.0 42000
+  exports=""; [ "$size" = 610M ] && exports="$EXPORTS"  # the shared 610M base runs export Figure 4's encoders
+  SIZE=$size pretrain clm-42000 clm:1.0 42000 "" "$exports"
   for mask in 0.2 0.3 0.4 0.5; do
     name=mlm-42000; [ "$mask" != 0.4 ] && name="mlm-42000-mask${mask}"
-    SIZE=$size MASK=$mask pretrain "$name" mlm:1.0 42000
+    [ "$mask" = 0.4 ] && export_steps="$exports" || export_steps=""
+    SIZE=$size MASK=$mask pretrain "$name" mlm:1.0 42000 "" "$export_steps"
   done
 done
 for mask in 0.2 0.3 0.5; do
