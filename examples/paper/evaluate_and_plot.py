@@ -8,6 +8,8 @@ panel per task family (SC, TC, QA, IR), from the family means:
 - `pfs.png`    score against the CLM share of the budget, one line per budget (paper, Figure 6);
 - `cpt.png`    score against CPT steps, MLM CPT of the CLM base vs of the MLM base (paper, Figure 8);
 - `masking.png` score against the masking ratio, MLM-only vs CLM+MLM 25-75 (paper, Figures 3 and 7);
+- `efficiency.png` score against the pretraining step, CLM vs MLM base runs, from their `--export-steps` encoders
+  (`RUN/exports/step-N`, evaluated into `RUN/exports/step-N/eval`) and final ones (paper, Figure 4);
 and writes `comparison.json` with every run's family means. Run names follow examples/paper/common.sh.
 """
 
@@ -31,6 +33,10 @@ def evaluate_runs(root: Path, profile: str) -> None:
     for encoder in sorted(root.glob("*/encoder")):
         print(f"== {encoder.parent.name}", flush=True)
         evaluate(LoadConfig(str(encoder)), EvalConfig(profile=profile, output_dir=str(encoder.parent / "eval")))
+    for export in sorted(root.glob("*/exports/step-*")):  # intermediate encoders (Figure 4)
+        if (export / "config.json").is_file():
+            print(f"== {export.parent.parent.name} {export.name}", flush=True)
+            evaluate(LoadConfig(str(export)), EvalConfig(profile=profile, output_dir=str(export / "eval")))
 
 
 def family_means(root: Path) -> dict[str, dict[str, float]]:
@@ -38,6 +44,19 @@ def family_means(root: Path) -> dict[str, dict[str, float]]:
     for summary in sorted(root.glob("*/eval/summary.json")):
         means[summary.parent.parent.name] = json.loads(summary.read_text()).get("family_means", {})
     return means
+
+
+def efficiency_points(root: Path, means: dict) -> dict[str, list[tuple[float, dict]]]:
+    """`clm-42000`/`mlm-42000` -> [(step, family means)] over their exports and their final encoder."""
+    lines: dict[str, list] = {}
+    for base in ("clm-42000", "mlm-42000"):
+        points = [(int(s.parent.parent.name.removeprefix("step-")), json.loads(s.read_text()).get("family_means", {}))
+                  for s in sorted((root / base / "exports").glob("step-*/eval/summary.json"))]
+        if base in means:
+            points.append((42000, means[base]))
+        if points:
+            lines[base.split("-")[0].upper()] = sorted(points, key=lambda p: p[0])
+    return lines
 
 
 def pfs_points(means: dict) -> dict[int, list[tuple[float, dict]]]:
@@ -113,6 +132,8 @@ def main() -> None:
         plot(cpt_points(means), "CPT steps", "Continued pretraining (paper, Figure 8)", root / "cpt.png"),
         plot(masking_points(means), "masking ratio (%)", "Masking ratio (paper, Figures 3 and 7)",
              root / "masking.png"),
+        plot(efficiency_points(root, means), "pretraining step", "Data efficiency (paper, Figure 4)",
+             root / "efficiency.png"),
     ]
     print(json.dumps({"runs": len(means), "plots": [str(p) for p in drawn if p]}))
 
