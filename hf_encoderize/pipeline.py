@@ -164,7 +164,10 @@ def stage_card(out: Path, run_cfg: RunConfig) -> str:
 
     if run_cfg.eval_profile != "none":
         comparison(out)
-    return f"card: {write_card(CardConfig(str(out), base_model_id=run_cfg.base_model_id))}"
+    cards = [write_card(CardConfig(str(out), base_model_id=run_cfg.base_model_id))]
+    if (out / "contrastive" / "contrastive_run.json").is_file():  # the embedding model gets its own card
+        cards.append(write_card(CardConfig(str(out / "contrastive"), base_model_id=run_cfg.base_model_id)))
+    return f"card: {', '.join(str(c) for c in cards)}"
 
 
 def files_fingerprint(files: list[Path]) -> str:
@@ -219,7 +222,8 @@ def comparison(out: Path) -> str | None:
     """The encoder-vs-base table (Markdown) from the eval summaries, also written to OUT/eval/comparison.md."""
     from hf_encoderize.evaluation.compare import compare
 
-    folders = [str(out / "eval" / n) for n in ("base", "encoder") if (out / "eval" / n / "summary.json").is_file()]
+    names = ("base", "encoder", "contrastive")  # base decoder, MLM encoder, embedding model: side by side
+    folders = [str(out / "eval" / n) for n in names if (out / "eval" / n / "summary.json").is_file()]
     if not folders:
         return None
     return compare(folders, output_dir=str(out / "eval"))["table"]
@@ -248,6 +252,8 @@ def plan(load, data, masking, train, adapter, run_cfg: RunConfig, hub, out: Path
                             lambda: stage_contrastive(data, run_cfg, out)))
     if run_cfg.eval_profile != "none":
         stages.append(eval_stage(LoadConfig(str(out / "encoder")), "encoder", False, run_cfg, out))
+        if run_cfg.contrastive != "none":
+            stages.append(eval_stage(LoadConfig(str(out / "contrastive")), "contrastive", False, run_cfg, out))
         if run_cfg.eval_base != "none":
             stages.append(eval_stage(load, "base", run_cfg.eval_base == "causal", run_cfg, out))
     stages.append(Stage("model card", lambda: card_kept(out), lambda: stage_card(out, run_cfg)))
@@ -293,7 +299,9 @@ def report(out: Path, table: str | None, repo_id: str | None, seconds: float) ->
         "encoder": str(encoder), "model card": str(encoder / "README.md"),
         "run record": str(out / "run_record.json"), "metrics": str(out / "metrics.jsonl"),
         "loss curve": str(out / "loss_curve.png"),
+        "embedding model": str(out / "contrastive"),
         "eval (encoder)": str(out / "eval" / "encoder" / "summary.md"),
+        "eval (embedding model)": str(out / "eval" / "contrastive" / "summary.md"),
         "eval (base)": str(out / "eval" / "base" / "summary.md"),
         "comparison": str(out / "eval" / "comparison.md"),
     }

@@ -185,3 +185,28 @@ def test_run_supervised_contrastive_needs_data(decoder_dir, corpus, tmp_path, ca
     assert main(["run", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(out),
                  "--contrastive", "supervised"]) == 2
     assert "--contrastive-data-files" in capsys.readouterr().err and not out.exists()
+
+
+def test_run_contrastive_is_evaluated_compared_and_carded(decoder_dir, corpus, tmp_path, capsys):
+    """base decoder | MLM encoder | embedding model side by side, and a card for the embedding model that records both
+    stages and its retrieval score, next to the MLM encoder's."""
+    from huggingface_hub import ModelCard
+
+    out = tmp_path / "embedding-run"
+    args = ["run", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(out), "--steps", "2", *TINY,
+            "--eval-profile", "smoke", "--eval-datasets", "syn-retrieval", "--eval-max-steps", "2",
+            "--contrastive", "simcse", "--contrastive-steps", "2"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    header = next(line for line in printed.splitlines() if line.startswith("| Task"))
+    assert header.endswith("| base | encoder | contrastive |"), header
+    assert "embedding model" in printed and str(out / "contrastive") in printed
+    card = ModelCard.load(out / "contrastive" / "README.md")
+    text = " ".join(card.text.split())
+    assert "| Contrastive stage | SimCSE (unsupervised" in text and "2 steps at batch" in text
+    assert "| Training |" in text or "masked language modelling" in text  # stage one, from cpt's run record
+    assert "| Task | Dataset | Metric |" in text and "| MLM encoder | Δ |" in text and "syn-retrieval" in text
+    assert card.data.pipeline_tag == "sentence-similarity" and "contrastive" in card.data.tags
+    ours = json.loads((out / "eval" / "contrastive" / "summary.json").read_text())["results"][0]["test_mean"]
+    assert card.data.eval_results[0].metric_value == pytest.approx(ours)
+    assert "fill-mask" not in text  # no MLM head in an embedding model
