@@ -111,7 +111,7 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
     Command("convert", "encoderize a decoder and save it (no training)",
             convert, (LoadConfig, ConvertConfig), _print_fields),
     Command("contrastive", "make an encoder an embedding model: SimCSE or supervised contrastive training",
-            contrastive, (ContrastiveConfig,), _print_fields),
+            contrastive, (ContrastiveConfig, AdapterConfig), _print_fields),
     Command("eval", "fine-tune and score a model on the paper's SC/TC/QA/IR suite",
             evaluate_and_push, (LoadConfig, EvalConfig, HubConfig), _print_eval),
     Command("compare", "one table and one plot of several eval results folders side by side",

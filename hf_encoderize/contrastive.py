@@ -27,11 +27,13 @@ import glob
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import KW_ONLY, asdict, dataclass
 from pathlib import Path
 
+import torch
+
 from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.lora import AdapterConfig
 from hf_encoderize.saving import MODELING_FILE, check_output_dir, encoder_dir
 
 OBJECTIVES = ("simcse", "supervised")
@@ -99,6 +101,18 @@ class ContrastiveConfig:
     """Tokens per text."""
     seed: int = 0
     """Seed for data order and dropout."""
+    save_every: int = 500
+    """Save a resumable checkpoint (weights, optimizer, scheduler, RNG, data position) every N steps, in the
+    `.NAME.work/` folder next to the output; it is removed once the embedding model is written."""
+    keep_last: int = 2
+    """Checkpoints to keep."""
+    resume: bool = False
+    """Continue an interrupted run from its newest checkpoint (same settings), as `cpt --resume` does."""
+    cross_device_negatives: bool = True
+    """With several processes (accelerate launch / torchrun), every process's rows are negatives for every anchor
+    (sentence-transformers' `gather_across_devices`): the in-batch negatives of the whole global batch."""
+    progress: bool = True
+    """Show the trainer's progress bar."""
 
     def __post_init__(self):
         problems = []
@@ -110,7 +124,7 @@ class ContrastiveConfig:
             problems.append(f"--loss must be one of {', '.join(LOSSES)} (got {self.loss!r})")
         if (self.data_files is None) == (self.dataset is None):
             problems.append("give exactly one of --data-files or --dataset")
-        for name in ("steps", "batch_size", "max_seq_length", "mini_batch_size"):
+        for name in ("steps", "batch_size", "max_seq_length", "mini_batch_size", "save_every", "keep_last"):
             if getattr(self, name) < 1:
                 problems.append(f"--{name.replace('_', '-')} must be at least 1")
         if self.objective == "simcse" and self.batch_size < 2:
@@ -186,18 +200,83 @@ def _dropout_kwargs(folder: Path, value: float) -> dict:
             and not isinstance(config.get(name), bool)}
 
 
-def contrastive(config: ContrastiveConfig) -> dict:
-    """Train the contrastive stage and save a sentence-transformers folder to `config.output_dir`. Returns a summary."""
-    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, losses, models
-    from sentence_transformers.sentence_transformer.training_args import (
-        BatchSamplers,
-        SentenceTransformerTrainingArguments,
-    )
+def work_dir(output_dir: str | os.PathLike) -> Path:
+    """`.NAME.work/` beside the output: the trainer's checkpoints while the stage runs (kept if it is interrupted)."""
+    out = Path(output_dir)
+    return out.parent / f".{out.name}.work"
 
+
+RESUME_KEYS_IGNORED = ("output_dir", "overwrite", "resume", "progress", "save_every", "keep_last")
+
+
+def check_resume(config: ContrastiveConfig, work: Path) -> None:
+    """Refuse --resume without a checkpoint or with other settings; refuse a fresh start over an interrupted run."""
+    checkpoints = sorted(work.glob("trainer/checkpoint-*"))
+    recorded = work / "settings.json"
+    if config.resume:
+        if not checkpoints or not recorded.is_file():
+            raise EncoderizeError(f"--resume: no checkpoint of an interrupted run in {str(work)!r}; run without "
+                                  "--resume to start")
+        before = json.loads(recorded.read_text())
+        now = json.loads(json.dumps(_settings(config)))
+        changed = [k for k in now if before.get(k) != now[k]]
+        if changed:
+            what = "; ".join(f"{k} was {before.get(k)!r}, now {now[k]!r}" for k in changed)
+            raise EncoderizeError(f"--resume with other settings than the run's ({what}); resume with the same ones")
+    elif work.exists() and not config.overwrite:
+        raise EncoderizeError(f"{str(work)!r} holds an interrupted contrastive run; pass --resume to continue it or "
+                              "--overwrite to start over")
+
+
+def _settings(config: ContrastiveConfig) -> dict:
+    return {k: v for k, v in asdict(config).items() if k not in RESUME_KEYS_IGNORED}
+
+
+def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None) -> dict:
+    """Train the contrastive stage and save a sentence-transformers folder to `config.output_dir`. Returns a summary.
+
+    Works under `accelerate launch` / `torchrun` as it is (the trainer is sentence-transformers' on Accelerate); only
+    the main process writes the output."""
+    from accelerate import PartialState
+    from sentence_transformers import SentenceTransformerTrainer
+
+    adapter = adapter or AdapterConfig()
+    if adapter.load_in_4bit:
+        raise EncoderizeError("contrastive does not train 4-bit weights; drop --load-in-4bit (LoRA works without it)")
     source = encoder_dir(config.encoder)
-    out = check_output_dir(config.output_dir, config.overwrite)
+    out, work = Path(config.output_dir), work_dir(config.output_dir)
+    if not config.resume:
+        out = check_output_dir(config.output_dir, config.overwrite)
+    check_resume(config, work)
     rows = load_rows(config)  # every input is checked before the output folder is touched
     dropout = _dropout_kwargs(source, config.dropout) if config.objective == "simcse" else {}
+    model = build_model(source, config, dropout, adapter)
+    args = _training_args(config, work, len(rows))  # sets up the processes of a distributed launch
+    state = PartialState()
+    state.wait_for_everyone()  # every process has checked the folders before the main one changes them
+    if state.is_main_process and not config.resume:
+        shutil.rmtree(work, ignore_errors=True)
+        (work / "trainer").mkdir(parents=True)
+        (work / "settings.json").write_text(json.dumps(_settings(config), indent=2) + "\n")
+    state.wait_for_everyone()
+    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=rows, loss=_loss(model, config))
+    try:
+        trainer.train(resume_from_checkpoint=True if config.resume else None)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(f"interrupted; checkpoints are in {str(work)!r}: run the same command with --resume "
+                                "to continue") from None
+    summary = {}
+    if trainer.is_world_process_zero():
+        summary = _write_output(trainer, model, source, config, adapter, dropout, len(rows), out, work)
+    trainer.accelerator.wait_for_everyone()
+    return {**summary, "output_dir": str(out)}
+
+
+def build_model(source: Path, config: ContrastiveConfig, dropout: dict, adapter: AdapterConfig):
+    """The encoder as a sentence-transformers model with the chosen pooling, LoRA adapters added when asked."""
+    from peft import LoraConfig
+    from sentence_transformers import SentenceTransformer, models
+
     try:
         model = SentenceTransformer(str(source), device=None, config_kwargs=dropout or None)
     except Exception as err:
@@ -207,41 +286,85 @@ def contrastive(config: ContrastiveConfig) -> dict:
     dim = model.get_embedding_dimension()
     model = SentenceTransformer(modules=[model[0], models.Pooling(dim, pooling_mode=POOLINGS[config.pooling])],
                                 device=str(model.device))
+    if adapter.lora_r:  # sentence-transformers' own PEFT integration: its checkpoints save and resume the adapters
+        targets = adapter.lora_targets if adapter.lora_targets == "all-linear" else \
+            [t.strip() for t in adapter.lora_targets.split(",")]
+        model.add_adapter(LoraConfig(r=int(adapter.lora_r), lora_alpha=int(adapter.lora_alpha),
+                                     target_modules=targets, lora_dropout=0.0, task_type="FEATURE_EXTRACTION"))
+    return model
+
+
+def _loss(model, config: ContrastiveConfig):
+    from sentence_transformers import losses
+
     if config.loss == "cached_mnrl":
-        loss = losses.CachedMultipleNegativesRankingLoss(model, scale=config.scale,
-                                                         mini_batch_size=config.mini_batch_size)
+        return losses.CachedMultipleNegativesRankingLoss(model, scale=config.scale,
+                                                         mini_batch_size=config.mini_batch_size,
+                                                         gather_across_devices=config.cross_device_negatives)
+    return losses.MultipleNegativesRankingLoss(model, scale=config.scale,
+                                               gather_across_devices=config.cross_device_negatives)
+
+
+def _training_args(config: ContrastiveConfig, work: Path, rows: int):
+    from sentence_transformers.sentence_transformer.training_args import (
+        BatchSamplers,
+        SentenceTransformerTrainingArguments,
+    )
+
+    # Several CPU processes (torchrun/accelerate with gloo): the trainer goes distributed only when told
+    multi_cpu = not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1
+    return SentenceTransformerTrainingArguments(
+        **({"ddp_backend": "gloo", "use_cpu": True} if multi_cpu else {}),
+        output_dir=str(work / "trainer"), max_steps=config.steps, per_device_train_batch_size=config.batch_size,
+        # transformers v5 reads a float warmup_steps below 1 as a ratio (warmup_ratio is deprecated)
+        learning_rate=config.learning_rate, warmup_steps=config.warmup_ratio, lr_scheduler_type="linear",
+        seed=config.seed, data_seed=config.seed, batch_sampler=BatchSamplers.NO_DUPLICATES,
+        save_strategy="steps", save_steps=config.save_every, save_total_limit=config.keep_last,
+        report_to="none", logging_steps=max(1, config.steps // 20), disable_tqdm=not config.progress,
+        dataloader_drop_last=rows >= config.batch_size,
+    )
+
+
+def _write_output(trainer, model, source: Path, config: ContrastiveConfig, adapter: AdapterConfig, dropout: dict,
+                  rows: int, out: Path, work: Path) -> dict:
+    """Merge adapters, save under `work/final`, finish the folder, then move it into place (main process)."""
+    final = work / "final"
+    shutil.rmtree(final, ignore_errors=True)
+    if adapter.lora_r:
+        _merge_adapters(model, source, work / "adapter")
+    model.prompts = {name: prefix for name, prefix in (("query", config.query_prefix),
+                                                        ("document", config.document_prefix)) if prefix}
+    model.save(str(final))
+    log = trainer.state.log_history
+    summary = _finish_folder(final, source, config, dropout, [e["loss"] for e in log if "loss" in e], rows,
+                             adapter, log)
+    if out.exists():
+        shutil.rmtree(out)
+    final.rename(out)
+    if adapter.lora_r and adapter.save_adapter:  # the unmerged adapter, next to the merged model
+        shutil.move(str(work / "adapter"), str(out / "adapter"))
+    shutil.rmtree(work, ignore_errors=True)
+    return summary
+
+
+def _merge_adapters(model, source: Path, adapter_dir: Path) -> None:
+    """Fold the trained LoRA adapters into the weights: the adapter is saved, then applied to a fresh copy of the
+    source encoder and merged (peft's `merge_and_unload`), so the result is a plain model, as cpt's LoRA is."""
+    from peft import PeftModel
+    from transformers import AutoModel
+
+    transformer = model[0]
+    transformer.auto_model.save_pretrained(str(adapter_dir))  # the adapter only (transformers' PEFT integration)
+    fresh = AutoModel.from_pretrained(str(source), dtype=transformer.auto_model.dtype)
+    merged = PeftModel.from_pretrained(fresh, str(adapter_dir)).merge_and_unload()
+    if isinstance(getattr(type(transformer), "auto_model", None), property):
+        transformer.model = merged  # sentence-transformers >= 6: `auto_model` is a read-only alias of `model`
     else:
-        loss = losses.MultipleNegativesRankingLoss(model, scale=config.scale)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
-    try:
-        args = SentenceTransformerTrainingArguments(
-            output_dir=str(tmp / "trainer"), max_steps=config.steps, per_device_train_batch_size=config.batch_size,
-            # transformers v5 reads a float warmup_steps below 1 as a ratio (warmup_ratio is deprecated)
-            learning_rate=config.learning_rate, warmup_steps=config.warmup_ratio, lr_scheduler_type="linear",
-            seed=config.seed, data_seed=config.seed, batch_sampler=BatchSamplers.NO_DUPLICATES, save_strategy="no",
-            report_to="none", logging_steps=max(1, config.steps // 20), disable_tqdm=True,
-            dataloader_drop_last=len(rows) >= config.batch_size,
-        )
-        trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=rows, loss=loss)
-        trainer.train()
-        shutil.rmtree(tmp / "trainer", ignore_errors=True)
-        losses_logged = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-        prompts = {name: prefix for name, prefix in (("query", config.query_prefix),
-                                                      ("document", config.document_prefix)) if prefix}
-        model.prompts = prompts
-        model.save(str(tmp))
-        summary = _finish_folder(tmp, source, config, dropout, losses_logged, len(rows))
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return {**summary, "output_dir": str(out)}
+        transformer.auto_model = merged
 
 
-def _finish_folder(folder: Path, source: Path, config: ContrastiveConfig, dropout: dict, logged: list, rows: int):
+def _finish_folder(folder: Path, source: Path, config: ContrastiveConfig, dropout: dict, logged: list, rows: int,
+                   adapter: AdapterConfig, log: list):
     """Dropout back to the source's values, the shipped modeling file, the run record."""
     source_config = json.loads((source / "config.json").read_text())
     saved = json.loads((folder / "config.json").read_text())
@@ -255,12 +378,15 @@ def _finish_folder(folder: Path, source: Path, config: ContrastiveConfig, dropou
         saved.pop("auto_map", None)
     stage = {"objective": config.objective, "pooling": config.pooling, "loss": config.loss, "steps": config.steps,
              "batch_size": config.batch_size, "learning_rate": config.learning_rate, "scale": config.scale,
-             "training_dropout": dropout, "rows": rows, "final_loss": logged[-1] if logged else None}
+             "training_dropout": dropout, "rows": rows, "final_loss": logged[-1] if logged else None,
+             "lora": {"r": adapter.lora_r, "alpha": adapter.lora_alpha, "targets": adapter.lora_targets,
+                      "merged": True} if adapter.lora_r else None,
+             "processes": int(os.environ.get("WORLD_SIZE", "1"))}
     previous = saved.get("hf_encoderize") or {}
     saved["hf_encoderize"] = {**previous, "contrastive": stage}
     (folder / "config.json").write_text(json.dumps(saved, indent=2) + "\n")
     record = {"source": os.fspath(source), "config": asdict(config), "stage": stage, "losses": logged,
-              "base_encoder": previous}
+              "metrics": log, "base_encoder": previous}
     (folder / "contrastive_run.json").write_text(json.dumps(record, indent=2) + "\n")
     return {"objective": config.objective, "rows": rows, "steps": config.steps, "first_loss": logged[0] if logged
             else None, "final_loss": stage["final_loss"]}

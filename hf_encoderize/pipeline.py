@@ -121,7 +121,7 @@ def stage_cpt(load, data, masking, train, adapter, out: Path) -> str:
 
 def stage_contrastive(data, run_cfg: RunConfig, out: Path) -> str:
     """`contrastive` on OUT/encoder into OUT/contrastive: SimCSE reads cpt's own text source."""
-    from hf_encoderize.contrastive import ContrastiveConfig, contrastive
+    from hf_encoderize.contrastive import ContrastiveConfig, contrastive, work_dir
 
     if run_cfg.contrastive == "supervised":
         source = {"data_files": run_cfg.contrastive_data_files}
@@ -130,8 +130,10 @@ def stage_contrastive(data, run_cfg: RunConfig, out: Path) -> str:
     else:
         source = {"dataset": data.dataset, "dataset_config": data.dataset_config, "split": data.split,
                   "text_column": data.text_column}
-    summary = contrastive(ContrastiveConfig(str(out / "encoder"), output_dir=str(out / "contrastive"), overwrite=True,
-                                            objective=run_cfg.contrastive, steps=run_cfg.contrastive_steps, **source))
+    resume = any(work_dir(out / "contrastive").glob("trainer/checkpoint-*"))  # an interrupted stage continues
+    summary = contrastive(ContrastiveConfig(str(out / "encoder"), output_dir=str(out / "contrastive"),
+                                            overwrite=not resume, resume=resume, objective=run_cfg.contrastive,
+                                            steps=run_cfg.contrastive_steps, **source))
     return (f"{summary['steps']} steps on {summary['rows']} rows, "
             f"loss {summary['first_loss']} -> {summary['final_loss']}")
 

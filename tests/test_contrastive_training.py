@@ -1,0 +1,142 @@
+"""The contrastive stage trains like cpt: resume equals an unbroken run, LoRA merged on save, several processes through
+the same launchers (torchrun / accelerate, gloo on CPU), and an interrupted run is never silently restarted."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import make_decoder, make_tokenizer
+from safetensors.torch import load_file
+
+from hf_encoderize.bidirectional import encoderize
+from hf_encoderize.cli import main
+from hf_encoderize.contrastive import ContrastiveConfig, contrastive, work_dir
+from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.lora import AdapterConfig
+from hf_encoderize.saving import save_encoder
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory):
+    model, tokenizer = make_decoder(), make_tokenizer()
+    report = encoderize(model, tokenizer)
+    return save_encoder(model, tokenizer, tmp_path_factory.mktemp("enc") / "encoder", metadata=report.to_dict())
+
+
+@pytest.fixture(scope="module")
+def text(tmp_path_factory):
+    rng, path = random.Random(0), tmp_path_factory.mktemp("data") / "text.jsonl"
+    path.write_text("".join(json.dumps({"text": " ".join(f"w{rng.randrange(100)}" for _ in range(8))}) + "\n"
+                            for _ in range(96)))
+    return path
+
+
+def _config(encoder, text, out, **extra):
+    settings = dict(data_files=str(text), output_dir=str(out), steps=6, batch_size=8, save_every=2,
+                    max_seq_length=16, progress=False)
+    return ContrastiveConfig(str(encoder), **{**settings, **extra})
+
+
+def _weights(folder):
+    return load_file(folder / "model.safetensors")
+
+
+def test_resume_after_interrupt_equals_unbroken_run(encoder, text, tmp_path, monkeypatch):
+    from sentence_transformers import SentenceTransformerTrainer
+
+    contrastive(_config(encoder, text, tmp_path / "unbroken"))
+    real_step, calls = SentenceTransformerTrainer.training_step, {"n": 0}
+
+    def dies_at_step_five(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt  # after the step-4 checkpoint
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(SentenceTransformerTrainer, "training_step", dies_at_step_five)
+    out = tmp_path / "broken"
+    with pytest.raises(KeyboardInterrupt, match="--resume"):
+        contrastive(_config(encoder, text, out))
+    monkeypatch.setattr(SentenceTransformerTrainer, "training_step", real_step)
+    assert not out.exists() and sorted(p.name for p in (work_dir(out) / "trainer").iterdir()) == [
+        "checkpoint-2", "checkpoint-4"]
+    with pytest.raises(EncoderizeError, match="interrupted contrastive run; pass --resume"):
+        contrastive(_config(encoder, text, out))  # a fresh start would throw the checkpoints away
+    with pytest.raises(EncoderizeError, match="learning_rate was 3e-05, now 0.001"):
+        contrastive(_config(encoder, text, out, resume=True, learning_rate=1e-3))
+    contrastive(_config(encoder, text, out, resume=True))
+    unbroken, resumed = _weights(tmp_path / "unbroken"), _weights(out)
+    for name, tensor in unbroken.items():
+        torch.testing.assert_close(resumed[name], tensor, msg=name)
+    assert not work_dir(out).exists()  # checkpoints go once the model is written
+    record = json.loads((out / "contrastive_run.json").read_text())
+    assert [m["step"] for m in record["metrics"] if "loss" in m][-1] == 6
+
+
+def test_resume_without_a_run_is_one_line(encoder, text, tmp_path, capsys):
+    code = main(["contrastive", str(encoder), "--data-files", str(text), "--output-dir", str(tmp_path / "x"),
+                 "--resume"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: --resume: no checkpoint") and err.count("\n") == 1
+
+
+def test_lora_adapters_are_merged_on_save(encoder, text, tmp_path):
+    from transformers import AutoModel
+
+    out = tmp_path / "lora"
+    contrastive(_config(encoder, text, out, learning_rate=1e-2), AdapterConfig(lora_r=4, save_adapter=True))
+    merged = _weights(out)
+    assert not any("lora" in name for name in merged)  # a plain model: adapters folded into the weights
+    source = _weights(encoder)
+    changed = [n for n, t in merged.items() if f"model.{n}" in source and not torch.equal(t, source[f"model.{n}"])]
+    assert any("q_proj" in n for n in changed) and not any("embed_tokens" in n for n in changed)  # only adapted ones
+    assert (out / "adapter" / "adapter_config.json").is_file()
+    model = AutoModel.from_pretrained(out).eval()
+    assert model.config.is_causal is False
+    stage = json.loads((out / "contrastive_run.json").read_text())["stage"]
+    assert stage["lora"] == {"r": 4, "alpha": 16, "targets": "all-linear", "merged": True}
+
+
+def test_lora_run_resumes(encoder, text, tmp_path, monkeypatch):
+    from sentence_transformers import SentenceTransformerTrainer
+
+    adapter = AdapterConfig(lora_r=4)
+    contrastive(_config(encoder, text, tmp_path / "unbroken", learning_rate=1e-2), adapter)
+    real_step, calls = SentenceTransformerTrainer.training_step, {"n": 0}
+
+    def dies(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(SentenceTransformerTrainer, "training_step", dies)
+    with pytest.raises(KeyboardInterrupt):
+        contrastive(_config(encoder, text, tmp_path / "broken", learning_rate=1e-2), adapter)
+    monkeypatch.setattr(SentenceTransformerTrainer, "training_step", real_step)
+    contrastive(_config(encoder, text, tmp_path / "broken", learning_rate=1e-2, resume=True), adapter)
+    unbroken, resumed = _weights(tmp_path / "unbroken"), _weights(tmp_path / "broken")
+    for name, tensor in unbroken.items():
+        torch.testing.assert_close(resumed[name], tensor, msg=name)
+
+
+def test_two_processes_train_with_cross_device_negatives(encoder, text, tmp_path):
+    """torchrun with 2 CPU processes (gloo): one output folder, written once, that loads; the record says 2."""
+    out = tmp_path / "ddp"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+               str(29900 + os.getpid() % 90), "-m", "hf_encoderize.cli", "contrastive", str(encoder), "--data-files",
+               str(text), "--output-dir", str(out), "--steps", "2", "--batch-size", "4", "--max-seq-length", "16",
+               "--no-progress"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    stage = json.loads((out / "contrastive_run.json").read_text())["stage"]
+    assert stage["processes"] == 2 and stage["steps"] == 2
+    from sentence_transformers import SentenceTransformer
+
+    embeddings = SentenceTransformer(str(out), device="cpu").encode(["w1 w2", "w3 w4"])
+    assert embeddings.shape == (2, 32) and not work_dir(out).exists()
