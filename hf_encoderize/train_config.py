@@ -35,7 +35,7 @@ class TrainConfig:
     """Micro-batches per optimizer step (see --tokens-per-step)."""
     tokens_per_step: int | None = None
     """Target tokens per optimizer step: sets --grad-accum to ceil(target / (batch size x processes x seq len)).
-    The paper's recipe takes 2,373,120 tokens per step (section 2); default: --grad-accum as given."""
+    The paper's step is 2,359,296 tokens (Appendix A: 1,152 rows of 2,048); default: --grad-accum as given."""
     warmup_steps: int | None = None
     """Linear warmup steps; default 2,000 (paper, section 2 and Appendix A), at most a fifth of a short run."""
     decay_steps: int | None = None
