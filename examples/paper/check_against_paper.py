@@ -1,13 +1,17 @@
-"""Put a results folder next to the paper's own numbers (Appendix C, Tables 6-17) and say, dataset by dataset, whether
-we reproduced them.
+"""Put a results folder next to the paper's Appendix C tables and say, dataset by dataset, whether we reproduced them.
 
     python examples/paper/check_against_paper.py runs/paper/610M [--json]
 
-It reads every `RUN/eval/summary.json` (and `RUN/exports/step-N/eval/summary.json`, the intermediate encoders of the
-data-efficiency tables) that the recipes and `evaluate_and_plot.py` write, maps each run to its row of the paper's
-tables (`paper_tables.json`, transcribed once from the paper, with the table number kept), and prints per row: the
-paper's mean and 95% CI, ours, the difference, and a verdict: `within` when the two intervals overlap, else `above` or
-`below`. Rows we have not run are counted as missing, not errors.
+Design choices:
+- The paper's numbers live in `paper_tables.json`, transcribed once from Appendix C (Tables 6-17, 610M models, MLM at
+  40% masking) with each row's table number and printed labels; this script only reads it.
+- Runs are found by the names the recipes write (common.sh, pfs.sh, cpt.sh): PFS `mlm-12000`, `clm0.25-mlm0.75-42000`,
+  CPT `cpt-clm-42000-2000` (its '-' row is the base, `clm-42000`), and the data-efficiency checkpoints
+  `clm-42000/exports/step-0005000`. Each is read from its `eval/summary.json` (hf_encoderize/evaluation/summary.py).
+- A run that several tables share (`mlm-42000` is the 0K+42K PFS cell and the MLM CPT base) gets one line per dataset
+  when the tables print the same numbers.
+- Verdict: `within` when the paper's 95% interval and ours overlap (one seed gives no interval: our mean is then a
+  point), else `above` or `below`. Whatever we have not run or evaluated is listed as missing, never an error.
 """
 
 from __future__ import annotations
@@ -18,10 +22,30 @@ import sys
 from pathlib import Path
 
 TABLES = Path(__file__).with_name("paper_tables.json")
+# The paper's column names -> our dataset names (hf_encoderize/evaluation/loaders.py)
+OUR_NAMES = {
+    "SST-2": "sst2",
+    "QQP": "qqp",
+    "MNLI": "mnli",
+    "OntoNotes": "ontonotes5",
+    "CoNLL": "conll2003",
+    "UNER": "uner",
+    "SQuAD": "squad",
+    "SQuAD-v2": "squad_v2",
+    "ReCoRD": "record",
+    "NQ": "nq",
+    "MS MARCO": "msmarco",
+    "MLDR": "mldr",
+}
+OTHER_SIZES = {"210M", "1B"}  # masking.sh's other sizes: Tables 6-17 hold no row for them
+
+
+class CheckError(Exception):
+    """Bad input; the message says what to do."""
 
 
 def run_name(row: dict) -> str:
-    """The recipes' folder name (examples/paper/common.sh) for a row of the paper's tables."""
+    """The recipes' folder (relative to the runs root) for one row of the paper's tables."""
     setting = row["setting"]
     if row["kind"] == "efficiency":
         return f"{setting['objective']}-42000/exports/step-{setting['step']:07d}"
@@ -29,23 +53,64 @@ def run_name(row: dict) -> str:
         base = f"{setting['base']}-42000"
         return base if setting["cpt_steps"] == 0 else f"cpt-{base}-{setting['cpt_steps']}"
     total, clm = setting["budget"], setting["clm_steps"]
-    if clm == 0 or clm == total:
+    if clm in (0, total):
         return f"{'mlm' if clm == 0 else 'clm'}-{total}"
-    share = round(4 * clm / total) / 4  # pfs.sh names the splits by their nominal share: 0.25, 0.5, 0.75
+    share = round(4 * clm / total) / 4  # pfs.sh names a split by its nominal share (22K: 5K+17K is clm0.25-mlm0.75)
     return f"clm{share:g}-mlm{1 - share:g}-{total}"
 
 
-def our_scores(root: Path, name: str) -> dict[str, dict]:
-    """dataset -> {"mean", "ci95"} from `root/name/eval/summary.json` ({} when that run was not evaluated)."""
-    summary = root / name / "eval" / "summary.json"
-    if not summary.is_file():
-        return {}
-    results = json.loads(summary.read_text()).get("results", [])
-    return {r["dataset"]: {"mean": r["test_mean"], "ci95": r.get("test_ci95")} for r in results}
+def paper_runs(tables: dict) -> dict[str, dict]:
+    """Run name -> {"sources": where the paper prints it, "rows": its scores in table order, one per dataset unless
+    two tables print different numbers}."""
+    runs: dict[str, dict] = {}
+    for row in tables["rows"]:
+        run = runs.setdefault(run_name(row), {"sources": [], "rows": []})
+        source = next(
+            (s for s in run["sources"] if s["printed"] == row["printed"] and s["section"] == row["section"]), None
+        )
+        if source is None:
+            run["sources"].append({"section": row["section"], "printed": row["printed"], "tables": [row["table"]]})
+        else:
+            source["tables"].append(row["table"])
+        for dataset, score in row["scores"].items():
+            same = next((e for e in run["rows"] if e["dataset"] == dataset and e["paper"] == score), None)
+            if same:
+                same["tables"].append(row["table"])
+            else:
+                run["rows"].append(
+                    {"dataset": dataset, "family": row["family"], "tables": [row["table"]], "paper": score}
+                )
+    return runs
+
+
+def find_summaries(root: Path) -> dict[str, Path]:
+    """Run name -> its summary.json: final encoders (`RUN/eval`) and intermediate ones (`RUN/exports/step-N/eval`)."""
+    found = {path.parent.parent.name: path for path in root.glob("*/eval/summary.json")}
+    for path in root.glob("*/exports/step-*/eval/summary.json"):
+        step = path.parent.parent.name.removeprefix("step-")
+        if step.isdigit():
+            found[f"{path.parents[3].name}/exports/step-{int(step):07d}"] = path
+    return found
+
+
+def read_summary(path: Path) -> dict:
+    """{"profile", "scores": our dataset -> {"mean", "ci95", "n_seeds"}} from one summary.json."""
+    try:
+        summary = json.loads(path.read_text())
+        scores = {
+            r["dataset"]: {"mean": r["test_mean"], "ci95": r.get("test_ci95"), "n_seeds": r.get("n_seeds")}
+            for r in summary["results"]
+        }
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise CheckError(
+            f"cannot read {path} ({type(error).__name__}: {error}); re-run "
+            "examples/paper/evaluate_and_plot.py to rewrite it"
+        ) from None
+    return {"profile": summary.get("profile"), "scores": scores}
 
 
 def verdict(paper: dict, ours: dict) -> str:
-    """`within` when the 95% intervals overlap (an interval we cannot compute counts as a point), else above/below."""
+    """`within` when the two 95% intervals overlap (ours is a point without one), else `above` or `below`."""
     ours_ci = ours["ci95"] or 0.0
     if ours["mean"] - ours_ci > paper["mean"] + paper["ci95"]:
         return "above"
@@ -54,36 +119,116 @@ def verdict(paper: dict, ours: dict) -> str:
     return "within"
 
 
+def compare_run(name: str, paper: dict, summary: dict) -> dict:
+    rows = []
+    for entry in paper["rows"]:
+        ours = summary["scores"].get(OUR_NAMES[entry["dataset"]])
+        row = {**entry, "ours": ours, "difference": None, "verdict": "missing"}
+        if ours is not None:
+            row.update(
+                difference=round(ours["mean"] - entry["paper"]["mean"], 2), verdict=verdict(entry["paper"], ours)
+            )
+        rows.append(row)
+    return {"run": name, "sources": paper["sources"], "profile": summary["profile"], "rows": rows}
+
+
 def compare(root: Path) -> dict:
-    """Every row of the paper's tables against the results under `root`."""
+    """Every row of the paper's Tables 6-17 against the evaluated runs under `root`."""
     tables = json.loads(TABLES.read_text())
-    rows, missing = [], []
-    for row in tables["rows"]:
-        name = run_name(row)
-        ours = our_scores(root, name)
-        for dataset, paper in row["scores"].items():
-            if dataset not in ours:
-                missing.append({"table": row["table"], "run": name, "dataset": dataset})
-                continue
-            mine = ours[dataset]
-            rows.append({"table": row["table"], "run": name, "dataset": dataset, "paper": paper, "ours": mine,
-                         "difference": round(mine["mean"] - paper["mean"], 2), "verdict": verdict(paper, mine)})
-    counts = {v: sum(r["verdict"] == v for r in rows) for v in ("within", "above", "below")}
-    return {"source": tables["source"], "compared": len(rows), **counts, "missing": len(missing), "rows": rows,
-            "missing_rows": missing}
+    summaries = find_summaries(root)
+    runs, missing_runs = [], []
+    for name, paper in paper_runs(tables).items():
+        if name in summaries:
+            runs.append(compare_run(name, paper, read_summary(summaries[name])))
+        else:
+            missing_runs.append({"run": name, "sources": paper["sources"]})
+    verdicts = [row["verdict"] for run in runs for row in run["rows"]]
+    counts = {v: verdicts.count(v) for v in ("within", "above", "below", "missing")}
+    return {
+        "source": tables["source"],
+        "parentheses": tables["parentheses"],
+        "counts": counts,
+        "runs": runs,
+        "missing_runs": missing_runs,
+        "not_in_tables": sorted(set(summaries) - {r["run"] for r in runs}),
+    }
+
+
+def _score(score: dict | None) -> str:
+    if score is None:
+        return "-"
+    return (
+        f"{score['mean']:.2f} ± {score['ci95']:.2f}" if score["ci95"] is not None else f"{score['mean']:.2f} (1 seed)"
+    )
+
+
+def _sources(sources: list[dict]) -> str:
+    """`C.3 "42K | 0K+42K" (Tables 10-13)`: where the paper prints a run."""
+    return "; ".join(
+        f'{s["section"]} "{s["printed"]}" (Tables {s["tables"][0]}-{s["tables"][-1]})'
+        if len(s["tables"]) > 1
+        else f'{s["section"]} "{s["printed"]}" (Table {s["tables"][0]})'
+        for s in sources
+    )
+
+
+def render_run(run: dict) -> list[str]:
+    lines = [
+        f"## {run['run']}: {_sources(run['sources'])}; our evaluation profile {run['profile']}",
+        "",
+        "| Table | Dataset | Paper | Ours | Difference | Verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in run["rows"]:
+        difference = "-" if row["difference"] is None else f"{row['difference']:+.2f}"
+        lines.append(
+            f"| {'/'.join(map(str, row['tables']))} | {row['dataset']} | {_score(row['paper'])} | "
+            f"{_score(row['ours'])} | {difference} | {row['verdict']} |"
+        )
+    return [*lines, ""]
 
 
 def render(report: dict) -> str:
-    lines = [f"Compared with {report['source']}", "",
-             "| Table | Run | Dataset | Paper | Ours | Difference | Verdict |", "|---|---|---|---|---|---|---|"]
-    for r in report["rows"]:
-        ours = f"{r['ours']['mean']:.2f}" + (f" ± {r['ours']['ci95']:.2f}" if r["ours"]["ci95"] is not None else "")
-        lines.append(f"| {r['table']} | {r['run']} | {r['dataset']} | {r['paper']['mean']:.2f} ± "
-                     f"{r['paper']['ci95']:.2f} | {ours} | {r['difference']:+.2f} | {r['verdict']} |")
-    lines += ["", f"{report['compared']} scores compared: {report['within']} within the paper's 95% CI, "
-                  f"{report['above']} above, {report['below']} below; {report['missing']} of the paper's scores have "
-                  "no result here yet."]
+    counts = report["counts"]
+    lines = [
+        f"Compared with {report['source']}.",
+        "Paper and ours: mean ± 95% CI half-width over fine-tuning seeds (the paper's 5; see paper_tables.json). "
+        "Verdict: within when the two intervals overlap, else above or below.",
+        "",
+    ]
+    for run in report["runs"]:
+        lines += render_run(run)
+    if report["missing_runs"]:
+        lines += ["Missing here (not run or not evaluated):"]
+        lines += [f"- {m['run']}: {_sources(m['sources'])}" for m in report["missing_runs"]] + [""]
+    if report["not_in_tables"]:
+        lines += ["Evaluated here but in none of Tables 6-17: " + ", ".join(report["not_in_tables"]), ""]
+    lines.append(
+        f"{sum(counts.values())} scores in {len(report['runs'])} runs: {counts['within']} within the paper's "
+        f"95% CI, {counts['above']} above, {counts['below']} below, {counts['missing']} missing; "
+        f"{len(report['missing_runs'])} of the paper's {len(report['runs']) + len(report['missing_runs'])} runs "
+        "missing."
+    )
     return "\n".join(lines)
+
+
+def check(root: Path) -> dict:
+    """The comparison for the runs folder `root`; CheckError when there is nothing to compare."""
+    if not root.is_dir():
+        raise CheckError(
+            f"{str(root)!r} is not a folder; pass the runs folder of the paper recipes, e.g. runs/paper/610M"
+        )
+    if root.name in OTHER_SIZES:
+        raise CheckError(
+            f"{str(root)!r} holds {root.name} runs, but the paper's Tables 6-17 are for 610M models; "
+            "pass the 610M runs folder, e.g. runs/paper/610M"
+        )
+    if not find_summaries(root):
+        raise CheckError(
+            f"no RUN/eval/summary.json under {str(root)!r}; evaluate the runs first with "
+            f"python examples/paper/evaluate_and_plot.py {root}"
+        )
+    return compare(root)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,16 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("root", help="the folder holding the runs, e.g. runs/paper/610M")
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
     args = parser.parse_args(argv)
-    root = Path(args.root)
-    if not root.is_dir():
-        print(f"error: {str(root)!r} is not a folder; pass the runs folder of the paper recipes, e.g. "
-              "runs/paper/610M", file=sys.stderr)
+    try:
+        report = check(Path(args.root))
+    except CheckError as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
-    if not any(root.glob("*/eval/summary.json")) and not any(root.glob("*/exports/*/eval/summary.json")):
-        print(f"error: no */eval/summary.json under {str(root)!r}; evaluate the runs first with "
-              "examples/paper/evaluate_and_plot.py", file=sys.stderr)
-        return 2
-    report = compare(root)
     print(json.dumps(report, indent=1) if args.json else render(report))
     return 0
 
