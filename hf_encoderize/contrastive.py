@@ -260,6 +260,10 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
         (work / "settings.json").write_text(json.dumps(_settings(config), indent=2) + "\n")
     state.wait_for_everyone()
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=rows, loss=_loss(model, config))
+    if not config.progress:  # no progress bar and no printed log dicts either (the log is in contrastive_run.json)
+        from transformers.trainer_callback import PrinterCallback
+
+        trainer.remove_callback(PrinterCallback)
     try:
         trainer.train(resume_from_checkpoint=True if config.resume else None)
     except KeyboardInterrupt:
@@ -297,12 +301,14 @@ def build_model(source: Path, config: ContrastiveConfig, dropout: dict, adapter:
 def _loss(model, config: ContrastiveConfig):
     from sentence_transformers import losses
 
+    gather = config.cross_device_negatives and int(os.environ.get("WORLD_SIZE", "1")) > 1  # one process: no gather
+
     if config.loss == "cached_mnrl":
         return losses.CachedMultipleNegativesRankingLoss(model, scale=config.scale,
                                                          mini_batch_size=config.mini_batch_size,
-                                                         gather_across_devices=config.cross_device_negatives)
+                                                         gather_across_devices=gather)
     return losses.MultipleNegativesRankingLoss(model, scale=config.scale,
-                                               gather_across_devices=config.cross_device_negatives)
+                                               gather_across_devices=gather)
 
 
 def _training_args(config: ContrastiveConfig, work: Path, rows: int):

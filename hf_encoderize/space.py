@@ -5,13 +5,21 @@ Design choices:
   (its requirements are torch, transformers and sentence-transformers; gradio comes from the Space's `sdk_version`).
   `space` imports that very file, so what runs on a laptop is what `push-space` uploads.
 - OUTPUT_DIR is a `cpt` run folder (OUT, holding encoder/ and run_record.json) or an encoder folder itself, resolved
-  by `saving.encoder_dir` as `card` and `push` resolve it. The base decoder for the Compare tab comes from the
-  flags, else run_record.json, else the encoder's config.json metadata (the app reads that last one itself, so a
-  Space that only knows a Hub id still finds its base).
+  by `saving.encoder_dir` as `card` and `push` resolve it (`mlm_encoder`).
+- Two models when the run has an embedding model: OUT/contrastive (written by `contrastive` or `run --contrastive`)
+  makes the embeddings of Similarity, Semantic search and Compare, and the MLM encoder keeps Fill-mask (the
+  contrastive folder has no MLM head). `--embedding-model encoder` opts out; `--embedding-model FOLDER` names another
+  sentence-transformers folder. A contrastive folder passed as OUTPUT_DIR leads back to the encoder it was trained
+  from (its contrastive_run.json, else encoder/ beside it), so `space OUT/contrastive` shows the same as `space OUT`.
+- The base decoder for the Compare tab comes from the flags, else run_record.json, else the encoder's config.json
+  metadata (the app reads that last one itself, so a Space that only knows a Hub id still finds its base).
 - push-space uploads a staged copy: app.py, requirements.txt pinned to the versions installed here, README.md with
   the Space YAML header, and space_config.json naming the encoder: a Hub model id, or (without one) the encoder folder
-  uploaded into the Space next to the app. app.py goes as is, so the Space carries its TRUSTED_MODELING_SHA256 and
-  runs an encoder's modeling_encoderize.py only when it is the file this version writes.
+  uploaded into the Space next to the app as encoder/. The embedding model goes the same way, as a second entry:
+  `--embedding-model-id` (a Hub repo pushed on its own), else the contrastive folder uploaded as contrastive/. One
+  Space repo and one commit; the app on the Hub reads both names from space_config.json. app.py goes as is, so the
+  Space carries its TRUSTED_MODELING_SHA256 and runs an encoder's modeling_encoderize.py only when it is the file this
+  version writes (the embedding model never runs remote code).
 - `--trust-remote-code` (`SpaceConfig.trust_remote_code`) reaches the app as `Settings.trust_remote_code`, the same
   switch a Space gets from ENCODER_TRUST_REMOTE_CODE=1.
 """
@@ -38,8 +46,13 @@ class SpaceConfig:
     """Which encoder the local demo shows and where it listens."""
 
     output_dir: str
-    """A `cpt` run folder (holding encoder/) or an encoder folder written by `convert`."""
+    """A `cpt`/`run` folder (holding encoder/, maybe contrastive/), an encoder folder written by `convert`, or a
+    `contrastive` output folder."""
     _: KW_ONLY
+    embedding_model: str = "auto"
+    """Which model makes the embeddings of Similarity, Semantic search and Compare: auto (the run's contrastive/
+    embedding model when it has one, else the encoder), encoder (the MLM encoder: opt out) or a sentence-transformers
+    folder. Fill-mask always uses the MLM encoder."""
     base_model: str | None = None
     """Base decoder for the Compare tab (Hub id, folder or .gguf file); default: the one recorded with the encoder."""
     host: str = "127.0.0.1"
@@ -55,6 +68,46 @@ class SpaceConfig:
             raise EncoderizeError(f"port {self.port} is out of range; pick a port between 1 and 65535 (0: any free)")
 
 
+def is_contrastive(folder: Path) -> bool:
+    """A `contrastive` stage's output: its config.json records the stage under `hf_encoderize.contrastive`."""
+    config = folder / "config.json"
+    return config.is_file() and "contrastive" in (json.loads(config.read_text()).get("hf_encoderize") or {})
+
+
+def mlm_encoder(output_dir: str | os.PathLike) -> Path:
+    """The encoder Fill-mask uses: `saving.encoder_dir`, except that a contrastive folder (no MLM head) leads back to
+    the encoder it was trained from: contrastive_run.json's source, else the run's encoder/ beside it, else itself."""
+    folder = encoder_dir(output_dir)
+    if not is_contrastive(folder):
+        return folder
+    record = folder / "contrastive_run.json"
+    source = json.loads(record.read_text()).get("source") if record.is_file() else None
+    for candidate in (Path(source) if source else None, folder.parent / "encoder"):
+        if candidate and (candidate / "config.json").is_file() and not is_contrastive(candidate):
+            return candidate
+    return folder  # the MLM encoder is gone: Fill-mask says this model has no MLM head
+
+
+def embedding_dir(output_dir: str | os.PathLike, choice: str = "auto") -> Path | None:
+    """The sentence-transformers folder of the embedding tabs, or None when the MLM encoder makes the embeddings.
+
+    `choice` is `auto` (OUTPUT_DIR itself when it is a contrastive folder, else OUT/contrastive when the run holds one),
+    `encoder` (the opt-out: None) or a folder. OUT/encoder given as OUTPUT_DIR is the encoder alone, as it says.
+    """
+    if choice == "encoder":
+        return None
+    if choice != "auto":
+        if not (Path(choice) / "config.json").is_file():
+            raise EncoderizeError(f"--embedding-model {choice!r} is not a model folder (no config.json there); pass "
+                                  "auto, encoder or the folder of a sentence-transformers model")
+        return Path(choice)
+    given = encoder_dir(output_dir)
+    if is_contrastive(given):
+        return given
+    run_model = Path(output_dir) / "contrastive"
+    return run_model if given != Path(output_dir) and (run_model / "config.json").is_file() else None
+
+
 def recorded_base(output_dir: str | os.PathLike, encoder: Path) -> dict:
     """The base decoder the encoder came from: run_record.json of a `cpt` run, else config.json's metadata."""
     for record_path in (Path(output_dir) / "run_record.json", encoder.parent / "run_record.json"):
@@ -67,16 +120,19 @@ def recorded_base(output_dir: str | os.PathLike, encoder: Path) -> dict:
 
 
 def app_settings(cfg: SpaceConfig):
-    """The app's `Settings` for this encoder folder (base decoder from the flags or the run's records)."""
+    """The app's `Settings` for this run: the MLM encoder (Fill-mask), the embedding model of the embedding tabs (the
+    run's contrastive/ unless `embedding_model` says otherwise) and the base decoder (flags, else the run's records)."""
     app = load_app()
-    encoder = encoder_dir(cfg.output_dir)
+    encoder = mlm_encoder(cfg.output_dir)
+    embedding = embedding_dir(cfg.output_dir, cfg.embedding_model)
     base = {"base_model": cfg.base_model, "gguf_file": None, "revision": None}
     if cfg.base_model and cfg.base_model.endswith(".gguf") and Path(cfg.base_model).is_file():
         path = Path(cfg.base_model).resolve()  # transformers wants the folder plus the file name
         base = {"base_model": str(path.parent), "gguf_file": path.name, "revision": None}
     elif not cfg.base_model:
         base = recorded_base(cfg.output_dir, encoder)
-    return app.Settings(encoder=str(encoder), base_model=base["base_model"], base_gguf_file=base["gguf_file"],
+    return app.Settings(encoder=str(encoder), embedding_model=str(embedding) if embedding else None,
+                        base_model=base["base_model"], base_gguf_file=base["gguf_file"],
                         base_revision=base["revision"], trust_remote_code=cfg.trust_remote_code)
 
 
@@ -136,13 +192,21 @@ class PushSpaceConfig:
     """Which encoder the Space shows and which Space repo gets the app."""
 
     output_dir: str
-    """A `cpt` run folder (holding encoder/) or an encoder folder written by `convert`."""
+    """A `cpt`/`run` folder (holding encoder/, maybe contrastive/), an encoder folder written by `convert`, or a
+    `contrastive` output folder."""
     space_id: str
     """Space repo id, `user/name` or `org/name` (created with the gradio SDK if missing)."""
     _: KW_ONLY
     model_id: str | None = None
     """Hub model repo the Space loads (push it first with `hf-encoderize push`); default: upload the encoder folder
     into the Space next to the app."""
+    embedding_model: str = "auto"
+    """Which model makes the Space's embeddings: auto (the run's contrastive/ embedding model when it has one, else
+    the encoder), encoder (opt out) or a sentence-transformers folder. It is uploaded into the Space as contrastive/
+    unless `embedding_model_id` names its Hub repo; Fill-mask always uses the encoder."""
+    embedding_model_id: str | None = None
+    """Hub model repo of the embedding model (push it first: `hf-encoderize push OUT/contrastive REPO`); the Space
+    loads it from there instead of a copy in the Space."""
     base_model: str | None = None
     """Hub id of the base decoder for the Compare tab; default: the recorded base when it is a Hub id (a path on this
     machine cannot be reached from a Space)."""
@@ -160,20 +224,29 @@ class PushSpaceConfig:
     def __post_init__(self):
         from hf_encoderize.hub import check_repo_id
 
-        for repo_id in (self.space_id, self.model_id):
+        for repo_id in (self.space_id, self.model_id, self.embedding_model_id):
             if repo_id is not None:
                 check_repo_id(repo_id)
+        if self.embedding_model_id and self.embedding_model == "encoder":
+            raise EncoderizeError("--embedding-model encoder opts out of an embedding model; drop --embedding-model-id")
         if self.create_pr and self.revision:
             raise EncoderizeError("--create-pr opens a pull request against main; drop --revision")
 
 
 def push_space(cfg: PushSpaceConfig) -> list[str]:
-    """`hf-encoderize push-space OUTPUT_DIR SPACE_ID`: app, pinned requirements, README and the encoder's location."""
+    """`hf-encoderize push-space OUTPUT_DIR SPACE_ID`: app, pinned requirements, README and where the models are.
+
+    space_config.json names the encoder (`--model-id`, else the folder bundled as encoder/) and, when the run has an
+    embedding model, that too (`--embedding-model-id`, else the folder bundled as contrastive/): both in one commit.
+    """
     from hf_encoderize.hub import push_folder, upload_set
 
-    encoder = encoder_dir(cfg.output_dir)
+    encoder = mlm_encoder(cfg.output_dir)
+    embedding = None if cfg.embedding_model_id else embedding_dir(cfg.output_dir, cfg.embedding_model)
     base = _space_base(cfg, encoder)
     config = {"encoder": cfg.model_id or "encoder", **base}
+    if cfg.embedding_model_id or embedding:
+        config["embedding_model"] = cfg.embedding_model_id or "contrastive"
     extra: dict[str, Path | bytes] = {
         "README.md": space_readme(cfg, base).encode(),
         "requirements.txt": pinned_requirements(gguf=bool(base.get("base_gguf_file"))).encode(),
@@ -181,6 +254,8 @@ def push_space(cfg: PushSpaceConfig) -> list[str]:
     }
     if cfg.model_id is None:  # bundle the encoder (minus any training state) inside the Space repo
         extra.update({f"encoder/{name}": path for name, path in upload_set(encoder).items()})
+    if embedding is not None:  # the embedding model, bundled the same way
+        extra.update({f"contrastive/{name}": path for name, path in upload_set(embedding).items()})
     return push_folder(SPACE_DIR, cfg.space_id, repo_type="space", space_sdk="gradio", private=cfg.private,
                        revision=cfg.revision, commit_message=cfg.commit_message or "Upload Space with hf-encoderize",
                        create_pr=cfg.create_pr, dry_run=cfg.dry_run, extra_files=extra)
@@ -222,5 +297,5 @@ def space_readme(cfg: PushSpaceConfig, base: dict) -> str:
         meta["sdk_version"] = version("gradio")  # the version the app was run with here
     except PackageNotFoundError:
         pass  # keep the template's tested version
-    meta["models"] = [name for name in (cfg.model_id, base.get("base_model")) if name]
+    meta["models"] = [name for name in (cfg.model_id, cfg.embedding_model_id, base.get("base_model")) if name]
     return f"---\n{yaml.safe_dump(meta, sort_keys=False, allow_unicode=True)}---\n{body}"

