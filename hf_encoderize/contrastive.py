@@ -81,6 +81,13 @@ class ContrastiveConfig:
     """Instruction prefixed to anchors (and saved as the "query" prompt)."""
     document_prefix: str = ""
     """Instruction prefixed to positives and negatives (and saved as the "document" prompt)."""
+    lead_token: bool = True
+    """Put two EOS tokens before every text. A causally pretrained model keeps position 0 as an attention sink whose
+    hidden state hardly depends on the token: without a lead every one-token text embeds alike (the quickstart encoder
+    gives "cat"/"stocks" cosine 1.00, above "cat"/"kitten" 0.66; with the lead 0.69 and 0.86). The lead is saved as the
+    default prompt, so `SentenceTransformer(out).encode` adds it; sentence-transformers leaves the first EOS out of the
+    pooling (it counts a trailing special token as text), the second is pooled, in training and at inference alike.
+    Instruction prefixes follow the lead inside the prompts and are left out of the pooling, as LLM2Vec does."""
     loss: str = "mnrl"
     """mnrl (MultipleNegativesRankingLoss) or cached_mnrl (GradCache: large batches on small memory)."""
     mini_batch_size: int = 32
@@ -181,16 +188,17 @@ def load_rows(config: ContrastiveConfig):
     if len(rows) < 2:
         raise EncoderizeError(f"the training data has {len(rows)} usable row(s) with non-empty {', '.join(wanted)}; "
                               "in-batch negatives need at least 2")
+    # With a lead, the prefixes are part of the prompts the trainer adds (left out of the pooling), not of the rows.
+    query, document = ("", "") if config.lead_token else (config.query_prefix, config.document_prefix)
     if config.objective == "simcse":  # the same text twice: dropout makes the two views
         text = config.text_column
-        return rows.map(lambda row: {"anchor": config.query_prefix + row[text],
-                                     "positive": config.document_prefix + row[text]}, remove_columns=[text])
+        return rows.map(lambda row: {"anchor": query + row[text], "positive": document + row[text]},
+                        remove_columns=[text])
     renamed = {config.anchor_column: "anchor", config.positive_column: "positive"}
     if config.negative_column:
         renamed[config.negative_column] = "negative"
     rows = rows.rename_columns({k: v for k, v in renamed.items() if k != v})
-    return rows.map(lambda row: {key: (config.query_prefix if key == "anchor" else config.document_prefix) + value
-                                 for key, value in row.items()})
+    return rows.map(lambda row: {key: (query if key == "anchor" else document) + value for key, value in row.items()})
 
 
 def _dropout_kwargs(folder: Path, value: float) -> dict:
@@ -251,7 +259,11 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
     rows = load_rows(config)  # every input is checked before the output folder is touched
     dropout = _dropout_kwargs(source, config.dropout) if config.objective == "simcse" else {}
     model = build_model(source, config, dropout, adapter)
-    args = _training_args(config, work, len(rows))  # sets up the processes of a distributed launch
+    prompts = saved_prompts(config, model.tokenizer)
+    roles = {"anchor": "query", "positive": "document", "negative": "document"}
+    training = {column: prompts[roles[column]] for column in rows.column_names if roles[column] in prompts} \
+        if config.lead_token else None
+    args = _training_args(config, work, len(rows), training)  # sets up the processes of a distributed launch
     state = PartialState()
     state.wait_for_everyone()  # every process has checked the folders before the main one changes them
     if state.is_main_process and not config.resume:
@@ -288,8 +300,8 @@ def build_model(source: Path, config: ContrastiveConfig, dropout: dict, adapter:
                               f"{' '.join(str(err).split())[:200]}") from None
     model.max_seq_length = config.max_seq_length
     dim = model.get_embedding_dimension()
-    model = SentenceTransformer(modules=[model[0], models.Pooling(dim, pooling_mode=POOLINGS[config.pooling])],
-                                device=str(model.device))
+    pooling = models.Pooling(dim, pooling_mode=POOLINGS[config.pooling], include_prompt=not config.lead_token)
+    model = SentenceTransformer(modules=[model[0], pooling], device=str(model.device))
     if adapter.lora_r:  # sentence-transformers' own PEFT integration: its checkpoints save and resume the adapters
         targets = adapter.lora_targets if adapter.lora_targets == "all-linear" else \
             [t.strip() for t in adapter.lora_targets.split(",")]
@@ -311,7 +323,19 @@ def _loss(model, config: ContrastiveConfig):
                                                gather_across_devices=gather)
 
 
-def _training_args(config: ContrastiveConfig, work: Path, rows: int):
+def saved_prompts(config: ContrastiveConfig, tokenizer) -> dict[str, str]:
+    """The sentence-transformers prompts the model is trained and saved with: "query", "document" and, with a lead
+    token, "text" (the lead token alone, the default prompt)."""
+    lead = _lead(config, tokenizer)
+    prompts = {"query": lead + config.query_prefix, "document": lead + config.document_prefix, "text": lead}
+    return {name: prompt for name, prompt in prompts.items() if prompt}
+
+
+def _lead(config: ContrastiveConfig, tokenizer) -> str:
+    return 2 * (tokenizer.eos_token or "") if config.lead_token else ""
+
+
+def _training_args(config: ContrastiveConfig, work: Path, rows: int, prompts: dict | None):
     from sentence_transformers.sentence_transformer.training_args import (
         BatchSamplers,
         SentenceTransformerTrainingArguments,
@@ -326,7 +350,7 @@ def _training_args(config: ContrastiveConfig, work: Path, rows: int):
         learning_rate=config.learning_rate, warmup_steps=config.warmup_ratio, lr_scheduler_type="linear",
         seed=config.seed, data_seed=config.seed, batch_sampler=BatchSamplers.NO_DUPLICATES,
         save_strategy="steps", save_steps=config.save_every, save_total_limit=config.keep_last,
-        report_to="none", logging_steps=max(1, config.steps // 20), disable_tqdm=not config.progress,
+        report_to="none", logging_steps=max(1, config.steps // 20), disable_tqdm=not config.progress, prompts=prompts,
         dataloader_drop_last=rows >= config.batch_size,
     )
 
@@ -338,8 +362,8 @@ def _write_output(trainer, model, source: Path, config: ContrastiveConfig, adapt
     shutil.rmtree(final, ignore_errors=True)
     if adapter.lora_r:
         _merge_adapters(model, source, work / "adapter")
-    model.prompts = {name: prefix for name, prefix in (("query", config.query_prefix),
-                                                        ("document", config.document_prefix)) if prefix}
+    model.prompts = saved_prompts(config, model.tokenizer)
+    model.default_prompt_name = "text" if "text" in model.prompts else None
     model.save(str(final))
     log = trainer.state.log_history
     summary = _finish_folder(final, source, config, dropout, [e["loss"] for e in log if "loss" in e], rows,

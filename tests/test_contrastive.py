@@ -94,7 +94,7 @@ def test_supervised_triplets_with_prefixes(encoder, data, tmp_path):
                  "--query-prefix", "w90 ", "--loss", "cached_mnrl", "--mini-batch-size", "4",
                  "--pooling", "lasttoken", "--output-dir", str(out), "--steps", "3", "--batch-size", "8"]) == 0
     assert json.loads((out / "1_Pooling" / "config.json").read_text())["pooling_mode"] == "lasttoken"
-    assert _clean_load(out)["prompts"]["query"] == "w90 "
+    assert _clean_load(out)["prompts"]["query"] == "</s></s>w90 "  # the lead tokens, then the instruction
 
 
 @pytest.mark.parametrize("case, extra, wording", [

@@ -140,3 +140,25 @@ def test_two_processes_train_with_cross_device_negatives(encoder, text, tmp_path
 
     embeddings = SentenceTransformer(str(out), device="cpu").encode(["w1 w2", "w3 w4"])
     assert embeddings.shape == (2, 32) and not work_dir(out).exists()
+
+
+def test_lead_token_is_the_default_prompt(encoder, text, tmp_path):
+    """`SentenceTransformer(out).encode(t)` = mean of plain `AutoModel` hidden states over positions 1.. of
+    EOS EOS t: no word of t sits at position 0, the attention sink of a causally pretrained model."""
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModel, AutoTokenizer
+
+    out = tmp_path / "lead"
+    contrastive(_config(encoder, text, out, steps=2))
+    model = SentenceTransformer(str(out), device="cpu")
+    assert model.prompts["text"] == "</s></s>" and model.default_prompt_name == "text"
+    tokenizer, plain = AutoTokenizer.from_pretrained(out), AutoModel.from_pretrained(out).eval()
+    for sentence in ("w5", "w7 w8 w9"):
+        ids = tokenizer("</s></s>" + sentence, return_tensors="pt")["input_ids"]
+        assert ids[0, :2].tolist() == [tokenizer.eos_token_id] * 2
+        with torch.no_grad():
+            expected = plain(input_ids=ids).last_hidden_state[0, 1:].mean(0)
+        torch.testing.assert_close(torch.as_tensor(model.encode(sentence)), expected, atol=1e-5, rtol=1e-4)
+    off = tmp_path / "no-lead"
+    contrastive(_config(encoder, text, off, steps=2, lead_token=False))
+    assert SentenceTransformer(str(off), device="cpu").default_prompt_name is None
