@@ -411,7 +411,9 @@ def _finish_folder(folder: Path, source: Path, config: ContrastiveConfig, dropou
              "training_dropout": dropout, "rows": rows, "final_loss": logged[-1] if logged else None,
              "lora": {"r": adapter.lora_r, "alpha": adapter.lora_alpha, "targets": adapter.lora_targets,
                       "merged": True} if adapter.lora_r else None,
-             "processes": int(os.environ.get("WORLD_SIZE", "1"))}
+             "processes": int(os.environ.get("WORLD_SIZE", "1")),
+             "lead": json.loads((folder / "config_sentence_transformers.json").read_text()).get("prompts", {}).get(
+                 "text", "")}
     previous = saved.get("hf_encoderize") or {}
     saved["hf_encoderize"] = {**previous, "contrastive": stage}
     (folder / "config.json").write_text(json.dumps(saved, indent=2) + "\n")
