@@ -65,6 +65,10 @@ class RunConfig:
     """supervised: JSON/JSONL/CSV/Parquet pairs or triplets with anchor, positive[, negative] columns."""
     contrastive_steps: int = 1000
     """Optimizer steps of the contrastive stage."""
+    contrastive_batch_size: int = 64
+    """Rows per step of the contrastive stage (in-batch negatives: larger is better; lower it on a CPU)."""
+    contrastive_max_seq_length: int = 128
+    """Tokens per text in the contrastive stage."""
 
     def __post_init__(self):
         if self.contrastive not in ("simcse", "supervised", "none"):
@@ -72,6 +76,8 @@ class RunConfig:
         if self.contrastive == "supervised" and not self.contrastive_data_files:
             raise EncoderizeError("--contrastive supervised needs --contrastive-data-files (anchor, positive columns)")
         check_number("--contrastive-steps", self.contrastive_steps, minimum=1, integer=True)
+        check_number("--contrastive-batch-size", self.contrastive_batch_size, minimum=2, integer=True)
+        check_number("--contrastive-max-seq-length", self.contrastive_max_seq_length, minimum=1, integer=True)
         if self.eval_profile not in ("paper", "quick", "smoke", "none"):
             raise EncoderizeError(f"--eval-profile must be paper, quick, smoke or none, got {self.eval_profile!r}")
         if self.eval_base not in ("bidirectional", "causal", "none"):
@@ -133,7 +139,9 @@ def stage_contrastive(data, run_cfg: RunConfig, out: Path) -> str:
     resume = any(work_dir(out / "contrastive").glob("trainer/checkpoint-*"))  # an interrupted stage continues
     summary = contrastive(ContrastiveConfig(str(out / "encoder"), output_dir=str(out / "contrastive"),
                                             overwrite=not resume, resume=resume, objective=run_cfg.contrastive,
-                                            steps=run_cfg.contrastive_steps, **source))
+                                            steps=run_cfg.contrastive_steps,
+                                            batch_size=run_cfg.contrastive_batch_size,
+                                            max_seq_length=run_cfg.contrastive_max_seq_length, **source))
     return (f"{summary['steps']} steps on {summary['rows']} rows, "
             f"loss {summary['first_loss']} -> {summary['final_loss']}")
 
