@@ -34,6 +34,7 @@ from hf_encoderize.data import DataConfig
 from hf_encoderize.errors import EncoderizeError
 from hf_encoderize.evaluation.compare import CompareConfig, compare_results
 from hf_encoderize.evaluation.config import EvalConfig
+from hf_encoderize.evaluation.mteb_suite import render_mteb
 from hf_encoderize.evaluation.summary import render_markdown
 from hf_encoderize.hub import (
     HubConfig,
@@ -85,7 +86,7 @@ def _print_text(text: str, *configs) -> None:
 
 
 def _print_eval(summary: dict, *configs) -> None:
-    print(render_markdown(summary), end="")
+    print(render_mteb(summary) if "mteb_version" in summary else render_markdown(summary), end="")
 
 
 def _print_comparison(written: dict, *configs) -> None:

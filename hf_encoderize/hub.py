@@ -356,6 +356,9 @@ def evaluate_and_push(load, config, hub: HubConfig) -> dict:
     fine-tuning. Returns the evaluation summary."""
     from hf_encoderize.evaluation import evaluate
 
+    if config.mteb and hub.push_to_hub:
+        raise EncoderizeError("eval --mteb does not push; run it without --push-to-hub (the card carries the "
+                              "fine-tuning suite's scores, not MTEB's)")
     check_push_ready(hub)
     target = eval_push_target(load.source) if hub.push_to_hub else None
     summary = evaluate(load, config)

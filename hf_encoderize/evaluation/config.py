@@ -117,6 +117,11 @@ class EvalConfig:
     every model, CLM-pretrained ones included, with bidirectional attention (section 2, "Fine-tuning protocol")."""
     device: str = "auto"
     """auto (GPU when there is one), cpu, cuda or cuda:N."""
+    mteb: str | None = None
+    """Comma-separated MTEB tasks (names such as STS12,SciFact, whose data mteb loads from the Hub) or local BEIR
+    folders (corpus.jsonl, queries.jsonl, qrels/<split>.tsv): score the model's sentence embeddings zero-shot with
+    the mteb package (the `mteb` extra) instead of running the fine-tuning suite. Uses --batch-size (encoding),
+    --max-length, --device, --name and --output-dir; results go to OUTPUT_DIR/<name>/mteb/."""
 
     def __post_init__(self):
         if self.profile not in PROFILES:

@@ -75,7 +75,12 @@ def _say(message: str) -> None:
 def evaluate(load: LoadConfig, cfg: EvalConfig, *, progress: Callable[[str], None] = _say, backbone=None) -> dict:
     """Fine-tune and score `load.source` on the grid of `cfg`; write results and the summary. Returns the summary.
 
-    `backbone` (from `backbone.load_backbone`) reuses an already loaded model instead of loading `load.source`."""
+    `backbone` (from `backbone.load_backbone`) reuses an already loaded model instead of loading `load.source`.
+    With `cfg.mteb`, scores the sentence embeddings on those MTEB tasks instead (`mteb_suite.evaluate_mteb`)."""
+    if cfg.mteb:
+        from hf_encoderize.evaluation.mteb_suite import evaluate_mteb
+
+        return evaluate_mteb(load, cfg, progress=progress)
     from hf_encoderize.evaluation.backbone import load_backbone, model_name
     from hf_encoderize.evaluation.summary import write_summary
 
