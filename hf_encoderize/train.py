@@ -187,9 +187,10 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
                 parameter.data = parameter.data.float()
     # Fused AdamW: one kernel for all parameters, on CUDA/ROCm and on CPU (8x the per-tensor kernel's speed on a
     # 2-core CPU; the quickstart's 80 SmolLM2 steps give the same per-step losses to 3 decimals and held-out loss
-    # 5.557 vs 5.546). torch's fused CPU kernel mis-updates a non-contiguous parameter (0.0095 away from the
-    # per-tensor kernel after 5 steps on a transposed view, torch 2.13), so any such parameter is made contiguous
-    # first; autograd then gives it contiguous gradients too (a dense parameter's gradient takes its strides).
+    # 5.557 vs 5.546). torch's fused CPU kernel mis-updates a parameter whose gradient has other strides than it
+    # (a transposed view with a contiguous gradient: 0.0098 off the per-tensor kernel after 5 steps, torch 2.13).
+    # Autograd gives a gradient its parameter's strides, and every parameter is made contiguous here, so any
+    # gradient a library sets by hand (contiguous, as they are) matches too.
     for parameter in trainable:
         if not parameter.is_contiguous():
             parameter.data = parameter.data.contiguous()
