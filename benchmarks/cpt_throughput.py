@@ -155,6 +155,9 @@ def run_ours(preset: dict, folder: Path, attn_implementation: str = "sdpa", prof
               "masked_tokens_source": source,
               "spans": ours_spans(preset, folder),
               "data_wait_share": sum(waits) / seconds if None not in waits else None}
+    record = json.loads((out / "run" / "run_record.json").read_text())
+    if "loss_implementation" in record:  # the MLM loss kernel `auto` picked, with the probe's timings
+        result["loss_implementation"] = record["loss_implementation"]
     if profile:
         summary = out / "run" / "profile" / "summary.json"
         result["profile"] = json.loads(summary.read_text()) if summary.is_file() else {"missing": str(summary)}

@@ -5,7 +5,10 @@ LM head of V x H) against random targets, with gradients for both the rows and W
 - `dense`: full logits for the masked rows and an fp32 cross-entropy, what plain user code does;
 - `checkpointed`: `loss.checkpointed_cross_entropy`, the engine's loss before the fused one (4096-row chunks, each
   recomputed in the backward); the old engine also counted arg-max hits on every step, which this arm leaves out;
-- `fused`: `loss.fused_linear_cross_entropy`.
+- `fused`: `loss.fused_linear_cross_entropy`;
+- `liger`, `cce`: Liger-Kernel's and Cut-Cross-Entropy's fused linear + cross-entropy (`loss_kernels`, exact
+  gradients), on CUDA where the package imports; listed under `skipped` with the reason elsewhere. These are what
+  `--loss-implementation auto` times on a run's own shape before it picks one.
 
 Each (vocabulary, arm) runs in its own process, so one arm's allocations never count against another. The first
 step is the warmup and the memory probe; the time is the median of `--repeats` more. Memory is the peak above what
@@ -30,8 +33,10 @@ import torch
 import torch.nn.functional as F
 
 from hf_encoderize.loss import checkpointed_cross_entropy, fused_linear_cross_entropy
+from hf_encoderize.loss_kernels import kernel_unavailable, loss_function
 
-ARMS = ("dense", "checkpointed", "fused")
+ARMS = ("dense", "checkpointed", "fused", "liger", "cce")
+KERNEL_ARMS = ("liger", "cce")
 
 
 def dense(rows, head, targets):
@@ -44,6 +49,14 @@ def checkpointed(rows, head, targets):
 
 def fused(rows, head, targets):
     return fused_linear_cross_entropy(rows, head.weight, targets)[0]
+
+
+def liger(rows, head, targets):
+    return loss_function("liger")(rows, head.weight, targets, None, False)[0]
+
+
+def cce(rows, head, targets):
+    return loss_function("cce")(rows, head.weight, targets, None, False)[0]
 
 
 def measure(vocab: int, arm: str, hidden: int, rows: int, repeats: int, device: str) -> dict:
@@ -82,16 +95,23 @@ def _sync(device: str) -> None:
 
 def compare(vocab: int, args) -> dict:
     """All arms at one vocabulary, each in a fresh process, and the fused arm's ratios against the others."""
-    arms = {}
+    arms, skipped = {}, {}
     for arm in ARMS:
+        why = kernel_unavailable(arm, torch.device(args.device)) if arm in KERNEL_ARMS else None
+        if why:
+            skipped[arm] = why
+            continue
         command = [sys.executable, __file__, "--worker", arm, "--vocab", str(vocab), "--hidden", str(args.hidden),
                    "--rows", str(args.rows), "--repeats", str(args.repeats)]
         arms[arm] = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+    ran = list(arms)
     fused_arm = arms["fused"]
-    for other in ("dense", "checkpointed"):
-        arms[f"speedup_fused_vs_{other}"] = round(arms[other]["median_s"] / fused_arm["median_s"], 2)
-        arms[f"memory_fused_over_{other}"] = round(fused_arm["peak_extra_mib"] / arms[other]["peak_extra_mib"], 3)
-    arms["same_loss"] = all(abs(arms[a]["loss"] - fused_arm["loss"]) <= 1e-4 * abs(fused_arm["loss"]) for a in ARMS)
+    for other in ran:
+        if other != "fused":
+            arms[f"speedup_fused_vs_{other}"] = round(arms[other]["median_s"] / fused_arm["median_s"], 2)
+            arms[f"memory_fused_over_{other}"] = round(fused_arm["peak_extra_mib"] / arms[other]["peak_extra_mib"], 3)
+    arms["same_loss"] = all(abs(arms[a]["loss"] - fused_arm["loss"]) <= 1e-4 * abs(fused_arm["loss"]) for a in ran)
+    arms["skipped"] = skipped
     return arms
 
 
@@ -103,7 +123,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=None, help="timed steps after the warmup; 5 CUDA, 2 CPU")
     parser.add_argument("--worker", choices=ARMS, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = args.device = "cuda" if torch.cuda.is_available() else "cpu"
     args.rows = args.rows or (26214 if device == "cuda" else 1638)  # 40% of 64 x 1024, or of 4 x 1024
     args.repeats = args.repeats or (5 if device == "cuda" else 2)
     if args.worker:

@@ -150,7 +150,8 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
         saved_dtype = loaded_dtype if weights is not None else final.dtype
         record = {"command": "cpt", **facts, "from_checkpoint": train.from_checkpoint, "data_position": position,
                   "saved_dtype": str(saved_dtype).removeprefix("torch."),
-                  "encoderize": {**report.to_dict(), **report.tokens}, "num_processes": accelerator.num_processes,
+                  "encoderize": {**report.to_dict(), **report.tokens}, "loss_implementation": run.loss_implementation,
+                  "num_processes": accelerator.num_processes,
                   "hardware": hardware_facts(accelerator), "wall_time_s": round(summary["wall_time_s"], 2),
                   "eval_loss": summary.get("eval_loss"), "eval_masked_accuracy": summary.get("eval_masked_accuracy"),
                   "started_at": started_at}

@@ -25,8 +25,8 @@ Design choices:
   Anything else falls back to `checkpointed_cross_entropy`, which calls the head module itself, chunk by chunk:
   DeepSpeed ZeRO-3 gathers a partitioned weight only inside the head's own forward (its hooks), FSDP2/tensor
   parallelism hold a DTensor shard, and a peft-wrapped head (LoRA on `lm_head`) has a forward of its own.
-- Liger-Kernel and Cut-Cross-Entropy are not used: both are Triton kernels for CUDA, which this project cannot
-  install or measure on its CPU test machines, and an untested kernel path is worse than a tested plain one.
+- Liger-Kernel and Cut-Cross-Entropy (Triton kernels for CUDA) are candidates where installed: `loss_kernels` times
+  them against this loss on the run's shape and checks they agree with it before a run uses one (`kernel=`).
 """
 
 from __future__ import annotations
@@ -62,13 +62,18 @@ def mlm_loss(
     *,
     with_accuracy: bool = False,
     chunk_rows: int | None = None,
+    kernel=None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Summed cross-entropy of `lm_head` on the rows of `hidden` (B, T, H) at flat positions `index` (N,).
 
     `index` and `targets` (N,) live on hidden's device (`labelled_positions`, then a non-blocking copy). Returns the
     fp32 loss sum and, with `with_accuracy`, how many arg-max predictions are right (a 0-d long tensor), else None.
+    `kernel`: another fused linear + cross-entropy with the same contract (`loss_kernels.loss_function`), used for a
+    fusable head and at least one row; None for ours.
     """
     rows = hidden.reshape(-1, hidden.shape[-1]).index_select(0, index)  # (N, H)
+    if kernel is not None and rows.shape[0] and fusable_head(lm_head):
+        return kernel(rows, lm_head.weight, targets, lm_head.bias, with_accuracy)
     if fusable_head(lm_head):
         return fused_linear_cross_entropy(rows, lm_head.weight, targets, lm_head.bias, with_accuracy=with_accuracy,
                                           chunk_rows=chunk_rows)

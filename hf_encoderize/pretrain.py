@@ -306,6 +306,7 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
     if accelerator.is_main_process:
         report = _report(model, counts, tokens, data.pack)
         record.update(command="pretrain", encoderize={**report.to_dict(), **report.tokens},
+                      loss_implementation=run.loss_implementation,
                       num_processes=accelerator.num_processes, hardware=hardware_facts(accelerator),
                       wall_time_s=round(summary["wall_time_s"], 2), eval_loss=summary.get("eval_loss"),
                       eval_masked_accuracy=summary.get("eval_masked_accuracy"), started_at=started_at,

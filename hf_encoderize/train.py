@@ -51,7 +51,7 @@ from hf_encoderize.checkpoints import (
 )
 from hf_encoderize.data import DataConfig, Documents
 from hf_encoderize.isolation import packed_forward
-from hf_encoderize.loss import mlm_loss
+from hf_encoderize.loss import fusable_head, mlm_loss
 from hf_encoderize.masking import MaskingConfig
 from hf_encoderize.nonfinite import NonFiniteGuard, check_finite_result
 from hf_encoderize.objectives import Masker, Phase
@@ -76,6 +76,7 @@ class ObjectiveModel(torch.nn.Module):
         super().__init__()
         self.model = model
         self.native_encoder = classify_config(model.config) == ENCODER
+        self.loss_kernel = None  # another fused linear + cross-entropy (`loss_kernels`); None: ours
 
     # What Accelerate reads off the prepared object, delegated to the wrapped transformers model: FSDP2's transformer
     # wrap policy reads `_no_split_modules` (without it the whole model is one FSDP unit), and FSDP2's
@@ -118,7 +119,7 @@ class ObjectiveModel(torch.nn.Module):
                                     packed=packed, use_cache=False)
         with section("loss"):
             loss, correct = mlm_loss(last_hidden_state(output), self.model.get_output_embeddings(), batch["index"],
-                                     batch["targets"], with_accuracy=with_accuracy)
+                                     batch["targets"], with_accuracy=with_accuracy, kernel=self.loss_kernel)
         return loss, correct if correct is not None else torch.zeros((), dtype=torch.long, device=loss.device)
 
 
@@ -140,6 +141,8 @@ class Run:
     output_dir: Path
     exporter: Callable[[int], object] | None = None
     """Saves the encoder at a `--export-steps` step (set by the recipe, which knows what the export records)."""
+    loss_implementation: dict | None = None
+    """The MLM loss kernel chosen (`loss_kernels.choose_loss_implementation`'s report), for the run record."""
 
 
 def resolve_grad_accum(train: TrainConfig, seq_len: int) -> TrainConfig:
@@ -205,6 +208,7 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
 
         compile_decoder_layers(model)
     objective, optimizer = accelerator.prepare(objective, optimizer)
+    loss_report = choose_loss_kernel(accelerator, objective, masking, data, train)
     embeddings = model.get_input_embeddings().weight
     vocab_size = getattr(embeddings, "ds_shape", embeddings.shape)[0]  # ZeRO-3 partitions report an empty shape
     masker = Masker.for_tokenizer(tokenizer, masking, vocab_size, seed=train.seed)  # stateless: seeds per row
@@ -228,7 +232,38 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
     held_out = held_out_batches(documents, Packer(tokenizer, data.seq_len, pack), data.eval_documents,
                                 data.eval_max_rows, train.batch_size)
     return Run(accelerator, objective, optimizer, scheduler, rows, masker, tokenizer, held_out, train,
-               Path(output_dir))
+               Path(output_dir), loss_implementation=loss_report)
+
+
+def choose_loss_kernel(accelerator, objective, masking: MaskingConfig, data: DataConfig, train: TrainConfig) -> dict:
+    """Pick the MLM loss kernel (`--loss-implementation`, see `loss_kernels`) on the shape one micro-batch gives, set
+    it on the prepared objective, and return the report for the run record. The main process's choice is broadcast,
+    so every process runs the same kernel. A head the fused path cannot read (FSDP2 shard, ZeRO-3 partition, a
+    peft-wrapped head) takes the checkpointed fallback whatever is asked, and the report says so."""
+    from accelerate.utils import broadcast_object_list
+
+    from hf_encoderize.loss_kernels import REFERENCE, choose_loss_implementation, loss_function
+
+    objective = accelerator.unwrap_model(objective)  # the ObjectiveModel, whatever wraps it
+    head = objective.model.get_output_embeddings()
+    if objective.native_encoder:
+        return {"requested": train.loss_implementation, "chosen": "native MLM head",
+                "why": "a native encoder's MLM head has a transform before its decoder: its whole head runs"}
+    if head is None or not fusable_head(head):
+        return {"requested": train.loss_implementation, "chosen": "checkpointed",
+                "why": "the LM head is not a plain Linear here (sharded, partitioned or wrapped)"}
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(accelerator.mixed_precision), head.weight.dtype)
+    rows = max(1, round(masking.mask_ratio * train.batch_size * data.seq_len))
+    name, report = choose_loss_implementation(train.loss_implementation, accelerator.device, head.weight.shape[1],
+                                              head.weight.shape[0], rows, dtype, bias=head.bias is not None)
+    if accelerator.num_processes > 1:
+        box = [(name, report)]
+        broadcast_object_list(box, from_process=0)
+        name, report = box[0]
+    objective.loss_kernel = None if name == REFERENCE else loss_function(name)
+    if name != REFERENCE and accelerator.is_main_process:
+        _say(f"MLM loss: {name} ({report.get('seconds', {})} s per step on the probe)")
+    return report
 
 
 def configure_deepspeed(accelerator, train: TrainConfig) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from hf_encoderize.errors import EncoderizeError
 from hf_encoderize.exports import parse_export_steps
+from hf_encoderize.loss_kernels import LOSS_IMPLEMENTATIONS
 from hf_encoderize.schedule import decay_steps_for, default_warmup
 from hf_encoderize.validation import check_number
 
@@ -82,6 +83,10 @@ class TrainConfig:
     compile: bool = False
     """`torch.compile` every decoder layer (static shapes: packing gives fixed batch x seq len). Off by default until
     measured faster on the GPU at hand; the first steps pay the compilation."""
+    loss_implementation: str = "auto"
+    """The MLM loss kernel: auto (on CUDA, the fastest of our fused linear + cross-entropy, Liger-Kernel's and
+    Cut-Cross-Entropy's that is installed and agrees with ours, timed on this run's shape; ours elsewhere), fused
+    (ours), liger or cce (`loss_kernels`). The run record says which ran, with the timings."""
     prefetch: int = 2
     """Batches tokenized, packed, masked (and pinned, on a GPU) ahead in a background thread; 0: in the loop."""
     profile: bool = False
@@ -125,6 +130,9 @@ class TrainConfig:
             raise EncoderizeError("--mixed-precision must be auto, bf16, fp16 or no")
         if self.on_nonfinite not in ("stop", "skip"):
             raise EncoderizeError(f"--on-nonfinite must be 'stop' or 'skip', got {self.on_nonfinite!r}")
+        if self.loss_implementation not in LOSS_IMPLEMENTATIONS:
+            raise EncoderizeError(f"--loss-implementation must be one of {', '.join(LOSS_IMPLEMENTATIONS)}, got "
+                                  f"{self.loss_implementation!r}")
         if self.master_weights not in ("fp32", "loaded"):
             raise EncoderizeError(f"--master-weights must be 'fp32' or 'loaded', got {self.master_weights!r}")
 

@@ -50,7 +50,8 @@ BACKENDS = ("sdpa", "flex_attention", "flash_attention_2")
 ACCELERATE_CONFIGS = {"single_gpu": "NO", "multi_gpu_ddp": "MULTI_GPU", "fsdp": "FSDP", "deepspeed_zero2": "DEEPSPEED",
                       "deepspeed_zero3": "DEEPSPEED"}
 # Optional packages installed from the wheel folder only when a wheel of theirs is there: name -> import name.
-OPTIONAL_WHEELS = {"bitsandbytes": "bitsandbytes", "deepspeed": "deepspeed", "flash_attn": "flash_attn"}
+OPTIONAL_WHEELS = {"bitsandbytes": "bitsandbytes", "deepspeed": "deepspeed", "flash_attn": "flash_attn",
+                   "liger_kernel": "liger_kernel", "cut_cross_entropy": "cut_cross_entropy"}
 TINY_STEPS = 6
 PAD_DIFF_LIMIT = 1e-2  # padding must not move real tokens' states; looser than fp32 noise, tight enough for a leak
 
@@ -247,7 +248,7 @@ def check_cpt(ctx: Context, backend: str) -> tuple[str, dict]:
     peak = f"peak {ours['peak_gpu_mib'] / 1024:.1f} GiB" if "peak_gpu_mib" in ours else \
         f"peak RSS {ours['peak_rss_mib'] / 1024:.1f} GiB"
     figure = [f"{ours['tokens_per_s']:,.0f} tok/s", f"MFU {mfu:.1%}" if mfu else "MFU n/a", peak,
-              f"loss {ours['final_loss']:.3f}"]
+              f"loss {ours['final_loss']:.3f}", f"loss kernel {run.get('loss_implementation')}"]
     ratios = report["ratios"]
     figure += [f"{ratio:.2f}x {name.removeprefix('ours_vs_')}" for name, ratio in ratios.items()
                if name.startswith("ours_vs_")]
@@ -256,7 +257,8 @@ def check_cpt(ctx: Context, backend: str) -> tuple[str, dict]:
     details = {"tokens_per_s": ours["tokens_per_s"], "mfu": mfu, "peak_gpu_mib": ours.get("peak_gpu_mib"),
                "final_loss": ours["final_loss"], "ratios": ratios, "targets": report.get("targets"),
                "report": str(report_path),
-               "mixed_precision": run["mixed_precision"], "gpu_name": run["gpu_name"]}
+               "mixed_precision": run["mixed_precision"], "gpu_name": run["gpu_name"],
+               "loss_implementation": run.get("loss_implementation")}
     return ", ".join(figure), details
 
 
@@ -290,6 +292,7 @@ def finished_run(ctx: Context, name: str, run_dir: Path, distributed_type: str =
     hardware, loss = record.get("hardware") or {}, record.get("final_train_loss")
     details = {k: record.get(k) for k in ("steps", "final_train_loss", "eval_loss", "tokens_seen", "wall_time_s")}
     details.update({k: hardware.get(k) for k in ("distributed_type", "mixed_precision", "num_processes", "gpu_name")})
+    details["loss_implementation"] = (record.get("loss_implementation") or {}).get("chosen")
     if hardware.get("distributed_type") != distributed_type:
         raise CheckFailed(f"ran as distributed type {hardware.get('distributed_type')}, not {distributed_type}")
     if ctx.cuda and hardware.get("mixed_precision") != "bf16":

@@ -10,7 +10,8 @@
 # --no-deps; then every package that hf-encoderize's runtime (and the gguf extra) resolves to and the GPU machine
 # lacks, downloaded --no-deps as linux x86_64 wheels for each GPU_WHEELS_PYTHON version (default 3.11; e.g.
 # GPU_WHEELS_PYTHON="3.11 3.12"). Never torch or what it pulls: the GPU machine's own CUDA build stays.
-# GPU_WHEELS_EXTRAS="bitsandbytes" adds optional GPU packages that PyPI has as wheels (the QLoRA row). deepspeed and
+# The `kernels` extra (liger-kernel, cut-cross-entropy: pure Python on the machine's own triton) always goes in, so
+# the MLM loss probe (`--loss-implementation auto`) has its candidates. GPU_WHEELS_EXTRAS="bitsandbytes" adds optional GPU packages that PyPI has as wheels (the QLoRA row). deepspeed and
 # flash-attn are sdists that compile against torch: build their wheels where that torch is, and put them in DIR.
 # FREEZE may also be a plain list of package names, one a line (then no versions are pinned).
 set -euo pipefail
@@ -36,6 +37,7 @@ import os, re, sys, tomllib
 tmp, freeze = sys.argv[1], sys.argv[2]
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
 ours = [r for r in project["dependencies"] + project["optional-dependencies"]["gguf"] if not r.startswith("seqeval")]
+ours += project["optional-dependencies"]["kernels"]  # pure-Python Triton kernels: the loss probe's candidates
 ours += os.environ.get("GPU_WHEELS_EXTRAS", "").split()
 open(f"{tmp}/ours.txt", "w").write("\n".join(ours) + "\n")
 if freeze:  # name==version lines only: local builds (torch 2.x+cu130, `@ file://`) are not on PyPI

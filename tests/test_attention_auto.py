@@ -26,10 +26,11 @@ cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="asserts the CPU
 
 
 @pytest.fixture(scope="module")
-def gptj_dir(tmp_path_factory):
-    """A tiny GPT-J: its transformers class has no sdpa (nor flex) kernel."""
-    path = tmp_path_factory.mktemp("models") / "tiny-gptj"
-    make_decoder("gptj", "eager", n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_positions=64).save_pretrained(path)
+def gptneo_dir(tmp_path_factory):
+    """A tiny GPT-Neo: its transformers class has no sdpa (nor flex) kernel (GPT-J had none before transformers
+    5.24; GPT-Neo, with one global and one local layer, still has none)."""
+    path = tmp_path_factory.mktemp("models") / "tiny-gptneo"
+    make_decoder("gpt_neo", "eager", attention_types=[[["global", "local"], 1]], window_size=8).save_pretrained(path)
     make_tokenizer().save_pretrained(path)
     return path
 
@@ -41,7 +42,7 @@ def test_auto_is_the_default_and_cpu_candidates_are_sdpa_then_eager():
 
 
 @cpu_only
-@pytest.mark.parametrize(("model_type", "expected"), [("llama", "sdpa"), ("gptj", "eager"), ("bloom", "eager")])
+@pytest.mark.parametrize(("model_type", "expected"), [("llama", "sdpa"), ("gpt_neo", "eager"), ("bloom", "eager")])
 def test_auto_picks_the_fastest_supported(model_type, expected):
     from transformers import AutoConfig
 
@@ -70,10 +71,10 @@ def test_auto_loads_llama_with_sdpa_and_the_run_record_says_so(decoder_dir, tmp_
 
 
 @cpu_only
-def test_auto_encoderizes_a_model_without_sdpa_with_eager(gptj_dir):
-    model, tokenizer, report, tried = encoderize_where_it_trains(LoadConfig(str(gptj_dir)), {}, None, False)
+def test_auto_encoderizes_a_model_without_sdpa_with_eager(gptneo_dir):
+    model, tokenizer, report, tried = encoderize_where_it_trains(LoadConfig(str(gptneo_dir)), {}, None, False)
     assert report.attn_implementation == model.config._attn_implementation == "eager"
-    assert tried[2:] == [{"backend": "sdpa", "skipped": "GPTJForCausalLM does not support it"},
+    assert tried[2:] == [{"backend": "sdpa", "skipped": "GPTNeoForCausalLM does not support it"},
                          {"backend": "eager", "skipped": None}]
     assert verify_bidirectional(model, pad_token_id=tokenizer.pad_token_id).passed
 
@@ -87,7 +88,7 @@ def bloom_dir(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize(("folder", "model_class"), [("gptj_dir", "GPTJForCausalLM"),
+@pytest.mark.parametrize(("folder", "model_class"), [("gptneo_dir", "GPTNeoForCausalLM"),
                                                      ("bloom_dir", "BloomForCausalLM")])
 def test_the_cli_default_converts_and_trains_a_model_without_sdpa(folder, model_class, request, tmp_path):
     source = str(request.getfixturevalue(folder))
@@ -107,8 +108,8 @@ def test_the_cli_default_converts_and_trains_a_model_without_sdpa(folder, model_
     assert all(math.isfinite(loss) for loss in (record["final_train_loss"], record["eval_loss"]))
 
 
-def test_an_explicit_backend_the_architecture_lacks_is_one_line(gptj_dir, tmp_path, capsys):
-    code = main(["convert", str(gptj_dir), str(tmp_path / "out"), "--attn-implementation", "sdpa"])
+def test_an_explicit_backend_the_architecture_lacks_is_one_line(gptneo_dir, tmp_path, capsys):
+    code = main(["convert", str(gptneo_dir), str(tmp_path / "out"), "--attn-implementation", "sdpa"])
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and "Traceback" not in err
@@ -118,20 +119,20 @@ def test_an_explicit_backend_the_architecture_lacks_is_one_line(gptj_dir, tmp_pa
 
 
 @cpu_only
-def test_a_backend_error_at_load_is_skipped_by_auto_and_one_line_when_explicit(gptj_dir, monkeypatch, tmp_path,
+def test_a_backend_error_at_load_is_skipped_by_auto_and_one_line_when_explicit(gptneo_dir, monkeypatch, tmp_path,
                                                                                capsys):
     # As for remote code, the class is not known up front: transformers' own refusal is met at load time.
     monkeypatch.setattr(loading, "_causal_lm_class", lambda config, trust_remote_code: None)
-    model, _, tried = load_decoder_trying(LoadConfig(str(gptj_dir)))
+    model, _, tried = load_decoder_trying(LoadConfig(str(gptneo_dir)))
     assert model.config._attn_implementation == "eager"
-    assert tried[2]["backend"] == "sdpa" and tried[2]["skipped"].startswith("load failed: GPTJForCausalLM does not "
+    assert tried[2]["backend"] == "sdpa" and tried[2]["skipped"].startswith("load failed: GPTNeoForCausalLM does not "
                                                                             "support an attention implementation")
     with pytest.raises(EncoderizeError, match="cannot load with --attn-implementation sdpa") as refusal:
-        load_decoder_trying(LoadConfig(str(gptj_dir), attn_implementation="sdpa"))
+        load_decoder_trying(LoadConfig(str(gptneo_dir), attn_implementation="sdpa"))
     message = str(refusal.value)
     assert "\n" not in message and "auto or eager" in message and "not a local model folder" not in message
     capsys.readouterr()  # the loads above drew progress bars
-    code = main(["convert", str(gptj_dir), str(tmp_path / "out"), "--attn-implementation", "sdpa"])
+    code = main(["convert", str(gptneo_dir), str(tmp_path / "out"), "--attn-implementation", "sdpa"])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error:") and err.count("\n") == 1 and "Traceback" not in err
 

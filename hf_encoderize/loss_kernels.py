@@ -1,0 +1,208 @@
+"""`--loss-implementation`: Liger-Kernel's or Cut-Cross-Entropy's fused linear + cross-entropy where one is installed
+and faster on the run's own shape; `loss.fused_linear_cross_entropy` otherwise.
+
+Design choices:
+- The plain-PyTorch fused loss (`loss.fused_linear_cross_entropy`, "fused") is the reference: it runs on every device
+  and is tested against the dense loss and its gradients. Liger-Kernel (`liger_fused_linear_cross_entropy`) and
+  Apple's Cut-Cross-Entropy (`linear_cross_entropy`) are Triton kernels for CUDA, so they are candidates only on a
+  CUDA device with the package importable.
+- `auto` (the default) measures rather than assumes: on the run's shape (the masked rows one micro-batch holds x
+  hidden x vocabulary, in the compute dtype, with the head's fp32 master weight) it times forward + backward of each
+  candidate, checks each against the reference (loss within 1e-3 relative, gradients within 2e-2 relative in norm:
+  bf16 products), and keeps the fastest that agrees. A candidate that raises or disagrees is never used, and why is
+  recorded. The run record's `loss_implementation` holds the choice and the timings. On CPU the only candidate is
+  "fused" and nothing is timed.
+- Naming a kernel (`liger`, `cce`) skips the timing but not the agreement check: a kernel that is missing, cannot run
+  on this device or disagrees stops the run before training, in one line.
+- Cut-Cross-Entropy is called with `filter_eps=None`: its default drops softmax entries below a threshold from the
+  gradient, which is fast but no longer the gradient of the loss; exact gradients are what the engine promises.
+- Both get the rows and weight cast to the compute dtype (the cast is differentiable, so an fp32 master weight gets
+  an fp32 gradient, as with autocast) and return the summed loss in fp32. Accuracy: Liger computes it in the kernel
+  (`return_token_accuracy`); CCE has none, so on logged steps its arg-max count comes from the reference's chunk
+  loop under `no_grad` (one extra logits pass on those steps only).
+- A micro-batch with no masked rows takes the reference, whose zero loss still gives the head a (zero) gradient.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.loss import compute_dtype, fused_linear_cross_entropy
+
+REFERENCE = "fused"
+LOSS_IMPLEMENTATIONS = ("auto", REFERENCE, "liger", "cce")
+LOSS_RTOL, GRAD_RTOL = 1e-3, 2e-2  # agreement with the reference in the probe (bf16 matmuls)
+PROBE_REPEATS = 3  # timed forward + backward steps per candidate, after one warm-up step
+
+
+def _liger(rows, weight, targets, bias, with_accuracy):
+    from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+
+    dtype = compute_dtype(rows)
+    output = liger_fused_linear_cross_entropy(
+        rows.to(dtype), weight.to(dtype), targets, None if bias is None else bias.to(dtype), reduction="sum",
+        accum_dtype=torch.float32, return_token_accuracy=with_accuracy)
+    if not with_accuracy:
+        return output.float(), None
+    correct = (output.token_accuracy.float() * targets.shape[0]).round().long()  # the kernel gives a fraction
+    return output.loss.float(), correct
+
+
+def _cce(rows, weight, targets, bias, with_accuracy):
+    from cut_cross_entropy import linear_cross_entropy
+
+    if bias is not None:
+        raise ValueError("Cut-Cross-Entropy takes no LM-head bias")
+    dtype = compute_dtype(rows)
+    loss = linear_cross_entropy(rows.to(dtype), weight.to(dtype), targets, reduction="sum", filter_eps=None)
+    correct = None
+    if with_accuracy:
+        with torch.no_grad():
+            correct = fused_linear_cross_entropy(rows, weight, targets, bias, with_accuracy=True)[1]
+    return loss.float(), correct
+
+
+@dataclass(frozen=True)
+class LossKernel:
+    """A fused linear + cross-entropy from another package: `fn(rows, weight, targets, bias, with_accuracy)` returns
+    the fp32 loss sum and the right arg-max count (or None), as `loss.fused_linear_cross_entropy` does."""
+
+    module: str
+    """What must import for it to run (and what to `pip install`)."""
+    package: str
+    fn: Callable
+    devices: tuple[str, ...] = ("cuda",)
+
+
+KERNELS: dict[str, LossKernel] = {
+    "liger": LossKernel("liger_kernel", "liger-kernel", _liger),
+    "cce": LossKernel("cut_cross_entropy", "cut-cross-entropy", _cce),
+}
+
+
+def kernel_unavailable(name: str, device: torch.device) -> str | None:
+    """Why kernel `name` cannot run on `device` here (one phrase), or None when it can."""
+    kernel = KERNELS[name]
+    if device.type not in kernel.devices:
+        return f"runs on {' or '.join(kernel.devices)} only (this run is on {device.type})"
+    try:
+        importlib.import_module(kernel.module)
+    except Exception as err:  # noqa: BLE001 - a broken install (missing triton, CUDA mismatch) is "not available"
+        return f"{kernel.module} does not import ({type(err).__name__}: {err}); pip install {kernel.package}"
+    return None
+
+
+def loss_function(name: str) -> Callable:
+    """The loss for an implementation name: the reference, or a kernel's adapter."""
+    if name == REFERENCE:
+        return _reference
+    return KERNELS[name].fn
+
+
+def _reference(rows, weight, targets, bias, with_accuracy):
+    return fused_linear_cross_entropy(rows, weight, targets, bias, with_accuracy=with_accuracy)
+
+
+def choose_loss_implementation(requested: str, device: torch.device, hidden: int, vocab: int, rows: int,
+                               dtype: torch.dtype, bias: bool = False) -> tuple[str, dict]:
+    """The implementation the run uses and what was found: `requested` is auto, fused, liger or cce; `rows` the
+    masked rows of one micro-batch; `dtype` the compute dtype (bf16 under bf16 mixed precision). Raises
+    `EncoderizeError` when a named kernel cannot run here or disagrees with the reference."""
+    if requested == REFERENCE:
+        return REFERENCE, {"requested": requested, "chosen": REFERENCE}
+    names = list(KERNELS) if requested == "auto" else [requested]
+    report = {"requested": requested, "shape": {"rows": rows, "hidden": hidden, "vocab": vocab,
+                                                "dtype": str(dtype).removeprefix("torch.")},
+              "unavailable": {}, "failed": {}}
+    candidates = []
+    for name in names:
+        reason = kernel_unavailable(name, device)
+        if reason is None:
+            candidates.append(name)
+        elif requested == "auto":
+            report["unavailable"][name] = reason
+        else:
+            raise EncoderizeError(f"--loss-implementation {name}: {KERNELS[name].package} {reason}; or pass "
+                                  "--loss-implementation auto")
+    if not candidates:
+        return REFERENCE, {**report, "chosen": REFERENCE}
+    timings = probe_loss_implementations([REFERENCE, *candidates], device, hidden, vocab, rows, dtype, bias,
+                                         failed=report["failed"])
+    report["seconds"] = timings
+    agreeing = [name for name in candidates if name in timings]
+    if requested != "auto" and not agreeing:
+        raise EncoderizeError(f"--loss-implementation {requested} {report['failed'][requested]}; pass "
+                              "--loss-implementation fused (or auto) to train with the reference loss")
+    if requested != "auto":
+        return requested, {**report, "chosen": requested}
+    chosen = min([REFERENCE, *agreeing], key=timings.get)
+    return chosen, {**report, "chosen": chosen}
+
+
+def probe_loss_implementations(names: list[str], device: torch.device, hidden: int, vocab: int, rows: int,
+                               dtype: torch.dtype, bias: bool = False, failed: dict | None = None) -> dict:
+    """Median seconds of forward + backward for each of `names` (the first is the reference) on random data of the
+    run's shape, for those that agree with the reference; the others go into `failed` with the reason."""
+    failed = {} if failed is None else failed
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    hidden_rows = (torch.randn(rows, hidden, generator=generator) * 0.5).to(device=device, dtype=dtype)
+    weight = (torch.randn(vocab, hidden, generator=generator) * 0.02).to(device)  # an fp32 master weight
+    bias_tensor = torch.zeros(vocab, device=device) if bias else None
+    targets = torch.randint(vocab, (rows,), generator=generator).to(device)
+    reference, timings = None, {}
+    for name in names:
+        try:
+            result, seconds = _time_one(loss_function(name), hidden_rows, weight, targets, bias_tensor, device, dtype)
+        except Exception as err:  # noqa: BLE001 - a kernel that fails here must not fail the run
+            failed[name] = f"raised {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}".rstrip()
+            if reference is None:
+                raise  # the reference itself failing is a real error
+            continue
+        if reference is None:
+            reference = result
+        else:
+            disagreement = _disagreement(result, reference)
+            if disagreement:
+                failed[name] = disagreement
+                continue
+        timings[name] = seconds
+    return timings
+
+
+def _time_one(fn, hidden_rows, weight, targets, bias, device, dtype):
+    rows = hidden_rows.detach().requires_grad_(True)
+    master = weight.detach().requires_grad_(True)
+    bias = None if bias is None else bias.detach().requires_grad_(True)
+    times = []
+    for _ in range(PROBE_REPEATS + 1):
+        rows.grad = master.grad = None
+        _sync(device)
+        start = time.perf_counter()
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+            loss, _ = fn(rows, master, targets, bias, False)
+        loss.backward()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return (loss.detach().float(), rows.grad.float(), master.grad.float()), sorted(times[1:])[len(times[1:]) // 2]
+
+
+def _disagreement(result, reference) -> str | None:
+    (loss, grad_rows, grad_weight), (ref_loss, ref_rows, ref_weight) = result, reference
+    if not torch.isfinite(loss) or abs(float(loss - ref_loss)) > LOSS_RTOL * abs(float(ref_loss)):
+        return f"disagrees with the reference loss ({float(loss):.6g} vs {float(ref_loss):.6g})"
+    for what, grad, ref in (("rows", grad_rows, ref_rows), ("weight", grad_weight, ref_weight)):
+        error = float((grad - ref).norm() / ref.norm().clamp_min(1e-30))
+        if not error <= GRAD_RTOL:  # also catches NaN
+            return f"disagrees with the reference gradient of the {what} (relative error {error:.3g})"
+    return None
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
