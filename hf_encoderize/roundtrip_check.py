@@ -158,7 +158,11 @@ def check_backend(folder: str, backend: str | None, vocab: int, pad_id: int) -> 
               "bidirectional": _run(lambda: _check_bidirectional(model, ids, vocab, window)),
               "padding": _run(lambda: _check_padding(model, ids, pad_id))}
     if backend is not None:
-        doc_b = _ids(vocab, max(2, length - 2), seed=2)
+        # Not 8 tokens: torch 2.13's compiled CPU flex_attention returns wrong outputs (NaN through a model) at a
+        # sequence length of exactly 8 on an AVX2 CPU (no AVX-512), with any mask, in plain torch: 0.93 off sdpa,
+        # against 2e-7 at 7, 9 and 16 (`flex_attention(q, k, v, block_mask=...)` under torch.compile). A torch bug,
+        # not the encoder's; the second document had 8 tokens here, so on such a CPU the check failed on it.
+        doc_b = _ids(vocab, max(2, length - 2) if window else length - 1, seed=2)
         try:
             report["packing"] = _check_packing(model, backend, ids, doc_b)
         except Exception as err:  # the class rejects a user-built 4-D mask / BlockMask: nothing to check, say why
