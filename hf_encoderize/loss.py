@@ -72,9 +72,9 @@ def mlm_loss(
     fusable head and at least one row; None for ours.
     """
     rows = hidden.reshape(-1, hidden.shape[-1]).index_select(0, index)  # (N, H)
-    if kernel is not None and rows.shape[0] and fusable_head(lm_head):
-        return kernel(rows, lm_head.weight, targets, lm_head.bias, with_accuracy)
     if fusable_head(lm_head):
+        if kernel is not None and rows.shape[0]:
+            return kernel(rows, lm_head.weight, targets, lm_head.bias, with_accuracy)
         return fused_linear_cross_entropy(rows, lm_head.weight, targets, lm_head.bias, with_accuracy=with_accuracy,
                                           chunk_rows=chunk_rows)
     return checkpointed_cross_entropy(rows, lm_head, targets, with_accuracy=with_accuracy, chunk_rows=chunk_rows)

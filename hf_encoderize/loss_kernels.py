@@ -26,6 +26,7 @@ Design choices:
 from __future__ import annotations
 
 import importlib
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from hf_encoderize.errors import EncoderizeError
-from hf_encoderize.loss import compute_dtype, fused_linear_cross_entropy
+from hf_encoderize.loss import compute_dtype, fusable_head, fused_linear_cross_entropy
 
 REFERENCE = "fused"
 LOSS_IMPLEMENTATIONS = ("auto", REFERENCE, "liger", "cce")
@@ -143,6 +144,36 @@ def choose_loss_implementation(requested: str, device: torch.device, hidden: int
         return requested, {**report, "chosen": requested}
     chosen = min([REFERENCE, *agreeing], key=timings.get)
     return chosen, {**report, "chosen": chosen}
+
+
+def choose_loss_kernel(accelerator, objective, masking, data, train) -> dict:
+    """Pick the MLM loss kernel (`--loss-implementation`, see `loss_kernels`) on the shape one micro-batch gives, set
+    it on the prepared objective, and return the report for the run record. The main process's choice is broadcast,
+    so every process runs the same kernel. A head the fused path cannot read (FSDP2 shard, ZeRO-3 partition, a
+    peft-wrapped head) takes the checkpointed fallback whatever is asked, and the report says so. `masking`, `data`,
+    `train`: the run's MaskingConfig, DataConfig and TrainConfig."""
+    from accelerate.utils import broadcast_object_list
+
+    objective = accelerator.unwrap_model(objective)  # the ObjectiveModel, whatever wraps it
+    head = objective.model.get_output_embeddings()
+    if objective.native_encoder:
+        return {"requested": train.loss_implementation, "chosen": "native MLM head",
+                "why": "a native encoder's MLM head has a transform before its decoder: its whole head runs"}
+    if head is None or not fusable_head(head):
+        return {"requested": train.loss_implementation, "chosen": "checkpointed",
+                "why": "the LM head is not a plain Linear here (sharded, partitioned or wrapped)"}
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(accelerator.mixed_precision), head.weight.dtype)
+    rows = max(1, round(masking.mask_ratio * train.batch_size * data.seq_len))
+    name, report = choose_loss_implementation(train.loss_implementation, accelerator.device, head.weight.shape[1],
+                                              head.weight.shape[0], rows, dtype, bias=head.bias is not None)
+    if accelerator.num_processes > 1:
+        box = [(name, report)]
+        broadcast_object_list(box, from_process=0)
+        name, report = box[0]
+    objective.loss_kernel = None if name == REFERENCE else loss_function(name)
+    if name != REFERENCE and accelerator.is_main_process:
+        print(f"MLM loss: {name} ({report.get('seconds', {})} s per step on the probe)", file=sys.stderr, flush=True)
+    return report
 
 
 def probe_loss_implementations(names: list[str], device: torch.device, hidden: int, vocab: int, rows: int,

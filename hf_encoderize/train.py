@@ -51,7 +51,8 @@ from hf_encoderize.checkpoints import (
 )
 from hf_encoderize.data import DataConfig, Documents
 from hf_encoderize.isolation import packed_forward
-from hf_encoderize.loss import fusable_head, mlm_loss
+from hf_encoderize.loss import mlm_loss
+from hf_encoderize.loss_kernels import choose_loss_kernel
 from hf_encoderize.masking import MaskingConfig
 from hf_encoderize.nonfinite import NonFiniteGuard, check_finite_result
 from hf_encoderize.objectives import Masker, Phase
@@ -233,37 +234,6 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
                                 data.eval_max_rows, train.batch_size)
     return Run(accelerator, objective, optimizer, scheduler, rows, masker, tokenizer, held_out, train,
                Path(output_dir), loss_implementation=loss_report)
-
-
-def choose_loss_kernel(accelerator, objective, masking: MaskingConfig, data: DataConfig, train: TrainConfig) -> dict:
-    """Pick the MLM loss kernel (`--loss-implementation`, see `loss_kernels`) on the shape one micro-batch gives, set
-    it on the prepared objective, and return the report for the run record. The main process's choice is broadcast,
-    so every process runs the same kernel. A head the fused path cannot read (FSDP2 shard, ZeRO-3 partition, a
-    peft-wrapped head) takes the checkpointed fallback whatever is asked, and the report says so."""
-    from accelerate.utils import broadcast_object_list
-
-    from hf_encoderize.loss_kernels import REFERENCE, choose_loss_implementation, loss_function
-
-    objective = accelerator.unwrap_model(objective)  # the ObjectiveModel, whatever wraps it
-    head = objective.model.get_output_embeddings()
-    if objective.native_encoder:
-        return {"requested": train.loss_implementation, "chosen": "native MLM head",
-                "why": "a native encoder's MLM head has a transform before its decoder: its whole head runs"}
-    if head is None or not fusable_head(head):
-        return {"requested": train.loss_implementation, "chosen": "checkpointed",
-                "why": "the LM head is not a plain Linear here (sharded, partitioned or wrapped)"}
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(accelerator.mixed_precision), head.weight.dtype)
-    rows = max(1, round(masking.mask_ratio * train.batch_size * data.seq_len))
-    name, report = choose_loss_implementation(train.loss_implementation, accelerator.device, head.weight.shape[1],
-                                              head.weight.shape[0], rows, dtype, bias=head.bias is not None)
-    if accelerator.num_processes > 1:
-        box = [(name, report)]
-        broadcast_object_list(box, from_process=0)
-        name, report = box[0]
-    objective.loss_kernel = None if name == REFERENCE else loss_function(name)
-    if name != REFERENCE and accelerator.is_main_process:
-        _say(f"MLM loss: {name} ({report.get('seconds', {})} s per step on the probe)")
-    return report
 
 
 def configure_deepspeed(accelerator, train: TrainConfig) -> None:
