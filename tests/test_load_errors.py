@@ -27,8 +27,8 @@ CASES = {
     "no tokenizer": ("no-tokenizer", [], "no tokenizer files in"),
     "truncated weights": ("truncated", [], "corrupt weights (file model.safetensors: truncated:"),
     "garbage weights": ("garbage", [], "corrupt weights (file model.safetensors: header larger than the file"),
-    "unsupported backend": ("gptj", ["--attn-implementation", "sdpa"],
-                            "gptj (GPTJForCausalLM) does not support --attn-implementation sdpa"),
+    "unsupported backend": ("gpt-neo", ["--attn-implementation", "sdpa"],
+                            "gpt_neo (GPTNeoForCausalLM) does not support --attn-implementation sdpa"),
     "corrupt config": ("bad-config", [], "corrupt config.json in"),
 }
 
@@ -47,9 +47,10 @@ def models(tmp_path_factory):
     (root / "truncated" / "model.safetensors").write_bytes(weights[: len(weights) // 2])
     (root / "garbage" / "model.safetensors").write_bytes(b"garbage!" * 1000)
     (root / "bad-config" / "config.json").write_text('{"model_type": "llama", ')
-    make_decoder("gptj", "eager", n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_positions=64).save_pretrained(
-        root / "gptj")
-    make_tokenizer().save_pretrained(root / "gptj")
+    # GPT-Neo has no sdpa kernel (GPT-J, used before, has one since transformers 5.24)
+    make_decoder("gpt_neo", "eager", attention_types=[[["global", "local"], 1]], window_size=8).save_pretrained(
+        root / "gpt-neo")
+    make_tokenizer().save_pretrained(root / "gpt-neo")
     return root
 
 
