@@ -75,10 +75,12 @@ class LossKernel:
     the fp32 loss sum and the right arg-max count (or None), as `loss.fused_linear_cross_entropy` does."""
 
     module: str
-    """What must import for it to run (and what to `pip install`)."""
+    """The import name that must import for it to run."""
     package: str
+    """Its name on PyPI (what `pip install` takes)."""
     fn: Callable
     devices: tuple[str, ...] = ("cuda",)
+    """torch device types it runs on."""
 
 
 KERNELS: dict[str, LossKernel] = {
