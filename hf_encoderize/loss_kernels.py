@@ -135,16 +135,15 @@ def choose_loss_implementation(requested: str, device: torch.device, hidden: int
                                   "--loss-implementation auto")
     if not candidates:
         return REFERENCE, {**report, "chosen": REFERENCE}
-    timings = probe_loss_implementations([REFERENCE, *candidates], device, hidden, vocab, rows, dtype, bias,
-                                         failed=report["failed"])
+    timings, report["failed"] = probe_loss_implementations([REFERENCE, *candidates], device, hidden, vocab, rows,
+                                                           dtype, bias)
     report["seconds"] = timings
-    agreeing = [name for name in candidates if name in timings]
-    if requested != "auto" and not agreeing:
-        raise EncoderizeError(f"--loss-implementation {requested} {report['failed'][requested]}; pass "
-                              "--loss-implementation fused (or auto) to train with the reference loss")
     if requested != "auto":
+        if requested not in timings:
+            raise EncoderizeError(f"--loss-implementation {requested} {report['failed'][requested]}; pass "
+                                  "--loss-implementation fused (or auto) to train with the reference loss")
         return requested, {**report, "chosen": requested}
-    chosen = min([REFERENCE, *agreeing], key=timings.get)
+    chosen = min(timings, key=timings.get)  # the reference is always timed, and only agreeing kernels are
     return chosen, {**report, "chosen": chosen}
 
 
@@ -179,10 +178,10 @@ def choose_loss_kernel(accelerator, objective, masking, data, train) -> dict:
 
 
 def probe_loss_implementations(names: list[str], device: torch.device, hidden: int, vocab: int, rows: int,
-                               dtype: torch.dtype, bias: bool = False, failed: dict | None = None) -> dict:
+                               dtype: torch.dtype, bias: bool = False) -> tuple[dict, dict]:
     """Median seconds of forward + backward for each of `names` (the first is the reference) on random data of the
-    run's shape, for those that agree with the reference; the others go into `failed` with the reason."""
-    failed = {} if failed is None else failed
+    run's shape, for those that agree with the reference, and for the others the reason they were left out."""
+    failed = {}
     generator = torch.Generator(device="cpu").manual_seed(0)
     hidden_rows = (torch.randn(rows, hidden, generator=generator) * 0.5).to(device=device, dtype=dtype)
     weight = (torch.randn(vocab, hidden, generator=generator) * 0.02).to(device)  # an fp32 master weight
@@ -205,7 +204,7 @@ def probe_loss_implementations(names: list[str], device: torch.device, hidden: i
                 failed[name] = disagreement
                 continue
         timings[name] = seconds
-    return timings
+    return timings, failed
 
 
 def _time_one(fn, hidden_rows, weight, targets, bias, device, dtype):
