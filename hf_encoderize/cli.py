@@ -26,6 +26,8 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
+import torch.distributed
+
 from hf_encoderize.architectures import ArchitecturesConfig, architectures
 from hf_encoderize.card import CardConfig, write_card
 from hf_encoderize.contrastive import ContrastiveConfig, contrastive
@@ -286,7 +288,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as interrupt:  # training says where it stopped and how to resume
         print(f"error: interrupted{f'; {interrupt}' if str(interrupt) else ''}", file=sys.stderr)
         return 130
+    leave_process_group()
     return 0
+
+
+def leave_process_group() -> None:
+    """Under torchrun or `accelerate launch`, every process leaves its process group before it exits: a command that
+    does not end one itself (contrastive runs the transformers Trainer, which never does) would leave gloo's worker
+    threads to the interpreter's exit, where they can abort the process ("terminate called without an active
+    exception") after the work is done."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

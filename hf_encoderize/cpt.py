@@ -52,6 +52,7 @@ from hf_encoderize.train import (
     align_lr_with_schedule,
     build_run,
     evaluate_held_out,
+    finish_processes,
     gather_weights,
     make_accelerator,
     resolve_grad_accum,
@@ -156,7 +157,7 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
                   "eval_loss": summary.get("eval_loss"), "eval_masked_accuracy": summary.get("eval_masked_accuracy"),
                   "started_at": started_at}
         save_run(final, tokenizer, output_dir, record, state_dict=weights)
-    accelerator.end_training()
+    finish_processes(accelerator)
     return summary
 
 

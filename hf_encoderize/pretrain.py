@@ -54,6 +54,7 @@ from hf_encoderize.train import (
     build_run,
     enter_phase,
     evaluate_held_out,
+    finish_processes,
     gather_weights,
     make_accelerator,
     resolve_grad_accum,
@@ -312,7 +313,7 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
                       eval_masked_accuracy=summary.get("eval_masked_accuracy"), started_at=started_at,
                       data_position=position)
         save_run(accelerator.unwrap_model(run.model).model, tokenizer, output_dir, record, state_dict=weights)
-    accelerator.end_training()
+    finish_processes(accelerator)
     return summary
 
 

@@ -448,6 +448,15 @@ def save_run(model, tokenizer, output_dir: Path, record: dict, state_dict: dict 
     return record
 
 
+def finish_processes(accelerator) -> None:
+    """End a run on every process together, once the main process has saved: a recipe returns only when the encoder
+    is on disk (a next stage on another process may read it), and no process tears its process group down while the
+    others still use theirs (a gloo rank leaving early has aborted at exit with "terminate called without an active
+    exception")."""
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+
+
 def align_lr_with_schedule(run: Run) -> None:
     """After loading a checkpoint, give the optimizer this run's LR for the next step. The checkpoint holds the LR its
     own schedule set; a branch (or a longer resume) has another decay, and at its decay start the two differ."""

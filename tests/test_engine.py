@@ -63,6 +63,8 @@ def test_global_batch_split_does_not_change_training(decoder_dir, corpus, tmp_pa
         out = tmp_path / name.replace(" ", "_")
         losses[name] = _launch(decoder_dir, corpus, out, processes, batch_size, grad_accum)
         weights[name] = load_file(out / "encoder" / "model.safetensors")
+        for rank in range(processes):  # no process returned from cpt before the encoder was on disk
+            assert json.loads(Path(f"{out}.json.rank{rank}").read_text()) == {"encoder_saved": True}, (name, rank)
     reference = torch.tensor(losses["8x1"])
     assert len(reference) == 5 and reference[-1] < reference[0]
     for name in ("1x8 accumulated", "2 processes x 4"):

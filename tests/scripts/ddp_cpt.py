@@ -27,8 +27,9 @@ summary = cpt(
     TrainConfig(output_dir=output_dir, steps=5, batch_size=int(batch_size), grad_accum=int(grad_accum), lr=1e-3,
                 save_every=5, eval_every=0, log_every=100, progress=False),
 )
-import torch.distributed as dist  # noqa: E402
-
-if not dist.is_initialized() or dist.get_rank() == 0:
+# Every process returns only once the main process has saved the encoder (a next stage may read it at once).
+saved = (pathlib.Path(output_dir) / "encoder" / "model.safetensors").is_file()
+pathlib.Path(f"{losses_file}.rank{os.environ.get('RANK', '0')}").write_text(json.dumps({"encoder_saved": saved}))
+if os.environ.get("RANK", "0") == "0":
     with open(losses_file, "w") as handle:
         json.dump(summary["losses"], handle)
