@@ -15,12 +15,13 @@ Rows, in order (each catches its own failure, so one broken row never hides the 
    hf_encoderize cannot be imported (AutoModel, fill-mask, SentenceTransformer); passes when it loads bidirectional.
 
 `--smoke` runs the same plumbing on a tiny model for a few steps, a CPU allowed: rows that need CUDA say so and skip.
-`--wheels DIR` (or GPU_CHECK_WHEELS=DIR) first installs what is missing from a folder made by `scripts/gpu_wheels.sh`,
-with `pip install --no-index`, for GPU machines without a package index.
+`--wheels DIR` (or GPU_CHECK_WHEELS=DIR), for GPU machines without a package index, first installs a folder made by
+`scripts/gpu_wheels.sh` into OUT/site (`pip install --no-index --no-deps --target`, the image left as it is) and puts
+OUT/site first on the path of every command, then checks that every runtime requirement is met.
 
 Output folder (`--out`, default gpu_check_out/, git-ignored): gpu_check.md (the table), gpu_check.json (the same
-rows), cpt_<backend>.json (the benchmark's full report), logs/<row>.log (each command and its output), work/ (models
-and runs; deleted at the end unless --keep-work).
+rows), cpt_<backend>.json (the benchmark's full report), logs/<row>.log (each command and its output), site/ (what
+--wheels installed), work/ (models and runs; deleted at the end unless --keep-work).
 """
 
 from __future__ import annotations
@@ -49,9 +50,6 @@ BACKENDS = ("sdpa", "flex_attention", "flash_attention_2")
 # that passed that way would prove nothing about the config.
 ACCELERATE_CONFIGS = {"single_gpu": "NO", "multi_gpu_ddp": "MULTI_GPU", "fsdp": "FSDP", "deepspeed_zero2": "DEEPSPEED",
                       "deepspeed_zero3": "DEEPSPEED"}
-# Optional packages installed from the wheel folder only when a wheel of theirs is there: name -> import name.
-OPTIONAL_WHEELS = {"bitsandbytes": "bitsandbytes", "deepspeed": "deepspeed", "flash_attn": "flash_attn",
-                   "liger_kernel": "liger_kernel", "cut_cross_entropy": "cut_cross_entropy"}
 TINY_STEPS = 6
 PAD_DIFF_LIMIT = 1e-2  # padding must not move real tokens' states; looser than fp32 noise, tight enough for a leak
 
@@ -170,29 +168,61 @@ def need_module(module: str, pip_name: str) -> None:
 
 
 def check_wheels(ctx: Context, folder: str) -> tuple[str, dict]:
-    """`pip install --no-index --find-links DIR`: hf-encoderize itself with --no-deps, then every runtime requirement
-    (pip leaves the satisfied ones alone and takes the rest from DIR), then optional packages whose wheel is there."""
-    wheels = sorted(Path(folder).glob("*.whl"))
+    """Install the folder's wheels that this interpreter can run (the newest version of each) into OUT/site with
+    `pip install --no-index --no-deps --target`, as the lent GPU machines want (their image is not ours to change), and
+    put OUT/site first on this process's path and every command's PYTHONPATH, so a carried package wins over an older
+    one of the image (transformers 5.23 over its 5.17). Then every runtime requirement must be met: a miss fails this
+    row and names it (make the folder again with scripts/gpu_wheels.sh, from this machine's `pip freeze`)."""
+    wheels = runnable_wheels(Path(folder))
     if not wheels:
-        raise CheckFailed(f"no .whl files in {folder!r}; make them on a machine with PyPI: "
+        raise CheckFailed(f"no .whl files for this Python in {folder!r}; make them on a machine with PyPI: "
                           f"bash scripts/gpu_wheels.sh {folder}")
-    pip = [sys.executable, "-m", "pip", "install", "--no-index", "--find-links", str(Path(folder).resolve()),
-           "--disable-pip-version-check"]
-    outputs = []
-    if not _installed("hf-encoderize"):
-        outputs.append(run_logged(ctx, "wheels-hf-encoderize", [*pip, "--no-deps", "hf-encoderize"],
-                                  checkout_on_path=False)[1])
-    present = {w.name.split("-")[0].lower() for w in wheels}
-    optional = [name for name, module in OPTIONAL_WHEELS.items()
-                if name in present and importlib.util.find_spec(module) is None]
-    outputs.append(run_logged(ctx, "wheels-requirements", [*pip, *runtime_requirements(), *optional],
-                              checkout_on_path=False)[1])
+    site = ctx.out / "site"
+    shutil.rmtree(site, ignore_errors=True)
+    run_logged(ctx, "wheels", [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--no-compile",
+                               "--disable-pip-version-check", "--target", str(site), *map(str, wheels)],
+               checkout_on_path=False)
+    sys.path.insert(0, str(site))
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
     importlib.invalidate_caches()
-    installed = [name for out in outputs for line in out.splitlines() if line.startswith("Successfully installed")
-                 for name in line.split()[2:]]
-    names = [name.rsplit("-", 1)[0] for name in installed]  # pip prints name-version
-    return (f"installed {len(names)}: {', '.join(names)}" if names else "nothing was missing"), {
-        "installed": installed, "wheels": len(wheels)}
+    unmet = unmet_requirements(runtime_requirements(), sys.path)
+    if unmet:
+        raise CheckFailed(f"installed {len(wheels)} wheels into {site}, but still unmet: {', '.join(unmet)}")
+    names = [w.name.split("-")[0] for w in wheels]
+    return f"installed {len(names)} into {site.name}/: {', '.join(names)}", {"installed": [w.name for w in wheels]}
+
+
+def runnable_wheels(folder: Path) -> list[Path]:
+    """The wheels in `folder` this interpreter can install, one per package (its newest version): pip refuses a
+    `--target` install that names two versions of one package."""
+    from packaging.tags import sys_tags
+    from packaging.utils import parse_wheel_filename
+
+    supported, best = set(sys_tags()), {}
+    for wheel in sorted(folder.glob("*.whl")):
+        name, version, _, tags = parse_wheel_filename(wheel.name)
+        if tags & supported and (name not in best or version > best[name][0]):
+            best[name] = (version, wheel)
+    return [wheel for _, wheel in sorted(best.values(), key=lambda pair: pair[1].name)]
+
+
+def unmet_requirements(requirements: list[str], path: list[str]) -> list[str]:
+    """The requirements that the first distribution of each name on `path` does not meet ('name (have X)')."""
+    from importlib.metadata import distributions
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    found = {}
+    for dist in distributions(path=path):
+        found.setdefault(canonicalize_name(dist.metadata["Name"]), dist.version)
+    unmet = []
+    for text in requirements:
+        requirement = Requirement(text)
+        have = found.get(canonicalize_name(requirement.name))
+        if have is None or not requirement.specifier.contains(have, prereleases=True):
+            unmet.append(f"{text} (have {have or 'none'})")
+    return unmet
 
 
 def runtime_requirements() -> list[str]:
@@ -202,16 +232,6 @@ def runtime_requirements() -> list[str]:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     requirements = project["dependencies"] + project["optional-dependencies"]["gguf"]
     return [r for r in requirements if not re.match(r"torch\b", r)]
-
-
-def _installed(distribution: str) -> bool:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        version(distribution)
-    except PackageNotFoundError:
-        return False
-    return True
 
 
 def check_gpu_tests(ctx: Context) -> tuple[str, dict]:
@@ -357,8 +377,9 @@ def planned_rows() -> list[tuple[str, Callable[[Context], tuple[str, dict]]]]:
 
 def environment() -> dict:
     """Device, torch and CUDA facts, read in a child process so this one never holds a CUDA context."""
-    code = ("import json, platform, torch; c = torch.cuda.is_available(); print(json.dumps({'cuda': c, "
-            "'device': torch.cuda.get_device_name(0) if c else 'cpu', 'torch': torch.__version__, "
+    code = ("import json, platform, torch; from importlib.metadata import version; c = torch.cuda.is_available(); "
+            "print(json.dumps({'cuda': c, 'device': torch.cuda.get_device_name(0) if c else 'cpu', "
+            "'torch': torch.__version__, 'transformers': version('transformers'), "
             "'python': platform.python_version()}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env())
     return json.loads(done.stdout) if done.returncode == 0 else {"cuda": False, "device": "unknown (torch failed)"}
@@ -376,7 +397,8 @@ def render_table(rows: list[Row]) -> str:
 def summary_line(rows: list[Row], facts: dict, wall_s: float) -> str:
     counts = {status: sum(r.status == status for r in rows) for status in ("pass", "fail", "skipped")}
     return (f"{counts['pass']} pass, {counts['fail']} fail, {counts['skipped']} skipped in {wall_s:.0f} s on "
-            f"{facts.get('device')} (torch {facts.get('torch')}, Python {facts.get('python')})")
+            f"{facts.get('device')} (torch {facts.get('torch')}, transformers {facts.get('transformers')}, "
+            f"Python {facts.get('python')})")
 
 
 def write_outputs(ctx: Context, rows: list[Row], facts: dict, wall_s: float) -> str:
@@ -399,7 +421,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", default="gpu_check_out", help="output folder (default: gpu_check_out/)")
     parser.add_argument("--smoke", action="store_true", help="tiny model, few steps, CPU allowed: checks the plumbing")
     parser.add_argument("--wheels", default=os.environ.get("GPU_CHECK_WHEELS"),
-                        help="install what is missing from this wheel folder first (default: $GPU_CHECK_WHEELS)")
+                        help="install this wheel folder into OUT/site first (default: $GPU_CHECK_WHEELS)")
     parser.add_argument("--only", default="", help="comma-separated substrings: run only the rows whose name has one")
     parser.add_argument("--baselines", default="trainer,trainer_grouped",
                         help="Trainer arms run next to the sdpa cpt row ('' for none)")

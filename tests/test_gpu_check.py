@@ -145,3 +145,45 @@ def test_wheel_requirements_never_include_torch():
     requirements = load_gpu_check().runtime_requirements()
     assert not [r for r in requirements if r.startswith("torch")]
     assert {"datasets", "gguf", "seqeval"} <= {re.split(r"[<>=\[ ]", r)[0] for r in requirements}
+
+
+def load_wheels_plan():
+    spec = importlib.util.spec_from_file_location("gpu_wheels_plan", REPO / "scripts" / "gpu_wheels_plan.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_wheels_plan_doctests():
+    import doctest
+
+    results = doctest.testmod(load_wheels_plan())
+    assert results.attempted >= 4 and results.failed == 0
+
+
+def test_wheels_plan_carries_what_the_lent_machine_has_too_old():
+    """Against the committed description of the lent GPU machine (transformers 5.17) and this pyproject's
+    requirements, the plan carries transformers and what the machine lacks, and nothing it has at a good version."""
+    plan = load_wheels_plan()
+    machine = plan.read_machine((REPO / "scripts" / "gpu_machine.txt").read_text().splitlines())
+    assert machine["transformers"] == "5.17.0" and machine["torch"] == "2.11.0"
+    report = {"install": [{"metadata": {"name": name, "version": version, "requires_dist": needs}}
+                          for name, version, needs in [
+                              ("transformers", "5.23.0", ["huggingface-hub>=1.3,<2", "tokenizers>=0.22,<=0.24"]),
+                              ("accelerate", "1.15.0", ["torch>=2.0"]), ("huggingface-hub", "1.34.0", []),
+                              ("tokenizers", "0.23.3", []), ("gguf", "0.19.0", []), ("torch", "2.11.0", []),
+                              ("nvidia-nccl-cu13", "2.28.9", [])]]}
+    carry = plan.plan(report, machine, "3.12", load_gpu_check().runtime_requirements(), {"torch", "nvidia-nccl-cu13"})
+    assert carry == ["transformers==5.23.0", "gguf==0.19.0"]
+
+
+def test_wheel_folder_install_takes_the_newest_runnable_wheel_of_each_package(tmp_path):
+    gpu_check = load_gpu_check()
+    for name in ("foo-1.0-py3-none-any.whl", "foo-2.0-py3-none-any.whl", "bar-1.0-cp27-cp27mu-manylinux1_x86_64.whl",
+                 "baz_qux-0.3-py2.py3-none-any.whl"):
+        (tmp_path / name).write_bytes(b"")
+    assert [w.name for w in gpu_check.runnable_wheels(tmp_path)] == ["baz_qux-0.3-py2.py3-none-any.whl",
+                                                                     "foo-2.0-py3-none-any.whl"]
+    unmet = gpu_check.unmet_requirements(["torch>=2", "torch>=99", "no-such-package-here>=1"], sys.path)
+    assert [u.split(" ")[0] for u in unmet] == ["torch>=99", "no-such-package-here>=1"]
+    assert unmet[1].endswith("(have none)")
