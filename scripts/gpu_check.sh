@@ -8,6 +8,11 @@
 #   bash scripts/gpu_check.sh --smoke --out /tmp/gc  # the plumbing on a tiny model, a CPU allowed
 #
 # GPU_CHECK_WHEELS=DIR works like --wheels DIR; PYTHON picks the interpreter (default python3).
+#
+# On a lent H100/H200 through the device tool (no PyPI there, 600 s a command): make the folder here first with
+# `bash scripts/gpu_wheels.sh gpu_wheels/` (git-ignored, ~19 MB), then run, with carry ["gpu_wheels"]:
+#   bash scripts/gpu_check.sh --wheels gpu_wheels --budget-s 540 --out /tmp/gc; cp -r /tmp/gc/gpu_check.* /tmp/gc/cpt_*.json /tmp/gc/logs "$OUT"/
+# (--out outside $OUT: its site/ and work/ need not travel back.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
