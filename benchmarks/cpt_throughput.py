@@ -7,6 +7,9 @@ Arms (each in its own subprocess, so peak memory is its own; arms alternate over
   in the batch (truncated at `seq_len`), dense logits over every position. This is the baseline the issue names.
 - `trainer_grouped`: the same Trainer, but texts concatenated and cut into `seq_len` blocks as transformers'
   `run_mlm.py` does by default (no padding, no document isolation, dense logits): isolates the sparse-loss gain.
+- `ours_compiled` (only when named in `--arms`): `ours` with `--compile` (each decoder layer under torch.compile,
+  static shapes); its compilation falls in the warm-up steps. `ratios.ours_vs_ours_compiled` below 1 means compiling
+  paid off on this machine.
 
 Both sides mask 40% of tokens, all replaced by the mask token (paper, section 2), with AdamW (0.9, 0.95), weight decay
 0.1, clipping 1.0 and the same peak LR, rows per step and sequence length. Throughput counts real (non-pad) tokens per
@@ -79,6 +82,7 @@ PRESETS = {
 BACKENDS = ("eager", "sdpa", "flex_attention", "flash_attention_2", "auto")  # `all`: ours under each one available
 TRAINER_BACKENDS = ("sdpa", "flash_attention_2")
 PRIMARY = "sdpa"  # with `all`, the backend the top-level entries, ratios and targets compare at
+OURS_ARMS = ("ours", "ours_compiled")  # ours_compiled: the same run with TrainConfig(compile=True), i.e. --compile
 MASK_RATIO = 0.4  # paper, section 2
 
 
@@ -127,16 +131,19 @@ def ensure_inputs(preset_name: str, folder: Path) -> None:
     marker.write_text(json.dumps({"preset": preset_name}))
 
 
-def run_ours(preset: dict, folder: Path, attn_implementation: str = "sdpa", profile: bool = False) -> dict:
+def run_ours(preset: dict, folder: Path, attn_implementation: str = "sdpa", profile: bool = False,
+             compile: bool = False) -> dict:
     from hf_encoderize.cpt import cpt
     from hf_encoderize.data import DataConfig
     from hf_encoderize.loading import LoadConfig
     from hf_encoderize.masking import MaskingConfig
     from hf_encoderize.train import TrainConfig
 
-    out = Path(tempfile.mkdtemp(prefix=f"ours-{'profile-' if profile else ''}{attn_implementation}-", dir=folder))
+    kind = "profile-" if profile else "compiled-" if compile else ""
+    out = Path(tempfile.mkdtemp(prefix=f"ours-{kind}{attn_implementation}-", dir=folder))
     total = preset["warmup"] + preset["steps"]
     extra = {"profile": True} if profile else {}  # older TrainConfigs lack the field: profile_ours checks first
+    extra.update({"compile": True} if compile else {})
     cpt(LoadConfig(str(folder / "model"), attn_implementation=attn_implementation),
         DataConfig(data_files=str(folder / "docs.jsonl"), seq_len=preset["seq_len"], eval_documents=0),
         MaskingConfig(mask_ratio=MASK_RATIO),
@@ -273,8 +280,8 @@ def arm_main(arm: str, preset_name: str, folder: Path, attn_implementation: str,
     preset = PRESETS[preset_name]
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
-    if arm == "ours":
-        result = run_ours(preset, folder, attn_implementation, profile)
+    if arm in OURS_ARMS:
+        result = run_ours(preset, folder, attn_implementation, profile, compile=arm == "ours_compiled")
     else:
         result = run_trainer(preset, folder, grouped=arm.endswith("grouped"), attn_implementation=attn_implementation)
     result["tokens_per_s"] = result["tokens"] / result["seconds"]
@@ -330,8 +337,9 @@ def plan_runs(arms: list[str], attn_implementation: str, folder: Path) -> tuple[
     if attn_implementation != "all":
         return [(arm, attn_implementation) for arm in arms], {}
     backends, skipped = available_backends(folder)
-    plan = [("ours", backend) for backend in backends] if "ours" in arms else []
-    plan += [(arm, backend) for arm in arms if arm != "ours" for backend in TRAINER_BACKENDS if backend in backends]
+    plan = [(arm, backend) for arm in arms if arm in OURS_ARMS for backend in backends]
+    plan += [(arm, backend) for arm in arms if arm not in OURS_ARMS for backend in TRAINER_BACKENDS
+             if backend in backends]
     return plan, skipped
 
 
