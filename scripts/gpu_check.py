@@ -215,7 +215,8 @@ def unmet_requirements(requirements: list[str], path: list[str]) -> list[str]:
 
     found = {}
     for dist in distributions(path=path):
-        found.setdefault(canonicalize_name(dist.metadata["Name"]), dist.version)
+        if dist.metadata["Name"]:  # a half-removed install can leave a dist-info without metadata
+            found.setdefault(canonicalize_name(dist.metadata["Name"]), dist.version)
     unmet = []
     for text in requirements:
         requirement = Requirement(text)
