@@ -20,18 +20,10 @@ import sys
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name as norm  # PEP 503: Sentence_Transformers -> sentence-transformers
 from packaging.version import InvalidVersion, Version
 
 UNKNOWN = ""  # a package the machine has, version not known
-
-
-def norm(name: str) -> str:
-    """PEP 503 normalised name.
-
-    >>> norm("Sentence_Transformers")
-    'sentence-transformers'
-    """
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def read_machine(lines: list[str]) -> dict[str, str]:
