@@ -43,7 +43,7 @@ def document_ids_from_lengths(lengths: list[list[int]], seq_len: int) -> torch.T
     >>> document_ids_from_lengths([[2, 3], [4]], 6).tolist()
     [[0, 0, 1, 1, 1, -1], [0, 0, 0, 0, -1, -1]]
     """
-    ids = torch.full((len(lengths), seq_len), -1, dtype=torch.long)
+    ids = torch.full((len(lengths), seq_len), -1, dtype=torch.long, device="cpu")  # a host helper, whatever the default
     for row, row_lengths in enumerate(lengths):
         if sum(row_lengths) > seq_len:
             raise ValueError(f"row {row} holds {sum(row_lengths)} tokens, more than seq_len={seq_len}")

@@ -1,9 +1,12 @@
 """The attention patch and its probe, on tiny random decoders."""
 
+import contextlib
+
 import pytest
 import torch
 from conftest import make_decoder
 
+from hf_encoderize import isolation
 from hf_encoderize.bidirectional import NotBidirectionalError, encoderize, verify_bidirectional
 from hf_encoderize.errors import EncoderizeError
 
@@ -50,6 +53,30 @@ def test_probe_catches_a_single_causal_layer(decoder):
     result = verify_bidirectional(decoder, raise_on_failure=False)
     assert result.checks["later_token_changes_first"] is True  # the end-to-end check alone would miss it
     assert "layers.1.self_attn" in result.checks["every_attention_layer_bidirectional"]
+
+
+def test_probe_builds_its_inputs_on_the_models_device(decoder):
+    """On a GPU the default device is the CPU and the model is not on it; every tensor the probe builds must follow
+    the model. Here the default device is meta and the model is on the CPU: a tensor built without a device lands
+    on meta, and the check that uses it fails (the padding and packing checks did, before they named the device)."""
+    encoderize(decoder)
+    with torch.device("meta"):
+        result = verify_bidirectional(decoder, raise_on_failure=False)
+    assert result.passed, result.failures()
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "eager"])
+def test_probe_under_bf16_autocast_passes_and_still_catches_a_leak(backend, monkeypatch):
+    """fp32 weights under bf16 autocast (how a GPU run probes, `accelerator.autocast()`) compute in bf16: sdpa's masked
+    and unmasked kernels then differ by ~3e-3, which an fp32 tolerance (1e-4) called a leak. A real leak (documents
+    not isolated) still differs by ~0.6 and is still caught."""
+    model = make_decoder(attn_implementation=backend)
+    encoderize(model)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert verify_bidirectional(model, raise_on_failure=False).passed
+        monkeypatch.setattr(isolation, "isolate_documents", lambda *args, **kwargs: contextlib.nullcontext())
+        leaky = verify_bidirectional(model, raise_on_failure=False)
+    assert "documents leak" in leaky.checks["packed_documents_isolated"]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -1,4 +1,5 @@
-"""GPU-only checks: flash attention with packed cu_seqlens in bf16. Skipped without a CUDA/ROCm GPU."""
+"""GPU-only checks: the probe where a GPU run probes (CUDA, bf16 autocast), flash attention with packed cu_seqlens in
+bf16. Skipped without a CUDA/ROCm GPU; the flash tests also without flash-attn."""
 
 import importlib.util
 
@@ -8,13 +9,22 @@ from conftest import make_decoder
 
 from hf_encoderize.bidirectional import encoderize, verify_bidirectional
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU"),
-    pytest.mark.skipif(importlib.util.find_spec("flash_attn") is None, reason="needs flash-attn"),
-]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")]
+needs_flash_attn = pytest.mark.skipif(importlib.util.find_spec("flash_attn") is None, reason="needs flash-attn")
 
 
+@pytest.mark.parametrize("backend", ["sdpa", "eager", "flex_attention"])
+def test_probe_on_cuda_under_bf16_autocast(backend):
+    """How `cpt` probes on a GPU (`cpt.probe_where_it_trains`): fp32 weights moved to the device, bf16 autocast.
+    Every probe input must be built on the device, and bf16 kernel differences must not read as a leak."""
+    model = make_decoder("llama", backend).to("cuda")
+    encoderize(model)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        result = verify_bidirectional(model, raise_on_failure=False)
+    assert result.passed, result.summary()
+
+
+@needs_flash_attn
 @pytest.mark.parametrize("model_type, extra", [("llama", {}), ("mistral", {"sliding_window": 4})])
 def test_flash_attention_2_probe_bf16(model_type, extra):
     model = make_decoder(model_type, "flash_attention_2", **extra).to("cuda", torch.bfloat16)
@@ -23,6 +33,7 @@ def test_flash_attention_2_probe_bf16(model_type, extra):
     assert result.passed, result.summary()
 
 
+@needs_flash_attn
 @pytest.mark.parametrize("model_type, causal_in_plain_hands", [("llama", False), ("stablelm", True)])
 def test_flash_attention_2_in_plain_hands(tmp_path, model_type, causal_in_plain_hands):
     """A saved encoder loaded by plain transformers under flash_attention_2 (no patch, no remote code): the flash
