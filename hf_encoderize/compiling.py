@@ -9,6 +9,11 @@ Design choices:
 - The masks (sdpa's block-diagonal bool mask, flex's `BlockMask`), the position ids and flash's `cu_seqlens` are built
   in the base model's forward and by the engine on the host, outside the compiled regions, and passed in as inputs.
 - `dynamic=False`: shapes never change during a packed run; evaluation batches of another size recompile once.
+  Except under flash attention, whose packed inputs reach every layer through its kwargs and change every batch:
+  `cu_seq_lens_q/k` hold one entry per document and `max_length_q/k` is the longest document (a Python int).
+  Static compilation would recompile for each new count or length and, past dynamo's recompile limit (8), run the
+  layers eagerly without a word; `dynamic=None` lets dynamo make exactly those inputs dynamic at their first change
+  (two compilations in all, `tests/test_compile.py`).
 - Compiled before `accelerator.prepare`, in place (`nn.Module.compile`), so DDP/FSDP wrap the compiled layers (the
   order torchtitan uses for FSDP2: compile each block, then shard) and the state dict keeps its names (no `_orig_mod.`
   prefix in checkpoints or the saved encoder). Under DDP, compiling before or after `prepare` gave the same losses and
@@ -34,9 +39,12 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 
 def compile_decoder_layers(model: torch.nn.Module, **options) -> int:
-    """`torch.compile` every decoder layer of `model` in place (static shapes); returns how many were compiled.
+    """`torch.compile` every decoder layer of `model` in place (static shapes but for flash's varlen inputs); returns
+    how many were compiled.
     `options` go to `torch.compile` (the tests pass `backend="aot_eager"`)."""
     layers = decoder_layers(model)
+    backend = getattr(getattr(model, "config", None), "_attn_implementation", None) or ""
+    options.setdefault("dynamic", None if backend.startswith("flash_attention") else False)
     for layer in layers:
-        layer.compile(dynamic=False, **options)
+        layer.compile(**options)
     return len(layers)

@@ -60,3 +60,45 @@ def test_cpt_with_compile_trains_and_saves_plain_names(decoder_dir, tmp_path):
     assert all(torch.isfinite(torch.tensor(summary["losses"])))
     names = load_file(tmp_path / "run" / "encoder" / "model.safetensors").keys()
     assert names and not any("_orig_mod" in name for name in names)
+
+
+class _VarlenLayer(torch.nn.Module):
+    """A decoder layer that reads flash attention's packed inputs, as transformers' flash path does."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, hidden, cu_seq_lens_q=None, max_length_q=None, **kwargs):
+        return self.proj(hidden) * max_length_q + cu_seq_lens_q[-1].float()
+
+
+class _VarlenDecoder(torch.nn.Module):
+    _no_split_modules = ["_VarlenLayer"]
+
+    def __init__(self):
+        super().__init__()
+        self.config = type("Config", (), {"_attn_implementation": "flash_attention_2"})()
+        self.layers = torch.nn.ModuleList([_VarlenLayer(), _VarlenLayer()])
+
+
+def test_flash_varlen_inputs_do_not_recompile_every_batch():
+    """Under flash attention every batch brings another document count (the length of `cu_seq_lens`) and another
+    longest document (`max_length`). Static compilation recompiled for each and, past dynamo's limit of 8, fell back
+    to eager; the layers must compile twice in all and compute what the eager layers compute."""
+    compiled_graphs = []
+
+    def counting_backend(graph, example_inputs):
+        compiled_graphs.append(graph)
+        return graph.forward
+
+    torch._dynamo.reset()
+    model = _VarlenDecoder()
+    hidden = torch.randn(1, 64, 8)
+    expected = [model.layers[0](hidden, cu_seq_lens_q=torch.linspace(0, 64, documents + 1).int(),
+                                max_length_q=3 * documents) for documents in range(2, 14)]  # eager, before compiling
+    assert compile_decoder_layers(model, backend=counting_backend) == 2
+    for documents, want in zip(range(2, 14), expected, strict=True):
+        cu = torch.linspace(0, 64, documents + 1).int()
+        torch.testing.assert_close(model.layers[0](hidden, cu_seq_lens_q=cu, max_length_q=3 * documents), want)
+    assert len(compiled_graphs) == 2
