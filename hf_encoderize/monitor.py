@@ -93,6 +93,11 @@ class TrainingMonitor:
         if not self.pending:
             return []
         values = torch.stack([torch.cat([p[2].float(), p[3].float()]) for p in self.pending]).cpu().tolist()
+        # That copy waited for the device to finish every pending step (the host runs ahead of a GPU): the wait is the
+        # last step's, so step times add up to wall time between flushes rather than to the host's queueing time.
+        synced = time.perf_counter()
+        *rest, seconds = self.pending[-1]
+        self.pending[-1], self.last = (*rest, seconds + synced - self.last), synced
         records = [self._record(pending, *row) for pending, row in zip(self.pending, values, strict=True)]
         self.pending = []
         if self.main:

@@ -170,3 +170,29 @@ def test_fused_adamw_on_cpu_trains_a_non_contiguous_parameter_right(decoder_dir,
     plain, transposed = (dict(model.named_parameters()) for _, model in runs.values())
     for name, parameter in plain.items():
         torch.testing.assert_close(transposed[name], parameter, rtol=0, atol=1e-6, msg=name)
+
+
+def test_step_times_include_the_wait_for_the_device(tmp_path, monkeypatch):
+    """The host runs ahead of a GPU, so a step's host time is only its queueing time; the sync at a flush waits for
+    the device to finish the pending steps, and that wait is theirs. Here reading the figures takes 0.3 s (a device
+    finishing its queue): the steps' times must add up to the wall time, wait included."""
+    import time
+    from types import SimpleNamespace
+
+    from hf_encoderize.monitor import TrainingMonitor
+
+    to_host = torch.Tensor.cpu
+
+    def device_finishing(tensor, *args, **kwargs):
+        time.sleep(0.3)
+        return to_host(tensor, *args, **kwargs)
+
+    monitor = TrainingMonitor(SimpleNamespace(is_main_process=True, log=lambda *a, **k: None), tmp_path, 4,
+                              show=False, log_every=4)
+    monkeypatch.setattr(torch.Tensor, "cpu", device_finishing)
+    for step in range(1, 5):
+        records = monitor.step(step, lr=1e-3, totals=torch.tensor([2.0, 1.0, 0.5]), counts=torch.tensor([4.0, 8.0]),
+                               processes=1)
+    elapsed = time.perf_counter() - monitor.started
+    assert [r["step"] for r in records] == [1, 2, 3, 4]
+    assert sum(r["step_time_s"] for r in records) == pytest.approx(elapsed, abs=0.05)
