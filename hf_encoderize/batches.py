@@ -59,7 +59,7 @@ def prepare_step(input_ids, document_ids, keys, masker: Masker, micro: int, back
         part = {"input_ids": inputs[mine], "document_ids": document_ids[mine], "labels": labels[mine],
                 "index": index, "targets": targets, "packed": packed_inputs(document_ids[mine], backend)}
         parts.append(_pinned(part) if pin else part)
-    counts = torch.tensor([float((labels != IGNORE).sum()), float((document_ids >= 0).sum())])
+    counts = torch.tensor([float((labels != IGNORE).sum()), float((document_ids >= 0).sum())], device="cpu")
     return StepBatch((input_ids, document_ids, keys), masker.objective, parts, _pinned(counts) if pin else counts)
 
 

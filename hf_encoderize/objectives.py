@@ -127,7 +127,7 @@ class Masker:
 
     def __init__(self, masking: MaskingConfig, *, mask_token_id: int, vocab_size: int, special_ids, seed: int):
         self.masking, self.mask_token_id, self.vocab_size = masking, mask_token_id, vocab_size
-        self.special_ids = torch.tensor(sorted(set(special_ids)), dtype=torch.long)
+        self.special_ids = torch.tensor(sorted(set(special_ids)), dtype=torch.long, device="cpu")  # host masking
         self.seed = seed
         self.objective = masking.objective
 

@@ -117,7 +117,8 @@ def collate(rows: list[Row]) -> tuple[torch.Tensor, torch.Tensor]:
     >>> input_ids.tolist(), document_ids.tolist(), input_ids.dtype
     ([[5, 6, 2, 0], [7, 2, 8, 2]], [[0, 0, 0, -1], [0, 0, 1, 1]], torch.int64)
     """
-    return torch.tensor([r[0] for r in rows]), torch.tensor([r[1] for r in rows])
+    # On the host whatever the default device (`torch.set_default_device("cuda")`): the engine pins and copies them.
+    return torch.tensor([r[0] for r in rows], device="cpu"), torch.tensor([r[1] for r in rows], device="cpu")
 
 
 def _fresh_lane() -> dict:

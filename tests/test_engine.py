@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import write_corpus
+from conftest import make_decoder, make_tokenizer, write_corpus
 from safetensors.torch import load_file
 
 from hf_encoderize.cpt import cpt, load_encoderized
@@ -196,3 +196,38 @@ def test_step_times_include_the_wait_for_the_device(tmp_path, monkeypatch):
     elapsed = time.perf_counter() - monitor.started
     assert [r["step"] for r in records] == [1, 2, 3, 4]
     assert sum(r["step_time_s"] for r in records) == pytest.approx(elapsed, abs=0.05)
+
+
+def test_training_never_builds_a_tensor_on_the_default_device(corpus, tmp_path, monkeypatch):
+    """On a GPU the model's device is not the default one (the CPU), which CPU tests cannot see: a device tensor built
+    without naming the device lands on the CPU and the step fails there (the probe's pads did, on every GPU run).
+    Here the default device is meta while the model trains on the CPU: every device tensor must follow the model or
+    the accelerator, every host tensor must name the CPU, and the run must equal the same run without the meta
+    default. The prefetch thread keeps the CPU default (the mode is per thread), as host preparation does on a GPU."""
+    import functools
+
+    import hf_encoderize.cpt as cpt_module
+
+    model_dir = tmp_path / "model"
+    make_decoder().save_pretrained(model_dir)
+    make_tokenizer().save_pretrained(model_dir)
+
+    def run(name):
+        return cpt(LoadConfig(str(model_dir), attn_implementation="sdpa"),
+                   DataConfig(data_files=str(corpus), seq_len=32, eval_documents=8), MaskingConfig(),
+                   TrainConfig(output_dir=str(tmp_path / name), steps=4, batch_size=4, save_every=2, eval_every=2,
+                               log_every=2, progress=False))
+
+    def on_meta_default(function):
+        @functools.wraps(function)
+        def wrapped(*args, **kwargs):
+            with torch.device("meta"):
+                return function(*args, **kwargs)
+        return wrapped
+
+    reference = run("reference")
+    for name in ("probe_where_it_trains", "train_until", "evaluate_held_out"):
+        monkeypatch.setattr(cpt_module, name, on_meta_default(getattr(cpt_module, name)))
+    emulated = run("meta-default")
+    assert emulated["losses"] == reference["losses"]
+    assert emulated["eval_loss"] == reference["eval_loss"]
