@@ -91,6 +91,7 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
     started_at = utc_now()
     documents = open_documents(data)  # a bad source fails before any weight is loaded
     model, tokenizer, report = load_encoderized(load, data, train, adapter, accelerator)
+    check_precision(accelerator, model, train, adapter)
     data = dataclasses.replace(data, pack=report.packing == PACKED)  # a hybrid whose layers leak: padded rows
     if branch_point:
         check_branch_settings(branch_point, cpt_facts(load, data, masking, train, adapter))
@@ -171,6 +172,18 @@ def check_launcher(accelerator, adapter: AdapterConfig) -> None:
     if adapter.lora_r and sharded:
         raise EncoderizeError("--lora-r under FSDP or DeepSpeed ZeRO-3 is not supported: the adapters are small, so "
                               "launch with DDP (examples/accelerate/multi_gpu_ddp.yaml) or ZeRO-2 instead")
+
+
+def check_precision(accelerator, model, train: TrainConfig, adapter: AdapterConfig) -> None:
+    """Refuse fp16 autocast on fp16 weights that train as loaded: on a GPU the fp16 loss scaler unscales the gradients
+    before clipping and refuses fp16 ones ("Attempting to unscale FP16 gradients"), which would end the run at its
+    first step, after the load. fp32 master weights (the default) and LoRA (peft keeps adapters in fp32) are fine."""
+    if getattr(accelerator, "scaler", None) is None or train.master_weights != "loaded" or adapter.lora_r:
+        return
+    if any(p.requires_grad and p.dtype == torch.float16 for p in model.parameters()):
+        raise EncoderizeError("--mixed-precision fp16 with --master-weights loaded cannot train fp16 weights: the loss "
+                              "scaler refuses fp16 gradients; drop --master-weights loaded (fp32 master weights) or "
+                              "use --mixed-precision bf16")
 
 
 def check_seq_len(load: LoadConfig, seq_len: int) -> None:

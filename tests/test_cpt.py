@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from conftest import make_tokenizer, write_corpus
+from conftest import make_decoder, make_tokenizer, write_corpus
 from safetensors.torch import load_file
 
 import hf_encoderize.train as train_module
@@ -201,3 +201,31 @@ def test_mlm_to_mlm_on_a_native_encoder(corpus, tmp_path):
     assert not (saved / "modeling_encoderize.py").exists()
     assert "auto_map" not in json.loads((saved / "config.json").read_text())
     assert type(AutoModelForMaskedLM.from_pretrained(saved)).__name__ == "BertForMaskedLM"
+
+
+def test_fp16_weights_trained_as_loaded_under_the_fp16_scaler_are_refused(corpus, tmp_path, monkeypatch, capsys):
+    """On a GPU, fp16 autocast brings a loss scaler that refuses to unscale fp16 gradients, so fp16 weights trained as
+    loaded (--master-weights loaded) would fail at the first step; refused in one line before the output folder is
+    touched. The CPU has no scaler, so the test gives the accelerator the one a GPU would have."""
+    import hf_encoderize.cpt as cpt_module
+
+    model_dir = tmp_path / "fp16-decoder"
+    make_decoder().half().save_pretrained(model_dir)
+    make_tokenizer().save_pretrained(model_dir)
+    real = cpt_module.make_accelerator
+
+    def with_scaler(*args, **kwargs):
+        accelerator = real(*args, **kwargs)
+        accelerator.scaler = torch.amp.GradScaler("cpu")
+        return accelerator
+
+    monkeypatch.setattr(cpt_module, "make_accelerator", with_scaler)
+    code = main(["cpt", str(model_dir), "--data-files", str(corpus), "--output-dir", str(tmp_path / "o"),
+                 "--mixed-precision", "fp16", "--master-weights", "loaded", "--seq-len", "32", "--steps", "1"])
+    err = capsys.readouterr().err
+    # The refusal comes after the load (the weights' dtype is known then): its progress bar may precede the line.
+    assert code == 2 and err.count("error:") == 1 and "Traceback" not in err, err
+    assert err.splitlines()[-1].startswith("error: --mixed-precision fp16 with --master-weights loaded"), err
+    assert not (tmp_path / "o").exists()
+    summary = _run(model_dir, corpus, tmp_path / "fp32-master", steps=1, mixed_precision="fp16")  # the default: fine
+    assert len(summary["losses"]) == 1

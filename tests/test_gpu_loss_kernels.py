@@ -25,8 +25,10 @@ def test_kernel_agrees_with_ours_and_is_timed(name, vocab):
     assert set(report["seconds"]) == {"fused", name}, report
 
 
-@pytest.mark.parametrize("name", sorted(KERNELS))
+# Cut-Cross-Entropy returns no accuracy: `loss_kernels._cce` counts it with ours, so only Liger's own count is tested.
+@pytest.mark.parametrize("name", sorted(set(KERNELS) - {"cce"}))
 def test_kernel_accuracy_counts_what_ours_counts(name):
+    """The kernel's own accuracy (a fraction, turned into a count) equals our arg-max count."""
     if importlib.util.find_spec(KERNELS[name].module) is None:
         pytest.skip(f"needs {KERNELS[name].package}")
     torch.manual_seed(0)
