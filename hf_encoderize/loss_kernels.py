@@ -21,6 +21,11 @@ Design choices:
   (`return_token_accuracy`); CCE has none, so on logged steps its arg-max count comes from the reference's chunk
   loop under `no_grad` (one extra logits pass on those steps only).
 - A micro-batch with no masked rows takes the reference, whose zero loss still gives the head a (zero) gradient.
+- Both kernels sync the host once per call, which ours never does: Liger counts the non-ignored targets with `.item()`
+  (liger-kernel 0.8.5, `ops/fused_linear_cross_entropy.py`), CCE finds the valid rows with `.nonzero()`. The host
+  then waits for the backbone's forward before it can queue the backward. The probe times the loss alone, with a
+  sync around each call, so it does not see that wait; it is small when kernel launches outpace the GPU (large
+  models) and can matter for small ones. `--loss-implementation fused` keeps the step free of syncs.
 """
 
 from __future__ import annotations
