@@ -118,13 +118,36 @@ def _wrap_mask_interface(original):
 
 
 def install_document_isolation() -> None:
-    """Wrap the eager/sdpa/flex mask builders once per process (idempotent; a pass-through outside packing)."""
+    """Wrap the eager/sdpa/flex mask builders once per process (idempotent; a pass-through outside packing), and
+    flex attention itself so that it computes in the autocast dtype (`_flex_under_autocast`)."""
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface
 
     for backend in _MASK_BACKENDS:
         current = ALL_MASK_ATTENTION_FUNCTIONS[backend]
         if not hasattr(current, "_hf_encoderize_original"):
             AttentionMaskInterface._global_mapping[backend] = _wrap_mask_interface(current)
+    current = ALL_ATTENTION_FUNCTIONS["flex_attention"]
+    if not hasattr(current, "_hf_encoderize_original"):
+        AttentionInterface._global_mapping["flex_attention"] = _flex_under_autocast(current)
+
+
+def _flex_under_autocast(original):
+    """transformers' flex attention with fp32 queries, keys and values cast to the autocast dtype while autocast is on
+    for their device, as autocast casts them for sdpa. With fp32 master weights (the default) RoPE's fp32 cos/sin
+    (and q/k norms) promote the bf16 projections to fp32; autocast does not cover flex_attention in torch 2.11, so it
+    would run fp32 kernels, about 12x slower per layer on an H100 at head_dim 128 (k2-fsa/OmniVoice#212). A pass-through
+    outside autocast."""
+
+    def flex_attention_forward(module, query, key, value, *args, **kwargs):
+        device = query.device.type
+        if torch.is_autocast_enabled(device):
+            dtype = torch.get_autocast_dtype(device)
+            query, key, value = (t.to(dtype) if t.dtype == torch.float32 else t for t in (query, key, value))
+        return original(module, query, key, value, *args, **kwargs)
+
+    flex_attention_forward._hf_encoderize_original = original
+    return flex_attention_forward
 
 
 @contextlib.contextmanager

@@ -146,3 +146,35 @@ def test_the_flex_block_mask_is_built_without_a_sync():
 def test_packed_inputs_refuses_device_tensors():
     with pytest.raises(ValueError, match="host document_ids"):
         packed_inputs(torch.zeros(2, 4, dtype=torch.long, device="meta"), "flash_attention_2")
+
+
+@pytest.mark.slow  # flex on CPU: ~15 s, mostly compiling its block mask
+def test_flex_attention_computes_in_the_autocast_dtype(monkeypatch):
+    """fp32 weights under bf16 autocast (a GPU run's default: fp32 master weights): RoPE's fp32 cos/sin promote the
+    queries and keys to fp32, and autocast, which casts sdpa's inputs, does not cover flex_attention, so flex would
+    run fp32 kernels. The inputs that reach the kernel are bf16 under autocast, fp32 outside it, and the hidden states
+    match sdpa's under the same autocast."""
+    import transformers.integrations.flex_attention as flex_module
+
+    from hf_encoderize.isolation import install_document_isolation
+
+    install_document_isolation()
+    seen = []
+    kernel = flex_module.compile_friendly_flex_attention
+
+    def recording(query, key, value, *args, **kwargs):
+        seen.append({query.dtype, key.dtype, value.dtype})
+        return kernel(query, key, value, *args, **kwargs)
+
+    monkeypatch.setattr(flex_module, "compile_friendly_flex_attention", recording)
+    flex, sdpa = make_decoder(attn_implementation="flex_attention"), make_decoder(attn_implementation="sdpa")
+    ids = torch.randint(0, 100, (2, 12))
+    with torch.no_grad():
+        flex.model(input_ids=ids)
+        assert seen == [{torch.float32}] * 2  # two layers, fp32 without autocast
+        seen.clear()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            hidden = flex.model(input_ids=ids).last_hidden_state
+            reference = sdpa.model(input_ids=ids).last_hidden_state
+    assert seen == [{torch.bfloat16}] * 2
+    torch.testing.assert_close(hidden.float(), reference.float(), atol=3e-2, rtol=3e-2)
