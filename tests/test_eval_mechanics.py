@@ -266,3 +266,39 @@ def test_nq_and_mldr_share_the_ms_marco_runs_and_score_as_if_trained_alone(decod
     by_name = {r["dataset"]: r for r in shared["results"]}
     assert len(calls) == 4 and by_name["nq"]["test_mean"] == alone["results"][0]["test_mean"]
     assert by_name["nq"]["per_lr"] == alone["results"][0]["per_lr"]
+
+
+def test_fine_tuning_and_scoring_never_build_a_tensor_on_the_default_device(decoder_dir, tmp_path, monkeypatch):
+    """On a GPU the backbone is not on the default device (the CPU): a device tensor built without naming the device
+    would land on the CPU. Here fine-tuning and scoring run under a meta default device while the backbone stays on
+    the CPU, for one dataset of each family: device tensors must follow the backbone, host batches must name the
+    CPU, and the scores must equal the plain run's."""
+    import functools
+
+    import hf_encoderize.evaluation.base as base
+    from hf_encoderize.evaluation import EvalConfig, evaluate
+    from hf_encoderize.evaluation.grid import task_class
+    from hf_encoderize.loading import LoadConfig
+
+    settings = dict(profile="quick", lrs="1e-4", seeds="0", max_steps=2, batch_size=4, max_length=32,
+                    data_dir=str(Path(__file__).parent / "fixtures" / "eval"), dataset_source="original",
+                    device="cpu", datasets="sst2,conll2003,squad_v2,msmarco")
+
+    def scores(name):
+        results = evaluate(LoadConfig(str(decoder_dir)), EvalConfig(output_dir=str(tmp_path / name), **settings),
+                           progress=lambda line: None)["results"]
+        return [(r["dataset"], r["test_mean"]) for r in results]
+
+    def on_meta_default(function):
+        @functools.wraps(function)
+        def wrapped(*args, **kwargs):
+            with torch.device("meta"):
+                return function(*args, **kwargs)
+        return wrapped
+
+    reference = scores("reference")
+    monkeypatch.setattr(base, "finetune", on_meta_default(base.finetune))
+    for family in ("sc", "tc", "qa", "ir"):
+        task = task_class(family)
+        monkeypatch.setattr(task, "score", on_meta_default(task.score))
+    assert scores("meta-default") == reference

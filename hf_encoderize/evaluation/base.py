@@ -49,9 +49,9 @@ def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def pad(sequences: list[list[int]], value: int) -> torch.Tensor:
-    """Right-pad to the longest sequence of the batch (dynamic padding)."""
+    """Right-pad to the longest sequence of the batch (dynamic padding), on the host (`to_device` moves batches)."""
     width = max(len(s) for s in sequences)
-    return torch.tensor([list(s) + [value] * (width - len(s)) for s in sequences], dtype=torch.long)
+    return torch.tensor([list(s) + [value] * (width - len(s)) for s in sequences], dtype=torch.long, device="cpu")
 
 
 def length_grouped_batches(lengths: list[int], batch_size: int, seed: int, mega: int = 50) -> list[list[int]]:
@@ -122,7 +122,7 @@ class Task:
             if key in batch or key == "token_type_ids" or key.startswith("_"):
                 continue
             values = [f[key] for f in features]
-            batch[key] = pad(values, -100) if isinstance(values[0], list) else torch.tensor(values)
+            batch[key] = pad(values, -100) if isinstance(values[0], list) else torch.tensor(values, device="cpu")
         return batch
 
     def encoder_inputs(self, batch: dict) -> dict:
