@@ -102,3 +102,26 @@ def test_flash_varlen_inputs_do_not_recompile_every_batch():
         cu = torch.linspace(0, 64, documents + 1).int()
         torch.testing.assert_close(model.layers[0](hidden, cu_seq_lens_q=cu, max_length_q=3 * documents), want)
     assert len(compiled_graphs) == 2
+
+
+@pytest.mark.parametrize("backend", ["sdpa", pytest.param("flex_attention", marks=pytest.mark.slow)])
+def test_compiled_layers_compile_once_across_packed_layouts(backend):
+    """Every step packs its documents differently: sdpa's 4-D mask changes values, flex's `BlockMask` is rebuilt with
+    a new mask function each step. Neither may make the compiled layers recompile."""
+    graphs = []
+
+    def counting_backend(graph, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    torch._dynamo.reset()
+    model = make_decoder("llama", backend)
+    encoderize(model)
+    compile_decoder_layers(model, backend=counting_backend)
+    layouts = ([[5, 11], [9, 7]], [[3, 13], [16]], [[8, 8], [4, 4, 8]], [[2, 14], [10, 6]], [[1, 15], [12, 4]])
+    with torch.no_grad():
+        for lengths in layouts:
+            docs = document_ids_from_lengths(lengths, 16)
+            packed_forward(model.model, torch.randint(0, 100, (2, 16)), docs, packed=packed_inputs(docs, backend),
+                           use_cache=False)
+    assert len(graphs) == 1
