@@ -6,6 +6,8 @@ LM head of V x H) against random targets, with gradients for both the rows and W
 - `checkpointed`: `loss.checkpointed_cross_entropy`, the engine's loss before the fused one (4096-row chunks, each
   recomputed in the backward); the old engine also counted arg-max hits on every step, which this arm leaves out;
 - `fused`: `loss.fused_linear_cross_entropy`;
+- `compiled`: the same with each chunk's softmax gradient under torch.compile (`--loss-implementation compiled`);
+  its first step, the warmup, compiles;
 - `liger`, `cce`: Liger-Kernel's and Cut-Cross-Entropy's fused linear + cross-entropy (`loss_kernels`, exact
   gradients), on CUDA where the package imports; listed under `skipped` with the reason elsewhere. These are what
   `--loss-implementation auto` times on a run's own shape before it picks one.
@@ -35,8 +37,8 @@ import torch.nn.functional as F
 from hf_encoderize.loss import checkpointed_cross_entropy, fused_linear_cross_entropy
 from hf_encoderize.loss_kernels import kernel_unavailable, loss_function
 
-ARMS = ("dense", "checkpointed", "fused", "liger", "cce")
-KERNEL_ARMS = ("liger", "cce")
+ARMS = ("dense", "checkpointed", "fused", "compiled", "liger", "cce")
+KERNEL_ARMS = ("compiled", "liger", "cce")
 
 
 def dense(rows, head, targets):
@@ -49,6 +51,10 @@ def checkpointed(rows, head, targets):
 
 def fused(rows, head, targets):
     return fused_linear_cross_entropy(rows, head.weight, targets)[0]
+
+
+def compiled(rows, head, targets):
+    return loss_function("compiled")(rows, head.weight, targets, None, False)[0]
 
 
 def liger(rows, head, targets):

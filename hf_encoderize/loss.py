@@ -25,11 +25,19 @@ Design choices:
   Anything else falls back to `checkpointed_cross_entropy`, which calls the head module itself, chunk by chunk:
   DeepSpeed ZeRO-3 gathers a partitioned weight only inside the head's own forward (its hooks), FSDP2/tensor
   parallelism hold a DTensor shard, and a peft-wrapped head (LoRA on `lm_head`) has a forward of its own.
+- `compiled=True` (`--loss-implementation compiled`) hands each chunk's softmax gradient to `torch.compile`
+  (`softmax_gradient`): inductor fuses the fp32 casts, max, exp, sum, log and the minus-one-hot into a couple of passes
+  over the logits in registers, where the eager chunk makes about ten passes over an fp32 copy of them (~46 bytes of
+  traffic per logit under bf16, against ~6). No fp32 copy is held, so a chunk takes twice the rows in the same
+  memory, halving the passes over grad_W. 5.5x faster than the eager softmax gradient on a 441 x 32,768 chunk on a
+  2-core CPU; its GPU gain is for `loss_kernels`' probe to measure, like the other kernels'.
 - Liger-Kernel and Cut-Cross-Entropy (Triton kernels for CUDA) are candidates where installed: `loss_kernels` times
   them against this loss on the run's shape and checks they agree with it before a run uses one (`kernel=`).
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -100,19 +108,22 @@ def fused_linear_cross_entropy(
     *,
     with_accuracy: bool = False,
     chunk_rows: int | None = None,
+    compiled: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Summed cross-entropy of `hidden_rows @ weight.T + bias` (N, V) against `targets` (N,), never holding more
     than one chunk of logits. Returns the fp32 loss sum (0-d) and the right arg-max count (0-d long) or None.
 
     `targets` must be valid class ids (no -100): pass only labelled rows. Zero rows give a zero loss whose gradients
-    are zero, so every process of a data-parallel run still reduces a gradient for the head.
+    are zero, so every process of a data-parallel run still reduces a gradient for the head. `compiled`: each
+    chunk's softmax gradient through `torch.compile` (module docstring).
     """
     grad_on = torch.is_grad_enabled()
     needs = tuple(grad_on and t is not None and t.requires_grad for t in (hidden_rows, weight, bias))
     dtype = compute_dtype(hidden_rows)
-    rows = chunk_rows or max(1, CHUNK_ELEMENTS // weight.shape[0])
+    budget = CHUNK_ELEMENTS * (2 if compiled else 1)  # compiled: no fp32 copy of the chunk's logits
+    rows = chunk_rows or max(1, budget // weight.shape[0])
     loss, correct = _FusedLinearCrossEntropy.apply(hidden_rows, weight, targets, bias, dtype, rows, with_accuracy,
-                                                   needs)
+                                                   needs, compiled)
     return loss, correct if with_accuracy else None
 
 
@@ -126,11 +137,11 @@ def compute_dtype(tensor: torch.Tensor) -> torch.dtype:
 
 class _FusedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden_rows, weight, targets, bias, dtype, chunk_rows, with_accuracy, needs):
+    def forward(ctx, hidden_rows, weight, targets, bias, dtype, chunk_rows, with_accuracy, needs, compiled):
         # Autocast off: every cast here is explicit, so the fp32 parts stay fp32.
         with torch.autocast(hidden_rows.device.type, enabled=False):
             loss, correct, grads = _loss_and_grads(hidden_rows, weight, targets, bias, dtype, chunk_rows,
-                                                   with_accuracy, needs)
+                                                   with_accuracy, needs, compiled)
         ctx.save_for_backward(*grads)
         ctx.mark_non_differentiable(correct)
         return loss, correct
@@ -141,10 +152,10 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         # so grad_W is not held twice; a second backward through this graph (retain_graph) fails on autograd's
         # version check rather than scaling twice.
         grad_rows, grad_weight, grad_bias = (None if g is None else g.mul_(grad_loss) for g in ctx.saved_tensors)
-        return grad_rows, grad_weight, None, grad_bias, None, None, None, None
+        return grad_rows, grad_weight, None, grad_bias, None, None, None, None, None
 
 
-def _loss_and_grads(hidden_rows, weight, targets, bias, dtype, chunk_rows, with_accuracy, needs):
+def _loss_and_grads(hidden_rows, weight, targets, bias, dtype, chunk_rows, with_accuracy, needs, compiled):
     """The chunk loop: the fp32 loss sum, the right count, and (grad_hidden, grad_weight, grad_bias), each None
     when not needed, in its input's dtype."""
     need_rows, need_weight, need_bias = needs
@@ -158,7 +169,7 @@ def _loss_and_grads(hidden_rows, weight, targets, bias, dtype, chunk_rows, with_
     for start in range(0, hidden_rows.shape[0], chunk_rows):
         h = hidden_rows[start : start + chunk_rows].to(dtype)  # (n, H)
         t = targets[start : start + chunk_rows]
-        chunk_loss, chunk_correct, g = _chunk(h, w, b, t, with_accuracy, any(needs))
+        chunk_loss, chunk_correct, g = _chunk(h, w, b, t, with_accuracy, any(needs), compiled)
         loss += chunk_loss
         if with_accuracy:
             correct += chunk_correct
@@ -172,10 +183,13 @@ def _loss_and_grads(hidden_rows, weight, targets, bias, dtype, chunk_rows, with_
     return loss, correct, grads
 
 
-def _chunk(h, w, b, t, with_accuracy, need_grad):
+def _chunk(h, w, b, t, with_accuracy, need_grad, compiled=False):
     """One chunk's fp32 loss sum, right count (or None), and d(loss)/d(logits) (n, V) in the compute dtype."""
     logits = h @ w.T if b is None else torch.addmm(b, h, w.T)  # (n, V), compute dtype
     correct = (logits.argmax(-1) == t).sum() if with_accuracy else None
+    if compiled and need_grad:
+        loss, g = compiled_softmax_gradient()(logits, t)
+        return loss, correct, g
     target_logit = logits.gather(1, t[:, None]).squeeze(1).float()  # (n,)
     z = logits.float()  # (n, V) fp32: a copy under bf16, the logits themselves (no copy) under fp32
     del logits
@@ -188,6 +202,31 @@ def _chunk(h, w, b, t, with_accuracy, need_grad):
     z.div_(total)  # softmax
     z.scatter_add_(1, t[:, None], torch.full_like(t[:, None], -1, dtype=z.dtype))  # - one-hot
     return loss, correct, z.to(h.dtype)
+
+
+def softmax_gradient(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fp32 cross-entropy sum of `logits` (n, V) against `targets` (n,), and its gradient softmax - one-hot in the
+    logits' dtype: what `_chunk` computes pass by pass, written as one expression for `torch.compile` to fuse.
+
+    >>> loss, grad = softmax_gradient(torch.tensor([[0.0, 0.0]]), torch.tensor([1]))
+    >>> round(float(loss), 4), grad.tolist()
+    (0.6931, [[0.5, -0.5]])
+    """
+    z = logits.float()
+    top = z.amax(-1, keepdim=True)  # (n, 1)
+    exp = (z - top).exp()
+    total = exp.sum(-1, keepdim=True)
+    loss = (total.log() + top - z.gather(1, targets[:, None])).sum()
+    probs = exp / total
+    columns = torch.arange(z.shape[-1], device=z.device)
+    return loss, torch.where(columns == targets[:, None], probs - 1, probs).to(logits.dtype)
+
+
+@functools.cache
+def compiled_softmax_gradient():
+    """`softmax_gradient` under `torch.compile`, built once per process. dynamic=None: the first chunk size compiles
+    static, and the last chunk of a step (its size changes with the masked count) makes the rows dynamic once."""
+    return torch.compile(softmax_gradient, dynamic=None)
 
 
 def _accumulate(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:

@@ -1,11 +1,12 @@
-"""`--loss-implementation`: Liger-Kernel's or Cut-Cross-Entropy's fused linear + cross-entropy where one is installed
-and faster on the run's own shape; `loss.fused_linear_cross_entropy` otherwise.
+"""`--loss-implementation`: ours with a compiled softmax gradient, Liger-Kernel's or Cut-Cross-Entropy's fused linear +
+cross-entropy where one runs and is faster on the run's own shape; `loss.fused_linear_cross_entropy` otherwise.
 
 Design choices:
 - The plain-PyTorch fused loss (`loss.fused_linear_cross_entropy`, "fused") is the reference: it runs on every device
   and is tested against the dense loss and its gradients. Liger-Kernel (`liger_fused_linear_cross_entropy`) and
   Apple's Cut-Cross-Entropy (`linear_cross_entropy`) are Triton kernels for CUDA, so they are candidates only on a
-  CUDA device with the package importable.
+  CUDA device with the package importable. `compiled` is ours with each chunk's softmax gradient under
+  `torch.compile` (`loss.softmax_gradient`): a CUDA candidate of `auto` too, and runnable on the CPU when named.
 - `auto` (the default) measures rather than assumes: on the run's shape (the masked rows one micro-batch holds x
   hidden x vocabulary, in the compute dtype, with the head's fp32 master weight) it times forward + backward of each
   candidate, checks each against the reference (loss within 1e-3 relative, gradients within 2e-2 relative in norm:
@@ -42,7 +43,7 @@ from hf_encoderize.errors import EncoderizeError
 from hf_encoderize.loss import compute_dtype, fusable_head, fused_linear_cross_entropy
 
 REFERENCE = "fused"
-LOSS_IMPLEMENTATIONS = ("auto", REFERENCE, "liger", "cce")
+LOSS_IMPLEMENTATIONS = ("auto", REFERENCE, "compiled", "liger", "cce")
 LOSS_RTOL, GRAD_RTOL = 1e-3, 2e-2  # agreement with the reference in the probe (bf16 matmuls)
 PROBE_REPEATS = 3  # timed forward + backward steps per candidate, after one warm-up step
 
@@ -74,6 +75,10 @@ def _cce(rows, weight, targets, bias, with_accuracy):
     return loss.float(), correct
 
 
+def _compiled(rows, weight, targets, bias, with_accuracy):
+    return fused_linear_cross_entropy(rows, weight, targets, bias, with_accuracy=with_accuracy, compiled=True)
+
+
 @dataclass(frozen=True)
 class LossKernel:
     """A fused linear + cross-entropy from another package: `fn(rows, weight, targets, bias, with_accuracy)` returns
@@ -86,19 +91,28 @@ class LossKernel:
     fn: Callable
     devices: tuple[str, ...] = ("cuda",)
     """torch device types it runs on."""
+    auto_devices: tuple[str, ...] = ("cuda",)
+    """Device types on which `auto` times it (elsewhere it runs only when named)."""
 
 
 KERNELS: dict[str, LossKernel] = {
+    # Ours with each chunk's softmax gradient compiled (`loss.softmax_gradient`). Named, it runs on the CPU too (a C++
+    # compiler is all inductor needs there); `auto` leaves it out on the CPU, where compiling costs seconds per run
+    # and the full loss measured no faster (its matmuls dominate there).
+    "compiled": LossKernel("torch._inductor", "torch", _compiled, devices=("cuda", "cpu")),
     "liger": LossKernel("liger_kernel", "liger-kernel", _liger),
     "cce": LossKernel("cut_cross_entropy", "cut-cross-entropy", _cce),
 }
 
 
-def kernel_unavailable(name: str, device: torch.device) -> str | None:
-    """Why kernel `name` cannot run on `device` here (one phrase), or None when it can."""
+def kernel_unavailable(name: str, device: torch.device, auto: bool = False) -> str | None:
+    """Why kernel `name` cannot run on `device` here (one phrase), or None when it can; with `auto`, also why `auto`
+    leaves it out."""
     kernel = KERNELS[name]
     if device.type not in kernel.devices:
         return f"runs on {' or '.join(kernel.devices)} only (this run is on {device.type})"
+    if auto and device.type not in kernel.auto_devices:
+        return f"auto times it on {' or '.join(kernel.auto_devices)} only; --loss-implementation {name} runs it here"
     try:
         importlib.import_module(kernel.module)
     except Exception as err:  # noqa: BLE001 - a broken install (missing triton, CUDA mismatch) is "not available"
@@ -130,7 +144,7 @@ def choose_loss_implementation(requested: str, device: torch.device, hidden: int
               "unavailable": {}, "failed": {}}
     candidates = []
     for name in names:
-        reason = kernel_unavailable(name, device)
+        reason = kernel_unavailable(name, device, auto=requested == "auto")
         if reason is None:
             candidates.append(name)
         elif requested == "auto":

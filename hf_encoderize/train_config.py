@@ -84,9 +84,10 @@ class TrainConfig:
     """`torch.compile` every decoder layer (static shapes: packing gives fixed batch x seq len). Off by default until
     measured faster on the GPU at hand; the first steps pay the compilation."""
     loss_implementation: str = "auto"
-    """The MLM loss kernel: auto (on CUDA, the fastest of our fused linear + cross-entropy, Liger-Kernel's and
-    Cut-Cross-Entropy's that is installed and agrees with ours, timed on this run's shape; ours elsewhere), fused
-    (ours), liger or cce (`loss_kernels`). The run record says which ran, with the timings."""
+    """The MLM loss kernel: auto (on CUDA, the fastest of our fused linear + cross-entropy, ours with a compiled
+    softmax gradient, Liger-Kernel's and Cut-Cross-Entropy's that runs and agrees with ours, timed on this run's shape;
+    ours elsewhere), fused (ours), compiled, liger or cce (`loss_kernels`). The run record says which ran, with the
+    timings."""
     prefetch: int = 2
     """Batches tokenized, packed, masked (and pinned, on a GPU) ahead in a background thread; 0: in the loop."""
     profile: bool = False

@@ -182,3 +182,33 @@ def test_direct_calls_agree():
     assert int(fused_correct) == int(chunked_correct)
     with torch.no_grad():  # evaluation: the loss only, no gradient work
         _close(fused_linear_cross_entropy(rows, head.weight, targets, head.bias)[0], fused.detach())
+
+
+@pytest.mark.parametrize("empty_rows", [(1,), (0, 1, 2)])
+def test_compiled_softmax_gradient_equals_dense_with_gradients(empty_rows):
+    """`--loss-implementation compiled`: each chunk's softmax gradient under torch.compile, over chunks of unequal size
+    (4 rows, the last shorter: the rows turn dynamic) and with a bias, equals the dense loss, accuracy and gradients."""
+    hidden, head, labels = _batch(empty_rows=empty_rows)
+    want, want_right = _dense(hidden, head, labels)
+    index, targets = labelled_positions(labels)
+    rows = hidden.reshape(-1, HIDDEN).index_select(0, index)
+    got, right = fused_linear_cross_entropy(rows, head.weight, targets, head.bias, with_accuracy=True, chunk_rows=4,
+                                            compiled=True)
+    _close(got, want)
+    assert int(right) == int(want_right)
+    for g, w in zip(_grads(got, hidden, head), _grads(want, hidden, head), strict=True):
+        _close(g, w)
+
+
+@pytest.mark.slow  # a second compilation (bf16), ~5 s
+def test_compiled_softmax_gradient_under_bf16_autocast_matches_ours():
+    hidden, head, labels = _batch(vocab=4096)
+    index, targets = labelled_positions(labels)
+    rows = hidden.reshape(-1, HIDDEN).index_select(0, index)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = fused_linear_cross_entropy(rows, head.weight, targets, head.bias)[0]
+        got = fused_linear_cross_entropy(rows, head.weight, targets, head.bias, compiled=True)[0]
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want, rtol=1e-3, atol=0)
+    for g, w in zip(_grads(got, hidden, head), _grads(want, hidden, head), strict=True):
+        assert g.dtype == torch.float32 and float((g - w).norm() / w.norm()) < 1e-2

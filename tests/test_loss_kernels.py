@@ -50,13 +50,14 @@ def _raises(rows, weight, targets, bias, with_accuracy):
 
 def _register(monkeypatch, **kernels):
     monkeypatch.setattr(loss_kernels, "KERNELS",
-                        {name: LossKernel("torch", name, fn, devices=("cpu",)) for name, fn in kernels.items()})
+                        {name: LossKernel("torch", name, fn, devices=("cpu",), auto_devices=("cpu",))
+                         for name, fn in kernels.items()})
 
 
 def test_on_cpu_auto_keeps_ours_and_says_why_the_kernels_cannot_run():
     name, report = choose_loss_implementation("auto", CPU, **SHAPE)
     assert name == "fused" and report["chosen"] == "fused"
-    assert set(report["unavailable"]) == {"liger", "cce"}
+    assert set(report["unavailable"]) == {"compiled", "liger", "cce"}
     assert all("cuda only" in why for why in report["unavailable"].values())
     assert "seconds" not in report  # nothing to time against
 
@@ -162,5 +163,14 @@ def test_a_run_trains_through_the_chosen_kernel_and_records_it(decoder_dir, tmp_
 
 
 def test_an_unknown_loss_implementation_is_refused_in_one_line():
-    with pytest.raises(EncoderizeError, match="--loss-implementation must be one of auto, fused, liger, cce"):
+    with pytest.raises(EncoderizeError, match="--loss-implementation must be one of auto, fused, compiled, liger, cce"):
         TrainConfig(loss_implementation="triton")
+
+
+def test_compiled_is_left_out_by_auto_on_cpu_but_runs_when_named():
+    """`compiled` (our loss with the softmax gradient under torch.compile) is timed by `auto` on CUDA only; named, it
+    runs on the CPU after the same agreement check as any kernel."""
+    name, report = choose_loss_implementation("auto", CPU, **SHAPE)
+    assert name == "fused" and "--loss-implementation compiled runs it here" in report["unavailable"]["compiled"]
+    name, report = choose_loss_implementation("compiled", CPU, **SHAPE)
+    assert name == "compiled" and set(report["seconds"]) == {"fused", "compiled"} and not report["failed"]
