@@ -50,6 +50,7 @@ from hf_encoderize.monitor import TrainingMonitor, hardware_facts, parse_report_
 from hf_encoderize.train import (
     TrainConfig,
     align_lr_with_schedule,
+    attention_dtype,
     build_run,
     evaluate_held_out,
     finish_processes,
@@ -224,8 +225,9 @@ def load_encoderized(load: LoadConfig, data: DataConfig, train: TrainConfig, ada
         check_qlora_available()
         extra["quantization_config"] = quantization_config()
     if not is_native_encoder(load):
-        model, tokenizer, report, _ = encoderize_where_it_trains(load, extra, accelerator, adapter.load_in_4bit,
-                                                                 pack=data.pack)
+        model, tokenizer, report, _ = encoderize_where_it_trains(
+            load, extra, accelerator, adapter.load_in_4bit, pack=data.pack,
+            compute_dtype=attention_dtype(accelerator, train, frozen_base=bool(adapter.lora_r)))
     else:
         # MLM->MLM continued pretraining of an encoder (the paper's baseline, section 5): nothing to patch.
         model, tokenizer = load_encoder(load, model_kwargs=extra)
@@ -239,7 +241,7 @@ def load_encoderized(load: LoadConfig, data: DataConfig, train: TrainConfig, ada
 
 
 def encoderize_where_it_trains(load: LoadConfig, model_kwargs: dict, accelerator, quantized: bool,
-                               pack: bool | None = None):
+                               pack: bool | None = None, compute_dtype: torch.dtype | None = None):
     """Load the decoder, encoderize it and probe it where it trains. Returns `(model, tokenizer, report, tried)`:
     `report.attn_implementation` is the backend that runs, `tried` (also `report.attn_candidates`) the candidates
     considered with why each was skipped (`loading.load_decoder_trying`), `report.packing` how rows are built.
@@ -248,16 +250,20 @@ def encoderize_where_it_trains(load: LoadConfig, model_kwargs: dict, accelerator
     device or in this precision, or that lets packed documents leak) gives way to the next candidate, reloaded from
     the source: older model classes cannot switch backend in place. eager, the last, and an explicit backend raise.
     A model that fails only packed-document isolation where no backend can help (a hybrid, or the last candidate)
-    trains on padded rows instead (`packing_after_probe`); `pack`: the user's --pack/--no-pack, None when not given."""
+    trains on padded rows instead (`packing_after_probe`); `pack`: the user's --pack/--no-pack, None when not given.
+    `compute_dtype`: the dtype attention will train in (`train.attention_dtype`); None: the autocast dtype, else the
+    weights'."""
     from hf_encoderize.bidirectional import NotBidirectionalError, encoderize
     from hf_encoderize.isolation import install_document_isolation
     from hf_encoderize.loading import load_decoder_trying
 
     failed = {}
-    autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(getattr(accelerator, "mixed_precision", "no")))
+    if compute_dtype is None:  # the autocast dtype, else the weights'
+        compute_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(
+            str(getattr(accelerator, "mixed_precision", "no")))
     while True:
         model, tokenizer, tried = load_decoder_trying(load, model_kwargs=model_kwargs, exclude=failed,
-                                                      compute_dtype=autocast)
+                                                      compute_dtype=compute_dtype)
         report = encoderize(model, tokenizer)
         report.attn_candidates = tried
         install_document_isolation()

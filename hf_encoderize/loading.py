@@ -334,12 +334,13 @@ def backend_plan(config, requested: str, trust_remote_code: bool = False, dtype=
     return [(backend, skips.get(backend)) for backend in _BACKEND_ORDER]
 
 
-def choose_backend(config, requested: str, trust_remote_code: bool = False) -> str | None:
+def choose_backend(config, requested: str, trust_remote_code: bool = False, dtype=None) -> str | None:
     """`requested`, checked against what the architecture supports; for `auto`, the fastest candidate it supports
-    (None for remote code: transformers then takes sdpa if the class supports it, else eager)."""
+    (None for remote code: transformers then takes sdpa if the class supports it, else eager). `dtype`: the dtype
+    attention computes in, when known (flash attention takes bf16/fp16 only)."""
     if requested == "auto" and _causal_lm_class(config, trust_remote_code) is None:
         return None
-    return next(backend for backend, why in backend_plan(config, requested, trust_remote_code) if why is None)
+    return next(backend for backend, why in backend_plan(config, requested, trust_remote_code, dtype) if why is None)
 
 
 def _class_skips(config, trust_remote_code: bool) -> dict[str, str]:

@@ -51,6 +51,7 @@ from hf_encoderize.schedule import decay_start, default_warmup
 from hf_encoderize.train import (
     TrainConfig,
     align_lr_with_schedule,
+    attention_dtype,
     build_run,
     enter_phase,
     evaluate_held_out,
@@ -259,7 +260,7 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
     resume_from = prepare_output_dir(output_dir, resume=train.resume, overwrite=train.overwrite) or branch_point
     started_at = utc_now()
     documents = open_documents(data)  # a bad source fails before anything is built
-    model, tokenizer, tokens = _build_model(spec, config, train)
+    model, tokenizer, tokens = _build_model(spec, config, train, attention_dtype(accelerator, train))
     # Everything is validated (options, data, model): only now may --overwrite delete the earlier run.
     clear_output_dir(output_dir, overwrite=train.overwrite and not train.resume,
                      main_process=accelerator.is_main_process)
@@ -328,8 +329,8 @@ def _split_name(phases: list[Phase]) -> str:
     return "-".join(f"{p.objective}{p.end - p.start}" for p in phases)
 
 
-def _build_model(spec: PretrainConfig, config, train: TrainConfig):
-    """Tokenizer, random model, special tokens, document isolation."""
+def _build_model(spec: PretrainConfig, config, train: TrainConfig, dtype: torch.dtype | None):
+    """Tokenizer, random model, special tokens, document isolation. `dtype`: the dtype attention trains in."""
     from transformers import AutoModelForCausalLM
 
     from hf_encoderize.isolation import install_document_isolation
@@ -339,8 +340,9 @@ def _build_model(spec: PretrainConfig, config, train: TrainConfig):
     tokenizer = _load_tokenizer(spec.tokenizer)
     check_backend_available(spec.attn_implementation)
     torch.manual_seed(train.seed)  # the same random init for every split: they differ only in objectives
-    model = AutoModelForCausalLM.from_config(config, attn_implementation=choose_backend(config,
-                                                                                         spec.attn_implementation))
+    # A random model is built in fp32, so without autocast `auto` must not pick flash attention (bf16/fp16 only).
+    backend = choose_backend(config, spec.attn_implementation, dtype=dtype or torch.float32)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=backend)
     if model.get_input_embeddings().weight.shape[0] < len(tokenizer):
         model.resize_token_embeddings(len(tokenizer))
     # Mask and pad tokens in place from step 0: the vocabulary (and so the optimizer state) never changes at the

@@ -158,6 +158,17 @@ def resolve_grad_accum(train: TrainConfig, seq_len: int) -> TrainConfig:
     return dataclasses.replace(train, grad_accum=max(1, math.ceil(train.tokens_per_step / per_micro)))
 
 
+def attention_dtype(accelerator, train: TrainConfig, frozen_base: bool = False) -> torch.dtype | None:
+    """The dtype attention will compute in, for `auto`'s choice of backend (flash attention takes bf16/fp16 only): the
+    autocast dtype under mixed precision; without autocast, fp32 when the trainable weights are kept in fp32
+    (`--master-weights fp32`, `build_run` upcasts them), unless what runs is a frozen base (LoRA); else None, the
+    loaded weights' dtype."""
+    autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(getattr(accelerator, "mixed_precision", "no")))
+    if autocast is not None:
+        return autocast
+    return torch.float32 if train.master_weights == "fp32" and not frozen_base else None
+
+
 def make_accelerator(train: TrainConfig, output_dir: Path, trackers: list[str]):
     """An `Accelerator` for this run: bf16 on a GPU that has it (`auto`), gloo when launched on several CPUs."""
     from accelerate import Accelerator

@@ -210,3 +210,30 @@ def _seconds_per_step(batch: tuple, train: bool, steps: int, warmup: int) -> flo
 if __name__ == "__main__":
     print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(), **cpu_attention_timings()},
                      indent=2))
+
+
+def test_auto_leaves_flash_out_when_attention_would_run_in_fp32(monkeypatch):
+    """On a GPU with flash-attn, `--mixed-precision no` trains fp32 master weights without autocast: flash attention
+    (bf16/fp16 only) would fail at the first step, after the whole load. `auto` is told the dtype attention trains
+    in (`train.attention_dtype`) and picks flash only for bf16/fp16. The GPU and flash-attn are stood in for here."""
+    import sys
+    import types
+    from types import SimpleNamespace
+
+    from transformers import AutoConfig
+
+    from hf_encoderize.train import TrainConfig, attention_dtype
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args: (9, 0))
+    monkeypatch.setitem(sys.modules, "flash_attn", types.ModuleType("flash_attn"))
+    config = AutoConfig.for_model("llama")
+    assert choose_backend(config, "auto", dtype=torch.bfloat16) == "flash_attention_2"
+    assert choose_backend(config, "auto", dtype=torch.float32) != "flash_attention_2"
+
+    def dtype(precision, frozen_base=False, **train):
+        return attention_dtype(SimpleNamespace(mixed_precision=precision), TrainConfig(**train), frozen_base)
+
+    assert dtype("bf16") == torch.bfloat16 and dtype("fp16") == torch.float16
+    assert dtype("no") == torch.float32  # fp32 master weights, no autocast
+    assert dtype("no", master_weights="loaded") is None and dtype("no", frozen_base=True) is None  # loaded dtype
