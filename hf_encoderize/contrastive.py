@@ -13,6 +13,9 @@ Design choices:
 - Pooling: mean (default, the paper's pooling for IR), last token or weighted mean, as LLM2Vec offers. Optional
   instruction prefixes for queries and documents are applied in training and saved as sentence-transformers prompts
   (`encode(..., prompt_name="query")`).
+- Precision: a full fine-tune loads the encoder in fp32 (master weights; bf16 autocast on a GPU that has it) and is
+  saved back in the encoder's own dtype. An encoder saved in bf16 would otherwise train in pure bf16, where AdamW
+  updates below about 0.4% of a weight round to nothing. LoRA keeps the base as saved (its adapters are fp32).
 - Everything is validated (encoder folder, output folder, objective, columns, rows) before the output folder is touched;
   the result is written under a temporary name and renamed into place, so a failure leaves nothing half-written.
 - The output loads without hf-encoderize: a sentence-transformers folder whose transformer config keeps
@@ -293,8 +296,9 @@ def build_model(source: Path, config: ContrastiveConfig, dropout: dict, adapter:
     from peft import LoraConfig
     from sentence_transformers import SentenceTransformer, models
 
+    master = None if adapter.lora_r else {"dtype": torch.float32}  # full fine-tune: fp32 master weights
     try:
-        model = SentenceTransformer(str(source), device=None, config_kwargs=dropout or None)
+        model = SentenceTransformer(str(source), device=None, config_kwargs=dropout or None, model_kwargs=master)
     except Exception as err:
         raise EncoderizeError(f"cannot load {str(source)!r} as an encoder: {type(err).__name__}: "
                               f"{' '.join(str(err).split())[:200]}") from None
@@ -352,6 +356,7 @@ def _training_args(config: ContrastiveConfig, work: Path, rows: int, prompts: di
         save_strategy="steps", save_steps=config.save_every, save_total_limit=config.keep_last,
         report_to="none", logging_steps=max(1, config.steps // 20), disable_tqdm=not config.progress, prompts=prompts,
         dataloader_drop_last=rows >= config.batch_size,
+        bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),  # autocast over the fp32 master weights
     )
 
 
@@ -362,6 +367,9 @@ def _write_output(trainer, model, source: Path, config: ContrastiveConfig, adapt
     shutil.rmtree(final, ignore_errors=True)
     if adapter.lora_r:
         _merge_adapters(model, source, work / "adapter")
+    saved_dtype = source_dtype(source)
+    if saved_dtype is not None:
+        model.to(saved_dtype)  # trained on fp32 master weights, saved in the encoder's dtype
     model.prompts = saved_prompts(config, model.tokenizer)
     model.default_prompt_name = "text" if "text" in model.prompts else None
     model.save(str(final))
@@ -375,6 +383,15 @@ def _write_output(trainer, model, source: Path, config: ContrastiveConfig, adapt
         shutil.move(str(work / "adapter"), str(out / "adapter"))
     shutil.rmtree(work, ignore_errors=True)
     return summary
+
+
+def source_dtype(source: Path) -> torch.dtype | None:
+    """The floating dtype the encoder at `source` is saved in (config.json's `dtype`, or `torch_dtype` before
+    transformers 5), None when it does not say."""
+    config = json.loads((source / "config.json").read_text())
+    name = config.get("dtype") or config.get("torch_dtype")
+    dtype = getattr(torch, name, None) if isinstance(name, str) else None
+    return dtype if isinstance(dtype, torch.dtype) and dtype.is_floating_point else None
 
 
 def _merge_adapters(model, source: Path, adapter_dir: Path) -> None:

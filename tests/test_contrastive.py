@@ -111,3 +111,28 @@ def test_bad_input_is_one_line(encoder, data, tmp_path, capsys, case, extra, wor
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and wording in err[0], err
     assert not out.exists()
+
+
+def test_a_bf16_encoder_trains_on_fp32_master_weights_and_is_saved_in_bf16(data, tmp_path, monkeypatch):
+    """An encoder saved in bf16 (cpt saves in the loaded dtype) used to train in pure bf16: AdamW's updates below
+    ~0.4% of a weight rounded to nothing. The full fine-tune now sees fp32 weights, and the output is bf16 again."""
+    import torch
+    from safetensors.torch import load_file
+    from sentence_transformers import SentenceTransformerTrainer
+
+    model, tokenizer = make_decoder(), make_tokenizer()
+    report = encoderize(model, tokenizer)
+    source = save_encoder(model.to(torch.bfloat16), tokenizer, tmp_path / "bf16-encoder", metadata=report.to_dict())
+    seen, train = [], SentenceTransformerTrainer.train
+
+    def recording(trainer, *args, **kwargs):
+        seen.append({p.dtype for p in trainer.model.parameters() if p.requires_grad})
+        return train(trainer, *args, **kwargs)
+
+    monkeypatch.setattr(SentenceTransformerTrainer, "train", recording)
+    out = tmp_path / "simcse"
+    assert main(["contrastive", str(source), "--data-files", str(data["text"]), "--output-dir", str(out),
+                 "--steps", "2", "--batch-size", "8", "--no-progress"]) == 0
+    assert seen == [{torch.float32}]
+    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+    assert {t.dtype for t in load_file(out / "model.safetensors").values()} == {torch.bfloat16}
