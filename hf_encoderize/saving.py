@@ -26,6 +26,8 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
+import torch
+
 from hf_encoderize.errors import EncoderizeError
 from hf_encoderize.roundtrip import plain_attention, saved_backend
 
@@ -125,6 +127,12 @@ def save_encoder(
     return out
 
 
+def _floating_dtype(state_dict: dict | None):
+    """The one floating dtype of `state_dict`'s tensors, None when there are none, several, or no state dict."""
+    dtypes = {t.dtype for t in (state_dict or {}).values() if torch.is_tensor(t) and t.is_floating_point()}
+    return dtypes.pop() if len(dtypes) == 1 else None
+
+
 def _write_encoder(model, tokenizer, tmp: Path, metadata: dict, state_dict: dict | None = None) -> None:
     config = model.config
     model_type = config.model_type
@@ -144,13 +152,21 @@ def _write_encoder(model, tokenizer, tmp: Path, metadata: dict, state_dict: dict
         default_backend = saved_backend(verdicts)
         metadata = {**metadata, "plain_attention": {**verdicts, "saved_default": default_backend}}
     config.hf_encoderize = {"version": _version(), **metadata}
+    weights_dtype = _floating_dtype(state_dict)  # before save_pretrained, which may consume the dict
     model.save_pretrained(tmp, state_dict=state_dict)
+    updates = {}
     if default_backend:
         # The class stays causal under sdpa/flash in plain hands (`roundtrip` explains why): make a plain
         # `AutoModel.from_pretrained(out)` pick a backend that is bidirectional. `attn_implementation` in config.json
         # is read by transformers' config constructor; an explicit `attn_implementation=` still wins (the card warns).
+        updates["attn_implementation"] = default_backend
+    if weights_dtype is not None:
+        # save_pretrained writes the live model's dtype (fp32 master weights while training), not that of the
+        # weights given: a bf16 export would otherwise load as fp32, at twice the memory.
+        updates["dtype"] = str(weights_dtype).removeprefix("torch.")
+    if updates:
         payload = json.loads((tmp / "config.json").read_text())
-        _write_json(tmp / "config.json", {**payload, "attn_implementation": default_backend})
+        _write_json(tmp / "config.json", {**payload, **updates})
     tokenizer.padding_side = "right"
     tokenizer.save_pretrained(tmp)
     if not native_encoder:

@@ -91,3 +91,19 @@ def test_failed_save_leaves_nothing_behind(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         save_encoder(model, tokenizer, tmp_path / "out")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_weights_given_in_another_dtype_are_declared_in_that_dtype(tmp_path):
+    """Exports and sharded saves pass the weights cast to the loaded dtype while the live model holds fp32 master
+    weights; config.json must name the weights' dtype, or a plain load would upcast a bf16 encoder to fp32."""
+    import torch
+    from transformers import AutoModel
+
+    model, tokenizer = make_decoder(), make_tokenizer()
+    encoderize(model, tokenizer)
+    state = {name: t.detach().to(torch.bfloat16) for name, t in model.state_dict().items()}
+    out = save_encoder(model, tokenizer, tmp_path / "bf16", state_dict=state)
+    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+    assert AutoModel.from_pretrained(out).dtype == torch.bfloat16
+    plain = save_encoder(model, tokenizer, tmp_path / "fp32")  # no state dict: the live model's own dtype
+    assert json.loads((plain / "config.json").read_text())["dtype"] == "float32"
