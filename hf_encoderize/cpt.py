@@ -75,6 +75,10 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
     """Run MLM continued pretraining and save the encoder. Returns a summary: the run folder (`output_dir`), steps,
     per-step losses, the final held-out loss and masked accuracy, wall time."""
     adapter = adapter or AdapterConfig()
+    if adapter.load_in_4bit and load.gguf_file:
+        raise EncoderizeError("--load-in-4bit cannot quantise a GGUF file (transformers de-quantises GGUF weights on "
+                              "load and refuses to re-quantise them); drop --load-in-4bit (--lora-r alone trains "
+                              "LoRA on the de-quantised weights)")
     train = resolve_grad_accum(train, data.seq_len)
     output_dir = Path(train.output_dir) if train.output_dir else default_output_dir(load)
     trackers = parse_report_to(train.report_to)

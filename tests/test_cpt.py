@@ -229,3 +229,13 @@ def test_fp16_weights_trained_as_loaded_under_the_fp16_scaler_are_refused(corpus
     assert not (tmp_path / "o").exists()
     summary = _run(model_dir, corpus, tmp_path / "fp32-master", steps=1, mixed_precision="fp16")  # the default: fine
     assert len(summary["losses"]) == 1
+
+
+def test_qlora_of_a_gguf_file_is_one_line_before_any_work(corpus, tmp_path, capsys):
+    """transformers refuses to quantise de-quantised GGUF weights; that refusal read as a corrupt GGUF file, after
+    the load. It is now one line saying what to do, before the file is even opened."""
+    code = main(["cpt", str(tmp_path), "--gguf-file", "model.gguf", "--data-files", str(corpus), "--output-dir",
+                 str(tmp_path / "q"), "--lora-r", "8", "--load-in-4bit"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--load-in-4bit cannot quantise a GGUF file" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "q").exists()
