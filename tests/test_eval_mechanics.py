@@ -302,3 +302,14 @@ def test_fine_tuning_and_scoring_never_build_a_tensor_on_the_default_device(deco
         task = task_class(family)
         monkeypatch.setattr(task, "score", on_meta_default(task.score))
     assert scores("meta-default") == reference
+
+
+def test_evaluation_never_picks_flex_attention_on_a_gpu(decoder_dir, monkeypatch):
+    """Fine-tuning batches are padded to their own width, so flex attention (auto's pick on a GPU without flash-attn)
+    would compile for every width; the backbone takes sdpa there instead. The GPU is stood in for."""
+    from hf_encoderize.evaluation.backbone import _load_decoder
+    from hf_encoderize.loading import LoadConfig
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    model, _ = _load_decoder(LoadConfig(str(decoder_dir), dtype="float32"), False, torch.device("cuda"))
+    assert model.config._attn_implementation == "sdpa"

@@ -11,7 +11,8 @@ Design choices:
 - The pretrained weights are loaded from disk once. A CPU copy of the state dict restores them before each run
   (`Backbone.fresh()`), so a 30-run grid reads the checkpoint once.
 - Weights are kept in float32 (`dtype="auto"` means float32 here) and the forward pass runs under bf16 autocast on a
-  GPU: mixed-precision fine-tuning, with sdpa attention by default.
+  GPU: mixed-precision fine-tuning. `--attn-implementation auto` picks flash attention on a GPU that has flash-attn,
+  else sdpa (eager for a class without it); never flex, which would compile for every padded batch width.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def load_backbone(load: LoadConfig, *, causal: bool = False, device: str = "auto
         model, tokenizer = _load_encoder(load)
         mode = "bidirectional"
     else:
-        model, tokenizer = _load_decoder(load, causal)
+        model, tokenizer = _load_decoder(load, causal, target)
         mode = "causal" if causal else "bidirectional"
     tokenizer.padding_side = "right"  # real tokens keep positions 0..n-1
     model.to(target)
@@ -120,12 +121,19 @@ def _load_encoder(load: LoadConfig):
     return model, tokenizer
 
 
-def _load_decoder(load: LoadConfig, causal: bool):
+# Fine-tuning batches are padded to their own width (length-grouped), so each batch has another shape: flex attention
+# would compile its kernel for every width. `auto` therefore chooses among flash (on a GPU, where it runs in the bf16
+# of `Backbone.autocast`), sdpa and eager here.
+EVAL_EXCLUDES = {"flex_attention": "fine-tuning batches are padded to their own width: flex would compile per width"}
+
+
+def _load_decoder(load: LoadConfig, causal: bool, target: torch.device):
     from hf_encoderize.bidirectional import base_model_of, encoderize
-    from hf_encoderize.loading import load_decoder
+    from hf_encoderize.loading import load_decoder_trying
     from hf_encoderize.tokens import ensure_pad_token
 
-    full, tokenizer = load_decoder(load)
+    compute = torch.bfloat16 if target.type == "cuda" else torch.float32  # as `Backbone.autocast` runs it
+    full, tokenizer, _ = load_decoder_trying(load, exclude=EVAL_EXCLUDES, compute_dtype=compute)
     if causal:
         ensure_pad_token(tokenizer)  # pads are masked out of attention and pooling; no new embedding row
         full.config.is_causal = True
