@@ -30,6 +30,7 @@ Design choices:
 from __future__ import annotations
 
 import contextlib
+import datetime
 import math
 import os
 import sys
@@ -173,6 +174,7 @@ def make_accelerator(train: TrainConfig, output_dir: Path, trackers: list[str]):
     """An `Accelerator` for this run: bf16 on a GPU that has it (`auto`), gloo when launched on several CPUs."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
+    from accelerate.utils import InitProcessGroupKwargs
 
     precision = train.mixed_precision
     if precision == "auto":
@@ -183,8 +185,12 @@ def make_accelerator(train: TrainConfig, output_dir: Path, trackers: list[str]):
         AcceleratorState._reset_state(reset_partial_state=False)
     # Launched on several processes without a GPU (torchrun / accelerate launch on CPU): use gloo, not one-per-process.
     multi_cpu = not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1
+    # The other processes wait at a barrier while the main one saves the encoder (after merging LoRA adapters into a
+    # reloaded base, or gathering FSDP shards): minutes for a large model, which NCCL's default 10-minute timeout
+    # would turn into an abort of every process mid-save.
+    group = InitProcessGroupKwargs(timeout=datetime.timedelta(hours=2))
     return Accelerator(gradient_accumulation_steps=train.grad_accum, mixed_precision=precision, cpu=multi_cpu,
-                       log_with=trackers or None, project_dir=str(output_dir))
+                       log_with=trackers or None, project_dir=str(output_dir), kwargs_handlers=[group])
 
 
 def build_run(accelerator, model, tokenizer, documents: Documents, data: DataConfig, masking: MaskingConfig,

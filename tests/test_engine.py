@@ -231,3 +231,14 @@ def test_training_never_builds_a_tensor_on_the_default_device(corpus, tmp_path, 
     emulated = run("meta-default")
     assert emulated["losses"] == reference["losses"]
     assert emulated["eval_loss"] == reference["eval_loss"]
+
+
+def test_processes_wait_hours_not_minutes_for_the_main_one_to_save(tmp_path):
+    """While the main process saves (a LoRA merge reloads the whole base; FSDP gathers its shards) the others wait at
+    a barrier; NCCL's default 10-minute timeout would abort them all mid-save for a large model."""
+    import datetime
+
+    from hf_encoderize.train import make_accelerator
+
+    accelerator = make_accelerator(TrainConfig(output_dir=str(tmp_path)), tmp_path, [])
+    assert accelerator.init_handler.timeout == datetime.timedelta(hours=2)
