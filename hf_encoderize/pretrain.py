@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from dataclasses import KW_ONLY, asdict, dataclass
 from pathlib import Path
@@ -142,8 +143,9 @@ def model_config_from(spec: str):
 
 def estimate_memory(config, data: DataConfig, train: TrainConfig, mixed_precision: bool) -> dict:
     """Bytes needed per process to train `config`, without building it: fp32 weights + gradients + two AdamW moments
-    (16 bytes a parameter), activations (~34 bytes per token, hidden unit and layer in 16-bit, Korthikanti et al.
-    2022, with sdpa's memory-efficient attention: no T^2 term; double in fp32) and one chunk of LM-head logits."""
+    (16 bytes a parameter, divided as the launch shards them: `state_bytes_per_parameter`), activations (~34 bytes
+    per token, hidden unit and layer in 16-bit, Korthikanti et al. 2022, with sdpa's memory-efficient attention: no
+    T^2 term; double in fp32) and one chunk of LM-head logits."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -158,8 +160,33 @@ def estimate_memory(config, data: DataConfig, train: TrainConfig, mixed_precisio
         per_layer * layers
     # The fused loss's chunk (2**26 logits: fp32 softmax + compute-dtype logits and gradient) and its fp32 grad_W.
     logits = CHUNK_ELEMENTS * (4 + 2 + 2) + text.vocab_size * text.hidden_size * 4
-    return {"parameters": parameters, "states": 16 * parameters, "activations": activations, "logits": logits,
-            "total": 16 * parameters + activations + logits}
+    states = round(state_bytes_per_parameter() * parameters)
+    return {"parameters": parameters, "states": states, "activations": activations, "logits": logits,
+            "total": states + activations + logits}
+
+
+def state_bytes_per_parameter(environ=None) -> float:
+    """fp32 weights, gradients and two AdamW moments (4 + 4 + 8 bytes) held by one process of this launch: all of
+    them divided among the processes under FSDP or DeepSpeed ZeRO-3, gradients and moments only under ZeRO-2, none
+    under DDP (read from `accelerate launch`'s environment, before the Accelerator exists).
+
+    >>> state_bytes_per_parameter({"WORLD_SIZE": "8", "ACCELERATE_USE_FSDP": "true"})
+    2.0
+    >>> state_bytes_per_parameter({"WORLD_SIZE": "4", "ACCELERATE_USE_DEEPSPEED": "true",
+    ...                            "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2"})
+    7.0
+    >>> state_bytes_per_parameter({"WORLD_SIZE": "8"})
+    16.0
+    """
+    environ = os.environ if environ is None else environ
+    processes = int(environ.get("WORLD_SIZE", "1"))
+    deepspeed = environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true"
+    stage = environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "") if deepspeed else ""
+    if environ.get("ACCELERATE_USE_FSDP", "").lower() == "true" or stage == "3":
+        return 16 / processes
+    if stage == "2":
+        return 4 + 12 / processes
+    return 16.0
 
 
 def available_memory() -> tuple[int, str]:
