@@ -67,3 +67,19 @@ def decoder_dir(tmp_path_factory):
     make_decoder().save_pretrained(path)
     make_tokenizer().save_pretrained(path)
     return path
+
+
+def on_meta_default(function):
+    """`function` run with meta as the default device: a tensor it builds without naming a device lands on meta and
+    fails where it is used. With the model on the CPU this stands in for a GPU run, where the model is on CUDA and the
+    default device is the CPU (tests/test_engine.py, test_eval_mechanics.py)."""
+    import functools
+
+    import torch
+
+    @functools.wraps(function)
+    def wrapped(*args, **kwargs):
+        with torch.device("meta"):
+            return function(*args, **kwargs)
+
+    return wrapped

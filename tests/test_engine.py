@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_decoder, make_tokenizer, write_corpus
+from conftest import make_decoder, make_tokenizer, on_meta_default, write_corpus
 from safetensors.torch import load_file
 
 from hf_encoderize.cpt import cpt, load_encoderized
@@ -204,8 +204,6 @@ def test_training_never_builds_a_tensor_on_the_default_device(corpus, tmp_path, 
     Here the default device is meta while the model trains on the CPU: every device tensor must follow the model or
     the accelerator, every host tensor must name the CPU, and the run must equal the same run without the meta
     default. The prefetch thread keeps the CPU default (the mode is per thread), as host preparation does on a GPU."""
-    import functools
-
     import hf_encoderize.cpt as cpt_module
 
     model_dir = tmp_path / "model"
@@ -217,13 +215,6 @@ def test_training_never_builds_a_tensor_on_the_default_device(corpus, tmp_path, 
                    DataConfig(data_files=str(corpus), seq_len=32, eval_documents=8), MaskingConfig(),
                    TrainConfig(output_dir=str(tmp_path / name), steps=4, batch_size=4, save_every=2, eval_every=2,
                                log_every=2, progress=False))
-
-    def on_meta_default(function):
-        @functools.wraps(function)
-        def wrapped(*args, **kwargs):
-            with torch.device("meta"):
-                return function(*args, **kwargs)
-        return wrapped
 
     reference = run("reference")
     for name in ("probe_where_it_trains", "train_until", "evaluate_held_out"):

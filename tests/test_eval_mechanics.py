@@ -273,7 +273,7 @@ def test_fine_tuning_and_scoring_never_build_a_tensor_on_the_default_device(deco
     would land on the CPU. Here fine-tuning and scoring run under a meta default device while the backbone stays on
     the CPU, for one dataset of each family: device tensors must follow the backbone, host batches must name the
     CPU, and the scores must equal the plain run's."""
-    import functools
+    from conftest import on_meta_default
 
     import hf_encoderize.evaluation.base as base
     from hf_encoderize.evaluation import EvalConfig, evaluate
@@ -288,13 +288,6 @@ def test_fine_tuning_and_scoring_never_build_a_tensor_on_the_default_device(deco
         results = evaluate(LoadConfig(str(decoder_dir)), EvalConfig(output_dir=str(tmp_path / name), **settings),
                            progress=lambda line: None)["results"]
         return [(r["dataset"], r["test_mean"]) for r in results]
-
-    def on_meta_default(function):
-        @functools.wraps(function)
-        def wrapped(*args, **kwargs):
-            with torch.device("meta"):
-                return function(*args, **kwargs)
-        return wrapped
 
     reference = scores("reference")
     monkeypatch.setattr(base, "finetune", on_meta_default(base.finetune))
