@@ -28,10 +28,10 @@ Design choices:
 - `compiled=True` (`--loss-implementation compiled`) hands each chunk's softmax gradient to `torch.compile`
   (`softmax_gradient`): inductor fuses the fp32 casts, max, exp, sum, log and the minus-one-hot into a couple of passes
   over the logits in registers, where the eager chunk makes about ten passes over an fp32 copy of them (~46 bytes of
-  traffic per logit under bf16, against ~6). No fp32 copy is held, so a chunk takes twice the rows in the same
-  memory, halving the passes over grad_W. On a 2-core CPU, on bf16 logits of 441 x 32,768 it is 2.96x the eager
-  softmax gradient (median of 7), on fp32 ones 0.36x (the eager one works in place on them, no copy); the whole
-  fp32 loss at hidden 896 is a tie (1.02 s vs 1.03 s: the matmuls dominate there). Its GPU gain is for
+  traffic per logit under bf16, against ~6). No fp32 copy of 16-bit logits is held, so a chunk takes twice the rows
+  in the same memory, halving the passes over grad_W. On a 2-core CPU, on bf16 logits of 441 x 32,768 it is 2.96x
+  the eager softmax gradient (median of 7), on fp32 ones 0.36x (the eager one works in place on them, no copy); the
+  whole fp32 loss at hidden 896 is a tie (1.02 s vs 1.03 s: the matmuls dominate there). Its GPU gain is for
   `loss_kernels`' probe to measure on each run's shape, as for the other kernels.
 - Liger-Kernel and Cut-Cross-Entropy (Triton kernels for CUDA) are candidates where installed: `loss_kernels` times
   them against this loss on the run's shape and checks they agree with it before a run uses one (`kernel=`).
@@ -122,7 +122,8 @@ def fused_linear_cross_entropy(
     grad_on = torch.is_grad_enabled()
     needs = tuple(grad_on and t is not None and t.requires_grad for t in (hidden_rows, weight, bias))
     dtype = compute_dtype(hidden_rows)
-    budget = CHUNK_ELEMENTS * (2 if compiled else 1)  # compiled: no fp32 copy of the chunk's logits
+    # Compiled on 16-bit logits: no fp32 copy of them, so twice the rows in the same memory (fp32 logits: the same).
+    budget = CHUNK_ELEMENTS * (2 if compiled and dtype.itemsize == 2 else 1)
     rows = chunk_rows or max(1, budget // weight.shape[0])
     loss, correct = _FusedLinearCrossEntropy.apply(hidden_rows, weight, targets, bias, dtype, rows, with_accuracy,
                                                    needs, compiled)
