@@ -45,6 +45,7 @@ from hf_encoderize.lora import (
     merged_model,
     quantization_config,
 )
+from hf_encoderize.loss import autocast_dtype
 from hf_encoderize.masking import MaskingConfig
 from hf_encoderize.monitor import TrainingMonitor, hardware_facts, parse_report_to, utc_now
 from hf_encoderize.train import (
@@ -263,8 +264,7 @@ def encoderize_where_it_trains(load: LoadConfig, model_kwargs: dict, accelerator
 
     failed = {}
     if compute_dtype is None:  # the autocast dtype, else the weights'
-        compute_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(
-            str(getattr(accelerator, "mixed_precision", "no")))
+        compute_dtype = autocast_dtype(accelerator)
     while True:
         model, tokenizer, tried = load_decoder_trying(load, model_kwargs=model_kwargs, exclude=failed,
                                                       compute_dtype=compute_dtype)

@@ -130,6 +130,11 @@ def fused_linear_cross_entropy(
     return loss, correct if with_accuracy else None
 
 
+def autocast_dtype(accelerator) -> torch.dtype | None:
+    """The dtype an Accelerate run autocasts to (bf16, fp16), None without mixed precision (or without accelerator)."""
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(getattr(accelerator, "mixed_precision", "no")))
+
+
 def compute_dtype(tensor: torch.Tensor) -> torch.dtype:
     """The dtype a linear layer on `tensor` would compute in: autocast's when it is on for the device."""
     device_type = tensor.device.type

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import torch
 
 from hf_encoderize.errors import EncoderizeError
-from hf_encoderize.loss import compute_dtype, fusable_head, fused_linear_cross_entropy
+from hf_encoderize.loss import autocast_dtype, compute_dtype, fusable_head, fused_linear_cross_entropy
 
 REFERENCE = "fused"
 LOSS_IMPLEMENTATIONS = ("auto", REFERENCE, "compiled", "liger", "cce")
@@ -182,7 +182,7 @@ def choose_loss_kernel(accelerator, objective, masking, data, train) -> dict:
     if head is None or not fusable_head(head):
         return {"requested": train.loss_implementation, "chosen": "checkpointed",
                 "why": "the LM head is not a plain Linear here (sharded, partitioned or wrapped)"}
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(accelerator.mixed_precision), head.weight.dtype)
+    dtype = autocast_dtype(accelerator) or head.weight.dtype
     rows = max(1, round(masking.mask_ratio * train.batch_size * data.seq_len))
     name, report = choose_loss_implementation(train.loss_implementation, accelerator.device, head.weight.shape[1],
                                               head.weight.shape[0], rows, dtype, bias=head.bias is not None)

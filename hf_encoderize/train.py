@@ -52,7 +52,7 @@ from hf_encoderize.checkpoints import (
 )
 from hf_encoderize.data import DataConfig, Documents
 from hf_encoderize.isolation import packed_forward
-from hf_encoderize.loss import mlm_loss
+from hf_encoderize.loss import autocast_dtype, mlm_loss
 from hf_encoderize.loss_kernels import choose_loss_kernel
 from hf_encoderize.masking import MaskingConfig
 from hf_encoderize.nonfinite import NonFiniteGuard, check_finite_result
@@ -164,7 +164,7 @@ def attention_dtype(accelerator, train: TrainConfig, frozen_base: bool = False) 
     autocast dtype under mixed precision; without autocast, fp32 when the trainable weights are kept in fp32
     (`--master-weights fp32`, `build_run` upcasts them), unless what runs is a frozen base (LoRA); else None, the
     loaded weights' dtype."""
-    autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(getattr(accelerator, "mixed_precision", "no")))
+    autocast = autocast_dtype(accelerator)
     if autocast is not None:
         return autocast
     return torch.float32 if train.master_weights == "fp32" and not frozen_base else None
