@@ -86,10 +86,10 @@ def write_model_config(path: Path, vocab_size: int, seq_len: int) -> None:
 
 
 def run_split(args, work: Path, schedule: str, from_checkpoint: str | None) -> dict:
-    from hf_encoderize.data import DataConfig
-    from hf_encoderize.masking import MaskingConfig
-    from hf_encoderize.pretrain import PretrainConfig, pretrain
-    from hf_encoderize.train import TrainConfig
+    from hf_encoderize.data.sources import DataConfig
+    from hf_encoderize.objectives.masking import MaskingConfig
+    from hf_encoderize.recipes.pretrain import PretrainConfig, pretrain
+    from hf_encoderize.training.train import TrainConfig
 
     out = work / schedule.replace(":", "").replace(",", "_")
     spec = PretrainConfig(model_config=str(work / "config.json"), tokenizer=str(work / "tokenizer"),
@@ -112,7 +112,7 @@ def smoke_eval(encoder: str, out: Path) -> dict:
     """Family means (0-100) of `hf-encoderize eval --profile smoke`: one fine-tuning per synthetic offline set (SC,
     TC, QA, IR), about 20 s per encoder here."""
     from hf_encoderize.evaluation import EvalConfig, evaluate
-    from hf_encoderize.loading import LoadConfig
+    from hf_encoderize.model.loading import LoadConfig
 
     summary = evaluate(LoadConfig(encoder), EvalConfig(profile="smoke", output_dir=str(out)), progress=lambda _: None)
     return {task: round(score, 2) for task, score in summary["family_means"].items()}

@@ -121,7 +121,7 @@ def simcse_sentences(path: Path, limit: int, fragments: float) -> Path:
     texts are in the data, SimCSE never teaches them apart and every single word embeds alike."""
     import random
 
-    from hf_encoderize.quickstart import write_corpus
+    from hf_encoderize.pipeline.quickstart import write_corpus
 
     corpus, rng = write_corpus(path.parent / "corpus"), random.Random(0)
     texts = []
@@ -151,12 +151,12 @@ def supervised_pairs(path: Path, count: int) -> Path:
 
 def mlm_encoder(work: Path) -> Path:
     """The quickstart's MLM encoder: SmolLM2-135M (the embedded GGUF), 80 cpt steps on the quickstart corpus."""
-    from hf_encoderize.cpt import cpt
-    from hf_encoderize.data import DataConfig
-    from hf_encoderize.loading import LoadConfig
-    from hf_encoderize.masking import MaskingConfig
-    from hf_encoderize.quickstart import embedded_gguf, write_corpus
-    from hf_encoderize.train import TrainConfig
+    from hf_encoderize.data.sources import DataConfig
+    from hf_encoderize.model.loading import LoadConfig
+    from hf_encoderize.objectives.masking import MaskingConfig
+    from hf_encoderize.pipeline.quickstart import embedded_gguf, write_corpus
+    from hf_encoderize.recipes.cpt import cpt
+    from hf_encoderize.training.train import TrainConfig
 
     out = work / "mlm"
     if not (out / "encoder" / "config.json").is_file():
@@ -172,7 +172,7 @@ def mlm_encoder(work: Path) -> Path:
 
 
 def main() -> None:
-    from hf_encoderize.contrastive import ContrastiveConfig, contrastive
+    from hf_encoderize.recipes.contrastive import ContrastiveConfig, contrastive
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--encoder", help="the MLM encoder (default: make the quickstart's)")

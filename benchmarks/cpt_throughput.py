@@ -1,7 +1,7 @@
 """Training throughput and MFU of `hf-encoderize cpt` against what a user would otherwise write (same model, data).
 
 Arms (each in its own subprocess, so peak memory is its own; arms alternate over `--repeats`):
-- `ours`: `hf_encoderize.cpt.cpt` — packed rows with document isolation, sparse chunked MLM loss.
+- `ours`: `hf_encoderize.recipes.cpt.cpt` — packed rows with document isolation, sparse chunked MLM loss.
 - `trainer`: transformers `Trainer` + `DataCollatorForLanguageModeling` on the same bidirectional model loaded with
   `AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True)`: one document per row, padded to the longest
   in the batch (truncated at `seq_len`), dense logits over every position. This is the baseline the issue names.
@@ -15,7 +15,7 @@ Both sides mask 40% of tokens, all replaced by the mask token (paper, section 2)
 0.1, clipping 1.0 and the same peak LR, rows per step and sequence length. Throughput counts real (non-pad) tokens per
 second over the steps after `--warmup` steps.
 
-MFU (`hf_encoderize.flops`) is the same definition for every arm: model FLOPs of useful work per second over the
+MFU (`training.flops`) is the same definition for every arm: model FLOPs of useful work per second over the
 device's dense bf16 peak, where useful work = 6 x decoder-layer matmul params x real tokens + 6 x hidden x vocab x
 masked tokens (the head on the rows the MLM loss needs; the Trainer arms' dense logits elsewhere earn no credit, and
 are reported apart as `head_executed`) + 12 x layers x heads x head_dim x sum(L^2) over the spans attention covers:
@@ -95,8 +95,8 @@ def build_inputs(preset: dict, folder: Path, seed: int = 0, decoder: bool = Fals
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    from hf_encoderize.bidirectional import encoderize
-    from hf_encoderize.saving import save_encoder
+    from hf_encoderize.model.bidirectional import encoderize
+    from hf_encoderize.model.saving import save_encoder
 
     vocab_size = preset["model"]["vocab_size"] - 4  # room for <unk>, </s>, <pad>, <mask>
     vocab = {f"w{i}": i for i in range(vocab_size)} | {"<unk>": vocab_size, "</s>": vocab_size + 1}
@@ -133,11 +133,11 @@ def ensure_inputs(preset_name: str, folder: Path) -> None:
 
 def run_ours(preset: dict, folder: Path, attn_implementation: str = "sdpa", profile: bool = False,
              compile: bool = False) -> dict:
-    from hf_encoderize.cpt import cpt
-    from hf_encoderize.data import DataConfig
-    from hf_encoderize.loading import LoadConfig
-    from hf_encoderize.masking import MaskingConfig
-    from hf_encoderize.train import TrainConfig
+    from hf_encoderize.data.sources import DataConfig
+    from hf_encoderize.model.loading import LoadConfig
+    from hf_encoderize.objectives.masking import MaskingConfig
+    from hf_encoderize.recipes.cpt import cpt
+    from hf_encoderize.training.train import TrainConfig
 
     kind = "profile-" if profile else "compiled-" if compile else ""
     out = Path(tempfile.mkdtemp(prefix=f"ours-{kind}{attn_implementation}-", dir=folder))
@@ -297,15 +297,15 @@ def arm_main(arm: str, preset_name: str, folder: Path, attn_implementation: str,
 
 
 def utilisation(folder: Path, result: dict) -> dict:
-    """Model FLOPs of the timed steps (hf_encoderize.flops: useful work, the same definition for every arm), their
+    """Model FLOPs of the timed steps (training.flops: useful work, the same definition for every arm), their
     rate, and MFU against the device's dense bf16 peak (null on a device not in the table, and on CPU)."""
-    from hf_encoderize.flops import matmul_params, mfu, training_flops
+    from hf_encoderize.training.flops import matmul_params, mfu, training_flops
 
     config = json.loads((folder / "model" / "config.json").read_text())
     flops = training_flops(config, tokens=result["tokens"], masked_tokens=result["masked_tokens"],
                            document_lengths=result.pop("spans"), head_tokens=result["head_tokens"])
     params = matmul_params(config)
-    if flops is None:  # a config hf_encoderize.flops does not cover (MoE, hybrid): no number rather than a wrong one
+    if flops is None:  # a config training.flops does not cover (MoE, hybrid): no number rather than a wrong one
         return {"params_matmul": params, "flops": None, "model_tflops_per_s": None, "mfu": None}
     per_s = flops["total"] / result["seconds"]
     return {"params_matmul": params, "flops": flops, "model_tflops_per_s": per_s / 1e12,
@@ -316,7 +316,7 @@ def available_backends(folder: Path) -> tuple[list[str], dict[str, str]]:
     """The attention backends `ours` can train with here, and why each other one is left out."""
     import torch
 
-    from hf_encoderize.loading import LoadConfig
+    from hf_encoderize.model.loading import LoadConfig
 
     cuda, skipped = torch.cuda.is_available(), {}
     if not cuda:
@@ -349,7 +349,7 @@ def plan_runs(arms: list[str], attn_implementation: str, folder: Path) -> tuple[
 def profile_ours(preset_name: str, folder: Path, backend: str) -> dict:
     """One extra `ours` run with TrainConfig(profile=True): its OUT/profile/summary.json (seconds per step by
     component: attention, loss, optimizer, data_wait, forward_other, backward_other, total)."""
-    from hf_encoderize.train import TrainConfig
+    from hf_encoderize.training.train import TrainConfig
 
     if "profile" not in TrainConfig.__dataclass_fields__:
         return {"skipped": "this hf_encoderize's TrainConfig has no `profile` field yet"}
@@ -406,7 +406,7 @@ def summarise(results: list[dict]) -> dict:
 
 
 def build_report(args, runs: dict, skipped: dict, primary: str, profile: dict | None) -> dict:
-    from hf_encoderize.flops import peak_tflops
+    from hf_encoderize.training.flops import peak_tflops
 
     preset = PRESETS[args.preset]
     table: dict[str, dict[str, dict]] = {}

@@ -107,7 +107,7 @@ def run_ours(model_dir: Path, rows: list[dict], args) -> dict:
     from hf_encoderize.evaluation.base import finetune, length_grouped_batches
     from hf_encoderize.evaluation.loaders import DatasetSpec
     from hf_encoderize.evaluation.sc import SequenceClassification
-    from hf_encoderize.loading import LoadConfig
+    from hf_encoderize.model.loading import LoadConfig
 
     backbone = load_backbone(LoadConfig(str(model_dir)))
     spec = DatasetSpec("bench", "sc", "accuracy", label_names=("neg", "pos"))

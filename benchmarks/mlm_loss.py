@@ -34,8 +34,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from hf_encoderize.loss import checkpointed_cross_entropy, fused_linear_cross_entropy
-from hf_encoderize.loss_kernels import kernel_unavailable, loss_function
+from hf_encoderize.objectives.loss import checkpointed_cross_entropy, fused_linear_cross_entropy
+from hf_encoderize.objectives.loss_kernels import kernel_unavailable, loss_function
 
 ARMS = ("dense", "checkpointed", "fused", "compiled", "liger", "cce")
 KERNEL_ARMS = ("compiled", "liger", "cce")

@@ -17,8 +17,8 @@ import time
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from hf_encoderize.bidirectional import encoderize
-from hf_encoderize.masking import MaskingConfig, mask_tokens, sparse_mlm_loss
+from hf_encoderize.model.bidirectional import encoderize
+from hf_encoderize.objectives.masking import MaskingConfig, mask_tokens, sparse_mlm_loss
 
 
 def main() -> None:

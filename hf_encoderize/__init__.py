@@ -1,28 +1,29 @@
 """hf-encoderize: turn any decoder LLM into a verified bidirectional text encoder.
 
-The pipeline, one module (or folder) per step:
-- load: `loading` (Hub id, local folder or GGUF file; refuses what cannot become an encoder);
-- encoderize: `bidirectional` (the attention patch and its verification probe), `tokens` (mask and pad tokens);
-- pack: `data` (text sources), `packing` (row packing: documents -> fixed-length rows with document ids, `Packer`,
-  `collate`), `isolation` (attention isolation of packed documents: `packed_forward`, `isolate_documents`);
-- mask: `masking` (MLM/MNTP masking and the MLM loss), `objectives` (CLM and MLM phases);
-- train: `train` (the Accelerate engine) with its recipes `cpt` (continued pretraining) and `pretrain` (from
-  scratch, CLM then MLM), plus `lora`, `schedule` and `monitor`;
-- save: `saving` (a folder plain transformers and sentence-transformers load; `remote_code/` holds the MLM head shipped
-  in it), and `convert` (load, encoderize, save, no training);
-- evaluate: `evaluation/` (the paper's SC, TC, QA and IR fine-tuning suite);
-- card: `card` (the model card, rendered through `model_cards/encoder.md.j2`);
-- push: `hub`;
-- space: `space` (the Gradio demo; the app itself is the repository's `space/app.py`).
-Around them: `cli` (thin commands), `pipeline` (`run`: every stage into one folder), `quickstart` (the embedded
-default, offline), `architectures` (the architecture matrix), and the helpers `errors`, `files` and `licenses`.
+The pipeline, one subpackage per stage, listed from the bottom layer up; each imports only the ones above it in this
+list (the import-linter contracts in pyproject.toml enforce it, and `tests/test_layout.py` checks this map against the
+tree):
+- `common/`: rules every stage shares: `errors`, `files`, `precision`, `validation`, `version`;
+- `model/`: load, encoderize (patch and probe), save: `loading`, `load_errors`, `tiny`, `plain_attention`,
+  `bidirectional`, `tokens`, `isolation`, `where_it_trains`, `saving`, plus the `remote_code/` shipped in every encoder;
+- `data/`: text in, rows out: `sources`, `packing`, `prefetch`;
+- `objectives/`: what the model learns: `masking`, `phases`, `loss`, `loss_kernels`;
+- `training/`: the Accelerate engine: `train_config`, `train`, `batches`, `schedule`, `checkpoints`, `nonfinite`,
+  `monitor`, `profiling`, `flops`, `compiling`, `lora`, `exports`;
+- `recipes/`: the commands that make a model: `convert`, `cpt`, `pretrain`, `contrastive`;
+- `evaluation/`: the paper's SC, TC, QA and IR suite: `loaders`, `synthetic`, `backbone`, `base`, `sc`, `tc`, `qa`,
+  `ir`, `config`, `grid`, `summary`, `plots`, `compare`, `mteb_suite`;
+- `matrix/`: which model types encoderize and round-trip: `architectures`, `roundtrip`, `roundtrip_check`;
+- `publish/`: what leaves the machine: `card_facts`, `card_rows`, `card`, `licenses`, `hub`, `space`, plus the
+  `model_cards/` template and the Space app (`space_app/`);
+- `pipeline/`: several stages in one command: `commands`, `run`, `quickstart`;
+- `cli`: the thin command-line map onto those functions.
 
 Heavy imports (torch, transformers) happen inside the functions, so `import hf_encoderize` stays cheap.
 """
 
-from hf_encoderize.errors import EncoderizeError
-
-__version__ = "0.1.0"
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.version import __version__
 
 __all__ = [
     "EncoderizeError",
@@ -37,15 +38,15 @@ __all__ = [
 def __getattr__(name: str):
     # Lazy re-exports: keep `import hf_encoderize` free of torch/transformers.
     if name == "load_decoder":
-        from hf_encoderize.loading import load_decoder
+        from hf_encoderize.model.loading import load_decoder
 
         return load_decoder
     if name in ("encoderize", "verify_bidirectional"):
-        from hf_encoderize import bidirectional
+        from hf_encoderize.model import bidirectional
 
         return getattr(bidirectional, name)
     if name == "save_encoder":
-        from hf_encoderize.saving import save_encoder
+        from hf_encoderize.model.saving import save_encoder
 
         return save_encoder
     raise AttributeError(f"module 'hf_encoderize' has no attribute {name!r}")

@@ -28,32 +28,26 @@ from typing import Any
 
 import torch.distributed
 
-from hf_encoderize.architectures import ArchitecturesConfig, architectures
-from hf_encoderize.card import CardConfig, write_card
-from hf_encoderize.contrastive import ContrastiveConfig, contrastive
-from hf_encoderize.convert import ConvertConfig, convert
-from hf_encoderize.data import DataConfig
-from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.data.sources import DataConfig
 from hf_encoderize.evaluation.compare import CompareConfig, compare_results
 from hf_encoderize.evaluation.config import EvalConfig
 from hf_encoderize.evaluation.mteb_suite import render_mteb
 from hf_encoderize.evaluation.summary import render_markdown
-from hf_encoderize.hub import (
-    HubConfig,
-    PushConfig,
-    cpt_and_push,
-    evaluate_and_push,
-    pretrain_and_push,
-    push,
-)
-from hf_encoderize.loading import LoadConfig
-from hf_encoderize.lora import AdapterConfig
-from hf_encoderize.masking import MaskingConfig
-from hf_encoderize.pipeline import RunConfig, run
-from hf_encoderize.pretrain import PretrainConfig
-from hf_encoderize.quickstart import QuickstartConfig, quickstart
-from hf_encoderize.space import PushSpaceConfig, SpaceConfig, launch_space, push_space
-from hf_encoderize.train import TrainConfig
+from hf_encoderize.matrix.architectures import ArchitecturesConfig, architectures
+from hf_encoderize.model.loading import LoadConfig
+from hf_encoderize.objectives.masking import MaskingConfig
+from hf_encoderize.pipeline.commands import cpt_and_push, evaluate_and_push, pretrain_and_push
+from hf_encoderize.pipeline.quickstart import QuickstartConfig, quickstart
+from hf_encoderize.pipeline.run import RunConfig, run
+from hf_encoderize.publish.card import CardConfig, write_card
+from hf_encoderize.publish.hub import HubConfig, PushConfig, push
+from hf_encoderize.publish.space import PushSpaceConfig, SpaceConfig, launch_space, push_space
+from hf_encoderize.recipes.contrastive import ContrastiveConfig, contrastive
+from hf_encoderize.recipes.convert import ConvertConfig, convert
+from hf_encoderize.recipes.pretrain import PretrainConfig
+from hf_encoderize.training.lora import AdapterConfig
+from hf_encoderize.training.train import TrainConfig
 
 
 @dataclasses.dataclass(frozen=True)

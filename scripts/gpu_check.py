@@ -5,7 +5,7 @@ Rows, in order (each catches its own failure, so one broken row never hides the 
 2. `cpt <backend>`: `benchmarks/cpt_throughput.py`'s `ours` arm, a bf16 cpt of a random Qwen2.5-0.5B-shaped Llama
    (seq 2048, 8 rows, 30 timed steps after 5 warm-up) under sdpa, flex_attention and flash_attention_2 (when
    flash_attn imports); the sdpa row also runs the Trainer baselines. Figures: tokens/s, MFU (useful model FLOPs,
-   `hf_encoderize.flops`), peak GPU memory, loss, and ours over the Trainer arms (throughput; peak memory).
+   `hf_encoderize.training.flops`), peak GPU memory, loss, and ours over the Trainer arms (throughput; peak memory).
 3. `accelerate <config>`: `accelerate launch --config_file examples/accelerate/<config>.yaml --num_processes 1 -m
    hf_encoderize.cli cpt` of a tiny random decoder for 6 steps, checkpointing at step 3: single_gpu, multi_gpu_ddp,
    fsdp (FSDP2), deepspeed_zero2 and deepspeed_zero3 (skipped when deepspeed does not import). multi_node.yaml needs a

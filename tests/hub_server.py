@@ -230,8 +230,8 @@ def make_run_folder(root: Path, *, evaluated: bool = True, base_evaluated: bool 
     """OUT/ as `run` leaves it: a real tiny encoder in encoder/, checkpoints/, run record, metrics, plots, eval."""
     from conftest import make_decoder, make_tokenizer
 
-    from hf_encoderize.bidirectional import encoderize
-    from hf_encoderize.saving import save_encoder
+    from hf_encoderize.model.bidirectional import encoderize
+    from hf_encoderize.model.saving import save_encoder
 
     out = root / "run"
     model, tokenizer = make_decoder(), make_tokenizer()

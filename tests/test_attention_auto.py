@@ -12,13 +12,12 @@ import pytest
 import torch
 from conftest import make_decoder, make_tokenizer, write_corpus
 
-from hf_encoderize import cpt as cpt_module
-from hf_encoderize import loading
-from hf_encoderize.bidirectional import NotBidirectionalError, verify_bidirectional
 from hf_encoderize.cli import main
-from hf_encoderize.cpt import encoderize_where_it_trains
-from hf_encoderize.errors import EncoderizeError
-from hf_encoderize.loading import LoadConfig, backend_candidates, choose_backend, load_decoder_trying
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.model import loading, where_it_trains
+from hf_encoderize.model.bidirectional import NotBidirectionalError, verify_bidirectional
+from hf_encoderize.model.loading import LoadConfig, backend_candidates, choose_backend, load_decoder_trying
+from hf_encoderize.model.where_it_trains import encoderize_where_it_trains
 
 CPU_SKIPS = [{"backend": "flash_attention_2", "skipped": "needs a CUDA or ROCm GPU"},
              {"backend": "flex_attention", "skipped": "on CPU: no backward pass, and a slower forward than sdpa"}]
@@ -55,10 +54,10 @@ def test_auto_loads_llama_with_sdpa_and_the_run_record_says_so(decoder_dir, tmp_
     assert model.config._attn_implementation == "sdpa"
     assert tried == [*CPU_SKIPS, {"backend": "sdpa", "skipped": None}]
 
-    from hf_encoderize.cpt import cpt
-    from hf_encoderize.data import DataConfig
-    from hf_encoderize.masking import MaskingConfig
-    from hf_encoderize.train import TrainConfig
+    from hf_encoderize.data.sources import DataConfig
+    from hf_encoderize.objectives.masking import MaskingConfig
+    from hf_encoderize.recipes.cpt import cpt
+    from hf_encoderize.training.train import TrainConfig
 
     corpus = write_corpus(tmp_path / "docs.jsonl", 40, lambda i: 5 + i % 11)
     cpt(LoadConfig(str(decoder_dir)), DataConfig(data_files=str(corpus), seq_len=32, eval_documents=0),
@@ -148,8 +147,8 @@ def _probe_failing_under(backend: str, real_probe):
 
 @cpu_only
 def test_a_backend_failing_the_probe_gives_way_to_the_next(decoder_dir, monkeypatch, capsys):
-    monkeypatch.setattr(cpt_module, "probe_where_it_trains",
-                        _probe_failing_under("sdpa", cpt_module.probe_where_it_trains))
+    monkeypatch.setattr(where_it_trains, "probe_where_it_trains",
+                        _probe_failing_under("sdpa", where_it_trains.probe_where_it_trains))
     model, _, report, tried = encoderize_where_it_trains(LoadConfig(str(decoder_dir)), {}, None, False)
     assert report.attn_implementation == model.config._attn_implementation == "eager"
     assert tried[2] == {"backend": "sdpa", "skipped": "failed the probe: bidirectionality probe failed: "
@@ -173,8 +172,8 @@ def test_flex_attention_still_cannot_train_on_cpu():
 def cpu_attention_timings(steps: int = 10, warmup: int = 3) -> dict[str, dict[str, float | str]]:
     """Mean seconds per step of a packed batch (tiny Llama, hidden 256, 4 layers, 8 rows x 512 tokens, documents of
     250 + 262 tokens) under each backend, forward only and forward+backward."""
-    from hf_encoderize.bidirectional import encoderize
-    from hf_encoderize.isolation import document_ids_from_lengths, packed_inputs
+    from hf_encoderize.model.bidirectional import encoderize
+    from hf_encoderize.model.isolation import document_ids_from_lengths, packed_inputs
 
     timings = {}
     for backend in ("sdpa", "eager", "flex_attention"):
@@ -191,7 +190,7 @@ def cpu_attention_timings(steps: int = 10, warmup: int = 3) -> dict[str, dict[st
 def _seconds_per_step(batch: tuple, train: bool, steps: int, warmup: int) -> float | str:
     import time
 
-    from hf_encoderize.isolation import packed_forward
+    from hf_encoderize.model.isolation import packed_forward
 
     base, ids, docs, packed = batch
     try:
@@ -215,14 +214,15 @@ if __name__ == "__main__":
 def test_auto_leaves_flash_out_when_attention_would_run_in_fp32(monkeypatch):
     """On a GPU with flash-attn, `--mixed-precision no` trains fp32 master weights without autocast: flash attention
     (bf16/fp16 only) would fail at the first step, after the whole load. `auto` is told the dtype attention trains
-    in (`train.attention_dtype`) and picks flash only for bf16/fp16. The GPU and flash-attn are stood in for here."""
+    in (`attention_dtype`) and picks flash only for bf16/fp16. The GPU and flash-attn are stood in for here."""
     import sys
     import types
     from types import SimpleNamespace
 
     from transformers import AutoConfig
 
-    from hf_encoderize.train import TrainConfig, attention_dtype
+    from hf_encoderize.common.precision import attention_dtype
+    from hf_encoderize.training.train import TrainConfig
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args: (9, 0))

@@ -6,9 +6,9 @@ import pytest
 import torch
 from conftest import make_decoder
 
-from hf_encoderize import isolation
-from hf_encoderize.bidirectional import NotBidirectionalError, encoderize, verify_bidirectional
-from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.model import isolation
+from hf_encoderize.model.bidirectional import NotBidirectionalError, encoderize, verify_bidirectional
 
 # flex_attention runs unfused on CPU (no torch.compile), by far the slowest backend here (gemma3_text: 13-95 s).
 BACKENDS = ["eager", "sdpa", pytest.param("flex_attention", marks=pytest.mark.slow)]

@@ -10,9 +10,9 @@ import pytest
 import yaml
 from hub_server import make_run_folder, summary
 
-from hf_encoderize.card import CARD_MARKER, CardConfig, gather_facts, render_card, write_card
 from hf_encoderize.cli import main
-from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.publish.card import CARD_MARKER, CardConfig, gather_facts, render_card, write_card
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +126,7 @@ def test_converted_encoder_without_run_or_eval(tmp_path):
 def test_license_from_gguf_metadata(tmp_path):
     from gguf import GGUFWriter
 
-    from hf_encoderize.licenses import base_license
+    from hf_encoderize.publish.licenses import base_license
 
     writer = GGUFWriter(str(tmp_path / "m.gguf"), "llama")
     writer.add_license("apache-2.0")

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from hf_encoderize.cli import COMMANDS, field_docs, main
-from hf_encoderize.errors import EncoderizeError
-from hf_encoderize.loading import load_decoder
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.model.loading import load_decoder
 
 
 def _config_dir(tmp_path, config):

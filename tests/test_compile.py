@@ -5,9 +5,9 @@ import torch
 from conftest import make_decoder
 from torch._dynamo.utils import counters
 
-from hf_encoderize.bidirectional import encoderize
-from hf_encoderize.compiling import compile_decoder_layers
-from hf_encoderize.isolation import document_ids_from_lengths, packed_forward, packed_inputs
+from hf_encoderize.model.bidirectional import encoderize
+from hf_encoderize.model.isolation import document_ids_from_lengths, packed_forward, packed_inputs
+from hf_encoderize.training.compiling import compile_decoder_layers
 
 
 def _loss_and_grads(model, ids, docs):
@@ -46,11 +46,11 @@ def test_cpt_with_compile_trains_and_saves_plain_names(decoder_dir, tmp_path):
     from conftest import write_corpus
     from safetensors.torch import load_file
 
-    from hf_encoderize.cpt import cpt
-    from hf_encoderize.data import DataConfig
-    from hf_encoderize.loading import LoadConfig
-    from hf_encoderize.masking import MaskingConfig
-    from hf_encoderize.train import TrainConfig
+    from hf_encoderize.data.sources import DataConfig
+    from hf_encoderize.model.loading import LoadConfig
+    from hf_encoderize.objectives.masking import MaskingConfig
+    from hf_encoderize.recipes.cpt import cpt
+    from hf_encoderize.training.train import TrainConfig
 
     corpus = write_corpus(tmp_path / "docs.jsonl", 120, lambda i: 5 + i % 17)
     summary = cpt(LoadConfig(str(decoder_dir), attn_implementation="sdpa"),

@@ -12,12 +12,12 @@ import torch
 from conftest import make_decoder, make_tokenizer
 from safetensors.torch import load_file
 
-from hf_encoderize.bidirectional import encoderize
 from hf_encoderize.cli import main
-from hf_encoderize.contrastive import ContrastiveConfig, contrastive, work_dir
-from hf_encoderize.errors import EncoderizeError
-from hf_encoderize.lora import AdapterConfig
-from hf_encoderize.saving import save_encoder
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.model.bidirectional import encoderize
+from hf_encoderize.model.saving import save_encoder
+from hf_encoderize.recipes.contrastive import ContrastiveConfig, contrastive, work_dir
+from hf_encoderize.training.lora import AdapterConfig
 
 
 @pytest.fixture(scope="module")

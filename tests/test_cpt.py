@@ -7,15 +7,15 @@ import torch
 from conftest import make_decoder, make_tokenizer, write_corpus
 from safetensors.torch import load_file
 
-import hf_encoderize.train as train_module
+import hf_encoderize.training.train as train_module
 from hf_encoderize.cli import main
-from hf_encoderize.cpt import cpt
-from hf_encoderize.data import DataConfig
-from hf_encoderize.errors import EncoderizeError
-from hf_encoderize.loading import LoadConfig
-from hf_encoderize.masking import MaskingConfig
-from hf_encoderize.packing import Packer
-from hf_encoderize.train import TrainConfig
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.data.packing import Packer
+from hf_encoderize.data.sources import DataConfig
+from hf_encoderize.model.loading import LoadConfig
+from hf_encoderize.objectives.masking import MaskingConfig
+from hf_encoderize.recipes.cpt import cpt
+from hf_encoderize.training.train import TrainConfig
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ def test_loss_goes_down_and_encoder_is_saved(decoder_dir, corpus, tmp_path):
 
 
 def test_nonfinite_loss_stops_or_skips(decoder_dir, corpus, tmp_path, monkeypatch, capsys):
-    from hf_encoderize.train import ObjectiveModel
+    from hf_encoderize.training.train import ObjectiveModel
 
     real_forward = ObjectiveModel.forward
 
@@ -138,7 +138,7 @@ def test_bad_input_is_one_line(decoder_dir, corpus, tmp_path, capsys):
 
 
 def test_lora_trains_adapters_and_mask_row_then_merges(decoder_dir, corpus, tmp_path):
-    from hf_encoderize.lora import AdapterConfig
+    from hf_encoderize.training.lora import AdapterConfig
 
     data = DataConfig(data_files=str(corpus), seq_len=32, eval_documents=16)
     train = TrainConfig(output_dir=str(tmp_path / "lora"), steps=4, batch_size=4, lr=1e-2, save_every=4,
@@ -207,7 +207,7 @@ def test_fp16_weights_trained_as_loaded_under_the_fp16_scaler_are_refused(corpus
     """On a GPU, fp16 autocast brings a loss scaler that refuses to unscale fp16 gradients, so fp16 weights trained as
     loaded (--master-weights loaded) would fail at the first step; refused in one line before the output folder is
     touched. The CPU has no scaler, so the test gives the accelerator the one a GPU would have."""
-    import hf_encoderize.cpt as cpt_module
+    import hf_encoderize.recipes.cpt as cpt_module
 
     model_dir = tmp_path / "fp16-decoder"
     make_decoder().half().save_pretrained(model_dir)

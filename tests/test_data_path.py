@@ -7,12 +7,12 @@ import pytest
 import torch
 from conftest import make_tokenizer
 
-from hf_encoderize.errors import EncoderizeError
-from hf_encoderize.masking import MaskingConfig
-from hf_encoderize.objectives import Masker
-from hf_encoderize.packing import LaneStream
-from hf_encoderize.prefetch import Prefetcher
-from hf_encoderize.train import TrainConfig, my_lanes
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.data.packing import LaneStream
+from hf_encoderize.data.prefetch import Prefetcher
+from hf_encoderize.objectives.masking import MaskingConfig
+from hf_encoderize.objectives.phases import Masker
+from hf_encoderize.training.train import TrainConfig, my_lanes
 
 DOCUMENTS = [" ".join(f"w{(i * 7 + j) % 100}" for j in range(3 + (i * 13) % 29)) for i in range(200)]
 
@@ -176,9 +176,9 @@ def test_profile_writes_a_per_component_summary(decoder_dir, tmp_path):
 
     from conftest import write_corpus
 
-    from hf_encoderize.cpt import cpt
-    from hf_encoderize.data import DataConfig
-    from hf_encoderize.loading import LoadConfig
+    from hf_encoderize.data.sources import DataConfig
+    from hf_encoderize.model.loading import LoadConfig
+    from hf_encoderize.recipes.cpt import cpt
 
     corpus = write_corpus(tmp_path / "docs.jsonl", 200, lambda i: 5 + i % 17)
     out = tmp_path / "run"

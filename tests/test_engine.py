@@ -12,12 +12,12 @@ import torch
 from conftest import make_decoder, make_tokenizer, on_meta_default, write_corpus
 from safetensors.torch import load_file
 
-from hf_encoderize.cpt import cpt, load_encoderized
-from hf_encoderize.data import DataConfig, open_documents
-from hf_encoderize.loading import LoadConfig
-from hf_encoderize.lora import AdapterConfig, apply_lora
-from hf_encoderize.masking import MaskingConfig
-from hf_encoderize.train import TrainConfig, build_run, make_accelerator, train_step
+from hf_encoderize.data.sources import DataConfig, open_documents
+from hf_encoderize.model.loading import LoadConfig
+from hf_encoderize.objectives.masking import MaskingConfig
+from hf_encoderize.recipes.cpt import cpt, load_encoderized
+from hf_encoderize.training.lora import AdapterConfig, apply_lora
+from hf_encoderize.training.train import TrainConfig, build_run, make_accelerator, train_step
 
 HERE = Path(__file__).parent
 REFERENCE = HERE / "data" / "reference_loss_curve.json"
@@ -179,7 +179,7 @@ def test_step_times_include_the_wait_for_the_device(tmp_path, monkeypatch):
     import time
     from types import SimpleNamespace
 
-    from hf_encoderize.monitor import TrainingMonitor
+    from hf_encoderize.training.monitor import TrainingMonitor
 
     to_host = torch.Tensor.cpu
 
@@ -204,7 +204,7 @@ def test_training_never_builds_a_tensor_on_the_default_device(corpus, tmp_path, 
     Here the default device is meta while the model trains on the CPU: every device tensor must follow the model or
     the accelerator, every host tensor must name the CPU, and the run must equal the same run without the meta
     default. The prefetch thread keeps the CPU default (the mode is per thread), as host preparation does on a GPU."""
-    import hf_encoderize.cpt as cpt_module
+    import hf_encoderize.recipes.cpt as cpt_module
 
     model_dir = tmp_path / "model"
     make_decoder().save_pretrained(model_dir)
@@ -217,7 +217,11 @@ def test_training_never_builds_a_tensor_on_the_default_device(corpus, tmp_path, 
                                log_every=2, progress=False))
 
     reference = run("reference")
-    for name in ("probe_where_it_trains", "train_until", "evaluate_held_out"):
+    from hf_encoderize.model import where_it_trains
+
+    probe = where_it_trains.probe_where_it_trains
+    monkeypatch.setattr(where_it_trains, "probe_where_it_trains", on_meta_default(probe))
+    for name in ("train_until", "evaluate_held_out"):
         monkeypatch.setattr(cpt_module, name, on_meta_default(getattr(cpt_module, name)))
     emulated = run("meta-default")
     assert emulated["losses"] == reference["losses"]
@@ -229,7 +233,7 @@ def test_processes_wait_hours_not_minutes_for_the_main_one_to_save(tmp_path):
     a barrier; NCCL's default 10-minute timeout would abort them all mid-save for a large model."""
     import datetime
 
-    from hf_encoderize.train import make_accelerator
+    from hf_encoderize.training.train import make_accelerator
 
     accelerator = make_accelerator(TrainConfig(output_dir=str(tmp_path)), tmp_path, [])
     assert accelerator.init_handler.timeout == datetime.timedelta(hours=2)

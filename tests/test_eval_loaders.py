@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.evaluation import synthetic
 from hf_encoderize.evaluation.loaders import REAL, dataset_spec, load_splits, read_split, split_train
 

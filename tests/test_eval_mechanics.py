@@ -211,7 +211,7 @@ def test_summary_selects_the_lr_on_validation_and_reports_ci_and_spread(tmp_path
 
 def test_backbone_is_bidirectional_by_default_and_causal_on_request(decoder_dir):
     from hf_encoderize.evaluation.backbone import load_backbone
-    from hf_encoderize.loading import LoadConfig
+    from hf_encoderize.model.loading import LoadConfig
 
     ids = torch.tensor([[5, 6, 7, 8]])
     changed = torch.tensor([[5, 6, 7, 9]])
@@ -231,7 +231,7 @@ def test_backbone_is_bidirectional_by_default_and_causal_on_request(decoder_dir)
 
 def test_results_folder_names_come_from_the_model_source():
     from hf_encoderize.evaluation.backbone import model_name
-    from hf_encoderize.loading import LoadConfig
+    from hf_encoderize.model.loading import LoadConfig
 
     assert model_name(LoadConfig("runs/smollm2-mlm/encoder"), causal=False) == "smollm2-mlm"
     assert model_name(LoadConfig("HuggingFaceTB/SmolLM2-135M"), causal=True) == "SmolLM2-135M-causal"
@@ -246,7 +246,7 @@ def test_nq_and_mldr_share_the_ms_marco_runs_and_score_as_if_trained_alone(decod
     dataset scored from the shared run gets exactly what it gets when it is evaluated on its own."""
     import hf_encoderize.evaluation.base as base
     from hf_encoderize.evaluation import EvalConfig, evaluate
-    from hf_encoderize.loading import LoadConfig
+    from hf_encoderize.model.loading import LoadConfig
 
     fixtures = str(Path(__file__).parent / "fixtures" / "eval")
     calls, real = [], base.finetune
@@ -278,7 +278,7 @@ def test_fine_tuning_and_scoring_never_build_a_tensor_on_the_default_device(deco
     import hf_encoderize.evaluation.base as base
     from hf_encoderize.evaluation import EvalConfig, evaluate
     from hf_encoderize.evaluation.grid import task_class
-    from hf_encoderize.loading import LoadConfig
+    from hf_encoderize.model.loading import LoadConfig
 
     settings = dict(profile="quick", lrs="1e-4", seeds="0", max_steps=2, batch_size=4, max_length=32,
                     data_dir=str(Path(__file__).parent / "fixtures" / "eval"), dataset_source="original",
@@ -301,7 +301,7 @@ def test_evaluation_never_picks_flex_attention_on_a_gpu(decoder_dir, monkeypatch
     """Fine-tuning batches are padded to their own width, so flex attention (auto's pick on a GPU without flash-attn)
     would compile for every width; the backbone takes sdpa there instead. The GPU is stood in for."""
     from hf_encoderize.evaluation.backbone import _load_decoder
-    from hf_encoderize.loading import LoadConfig
+    from hf_encoderize.model.loading import LoadConfig
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     model, _ = _load_decoder(LoadConfig(str(decoder_dir), dtype="float32"), False, torch.device("cuda"))

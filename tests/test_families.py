@@ -7,9 +7,10 @@ Hybrids pass "on padded rows": their state-space layers carry state across packe
 import pytest
 import torch
 
-from hf_encoderize.architectures import PADDED_ROWS, PASS, ArchitectureResult, probe_architecture, tiny_config
-from hf_encoderize.bidirectional import ProbeResult, encoderize
-from hf_encoderize.loading import DECODER, HYBRID
+from hf_encoderize.matrix.architectures import PADDED_ROWS, PASS, ArchitectureResult, probe_architecture
+from hf_encoderize.model.bidirectional import ProbeResult, encoderize
+from hf_encoderize.model.loading import DECODER, HYBRID
+from hf_encoderize.model.tiny import tiny_config
 
 # model type -> the backend probed (eager where the crash was eager-only, or where only eager exists)
 DECODERS = {
@@ -66,7 +67,7 @@ def test_padded_rows_count_as_passing_but_failures_do_not():
 
 
 def test_limitation_cell_names_the_reason_and_the_failing_checks():
-    from hf_encoderize.architectures import _cell
+    from hf_encoderize.matrix.architectures import _cell
 
     probe = ProbeResult({"later_token_changes_first": True, "padding_invariant": "left padding changed"})
     cell = _cell("trocr", DECODER, probe)

@@ -1,9 +1,9 @@
-"""hf_encoderize.flops: hand-computed FLOPs on a tiny config, and device names mapped to the right dense peaks."""
+"""training.flops: hand-computed FLOPs on a tiny config, and device names mapped to the right dense peaks."""
 
 import pytest
 from transformers import LlamaConfig, MixtralConfig
 
-from hf_encoderize.flops import matmul_params, mfu, peak_tflops, training_flops
+from hf_encoderize.training.flops import matmul_params, mfu, peak_tflops, training_flops
 
 TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
             vocab_size=1000)

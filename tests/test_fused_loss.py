@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hf_encoderize.loss import (
+from hf_encoderize.objectives.loss import (
     IGNORE,
     checkpointed_cross_entropy,
     fusable_head,

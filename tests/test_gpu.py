@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import make_decoder
 
-from hf_encoderize.bidirectional import encoderize, verify_bidirectional
+from hf_encoderize.model.bidirectional import encoderize, verify_bidirectional
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")]
 needs_flash_attn = pytest.mark.skipif(importlib.util.find_spec("flash_attn") is None, reason="needs flash-attn")
@@ -15,7 +15,7 @@ needs_flash_attn = pytest.mark.skipif(importlib.util.find_spec("flash_attn") is 
 
 @pytest.mark.parametrize("backend", ["sdpa", "eager", "flex_attention"])
 def test_probe_on_cuda_under_bf16_autocast(backend):
-    """How `cpt` probes on a GPU (`cpt.probe_where_it_trains`): fp32 weights moved to the device, bf16 autocast.
+    """How `cpt` probes on a GPU (`probe_where_it_trains`): fp32 weights moved to the device, bf16 autocast.
     Every probe input must be built on the device, and bf16 kernel differences must not read as a leak."""
     model = make_decoder("llama", backend).to("cuda")
     encoderize(model)
@@ -40,10 +40,10 @@ def test_flash_attention_2_in_plain_hands(tmp_path, model_type, causal_in_plain_
     wrapper takes `is_causal` from the forward kwargs, which the base model fills from `config.is_causal=False`, so a
     class that passes its kwargs down is bidirectional; StableLM's decoder layer drops them and stays causal (its saved
     config selects eager and declares sdpa causal, `roundtrip.plain_attention`). This is the GPU half of
-    `hf_encoderize.roundtrip`'s reading of the code."""
+    `hf_encoderize.matrix.roundtrip`'s reading of the code."""
     from transformers import AutoModel
 
-    from hf_encoderize.roundtrip import save_tiny
+    from hf_encoderize.matrix.roundtrip import save_tiny
 
     out = save_tiny(model_type, tmp_path / model_type)
     model = AutoModel.from_pretrained(out, attn_implementation="flash_attention_2", dtype=torch.bfloat16).to("cuda")

@@ -6,8 +6,8 @@ import importlib.util
 import pytest
 import torch
 
-from hf_encoderize.loss import fused_linear_cross_entropy
-from hf_encoderize.loss_kernels import KERNELS, choose_loss_implementation, loss_function
+from hf_encoderize.objectives.loss import fused_linear_cross_entropy
+from hf_encoderize.objectives.loss_kernels import KERNELS, choose_loss_implementation, loss_function
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 CUDA = torch.device("cuda")

@@ -151,7 +151,7 @@ def test_bad_data_contents_are_one_line(case, decoder_dir, tmp_path, capsys):
 
 def test_bad_row_found_mid_stream_is_one_line(decoder_dir, tmp_path, capsys, monkeypatch):
     """A source too large to check up front: the bad row surfaces during training, still as one line."""
-    import hf_encoderize.data as data
+    import hf_encoderize.data.sources as data
 
     monkeypatch.setattr(data, "PRECHECK_BYTES", 0)
     rows = _good(300)
@@ -165,7 +165,7 @@ def test_bad_row_found_mid_stream_is_one_line(decoder_dir, tmp_path, capsys, mon
 
 
 def test_empty_documents_are_skipped(tmp_path):
-    from hf_encoderize.data import DataConfig, open_documents
+    from hf_encoderize.data.sources import DataConfig, open_documents
 
     rows = [{"text": ""}, {"text": "w1 w2"}, {"text": "   "}, {"text": "w3"}]
     config = DataConfig(data_files=_jsonl(tmp_path / "docs.jsonl", rows), eval_documents=1)

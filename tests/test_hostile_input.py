@@ -130,7 +130,7 @@ def _strict_json_lines(path: Path) -> list[dict]:
 def test_skipped_steps_are_bounded_and_metrics_stay_json(decoder_dir, corpus, tmp_path, monkeypatch, capsys):
     """--on-nonfinite skip with a NaN every other step never reaches "10 in a row"; it used to finish and exit 0. Now
     more than 5% skipped steps stop the run in one line, no encoder is written, and metrics.jsonl is strict JSON."""
-    from hf_encoderize.train import ObjectiveModel
+    from hf_encoderize.training.train import ObjectiveModel
 
     real_forward = ObjectiveModel.forward
 
@@ -156,7 +156,7 @@ def test_skipped_steps_are_bounded_and_metrics_stay_json(decoder_dir, corpus, tm
 def test_a_model_with_non_finite_weights_is_never_saved(decoder_dir, corpus, tmp_path, monkeypatch, capsys):
     """An update that leaves NaN in the weights (a finite gradient can still overflow) must not end in a saved encoder
     and exit 0: the run stops in one line and `encoder/` is not written."""
-    import hf_encoderize.train as train_module
+    import hf_encoderize.training.train as train_module
 
     real_step = train_module.train_step
 
@@ -202,7 +202,7 @@ def test_resume_falls_back_past_a_corrupt_newest_checkpoint(decoder_dir, corpus,
 @pytest.fixture(scope="module")
 def interrupted(decoder_dir, corpus, tmp_path_factory):
     """A 12-step cpt stopped after its step-4 checkpoint (WSD: decay over the last step, from step 11)."""
-    import hf_encoderize.train as train_module
+    import hf_encoderize.training.train as train_module
 
     out = tmp_path_factory.mktemp("runs") / "interrupted"
     real_step, calls = train_module.train_step, []
@@ -234,7 +234,7 @@ INTERRUPTS = {  # Ctrl-C during step N of a 4-step run saving every 2 steps -> w
 def test_an_interrupt_says_how_to_go_on(case, decoder_dir, corpus, tmp_path, monkeypatch, capsys):
     """Ctrl-C: exit 130 and one line saying what is left (the newest checkpoint and --resume, or that nothing was
     saved yet); the command it suggests then finishes the run."""
-    import hf_encoderize.train as train_module
+    import hf_encoderize.training.train as train_module
 
     at_step, message = INTERRUPTS[case]
     real_step, calls = train_module.train_step, []

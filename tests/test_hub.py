@@ -5,10 +5,10 @@ import json
 import pytest
 from hub_server import TOKEN, fake_hub, make_run_folder  # noqa: F401 (fake_hub is a fixture)
 
-from hf_encoderize.card import CARD_MARKER
 from hf_encoderize.cli import main
-from hf_encoderize.errors import EncoderizeError
-from hf_encoderize.hub import HubConfig, PushConfig, push, push_after, push_folder
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.publish.card import CARD_MARKER
+from hf_encoderize.publish.hub import HubConfig, PushConfig, push, push_after, push_folder
 
 ENCODER_FILES = {"config.json", "model.safetensors", "modeling_encoderize.py", "tokenizer.json",
                  "tokenizer_config.json", "modules.json", "1_Pooling/config.json", "sentence_bert_config.json",

@@ -12,15 +12,16 @@ import pytest
 import torch
 from conftest import VOCAB, make_tokenizer, write_corpus
 
-from hf_encoderize.bidirectional import PACKED, ProbeResult, base_model_of, encoderize, verify_bidirectional
-from hf_encoderize.convert import ConvertConfig, convert
-from hf_encoderize.cpt import cpt, encoderize_where_it_trains
-from hf_encoderize.data import DataConfig
-from hf_encoderize.errors import EncoderizeError
-from hf_encoderize.isolation import document_ids_from_lengths, packed_forward
-from hf_encoderize.loading import LoadConfig
-from hf_encoderize.masking import MaskingConfig
-from hf_encoderize.train import TrainConfig
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.data.sources import DataConfig
+from hf_encoderize.model.bidirectional import PACKED, ProbeResult, base_model_of, encoderize, verify_bidirectional
+from hf_encoderize.model.isolation import document_ids_from_lengths, packed_forward
+from hf_encoderize.model.loading import LoadConfig
+from hf_encoderize.model.where_it_trains import encoderize_where_it_trains
+from hf_encoderize.objectives.masking import MaskingConfig
+from hf_encoderize.recipes.convert import ConvertConfig, convert
+from hf_encoderize.recipes.cpt import cpt
+from hf_encoderize.training.train import TrainConfig
 
 HYBRID = "qwen3_next"  # one GatedDeltaNet (linear attention) layer and one full-attention layer when built tiny
 PADDED = "padded rows: its state-space/linear-attention layers carry state from one packed document into the next"
@@ -29,7 +30,7 @@ PADDED = "padded rows: its state-space/linear-attention layers carry state from 
 def make_hybrid():
     from transformers import AutoModelForCausalLM
 
-    from hf_encoderize.architectures import tiny_config
+    from hf_encoderize.model.tiny import tiny_config
 
     config = tiny_config(HYBRID)  # hidden 32, 2 layers: the architecture matrix's tiny build
     config.vocab_size = VOCAB + 2
@@ -64,8 +65,8 @@ def test_passed_without_packing_ignores_only_the_packing_check():
 
 def test_flash_attention_is_never_picked_for_a_hybrid():
     # Its varlen path flattens the batch into one row: the state-space layers would carry state from row to row.
-    from hf_encoderize.architectures import tiny_config
-    from hf_encoderize.loading import backend_plan
+    from hf_encoderize.model.loading import backend_plan
+    from hf_encoderize.model.tiny import tiny_config
 
     config = tiny_config(HYBRID)
     assert "state-space layers would carry state" in dict(backend_plan(config, "auto"))["flash_attention_2"]

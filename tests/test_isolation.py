@@ -5,8 +5,8 @@ import torch
 from conftest import make_decoder
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from hf_encoderize.bidirectional import encoderize
-from hf_encoderize.isolation import (
+from hf_encoderize.model.bidirectional import encoderize
+from hf_encoderize.model.isolation import (
     cu_seqlens_from_document_ids,
     document_ids_from_lengths,
     isolate_documents,
@@ -156,7 +156,7 @@ def test_flex_attention_computes_in_the_autocast_dtype(monkeypatch):
     match sdpa's under the same autocast."""
     import transformers.integrations.flex_attention as flex_module
 
-    from hf_encoderize.isolation import install_document_isolation
+    from hf_encoderize.model.isolation import install_document_isolation
 
     install_document_isolation()
     seen = []

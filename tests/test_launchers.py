@@ -7,12 +7,12 @@ import pytest
 import torch
 from conftest import make_decoder, make_tokenizer
 
-from hf_encoderize.cpt import load_encoderized
-from hf_encoderize.data import DataConfig, open_documents
-from hf_encoderize.loading import LoadConfig
-from hf_encoderize.lora import AdapterConfig
-from hf_encoderize.masking import MaskingConfig
-from hf_encoderize.train import ObjectiveModel, TrainConfig, build_run, make_accelerator, train_step
+from hf_encoderize.data.sources import DataConfig, open_documents
+from hf_encoderize.model.loading import LoadConfig
+from hf_encoderize.objectives.masking import MaskingConfig
+from hf_encoderize.recipes.cpt import load_encoderized
+from hf_encoderize.training.lora import AdapterConfig
+from hf_encoderize.training.train import ObjectiveModel, TrainConfig, build_run, make_accelerator, train_step
 
 
 def test_fsdp2_wraps_each_layer_and_keeps_the_head_tied():
@@ -76,7 +76,7 @@ def test_bf16_checkpoint_trains_with_fp32_master_weights(bf16_model, tmp_path):
 def test_probe_runs_where_and_how_the_model_trains(bf16_model, tmp_path, monkeypatch):
     """The bidirectionality probe runs on the training device under the run's autocast (a flash-attention kernel
     cannot run on CPU tensors or in fp32): on this CPU, bf16 mixed precision means CPU autocast in bf16."""
-    import hf_encoderize.bidirectional as bidirectional
+    import hf_encoderize.model.bidirectional as bidirectional
 
     folder, corpus = bf16_model
     seen, real = [], bidirectional.verify_bidirectional
@@ -90,7 +90,7 @@ def test_probe_runs_where_and_how_the_model_trains(bf16_model, tmp_path, monkeyp
     data = DataConfig(data_files=str(corpus), seq_len=32, eval_documents=4)
     train = TrainConfig(output_dir=str(tmp_path / "run"), steps=2, batch_size=4, mixed_precision="bf16",
                         progress=False)
-    from hf_encoderize.cpt import cpt
+    from hf_encoderize.recipes.cpt import cpt
 
     cpt(LoadConfig(str(folder)), data, MaskingConfig(), train)
     assert seen == [("cpu", True, torch.bfloat16)]

@@ -13,15 +13,15 @@ import torch
 import torch.nn.functional as F
 from conftest import write_corpus
 
-from hf_encoderize import loss_kernels
-from hf_encoderize.cpt import cpt
-from hf_encoderize.data import DataConfig
-from hf_encoderize.errors import EncoderizeError
-from hf_encoderize.loading import LoadConfig
-from hf_encoderize.loss import fused_linear_cross_entropy, mlm_loss
-from hf_encoderize.loss_kernels import LossKernel, choose_loss_implementation
-from hf_encoderize.masking import MaskingConfig
-from hf_encoderize.train import TrainConfig
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.data.sources import DataConfig
+from hf_encoderize.model.loading import LoadConfig
+from hf_encoderize.objectives import loss_kernels
+from hf_encoderize.objectives.loss import fused_linear_cross_entropy, mlm_loss
+from hf_encoderize.objectives.loss_kernels import LossKernel, choose_loss_implementation
+from hf_encoderize.objectives.masking import MaskingConfig
+from hf_encoderize.recipes.cpt import cpt
+from hf_encoderize.training.train import TrainConfig
 
 CPU = torch.device("cpu")
 SHAPE = dict(hidden=32, vocab=512, rows=64, dtype=torch.float32)

@@ -5,14 +5,14 @@ import doctest
 import pytest
 import torch
 
-import hf_encoderize.isolation
-import hf_encoderize.masking
-from hf_encoderize.errors import EncoderizeError
-from hf_encoderize.masking import IGNORE, MaskingConfig, mask_tokens, sparse_mlm_loss
+import hf_encoderize.model.isolation
+import hf_encoderize.objectives.masking
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.objectives.masking import IGNORE, MaskingConfig, mask_tokens, sparse_mlm_loss
 
 
 def test_docstring_examples_run():
-    for module in (hf_encoderize.masking, hf_encoderize.isolation):
+    for module in (hf_encoderize.objectives.masking, hf_encoderize.model.isolation):
         assert doctest.testmod(module).failed == 0
 
 

@@ -8,9 +8,9 @@ import random
 import pytest
 from conftest import make_decoder, make_tokenizer
 
-from hf_encoderize.bidirectional import encoderize
 from hf_encoderize.cli import main
-from hf_encoderize.saving import save_encoder
+from hf_encoderize.model.bidirectional import encoderize
+from hf_encoderize.model.saving import save_encoder
 
 pytest.importorskip("mteb")
 

@@ -10,14 +10,14 @@ from conftest import make_tokenizer, write_corpus
 from safetensors.torch import load_file
 
 from hf_encoderize.cli import main
-from hf_encoderize.cpt import cpt
-from hf_encoderize.data import DataConfig
-from hf_encoderize.errors import EncoderizeError
-from hf_encoderize.loading import LoadConfig
-from hf_encoderize.masking import MaskingConfig
-from hf_encoderize.packing import LaneStream, data_position
-from hf_encoderize.schedule import wsd_factor
-from hf_encoderize.train import TrainConfig, my_lanes
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.data.packing import LaneStream, data_position
+from hf_encoderize.data.sources import DataConfig
+from hf_encoderize.model.loading import LoadConfig
+from hf_encoderize.objectives.masking import MaskingConfig
+from hf_encoderize.recipes.cpt import cpt
+from hf_encoderize.training.schedule import wsd_factor
+from hf_encoderize.training.train import TrainConfig, my_lanes
 
 DOCUMENTS = [" ".join(f"w{i % 100}" for _ in range(3 + i % 5)) for i in range(120)]  # document i is made of w{i}
 
@@ -186,7 +186,7 @@ def test_export_steps_save_encoders_without_changing_the_run(decoder_dir, corpus
 def test_pretrain_exports_a_clm_phase_checkpoint_and_trains_on(tmp_path):
     """An export during the CLM phase is saved bidirectional (the paper fine-tunes every checkpoint that way) while
     the run itself stays causal until its switch: its final weights equal a run without exports."""
-    from hf_encoderize.pretrain import PretrainConfig, pretrain
+    from hf_encoderize.recipes.pretrain import PretrainConfig, pretrain
 
     tokenizer = make_tokenizer()
     tokenizer.save_pretrained(tmp_path / "tokenizer")

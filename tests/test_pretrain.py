@@ -9,14 +9,14 @@ from conftest import make_decoder, make_tokenizer
 from hub_server import fake_hub  # noqa: F401 (a fixture)
 from safetensors.torch import load_file
 
-import hf_encoderize.train as train_module
-from hf_encoderize.bidirectional import verify_bidirectional
+import hf_encoderize.training.train as train_module
 from hf_encoderize.cli import main
-from hf_encoderize.data import DataConfig
-from hf_encoderize.masking import MaskingConfig
-from hf_encoderize.pretrain import PretrainConfig, pretrain
-from hf_encoderize.schedule import wsd_factor
-from hf_encoderize.train import TrainConfig
+from hf_encoderize.data.sources import DataConfig
+from hf_encoderize.model.bidirectional import verify_bidirectional
+from hf_encoderize.objectives.masking import MaskingConfig
+from hf_encoderize.recipes.pretrain import PretrainConfig, pretrain
+from hf_encoderize.training.schedule import wsd_factor
+from hf_encoderize.training.train import TrainConfig
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +135,7 @@ def test_resume_inside_the_mlm_phase_equals_the_unbroken_run(tiny, unbroken, tmp
 
 
 def test_bad_input_is_one_line(tiny, unbroken, tmp_path, capsys, monkeypatch):
-    import hf_encoderize.pretrain as pretrain_module
+    import hf_encoderize.recipes.pretrain as pretrain_module
 
     base = ["pretrain", "--model-config", str(tiny / "config.json"), "--tokenizer", str(tiny / "tokenizer"),
             "--data-files", str(tiny / "docs.jsonl"), "--seq-len", "32", "--output-dir", str(tmp_path / "o")]
@@ -167,7 +167,7 @@ def test_paper_configs_match_appendix_a():
 
     from transformers import AutoConfig
 
-    from hf_encoderize.pretrain import estimate_memory, model_config_from
+    from hf_encoderize.recipes.pretrain import estimate_memory, model_config_from
 
     folder = Path(__file__).resolve().parents[1] / "examples" / "configs"
     # the names count the encoder without its LM head (Appendix A; EuroBERT unties the head)
@@ -186,7 +186,7 @@ def test_paper_configs_match_appendix_a():
 
 
 def test_card_of_a_pretrain_run_describes_the_schedule(unbroken):
-    from hf_encoderize.card import CardConfig, write_card
+    from hf_encoderize.publish.card import CardConfig, write_card
 
     out, _, _ = unbroken
     text = " ".join(write_card(CardConfig(str(out))).read_text().split())  # line breaks as spaces

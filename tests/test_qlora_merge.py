@@ -13,13 +13,13 @@ import torch
 from conftest import make_decoder, make_tokenizer
 from safetensors.torch import load_file
 
-from hf_encoderize.cpt import cpt
-from hf_encoderize.data import DataConfig
-from hf_encoderize.loading import LoadConfig
-from hf_encoderize.lora import AdapterConfig, apply_lora, merge_full_precision
-from hf_encoderize.masking import MaskingConfig
-from hf_encoderize.tokens import ensure_special_tokens
-from hf_encoderize.train import TrainConfig
+from hf_encoderize.data.sources import DataConfig
+from hf_encoderize.model.loading import LoadConfig
+from hf_encoderize.model.tokens import ensure_special_tokens
+from hf_encoderize.objectives.masking import MaskingConfig
+from hf_encoderize.recipes.cpt import cpt
+from hf_encoderize.training.lora import AdapterConfig, apply_lora, merge_full_precision
+from hf_encoderize.training.train import TrainConfig
 
 
 @pytest.fixture(scope="module")

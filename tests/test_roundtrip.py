@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from hf_encoderize.card import _plain_loading
-from hf_encoderize.roundtrip import check_saved, failures, plain_attention, round_trip, save_tiny, summary
+from hf_encoderize.matrix.roundtrip import check_saved, failures, round_trip, save_tiny, summary
+from hf_encoderize.model.plain_attention import plain_attention
+from hf_encoderize.publish.card_rows import plain_loading
 
 
 def _save(model_type: str, out):
@@ -46,7 +47,7 @@ def test_stablelm_saved_default_is_bidirectional(reports):
     assert failures(report) == [] and "saved default eager" in summary(report)
     config = json.loads((folders["stablelm"] / "config.json").read_text())
     assert config["attn_implementation"] == "eager"
-    row = _plain_loading(config["hf_encoderize"]["plain_attention"])
+    row = plain_loading(config["hf_encoderize"]["plain_attention"])
     assert "selects `eager`" in row and "`sdpa`" in row
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from conftest import make_decoder, make_tokenizer
 
-from hf_encoderize.bidirectional import encoderize, verify_bidirectional
-from hf_encoderize.errors import EncoderizeError
-from hf_encoderize.saving import save_encoder
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.model.bidirectional import encoderize, verify_bidirectional
+from hf_encoderize.model.saving import save_encoder
 
 CHECK = Path(__file__).with_name("clean_env_check.py")
 

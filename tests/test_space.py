@@ -28,8 +28,8 @@ from hub_server import TOKEN, fake_hub, make_run_folder  # noqa: F401 (fake_hub 
 
 pytest.importorskip("gradio", reason="the Space needs gradio: pip install 'hf-encoderize[space]'")
 
-from hf_encoderize.errors import EncoderizeError  # noqa: E402
-from hf_encoderize.space import (  # noqa: E402
+from hf_encoderize.common.errors import EncoderizeError  # noqa: E402
+from hf_encoderize.publish.space import (  # noqa: E402
     SPACE_DIR,
     PushSpaceConfig,
     SpaceConfig,
@@ -50,8 +50,8 @@ UNRELATED = "The stock market crashed yesterday."
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory, decoder_dir):
     """A `cpt`-style run folder: OUT/encoder (tiny Llama encoder) and OUT/run_record.json naming its base."""
-    from hf_encoderize.bidirectional import encoderize
-    from hf_encoderize.saving import save_encoder
+    from hf_encoderize.model.bidirectional import encoderize
+    from hf_encoderize.model.saving import save_encoder
 
     out = tmp_path_factory.mktemp("run")
     model, tokenizer = make_decoder(), make_tokenizer()
@@ -65,7 +65,7 @@ def tiny_run(tmp_path_factory, decoder_dir):
 def contrastive_run(tmp_path_factory, tiny_run):
     """`tiny_run` plus OUT/contrastive as `run --contrastive simcse` leaves it: two SimCSE steps with last-token
     pooling and a "query" prompt, so its embeddings cannot pass for the encoder's mean-pooled ones."""
-    from hf_encoderize.contrastive import ContrastiveConfig, contrastive
+    from hf_encoderize.recipes.contrastive import ContrastiveConfig, contrastive
 
     out = shutil.copytree(tiny_run, tmp_path_factory.mktemp("contrastive") / "run")
     corpus = write_corpus(out.parent / "text.jsonl", 16, lambda index: 6)
@@ -111,7 +111,7 @@ def _client(url):
 
 
 def test_encoder_folder_is_found_in_run_or_itself(tiny_run, tmp_path):
-    from hf_encoderize.saving import encoder_dir
+    from hf_encoderize.model.saving import encoder_dir
 
     assert encoder_dir(tiny_run) == tiny_run / "encoder"
     assert encoder_dir(tiny_run / "encoder") == tiny_run / "encoder"
@@ -122,8 +122,8 @@ def test_encoder_folder_is_found_in_run_or_itself(tiny_run, tmp_path):
 
 
 def test_card_space_and_push_resolve_the_same_encoder(tmp_path):
-    from hf_encoderize.card import CardConfig, gather_facts
-    from hf_encoderize.hub import encoder_upload
+    from hf_encoderize.publish.card import CardConfig, gather_facts
+    from hf_encoderize.publish.hub import encoder_upload
 
     run = make_run_folder(tmp_path)  # a full run folder: the card (which push renders) needs its run record
 
@@ -163,7 +163,7 @@ def test_bad_port_and_missing_folder_are_one_line_cli_errors(tmp_path, capsys):
 
 
 def test_app_alone_finds_the_base_in_the_run_record(tiny_run, decoder_dir):
-    from hf_encoderize.space import load_app
+    from hf_encoderize.publish.space import load_app
 
     app = load_app()
     models = app.Models(app.Settings(encoder=str(tiny_run / "encoder")))  # as `python space/app.py` would
@@ -171,7 +171,7 @@ def test_app_alone_finds_the_base_in_the_run_record(tiny_run, decoder_dir):
 
 
 def test_missing_gradio_names_the_extra(monkeypatch, tmp_path):
-    import hf_encoderize.space as space
+    import hf_encoderize.publish.space as space
 
     real_find_spec = importlib.util.find_spec
     monkeypatch.delitem(sys.modules, space.APP_MODULE, raising=False)

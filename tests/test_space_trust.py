@@ -18,12 +18,12 @@ from conftest import make_decoder, make_tokenizer
 
 gr = pytest.importorskip("gradio", reason="the Space needs gradio: pip install 'hf-encoderize[space]'")
 
-from hf_encoderize.saving import MODELING_FILE, _modeling_source  # noqa: E402
-from hf_encoderize.space import SpaceConfig, app_settings, load_app  # noqa: E402
+from hf_encoderize.model.saving import MODELING_FILE, _modeling_source  # noqa: E402
+from hf_encoderize.publish.space import SpaceConfig, app_settings, load_app  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
 
-TEMPLATE = Path(__file__).resolve().parent.parent / "hf_encoderize" / "remote_code" / MODELING_FILE
+TEMPLATE = Path(__file__).resolve().parent.parent / "hf_encoderize" / "encoderize" / "remote_code" / MODELING_FILE
 OFF = "differs from the one hf-encoderize ships, so fill-mask is off"
 
 
@@ -35,8 +35,8 @@ def app():
 @pytest.fixture(scope="module")
 def encoder(tmp_path_factory, decoder_dir):
     """A tiny Llama encoder as `save_encoder` writes it, its base decoder recorded (so Compare works too)."""
-    from hf_encoderize.bidirectional import encoderize
-    from hf_encoderize.saving import save_encoder
+    from hf_encoderize.model.bidirectional import encoderize
+    from hf_encoderize.model.saving import save_encoder
 
     model, tokenizer = make_decoder(), make_tokenizer()
     report = encoderize(model, tokenizer)
@@ -63,7 +63,8 @@ def tab(demo, elem_id: str):
 def test_trusted_digest_is_the_shipped_template(app):
     digest = hashlib.sha256(TEMPLATE.read_bytes()).hexdigest()
     assert digest in app.TRUSTED_MODELING_SHA256, (
-        f"{TEMPLATE.name} changed: put its SHA-256 {digest} in TRUSTED_MODELING_SHA256 in space/app.py")
+        f"{TEMPLATE.name} changed: put its SHA-256 {digest} "
+        " in TRUSTED_MODELING_SHA256 in hf_encoderize/publish/space_app/app.py")
     for model_type in ("llama", "gpt_neox", "qwen3_moe", "xlm-roberta"):  # what saving.py writes, for any model
         assert app.modeling_sha256(_modeling_source(model_type).encode()) == digest
     smuggled = _modeling_source("llama").replace("MODEL_TYPE = 'llama'", "MODEL_TYPE = 'llama'; import os")

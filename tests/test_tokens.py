@@ -3,7 +3,7 @@
 import torch
 from conftest import make_decoder, make_tokenizer
 
-from hf_encoderize.tokens import ensure_special_tokens
+from hf_encoderize.model.tokens import ensure_special_tokens
 
 
 def test_added_mask_token_grows_embeddings_with_mean_row():

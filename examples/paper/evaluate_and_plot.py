@@ -28,7 +28,7 @@ MASKING = re.compile(r"^(?P<kind>mlm|clm0\.25-mlm0\.75)-42000(?:-mask(?P<mask>[\
 
 def evaluate_runs(root: Path, profile: str) -> None:
     from hf_encoderize.evaluation import EvalConfig, evaluate
-    from hf_encoderize.loading import LoadConfig
+    from hf_encoderize.model.loading import LoadConfig
 
     for encoder in sorted(root.glob("*/encoder")):
         print(f"== {encoder.parent.name}", flush=True)

@@ -8,7 +8,7 @@ runs), the shared fine-tuning loop (`base`), one file per task family (`sc`, `tc
 From Python:
 
     from hf_encoderize.evaluation import EvalConfig, evaluate
-    from hf_encoderize.loading import LoadConfig
+    from hf_encoderize.model.loading import LoadConfig
 
     summary = evaluate(LoadConfig("runs/tiny/encoder"), EvalConfig(profile="smoke", output_dir="results"))
 """

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from hf_encoderize.errors import EncoderizeError
-from hf_encoderize.loading import LoadConfig
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.model.loading import LoadConfig
 
 
 @dataclass
@@ -82,7 +82,7 @@ def model_name(load: LoadConfig, causal: bool) -> str:
 
 def load_backbone(load: LoadConfig, *, causal: bool = False, device: str = "auto") -> Backbone:
     """Load `load.source` for fine-tuning (see module docstring). Raises `EncoderizeError` if it cannot be loaded."""
-    from hf_encoderize.loading import is_native_encoder
+    from hf_encoderize.model.loading import is_native_encoder
 
     target = pick_device(device)
     if load.dtype == "auto":
@@ -128,9 +128,9 @@ EVAL_EXCLUDES = {"flex_attention": "fine-tuning batches are padded to their own 
 
 
 def _load_decoder(load: LoadConfig, causal: bool, target: torch.device):
-    from hf_encoderize.bidirectional import base_model_of, encoderize
-    from hf_encoderize.loading import load_decoder_trying
-    from hf_encoderize.tokens import ensure_pad_token
+    from hf_encoderize.model.bidirectional import base_model_of, encoderize
+    from hf_encoderize.model.loading import load_decoder_trying
+    from hf_encoderize.model.tokens import ensure_pad_token
 
     compute = torch.bfloat16 if target.type == "cuda" else torch.float32  # as `Backbone.autocast` runs it
     full, tokenizer, _ = load_decoder_trying(load, exclude=EVAL_EXCLUDES, compute_dtype=compute)

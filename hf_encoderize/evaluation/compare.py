@@ -11,7 +11,7 @@ import json
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
-from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.evaluation.loaders import TASKS
 
 

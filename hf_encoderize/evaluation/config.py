@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass
 
-from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.validation import check_number
 from hf_encoderize.evaluation.loaders import DATASETS, REAL, SOURCES, SYNTHETIC, TASKS
-from hf_encoderize.validation import check_number
 
 PAPER_LRS = (1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4)  # section 2, "Fine-tuning protocol"
 MODEL_LIMIT_FRACTION = 0.99  # EncodEval abstract_eval.py: `round(0.99 * max_length)`, "Apply 1% buffer"

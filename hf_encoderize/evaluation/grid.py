@@ -20,11 +20,11 @@ from pathlib import Path
 
 import torch
 
-from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.files import write_json_atomic
 from hf_encoderize.evaluation.config import SMOKE_SIZES, EvalConfig, lr_key, model_limit
 from hf_encoderize.evaluation.loaders import DatasetSpec, dataset_spec, load_splits
-from hf_encoderize.files import write_json_atomic
-from hf_encoderize.loading import LoadConfig
+from hf_encoderize.model.loading import LoadConfig
 
 # Protocol keys that must match for a finished run to count as part of this grid.
 FINGERPRINT_KEYS = ("batch_size", "max_steps", "warmup_ratio", "max_length", "qa_stride", "max_eval_examples",

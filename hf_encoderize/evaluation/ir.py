@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.evaluation.base import Prepared, Scores, Task, mean_pool, pad, sorted_batches, to_device
 
 

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.evaluation import synthetic
 
 PARQUET_EXPORT = "refs/convert/parquet"

@@ -26,10 +26,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from hf_encoderize.errors import EncoderizeError
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.files import write_json_atomic
 from hf_encoderize.evaluation.config import EvalConfig
-from hf_encoderize.files import write_json_atomic
-from hf_encoderize.loading import LoadConfig
+from hf_encoderize.model.loading import LoadConfig
 
 BEIR_FILES = ("corpus.jsonl", "queries.jsonl", "qrels")
 

@@ -17,8 +17,8 @@ import math
 import statistics
 from pathlib import Path
 
+from hf_encoderize.common.files import write_json_atomic
 from hf_encoderize.evaluation.loaders import DATASETS, TASKS
-from hf_encoderize.files import write_json_atomic
 
 TASK_TITLES = {"sc": "Sequence classification (SC)", "tc": "Token classification (TC)",
                "qa": "Question answering (QA)", "ir": "Information retrieval (IR)"}

@@ -9,11 +9,11 @@ import os
 import pathlib
 import sys
 
-from hf_encoderize.cpt import cpt
-from hf_encoderize.data import DataConfig
-from hf_encoderize.loading import LoadConfig
-from hf_encoderize.masking import MaskingConfig
-from hf_encoderize.train import TrainConfig
+from hf_encoderize.data.sources import DataConfig
+from hf_encoderize.model.loading import LoadConfig
+from hf_encoderize.objectives.masking import MaskingConfig
+from hf_encoderize.recipes.cpt import cpt
+from hf_encoderize.training.train import TrainConfig
 
 model_dir, data_file, output_dir, losses_file, batch_size, grad_accum = sys.argv[1:7]
 if os.environ.get("HIDE_SHARED_FOLDER_FROM_RANK") == os.environ.get("RANK"):

@@ -1,0 +1,34 @@
+"""Precision: the one place that says which dtype a run computes in.
+
+Accelerate's `mixed_precision` ("no", "bf16", "fp16") decides autocast; a linear layer under autocast computes in
+autocast's dtype, not its weights'. The probe's tolerance, the loss kernels and the attention backend choice all ask
+these two functions rather than reading the accelerator or the autocast state themselves.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def autocast_dtype(accelerator) -> torch.dtype | None:
+    """The dtype an Accelerate run autocasts to (bf16, fp16), None without mixed precision (or without accelerator)."""
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(getattr(accelerator, "mixed_precision", "no")))
+
+
+def compute_dtype(tensor: torch.Tensor) -> torch.dtype:
+    """The dtype a linear layer on `tensor` would compute in: autocast's when it is on for the device."""
+    device_type = tensor.device.type
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return tensor.dtype
+
+
+def attention_dtype(accelerator, train, frozen_base: bool = False) -> torch.dtype | None:
+    """The dtype attention will compute in, for `auto`'s choice of backend (flash attention takes bf16/fp16 only): the
+    autocast dtype under mixed precision; without autocast, fp32 when the trainable weights are kept in fp32
+    (`--master-weights fp32`, `build_run` upcasts them), unless what runs is a frozen base (LoRA); else None, the
+    loaded weights' dtype. `train`: the run's `TrainConfig`."""
+    autocast = autocast_dtype(accelerator)
+    if autocast is not None:
+        return autocast
+    return torch.float32 if train.master_weights == "fp32" and not frozen_base else None

@@ -1,0 +1,256 @@
+"""Text sources for pretraining: where the documents come from (rows are packed by `packing`).
+
+Design choices:
+- Hub datasets are streamed by default; local `.txt/.jsonl/.json/.parquet` files (globs or a folder) go through the
+  same `datasets.load_dataset` call with the matching builder.
+- A bad source, an empty one or a wrong text column is a one-line error before any model weight is loaded.
+- The first `eval_documents` documents are held out and never trained on; a source with nothing after them is refused.
+- Bad contents are one-line errors too: reading goes through `_guarded`, which turns any read/parse error into an
+  `EncoderizeError` naming the file and, after re-scanning it (`_diagnose`), the line ("docs.jsonl line 3: not valid
+  JSON"). A null or non-string text value is refused with its file and row; empty (or blank) documents are skipped.
+  Local sources up to `PRECHECK_BYTES` are read through once by `open_documents`, so such errors come before any
+  weight is loaded; larger ones are checked as they stream (still one line, mid-training).
+- `Documents` is re-iterable: each pass (and a resumed run) starts again from the first document, so the packer's
+  small state (documents consumed, tokens carried over) is enough to continue from exactly the same token.
+"""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import json
+import logging
+import os
+import random
+from collections.abc import Iterable, Iterator
+from dataclasses import KW_ONLY, dataclass
+
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.validation import check_number
+
+PRECHECK_BYTES = 64 << 20  # local sources up to this size are read through (not tokenized) before training
+_BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+
+
+@dataclass
+class DataConfig:
+    """Where the pretraining text comes from and how it is packed."""
+
+    _: KW_ONLY
+    dataset: str | None = "HuggingFaceFW/fineweb-edu"
+    """Hub dataset id (streamed). The default is the paper's corpus (section 2). Ignored when `data_files` is set."""
+    dataset_config: str | None = "sample-10BT"
+    """Hub dataset configuration name."""
+    split: str = "train"
+    """Split to read."""
+    data_files: str | None = None
+    """Local .txt/.jsonl/.parquet files: a path, a glob or a folder. Overrides `dataset`."""
+    text_column: str = "text"
+    """Column holding the document text (`.txt` files always use `text`)."""
+    seq_len: int = 512
+    """Tokens per packed row."""
+    pack: bool | None = None
+    """Pack several documents per row (isolated from each other); False pads one document per row (truncated to
+    --seq-len). Default: pack, unless the probe finds that packed documents leak while every other check passes (a
+    hybrid whose state-space layers carry state along a row), then pad, with a warning; --pack on such a model is
+    refused. The run record says which."""
+    eval_documents: int = 64
+    """The first N documents are held out for evaluation and never trained on."""
+    skip_documents: int = 0
+    """Training starts this many documents after the held-out ones: continue a stream that an earlier run already
+    read (CPT of a base model pretrained here: its run record's `data_position.next_document`), so no token is seen
+    twice, as the paper's "unique tokens" require (section 2)."""
+    shuffle_buffer: int = 0
+    """Shuffle the training documents within a buffer of N, seeded by --seed (each pass its own order; resume and
+    N processes stay exact). 0 keeps the source's order, as the paper reads FineWeb-Edu (section 2)."""
+    eval_max_rows: int = 64
+    """At most this many packed rows of the held-out documents are evaluated (long documents would otherwise make
+    every evaluation cost more than the training between two of them)."""
+    streaming: bool = True
+    """Stream Hub datasets instead of downloading them first."""
+
+    def __post_init__(self):
+        check_number("--seq-len", self.seq_len, minimum=8, integer=True)
+        check_number("--eval-documents", self.eval_documents, minimum=0, integer=True)
+        check_number("--skip-documents", self.skip_documents, minimum=0, integer=True)
+        check_number("--shuffle-buffer", self.shuffle_buffer, minimum=0, integer=True)
+        check_number("--eval-max-rows", self.eval_max_rows, minimum=1, integer=True)
+
+
+def _local_files(spec: str) -> list[str]:
+    path = os.path.expanduser(spec)
+    if os.path.isdir(path):
+        files = sorted(f for f in glob.glob(os.path.join(path, "**", "*"), recursive=True) if os.path.isfile(f))
+    else:
+        files = sorted(glob.glob(path))
+    files = [f for f in files if os.path.splitext(f)[1] in _BUILDERS]
+    if not files:
+        raise EncoderizeError(f"no .txt/.jsonl/.json/.parquet files found at {spec!r}; check --data-files")
+    return files
+
+
+def load_documents(cfg: DataConfig):
+    """An iterable of rows (dicts) from the configured source; raises a one-line error for a bad source/column."""
+    import datasets
+
+    try:
+        if cfg.data_files:
+            files = _local_files(cfg.data_files)
+            builders = {_BUILDERS[os.path.splitext(f)[1]] for f in files}
+            if len(builders) > 1:
+                raise EncoderizeError("--data-files mixes file types; pass one kind (.txt, .jsonl or .parquet)")
+            source = LocalFiles(files, builders.pop())
+        else:
+            source = datasets.load_dataset(cfg.dataset, cfg.dataset_config, split=cfg.split, streaming=cfg.streaming)
+    except EncoderizeError:
+        raise
+    except StopIteration:  # the streaming builders read a first row to infer the columns
+        source = None
+    except Exception as err:
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise EncoderizeError(f"cannot load dataset {cfg.data_files or cfg.dataset!r}: {reason}") from None
+    first = next(iter(_guarded(source, cfg.data_files or cfg.dataset)), None) if source is not None else None
+    if first is None:
+        raise EncoderizeError(f"the dataset {cfg.data_files or cfg.dataset!r} has no rows; point --data-files or "
+                              "--dataset at a source with documents")
+    columns = getattr(source, "column_names", None) or list(first.keys())
+    column = "text" if cfg.data_files and all(f.endswith(".txt") for f in _local_files(cfg.data_files)) else None
+    column = column or cfg.text_column
+    if column not in columns:
+        raise EncoderizeError(f"text column {column!r} not found (columns: {', '.join(columns)}); set --text-column")
+    return source, column
+
+
+class LocalFiles:
+    """Local files streamed one after the other, so an error can name the file (and row) it comes from."""
+
+    def __init__(self, files: list[str], builder: str):
+        self.files, self.builder = files, builder
+
+    def located(self) -> Iterator[tuple[str, int, dict]]:
+        """`(file, row number from 1, row)` for every row of every file."""
+        import datasets
+
+        # The builders log a parse error before raising it; we report it ourselves, as one line.
+        logging.getLogger("datasets.packaged_modules").setLevel(logging.CRITICAL)
+        for path in self.files:
+            try:
+                rows = datasets.load_dataset(self.builder, data_files=[path], split="train", streaming=True)
+            except StopIteration:  # the streaming builders read a first row to infer the columns: an empty file
+                continue
+            except Exception as err:
+                raise EncoderizeError(_diagnose(path, err)) from None
+            for number, row in enumerate(_guarded(rows, path), 1):
+                yield path, number, row
+
+    def __iter__(self) -> Iterator[dict]:
+        return (row for _, _, row in self.located())
+
+
+def _guarded(rows, where: str) -> Iterator[dict]:
+    """`rows`, with any read/parse error turned into one line naming `where` (a file is re-scanned for the line)."""
+    try:
+        yield from rows
+    except EncoderizeError:
+        raise
+    except Exception as err:  # datasets/pyarrow raise many types (ArrowInvalid, UnicodeDecodeError, ...)
+        raise EncoderizeError(_diagnose(where, err) if os.path.isfile(where) else _reason(where, err)) from None
+
+
+def _reason(where: str, err: Exception) -> str:
+    text = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return f"cannot read {where!r}: {text}"
+
+
+def _diagnose(path: str, err: Exception) -> str:
+    """The first bad line of a local file, found by reading it again; the library's own message when none is found."""
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        try:
+            pq.ParquetFile(path)
+        except Exception as bad:
+            return f"{path}: not a parquet file ({str(bad).splitlines()[0]}); replace it or remove it from --data-files"
+        return _reason(path, err)
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            problem = _line_problem(raw, json_lines=not path.endswith(".txt"))
+            if problem:
+                return f"{path} line {number}: {problem}"
+    return _reason(path, err)
+
+
+def _line_problem(raw: bytes, json_lines: bool) -> str | None:
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "not UTF-8 text (a binary file?); pass text, JSON lines or parquet files only"
+    if not json_lines or not line.strip():
+        return None
+    try:
+        value = json.loads(line)
+    except ValueError as err:
+        return f"not valid JSON ({err}); fix or remove the line"
+    if not isinstance(value, dict):
+        return f"a JSON {type(value).__name__}, not an object; each line must be one object like {{\"text\": ...}}"
+    return None
+
+
+class Documents:
+    """The text column of a source, re-iterable (a streamed dataset restarts from its first document).
+
+    Empty and blank documents are skipped (they hold no token to learn from); a null or non-string value is refused
+    with its file and row."""
+
+    def __init__(self, source, column: str):
+        self.source, self.column = source, column
+
+    def __iter__(self) -> Iterator[str]:
+        if isinstance(self.source, LocalFiles):
+            located = self.source.located()
+        else:
+            located = (("the dataset", number, row) for number, row in enumerate(_guarded(self.source, "dataset"), 1))
+        for where, number, row in located:
+            text = row.get(self.column)
+            if not isinstance(text, str):
+                kind = "null" if text is None else type(text).__name__
+                raise EncoderizeError(f"{where} row {number}: column {self.column!r} holds {kind}, not text; fix or "
+                                      "remove the row")
+            if text.strip():
+                yield text
+
+
+def open_documents(cfg: DataConfig) -> Documents:
+    """The configured source's documents, checked to hold some after the `eval_documents` held out."""
+    documents = Documents(*load_documents(cfg))
+    if cfg.data_files and sum(os.path.getsize(f) for f in _local_files(cfg.data_files)) <= PRECHECK_BYTES:
+        for _ in documents:  # read through once: a bad row anywhere fails now, before any weight is loaded
+            pass
+    first = cfg.eval_documents + cfg.skip_documents
+    if next(itertools.islice(iter(documents), first, None), None) is None:
+        skipped = f" and the {cfg.skip_documents} skipped" if cfg.skip_documents else ""
+        raise EncoderizeError(f"the dataset has no training documents after the {cfg.eval_documents} held out for "
+                              f"evaluation{skipped}; add data or lower --eval-documents/--skip-documents")
+    return documents
+
+
+def shuffled(items: Iterable, buffer: int, seed) -> Iterator:
+    """`items` in a seeded buffer-shuffled order (the streaming shuffle of `datasets.IterableDataset.shuffle`, for
+    any iterable): each item is drawn at random from a buffer of `buffer` items. The same seed gives the same order.
+
+    >>> list(shuffled(range(6), 1, 0)), sorted(shuffled(range(6), 3, 0)) == list(range(6))
+    ([0, 1, 2, 3, 4, 5], True)
+    """
+    if buffer <= 1:
+        yield from items
+        return
+    generator, pool = random.Random(str(seed)), []
+    for item in items:
+        if len(pool) < buffer:
+            pool.append(item)
+            continue
+        index = generator.randrange(buffer)
+        yield pool[index]
+        pool[index] = item
+    generator.shuffle(pool)
+    yield from pool

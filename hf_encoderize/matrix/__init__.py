@@ -1,0 +1,2 @@
+"""The architecture matrix: which model types encoderize, and whether their saved encoders round-trip through
+plain transformers."""

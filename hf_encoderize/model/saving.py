@@ -1,0 +1,193 @@
+"""Save an encoder so that plain transformers and sentence-transformers load it without hf_encoderize.
+
+What goes in the folder:
+- `model.safetensors` + `config.json` with `is_causal: false` and the original `model_type`, so
+  `AutoModel.from_pretrained(out)` builds the native architecture with bidirectional masks (transformers >= 5.2);
+  for a class that stays causal under sdpa in plain hands (`plain_attention`, e.g. StableLM), config.json
+  also names `attn_implementation: eager`, so the default load is bidirectional;
+- `modeling_encoderize.py` + `auto_map`, so `AutoModelForMaskedLM.from_pretrained(out, trust_remote_code=True)`,
+  `pipeline("fill-mask", ...)` and `AutoModel.from_pretrained(out, trust_remote_code=True)` (the patched backbone)
+  work; the file imports only torch and transformers; without `trust_remote_code` the native class loads;
+- the tokenizer with its mask and pad tokens, padding on the right (real tokens keep positions 0..n-1);
+- sentence-transformers files (modules.json, 1_Pooling/config.json with mean pooling, sentence_bert_config.json,
+  config_sentence_transformers.json), so `SentenceTransformer(out)` gives mean-pooled embeddings.
+
+The folder is written under a temporary name next to the target and renamed into place at the end, so a failure
+never leaves a half-written encoder, and an existing non-empty folder is only replaced with `overwrite=True`.
+`encoder_dir` finds that folder again, given a run folder (OUT/encoder) or the encoder folder itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+import torch
+
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.model.plain_attention import plain_attention, saved_backend
+
+MODELING_FILE = "modeling_encoderize.py"
+
+
+def check_output_dir(output_dir: str | os.PathLike, overwrite: bool) -> Path:
+    """Refuse a non-empty output folder unless `overwrite`; refuse a path that is a file."""
+    out = Path(output_dir)
+    if out.exists() and not out.is_dir():
+        raise EncoderizeError(f"output path {str(out)!r} is a file; pick a folder path")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise EncoderizeError(f"output folder {str(out)!r} is not empty; pick a new folder or pass --overwrite")
+    return out
+
+
+def encoder_dir(path: str | os.PathLike) -> Path:
+    """The saved encoder a folder names: a run folder OUT -> OUT/encoder when it holds one, an encoder folder -> itself.
+
+    Every command that takes "a run folder or an encoder" (card, push, space, push-space) resolves it here, so they
+    agree. An encoder folder is one with a config.json (what transformers needs to load it); a run folder without
+    encoder/ (a failed or unfinished run) is refused with a one-line error.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise EncoderizeError(f"{str(path)!r} is not a folder; pass the output folder of cpt/run or an encoder folder")
+    for candidate in (path / "encoder", path):
+        if (candidate / "config.json").is_file():
+            return candidate
+    raise EncoderizeError(f"no saved encoder in {str(path)!r} (no config.json there or in encoder/); "
+                          "run cpt or convert first")
+
+
+def _write_json(path: Path, payload: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+
+
+def write_sentence_transformers_files(out: Path, hidden_size: int, max_seq_length: int) -> None:
+    """The module layout sentence-transformers reads: Transformer at the root, then mean Pooling."""
+    _write_json(
+        out / "modules.json",
+        [
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        ],
+    )
+    # Mean pooling over real tokens: the paper's pooling for SC and IR (section 2, "Fine-tuning protocol").
+    _write_json(
+        out / "1_Pooling" / "config.json",
+        {
+            "word_embedding_dimension": hidden_size,
+            "pooling_mode_cls_token": False,
+            "pooling_mode_mean_tokens": True,
+            "pooling_mode_max_tokens": False,
+            "pooling_mode_mean_sqrt_len_tokens": False,
+            "pooling_mode_weightedmean_tokens": False,
+            "pooling_mode_lasttoken": False,
+            "include_prompt": True,
+        },
+    )
+    _write_json(out / "sentence_bert_config.json", {"max_seq_length": max_seq_length, "do_lower_case": False})
+    _write_json(
+        out / "config_sentence_transformers.json",
+        {
+            "model_type": "SentenceTransformer",
+            "prompts": {},
+            "default_prompt_name": None,
+            "similarity_fn_name": "cosine",
+        },
+    )
+
+
+def _modeling_source(model_type: str) -> str:
+    source = resources.files("hf_encoderize.model.remote_code").joinpath(MODELING_FILE).read_text()
+    return source.replace('MODEL_TYPE = "__MODEL_TYPE__"', f"MODEL_TYPE = {model_type!r}")
+
+
+def save_encoder(
+    model, tokenizer, output_dir: str | os.PathLike, *, overwrite: bool = False, metadata: dict | None = None,
+    state_dict: dict | None = None,
+) -> Path:
+    """Write the encoder to `output_dir` (see module docstring). Returns the folder path.
+
+    `metadata` (e.g. the `EncoderizeReport` as a dict) is stored under `hf_encoderize` in config.json. `state_dict`
+    replaces the model's own tensors: the full weights gathered from an FSDP2/ZeRO-3 run, whose model holds shards.
+    """
+    out = check_output_dir(output_dir, overwrite)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    try:
+        _write_encoder(model, tokenizer, tmp, metadata or {}, state_dict)
+        _replace_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _floating_dtype(state_dict: dict | None):
+    """The one floating dtype of `state_dict`'s tensors, None when there are none, several, or no state dict."""
+    dtypes = {t.dtype for t in (state_dict or {}).values() if torch.is_tensor(t) and t.is_floating_point()}
+    return dtypes.pop() if len(dtypes) == 1 else None
+
+
+def _write_encoder(model, tokenizer, tmp: Path, metadata: dict, state_dict: dict | None = None) -> None:
+    config = model.config
+    model_type = config.model_type
+    from hf_encoderize.model.loading import ENCODER, classify_config
+
+    native_encoder = classify_config(config) == ENCODER  # BertForMaskedLM & co load with plain AutoModelForMaskedLM
+    default_backend = None
+    if not native_encoder:
+        config.is_causal = False
+        config.use_cache = False
+        # Remote code is opt-in for the user: a plain load takes the native class (bidirectional through is_causal);
+        # with trust_remote_code=True both classes apply the full patch, which covers the classes plain transformers
+        # leaves causal (GPT-Neo's hard-coded causal buffer is rebuilt at every load).
+        config.auto_map = {"AutoModel": f"{MODELING_FILE[:-3]}.EncoderModel",
+                           "AutoModelForMaskedLM": f"{MODELING_FILE[:-3]}.EncoderForMaskedLM"}
+        verdicts = plain_attention(model_type)
+        default_backend = saved_backend(verdicts)
+        metadata = {**metadata, "plain_attention": {**verdicts, "saved_default": default_backend}}
+    config.hf_encoderize = {"version": _version(), **metadata}
+    weights_dtype = _floating_dtype(state_dict)  # before save_pretrained, which may consume the dict
+    model.save_pretrained(tmp, state_dict=state_dict)
+    updates = {}
+    if default_backend:
+        # The class stays causal under sdpa/flash in plain hands (`roundtrip` explains why): make a plain
+        # `AutoModel.from_pretrained(out)` pick a backend that is bidirectional. `attn_implementation` in config.json
+        # is read by transformers' config constructor; an explicit `attn_implementation=` still wins (the card warns).
+        updates["attn_implementation"] = default_backend
+    if weights_dtype is not None:
+        # save_pretrained writes the live model's dtype (fp32 master weights while training), not that of the
+        # weights given: a bf16 export would otherwise load as fp32, at twice the memory.
+        updates["dtype"] = str(weights_dtype).removeprefix("torch.")
+    if updates:
+        payload = json.loads((tmp / "config.json").read_text())
+        _write_json(tmp / "config.json", {**payload, **updates})
+    tokenizer.padding_side = "right"
+    tokenizer.save_pretrained(tmp)
+    if not native_encoder:
+        (tmp / MODELING_FILE).write_text(_modeling_source(model_type))
+    text_config = config.get_text_config()
+    max_len = min(int(getattr(text_config, "max_position_embeddings", 512) or 512), 8192)
+    write_sentence_transformers_files(tmp, int(text_config.hidden_size), max_len)
+
+
+def _replace_dir(tmp: Path, out: Path) -> None:
+    if out.exists():
+        # Only reached with overwrite=True (or an empty folder): swap, then delete the old copy.
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(out)
+
+
+def _version() -> str:
+    from hf_encoderize.common.version import __version__
+
+    return __version__

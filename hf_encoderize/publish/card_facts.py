@@ -1,0 +1,62 @@
+"""`CardFacts`: everything a model card states, gathered from the files of one run (`card.gather_facts`).
+
+Its own module so that the card and its row builders (`card_rows`) both read it without importing each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import KW_ONLY, dataclass, field
+
+
+@dataclass
+class CardFacts:
+    """Everything the card states, gathered from the files of one run."""
+
+    _: KW_ONLY
+    model_name: str
+    """Short name for the title and the model-index."""
+    model_ref: str
+    """What the usage snippets load: the Hub repo id, or the local encoder folder."""
+    base_model: str
+    """The base model as it was given to convert/cpt (Hub id, folder or GGUF folder)."""
+    base_model_id: str | None = None
+    """The base model's Hub id, when known (metadata `base_model`)."""
+    base_revision: str | None = None
+    """Hub revision the base model was loaded at."""
+    gguf_file: str | None = None
+    """GGUF file the base weights came from."""
+    license: str | None = None
+    """License id inherited from the base model, or given."""
+    language: list[str] | None = None
+    """Languages of the base model, where its metadata says."""
+    encoderize: dict = field(default_factory=dict)
+    """What the attention patch and token set-up did (`hf_encoderize` block of config.json)."""
+    run: dict | None = None
+    """`run_record.json` of the cpt run; None for a converted-only encoder."""
+    results: dict | None = None
+    """`summary.json` of the encoder's evaluation."""
+    base_results: dict | None = None
+    """`summary.json` of the base model's evaluation."""
+    has_mlm_head: bool = True
+    """The saved weights include the MLM (LM) head, so fill-mask works."""
+    native_encoder: bool = False
+    """The base model was already an encoder (MLM->MLM), saved without remote code."""
+    model_type: str = ""
+    """transformers model_type."""
+    num_parameters: int | None = None
+    """Parameter count read from the safetensors headers."""
+    hidden_size: int | None = None
+    """Width of the embeddings."""
+    max_seq_length: int | None = None
+    """sentence-transformers max_seq_length."""
+    plots: list[str] = field(default_factory=list)
+    """Repo paths of plots pushed next to the card (shown only in a pushed card)."""
+    contrastive: dict | None = None
+    """`contrastive_run.json` of an embedding model made by `contrastive` (the second stage, after cpt)."""
+    base_label: str = "base model"
+    """Name of the comparison column: the base decoder, or the MLM encoder for an embedding model."""
+
+    @property
+    def pretrained(self) -> bool:
+        """Trained from random weights by `pretrain` (no base model), not converted from a decoder."""
+        return (self.run or {}).get("command") == "pretrain"

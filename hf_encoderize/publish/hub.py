@@ -1,0 +1,328 @@
+"""Push an encoder (or a Space) to the Hugging Face Hub with huggingface_hub: `create_repo(exist_ok=True)` +
+`upload_folder`, in one commit.
+
+Design choices:
+- The uploaded set is decided here, file by file, not by the server: the folder's files minus training state
+  (`checkpoints/`, optimizer/scheduler/RNG state, hidden files), plus named extras (the card, plots). They are staged
+  as symlinks in a temporary folder, so `--dry-run` lists exactly what a real push sends and nothing is copied.
+- Before anything leaves the machine, every staged file is scanned for the Hub token (safetensors: the header, where
+  free-form metadata lives); a hit refuses the push and names the file, never the token.
+- The token comes from `HF_TOKEN` or the login cache (`hf auth login`), never from the command line, and is never
+  printed or written. `HF_ENDPOINT` is read when the push runs, so a private Hub or a test server works.
+- Nothing local is modified or deleted: a failed push leaves the folder as it was.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import shutil
+import tempfile
+from dataclasses import KW_ONLY, dataclass
+from pathlib import Path
+
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.model.saving import encoder_dir
+
+# Never uploaded: training state and local clutter. Matched against each path component / the file name.
+EXCLUDED_DIRS = {"checkpoints", "__pycache__", "adapter-checkpoints"}
+EXCLUDED_NAMES = ("optimizer*", "scheduler*", "rng_state*", "random_states*", "training_args.bin", "*.partial",
+                  "*.pyc", "*.lock", "trainer_state.json")
+REPO_TYPES = ("model", "space", "dataset")
+
+
+@dataclass
+class HubConfig:
+    """Push the result to the Hub when the command finishes (card generated first), like transformers' Trainer."""
+
+    _: KW_ONLY
+    push_to_hub: str | None = None
+    """Hub repo id (`user/name`) to push the encoder and its card to at the end. Token: HF_TOKEN or `hf auth login`."""
+    hub_private: bool = False
+    """Create the Hub repo as private (only applies when it does not exist yet)."""
+    hub_revision: str | None = None
+    """Branch of the Hub repo to push to (created if missing). Default: main."""
+    hub_commit_message: str | None = None
+    """Commit message of the push."""
+    hub_create_pr: bool = False
+    """Open a pull request instead of committing to the branch."""
+
+    def __post_init__(self):
+        if self.push_to_hub is not None:
+            check_repo_id(self.push_to_hub)
+        if self.hub_create_pr and self.hub_revision:
+            raise EncoderizeError("--hub-create-pr opens a pull request against main; drop --hub-revision")
+
+
+@dataclass
+class PushConfig:
+    """What to push where."""
+
+    output_dir: str
+    """A cpt/run output folder (its encoder/ is pushed) or an encoder folder."""
+    repo_id: str
+    """Hub repo id, `user/name` or `org/name`."""
+    _: KW_ONLY
+    private: bool = False
+    """Create the repo as private (only applies when it does not exist yet)."""
+    revision: str | None = None
+    """Branch to push to (created if missing). Default: main."""
+    commit_message: str | None = None
+    """Commit message. Default: "Upload encoder with hf-encoderize"."""
+    create_pr: bool = False
+    """Open a pull request instead of committing to the branch."""
+    dry_run: bool = False
+    """List what would be uploaded; contact nothing."""
+
+    def __post_init__(self):
+        check_repo_id(self.repo_id)
+        if self.create_pr and self.revision:
+            raise EncoderizeError("--create-pr opens a pull request against main; drop --revision")
+
+
+def check_push_ready(hub: HubConfig) -> None:
+    """With --push-to-hub, fail before hours of training rather than after: offline mode or no token."""
+    if hub.push_to_hub:
+        _endpoint_or_refuse()
+        if not _saved_token():
+            raise EncoderizeError("--push-to-hub needs a Hub token: run `hf auth login` or set HF_TOKEN first")
+
+
+def check_repo_id(repo_id: str) -> None:
+    """A one-line error for anything the Hub would refuse as a repo id."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError:
+        raise EncoderizeError(
+            f"invalid Hub repo id {repo_id!r}; use user/name with letters, digits, '-', '_', '.'") from None
+    if repo_id.count("/") != 1:
+        raise EncoderizeError(f"invalid Hub repo id {repo_id!r}; use user/name (or org/name)")
+
+
+def upload_set(folder: str | os.PathLike, extra_files: dict | None = None) -> dict[str, Path | bytes]:
+    """Repo path -> local file (or bytes) for everything a push of `folder` sends; extras win over folder files."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise EncoderizeError(f"{str(folder)!r} is not a folder; nothing to push")
+    files: dict[str, Path | bytes] = {}
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder)
+        if path.is_file() and not _excluded(rel):
+            files[rel.as_posix()] = path
+    for repo_path, value in (extra_files or {}).items():
+        files[repo_path] = value if isinstance(value, bytes) else Path(value)
+    return files
+
+
+def _excluded(rel: Path) -> bool:
+    if any(part.startswith(".") or part in EXCLUDED_DIRS for part in rel.parts):
+        return True
+    return any(fnmatch.fnmatch(rel.name, pattern) for pattern in EXCLUDED_NAMES)
+
+
+def files_holding(files: dict[str, Path | bytes], secret: str) -> list[str]:
+    """Repo paths whose content contains `secret` (safetensors: the JSON header only)."""
+    needle = secret.encode()
+    return [repo_path for repo_path, value in files.items() if _contains(value, needle)]
+
+
+def _contains(value: Path | bytes, needle: bytes) -> bool:
+    if isinstance(value, bytes):
+        return needle in value
+    with open(value, "rb") as handle:
+        if value.suffix == ".safetensors":
+            length = int.from_bytes(handle.read(8), "little")
+            return needle in handle.read(min(length, 100_000_000))
+        tail = b""
+        while chunk := handle.read(1 << 24):
+            if needle in tail + chunk:
+                return True
+            tail = chunk[-len(needle):]
+    return False
+
+
+def push_folder(folder, repo_id: str, *, repo_type: str = "model", private: bool = False, revision: str | None = None,
+                commit_message: str | None = None, create_pr: bool = False, token: str | None = None,
+                dry_run: bool = False, space_sdk: str | None = None, extra_files: dict | None = None) -> list[str]:
+    """Upload `folder` (minus training state) plus `extra_files` ({repo path: local path or bytes}) to `repo_id`.
+
+    Returns the repo paths uploaded (or, with `dry_run`, that would be). One-line `EncoderizeError`s for a bad repo
+    id, no token, offline mode, a file holding the token, or a refusal from the Hub.
+    """
+    check_repo_id(repo_id)
+    if repo_type not in REPO_TYPES:
+        raise EncoderizeError(f"repo type {repo_type!r} is not one of {', '.join(REPO_TYPES)}")
+    if create_pr and revision:
+        raise EncoderizeError("a pull request is opened against main; drop the revision or create_pr")
+    files = upload_set(folder, extra_files)
+    token = token or _saved_token()
+    if token and len(token) >= 8 and (leaks := files_holding(files, token)):
+        raise EncoderizeError(f"{leaks[0]!r} holds your Hub token; remove it from the file before pushing")
+    if dry_run:
+        return sorted(files)
+    endpoint = _endpoint_or_refuse()
+    if not token:
+        raise EncoderizeError("no Hub token: run `hf auth login` or set HF_TOKEN to a token with write access")
+    from huggingface_hub import HfApi
+
+    api = HfApi(endpoint=endpoint, token=token)
+    with _hub_errors(repo_id, endpoint):
+        repo_id = api.create_repo(repo_id, repo_type=repo_type, private=private, exist_ok=True,
+                                  space_sdk=space_sdk).repo_id
+        if revision and revision != "main":
+            api.create_branch(repo_id, branch=revision, repo_type=repo_type, exist_ok=True)
+        with _staged(files) as stage:
+            api.upload_folder(repo_id=repo_id, folder_path=stage, repo_type=repo_type, revision=revision,
+                              create_pr=create_pr or None,
+                              commit_message=commit_message or "Upload encoder with hf-encoderize")
+    return sorted(files)
+
+
+def _saved_token() -> str | None:
+    from huggingface_hub import get_token
+
+    return get_token()
+
+
+def _endpoint_or_refuse() -> str:
+    from huggingface_hub import constants
+
+    if constants.is_offline_mode():
+        raise EncoderizeError("HF_HUB_OFFLINE is set, so nothing can be pushed; unset it (or use --dry-run)")
+    return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+
+
+class _staged:
+    """A temporary folder of symlinks (copies where symlinks are not allowed) laid out as the repo will be."""
+
+    def __init__(self, files: dict[str, Path | bytes]):
+        self.files = files
+
+    def __enter__(self) -> Path:
+        self.root = Path(tempfile.mkdtemp(prefix="hf-encoderize-push-"))
+        for repo_path, value in self.files.items():
+            target = self.root / repo_path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(value, bytes):
+                target.write_bytes(value)
+                continue
+            try:
+                target.symlink_to(Path(value).resolve())
+            except OSError:
+                shutil.copy2(value, target)
+        return self.root
+
+    def __exit__(self, *exc) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)  # symlinks only: the user's files stay where they are
+
+
+class _hub_errors:
+    """Turn huggingface_hub / network failures into one `EncoderizeError` line (never echoing the token)."""
+
+    def __init__(self, repo_id: str, endpoint: str):
+        self.repo_id, self.endpoint = repo_id, endpoint
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, err, tb) -> bool:
+        if err is None or isinstance(err, EncoderizeError):
+            return False
+        from huggingface_hub.errors import HfHubHTTPError
+
+        if isinstance(err, HfHubHTTPError) and err.response is not None:
+            status = err.response.status_code
+            advice = {401: "the Hub rejected the token: run `hf auth login` or set HF_TOKEN to a valid token",
+                      403: f"the token cannot write to {self.repo_id!r}: use a write token with access to it",
+                      404: f"{self.repo_id!r} not found: check the repo id and revision"}.get(status)
+            message = advice or str(err).splitlines()[0]
+            raise EncoderizeError(f"push to {self.repo_id} failed (HTTP {status}): {message}") from None
+        if isinstance(err, (OSError, ConnectionError)) or type(err).__module__.startswith(("httpx", "httpcore")):
+            raise EncoderizeError(f"cannot reach the Hub at {self.endpoint}: check the network or HF_ENDPOINT") \
+                from None
+        if isinstance(err, ValueError):
+            raise EncoderizeError(f"push to {self.repo_id} refused: {str(err).splitlines()[0]}") from None
+        return False
+
+
+# ------------------------------------------------------------------------------------------------ encoder runs
+
+
+def encoder_upload(output_dir: str | os.PathLike, repo_id: str, card_config=None) -> tuple[Path, dict]:
+    """(encoder folder, extra files) for pushing a run: the card re-rendered for `repo_id` and the run's plots.
+
+    A card hf-encoderize wrote is regenerated in memory (its snippets then load `repo_id`); a hand-written README.md
+    is pushed as it is. The local README.md is not modified. `card_config` carries card options (e.g. the results
+    folder of an `eval` run elsewhere); its plots are pushed too.
+    """
+    from dataclasses import replace
+
+    from hf_encoderize.publish import card
+
+    config = replace(card_config or card.CardConfig(str(output_dir)), repo_id=repo_id)
+    encoder = encoder_dir(output_dir)
+    extra: dict[str, Path | bytes] = {}
+    if card.is_generated_card(encoder / "README.md"):
+        extra["README.md"] = card.render_card(card.gather_facts(config)).encode()
+    if encoder != Path(output_dir):
+        extra.update({f"plots/{p}": Path(output_dir) / p for p in card.plot_files(Path(output_dir))})
+    for results in filter(None, (config.results_dir, config.base_results_dir)):
+        extra.update({f"plots/eval/{Path(results).name}/{p.name}": p for p in sorted(Path(results).glob("*.png"))})
+    return encoder, extra
+
+
+def push(config: PushConfig, card_config=None) -> list[str]:
+    """`hf-encoderize push OUTPUT_DIR REPO_ID`: the encoder folder, its card and the run's plots, in one commit."""
+    encoder, extra = encoder_upload(config.output_dir, config.repo_id, card_config)
+    return push_folder(encoder, config.repo_id, private=config.private, revision=config.revision,
+                       commit_message=config.commit_message, create_pr=config.create_pr, dry_run=config.dry_run,
+                       extra_files=extra)
+
+
+def push_after(output_dir: str | os.PathLike, hub: HubConfig, card_config=None) -> list[str]:
+    """`--push-to-hub` of cpt/eval/run: (re)write the local card, then push. Returns the uploaded repo paths."""
+    from hf_encoderize.publish.card import CardConfig, is_generated_card, write_card
+
+    card_config = card_config or CardConfig(str(output_dir))
+    if is_generated_card(encoder_dir(output_dir) / "README.md"):  # a hand-written card is pushed as it is
+        write_card(card_config)
+    return push(PushConfig(str(output_dir), hub.push_to_hub, private=hub.hub_private, revision=hub.hub_revision,
+                           commit_message=hub.hub_commit_message, create_pr=hub.hub_create_pr), card_config)
+
+
+def eval_push_target(source: str) -> Path:
+    """The folder `eval --push-to-hub` pushes: the cpt run folder of an OUT/encoder, else the encoder folder itself.
+    A one-line error (before any fine-tuning) when MODEL is not a local encoder."""
+    path = Path(source)
+    if not (path / "config.json").is_file():
+        raise EncoderizeError(f"--push-to-hub needs MODEL to be a local encoder folder (cpt/convert output), "
+                              f"not {source!r}")
+    encoder = encoder_dir(path)
+    return encoder.parent if (encoder.parent / "run_record.json").is_file() else encoder
+
+
+def push_eval(target: Path, results_dir: str, hub: HubConfig) -> list[str]:
+    """`eval --push-to-hub`: the card with this evaluation's results, then the push."""
+    from hf_encoderize.publish.card import CardConfig
+
+    return push_after(target, hub, CardConfig(str(target), results_dir=results_dir))
+
+
+# ------------------------------------------------------------------------------------------------ --push-to-hub
+
+
+def is_main_process() -> bool:
+    """True outside a multi-process launch and on its RANK 0: the one process that pushes."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+def push_run(output_dir: str | os.PathLike, hub: HubConfig) -> list[str]:
+    """`--push-to-hub` at the end of cpt/pretrain: card, then push, from the main process only. Returns the uploaded
+    repo paths (none when no push was asked or on the other processes)."""
+    if not hub.push_to_hub or not is_main_process():
+        return []
+    files = push_after(output_dir, hub)
+    print(f"pushed {len(files)} files to {hub.push_to_hub}", flush=True)
+    return files

@@ -1,0 +1,302 @@
+"""`hf-encoderize space OUTPUT_DIR` and `hf-encoderize push-space OUTPUT_DIR SPACE_ID`: the Gradio demo of an encoder.
+
+Design choices:
+- The app is one self-contained file, `publish/space_app/app.py`, shipped as package data: on the Hub it
+  runs without hf_encoderize (its requirements are torch, transformers and sentence-transformers; gradio comes
+  from the Space's `sdk_version`).
+  `space` imports that very file, so what runs on a laptop is what `push-space` uploads.
+- OUTPUT_DIR is a `cpt` run folder (OUT, holding encoder/ and run_record.json) or an encoder folder itself, resolved
+  by `saving.encoder_dir` as `card` and `push` resolve it (`mlm_encoder`).
+- Two models when the run has an embedding model: OUT/contrastive (written by `contrastive` or `run --contrastive`)
+  makes the embeddings of Similarity, Semantic search and Compare, and the MLM encoder keeps Fill-mask (the
+  contrastive folder has no MLM head). `--embedding-model encoder` opts out; `--embedding-model FOLDER` names another
+  sentence-transformers folder. A contrastive folder passed as OUTPUT_DIR leads back to the encoder it was trained
+  from (its contrastive_run.json, else encoder/ beside it), so `space OUT/contrastive` shows the same as `space OUT`.
+- The base decoder for the Compare tab comes from the flags, else run_record.json, else the encoder's config.json
+  metadata (the app reads that last one itself, so a Space that only knows a Hub id still finds its base).
+- push-space uploads a staged copy: app.py, requirements.txt pinned to the versions installed here, README.md with
+  the Space YAML header, and space_config.json naming the encoder: a Hub model id, or (without one) the encoder folder
+  uploaded into the Space next to the app as encoder/. The embedding model goes the same way, as a second entry:
+  `--embedding-model-id` (a Hub repo pushed on its own), else the contrastive folder uploaded as contrastive/. One
+  Space repo and one commit; the app on the Hub reads both names from space_config.json. app.py goes as is, so the
+  Space carries its TRUSTED_MODELING_SHA256 and runs an encoder's modeling_encoderize.py only when it is the file this
+  version writes (the embedding model never runs remote code).
+- `--trust-remote-code` (`SpaceConfig.trust_remote_code`) reaches the app as `Settings.trust_remote_code`, the same
+  switch a Space gets from ENCODER_TRUST_REMOTE_CODE=1.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from dataclasses import KW_ONLY, dataclass
+from pathlib import Path
+
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.model.saving import encoder_dir
+
+SPACE_DIR = Path(__file__).resolve().parent / "space_app"  # package data: app.py, README.md, requirements.txt
+APP_MODULE = "hf_encoderize_space_app"
+INSTALL_HINT = "pip install 'hf-encoderize[space]'"
+
+
+@dataclass
+class SpaceConfig:
+    """Which encoder the local demo shows and where it listens."""
+
+    output_dir: str
+    """A `cpt`/`run` folder (holding encoder/, maybe contrastive/), an encoder folder written by `convert`, or a
+    `contrastive` output folder."""
+    _: KW_ONLY
+    embedding_model: str = "auto"
+    """Which model makes the embeddings of Similarity, Semantic search and Compare: auto (the run's contrastive/
+    embedding model when it has one, else the encoder), encoder (the MLM encoder: opt out) or a sentence-transformers
+    folder. Fill-mask always uses the MLM encoder."""
+    base_model: str | None = None
+    """Base decoder for the Compare tab (Hub id, folder or .gguf file); default: the one recorded with the encoder."""
+    host: str = "127.0.0.1"
+    """Address to listen on; the default keeps the demo on this machine (0.0.0.0 shares it on your network)."""
+    port: int = 7860
+    """TCP port to listen on; 0 picks a free one."""
+    trust_remote_code: bool = False
+    """Let Fill-mask run the encoder's modeling_encoderize.py even when it is not byte for byte the file this
+    hf-encoderize writes (an edited or downloaded encoder); without it such a file never runs and the tab says why."""
+
+    def __post_init__(self):
+        if not 0 <= int(self.port) <= 65535:
+            raise EncoderizeError(f"port {self.port} is out of range; pick a port between 1 and 65535 (0: any free)")
+
+
+def is_contrastive(folder: Path) -> bool:
+    """A `contrastive` stage's output: its config.json records the stage under `hf_encoderize.contrastive`."""
+    config = folder / "config.json"
+    return config.is_file() and "contrastive" in (json.loads(config.read_text()).get("hf_encoderize") or {})
+
+
+def mlm_encoder(output_dir: str | os.PathLike) -> Path:
+    """The encoder Fill-mask uses: `saving.encoder_dir`, except that a contrastive folder (no MLM head) leads back to
+    the encoder it was trained from: contrastive_run.json's source, else the run's encoder/ beside it, else itself."""
+    folder = encoder_dir(output_dir)
+    if not is_contrastive(folder):
+        return folder
+    record = folder / "contrastive_run.json"
+    source = json.loads(record.read_text()).get("source") if record.is_file() else None
+    for candidate in (Path(source) if source else None, folder.parent / "encoder"):
+        if candidate and (candidate / "config.json").is_file() and not is_contrastive(candidate):
+            return candidate
+    return folder  # the MLM encoder is gone: Fill-mask says this model has no MLM head
+
+
+def embedding_dir(output_dir: str | os.PathLike, choice: str = "auto") -> Path | None:
+    """The sentence-transformers folder of the embedding tabs, or None when the MLM encoder makes the embeddings.
+
+    `choice` is `auto` (OUTPUT_DIR itself when it is a contrastive folder, else OUT/contrastive when the run holds one),
+    `encoder` (the opt-out: None) or a folder. OUT/encoder given as OUTPUT_DIR is the encoder alone, as it says.
+    """
+    if choice == "encoder":
+        return None
+    if choice != "auto":
+        if not (Path(choice) / "config.json").is_file():
+            raise EncoderizeError(f"--embedding-model {choice!r} is not a model folder (no config.json there); pass "
+                                  "auto, encoder or the folder of a sentence-transformers model")
+        return Path(choice)
+    given = encoder_dir(output_dir)
+    if is_contrastive(given):
+        return given
+    run_model = Path(output_dir) / "contrastive"
+    return run_model if given != Path(output_dir) and (run_model / "config.json").is_file() else None
+
+
+def recorded_base(output_dir: str | os.PathLike, encoder: Path) -> dict:
+    """The base decoder the encoder came from: run_record.json of a `cpt` run, else config.json's metadata."""
+    for record_path in (Path(output_dir) / "run_record.json", encoder.parent / "run_record.json"):
+        if record_path.is_file():
+            record = json.loads(record_path.read_text())
+            if record.get("base_model"):
+                return {key: record.get(key) for key in ("base_model", "gguf_file", "revision")}
+    metadata = json.loads((encoder / "config.json").read_text()).get("hf_encoderize") or {}
+    return {key: metadata.get(key) for key in ("base_model", "gguf_file", "revision")}
+
+
+def app_settings(cfg: SpaceConfig):
+    """The app's `Settings` for this run: the MLM encoder (Fill-mask), the embedding model of the embedding tabs (the
+    run's contrastive/ unless `embedding_model` says otherwise) and the base decoder (flags, else the run's records)."""
+    app = load_app()
+    encoder = mlm_encoder(cfg.output_dir)
+    embedding = embedding_dir(cfg.output_dir, cfg.embedding_model)
+    base = {"base_model": cfg.base_model, "gguf_file": None, "revision": None}
+    if cfg.base_model and cfg.base_model.endswith(".gguf") and Path(cfg.base_model).is_file():
+        path = Path(cfg.base_model).resolve()  # transformers wants the folder plus the file name
+        base = {"base_model": str(path.parent), "gguf_file": path.name, "revision": None}
+    elif not cfg.base_model:
+        base = recorded_base(cfg.output_dir, encoder)
+    return app.Settings(encoder=str(encoder), embedding_model=str(embedding) if embedding else None,
+                        base_model=base["base_model"], base_gguf_file=base["gguf_file"],
+                        base_revision=base["revision"], trust_remote_code=cfg.trust_remote_code)
+
+
+def load_app():
+    """Import `space_app/app.py` (needs gradio: the `space` extra) as a module, once."""
+    if APP_MODULE in sys.modules:
+        return sys.modules[APP_MODULE]
+    if importlib.util.find_spec("gradio") is None:
+        raise EncoderizeError(f"the Space needs gradio; install it with {INSTALL_HINT}")
+    if not (SPACE_DIR / "app.py").is_file():
+        raise EncoderizeError(f"the Space app is not at {SPACE_DIR / 'app.py'}; reinstall hf-encoderize "
+                              "(pip install --force-reinstall hf-encoderize), whose package data ships it")
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no telemetry calls from a local demo
+    spec = importlib.util.spec_from_file_location(APP_MODULE, SPACE_DIR / "app.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[APP_MODULE] = module  # dataclasses look their module up while the file executes
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[APP_MODULE]
+        raise
+    return module
+
+
+def launch_space(cfg: SpaceConfig, *, block: bool = True):
+    """Serve the demo for `cfg.output_dir` on `cfg.host:cfg.port`. Returns `(demo, url)`; `demo.close()` stops it.
+
+    With `block=True` (the CLI) this returns only when the server stops (Ctrl+C).
+    """
+    settings = app_settings(cfg)
+    app = load_app()
+    demo = app.build_demo(settings)
+    try:
+        _, url, _ = demo.launch(server_name=cfg.host, server_port=int(cfg.port) or _free_port(cfg.host),
+                                prevent_thread_lock=not block, theme=app.theme(), css=app.APP_CSS, ssr_mode=False,
+                                quiet=not block, show_error=True)
+    except OSError as err:
+        raise EncoderizeError(f"cannot listen on {cfg.host}:{cfg.port} ({err}); pick another --port") from None
+    return demo, url
+
+
+def _free_port(host: str) -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+# ------------------------------------------------------------------------------------------------ push-space
+
+PINNED = ("torch", "transformers", "sentence-transformers")  # what app.py imports besides gradio
+
+
+@dataclass
+class PushSpaceConfig:
+    """Which encoder the Space shows and which Space repo gets the app."""
+
+    output_dir: str
+    """A `cpt`/`run` folder (holding encoder/, maybe contrastive/), an encoder folder written by `convert`, or a
+    `contrastive` output folder."""
+    space_id: str
+    """Space repo id, `user/name` or `org/name` (created with the gradio SDK if missing)."""
+    _: KW_ONLY
+    model_id: str | None = None
+    """Hub model repo the Space loads (push it first with `hf-encoderize push`); default: upload the encoder folder
+    into the Space next to the app."""
+    embedding_model: str = "auto"
+    """Which model makes the Space's embeddings: auto (the run's contrastive/ embedding model when it has one, else
+    the encoder), encoder (opt out) or a sentence-transformers folder. It is uploaded into the Space as contrastive/
+    unless `embedding_model_id` names its Hub repo; Fill-mask always uses the encoder."""
+    embedding_model_id: str | None = None
+    """Hub model repo of the embedding model (push it first: `hf-encoderize push OUT/contrastive REPO`); the Space
+    loads it from there instead of a copy in the Space."""
+    base_model: str | None = None
+    """Hub id of the base decoder for the Compare tab; default: the recorded base when it is a Hub id (a path on this
+    machine cannot be reached from a Space)."""
+    private: bool = False
+    """Create the Space as private (only applies when it does not exist yet)."""
+    revision: str | None = None
+    """Branch to push to (created if missing). Default: main."""
+    commit_message: str | None = None
+    """Commit message. Default: "Upload Space with hf-encoderize"."""
+    create_pr: bool = False
+    """Open a pull request instead of committing to the branch."""
+    dry_run: bool = False
+    """List what would be uploaded; contact nothing."""
+
+    def __post_init__(self):
+        from hf_encoderize.publish.hub import check_repo_id
+
+        for repo_id in (self.space_id, self.model_id, self.embedding_model_id):
+            if repo_id is not None:
+                check_repo_id(repo_id)
+        if self.embedding_model_id and self.embedding_model == "encoder":
+            raise EncoderizeError("--embedding-model encoder opts out of an embedding model; drop --embedding-model-id")
+        if self.create_pr and self.revision:
+            raise EncoderizeError("--create-pr opens a pull request against main; drop --revision")
+
+
+def push_space(cfg: PushSpaceConfig) -> list[str]:
+    """`hf-encoderize push-space OUTPUT_DIR SPACE_ID`: app, pinned requirements, README and where the models are.
+
+    space_config.json names the encoder (`--model-id`, else the folder bundled as encoder/) and, when the run has an
+    embedding model, that too (`--embedding-model-id`, else the folder bundled as contrastive/): both in one commit.
+    """
+    from hf_encoderize.publish.hub import push_folder, upload_set
+
+    encoder = mlm_encoder(cfg.output_dir)
+    embedding = None if cfg.embedding_model_id else embedding_dir(cfg.output_dir, cfg.embedding_model)
+    base = _space_base(cfg, encoder)
+    config = {"encoder": cfg.model_id or "encoder", **base}
+    if cfg.embedding_model_id or embedding:
+        config["embedding_model"] = cfg.embedding_model_id or "contrastive"
+    extra: dict[str, Path | bytes] = {
+        "README.md": space_readme(cfg, base).encode(),
+        "requirements.txt": pinned_requirements(gguf=bool(base.get("base_gguf_file"))).encode(),
+        "space_config.json": (json.dumps(config, indent=2) + "\n").encode(),
+    }
+    if cfg.model_id is None:  # bundle the encoder (minus any training state) inside the Space repo
+        extra.update({f"encoder/{name}": path for name, path in upload_set(encoder).items()})
+    if embedding is not None:  # the embedding model, bundled the same way
+        extra.update({f"contrastive/{name}": path for name, path in upload_set(embedding).items()})
+    return push_folder(SPACE_DIR, cfg.space_id, repo_type="space", space_sdk="gradio", private=cfg.private,
+                       revision=cfg.revision, commit_message=cfg.commit_message or "Upload Space with hf-encoderize",
+                       create_pr=cfg.create_pr, dry_run=cfg.dry_run, extra_files=extra)
+
+
+def _space_base(cfg: PushSpaceConfig, encoder: Path) -> dict:
+    """The base decoder as the Space will load it: only a Hub id works there."""
+    from hf_encoderize.publish.hub import check_repo_id
+
+    if cfg.base_model:
+        check_repo_id(cfg.base_model)
+        return {"base_model": cfg.base_model}
+    recorded = recorded_base(cfg.output_dir, encoder)
+    name = recorded.get("base_model")
+    if not name or Path(name).exists() or name.count("/") != 1:
+        return {}  # a local path (or nothing): the Space's Compare tab says no base is available
+    return {"base_model": name, "base_gguf_file": recorded.get("gguf_file"), "base_revision": recorded.get("revision")}
+
+
+def pinned_requirements(*, gguf: bool = False) -> str:
+    """requirements.txt with the exact versions installed here (gradio comes from the README's sdk_version)."""
+    from importlib.metadata import version
+
+    names = PINNED + (("gguf",) if gguf else ())
+    pins = [f"{name}=={version(name).split('+')[0]}" for name in names]  # "2.13.0+cpu" -> "2.13.0"
+    return "# Pinned by hf-encoderize push-space to the versions it was run with.\n" + "\n".join(pins) + "\n"
+
+
+def space_readme(cfg: PushSpaceConfig, base: dict) -> str:
+    """space_app/README.md with its YAML header filled in: title, the installed gradio as sdk_version, linked models."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import yaml
+
+    _, header, body = (SPACE_DIR / "README.md").read_text().split("---\n", 2)
+    meta = yaml.safe_load(header)
+    meta["title"] = f"{(cfg.model_id or cfg.space_id).split('/')[-1]} demo"[:60]
+    try:
+        meta["sdk_version"] = version("gradio")  # the version the app was run with here
+    except PackageNotFoundError:
+        pass  # keep the template's tested version
+    meta["models"] = [name for name in (cfg.model_id, cfg.embedding_model_id, base.get("base_model")) if name]
+    return f"---\n{yaml.safe_dump(meta, sort_keys=False, allow_unicode=True)}---\n{body}"

@@ -1,0 +1,484 @@
+"""Gradio Space: explore the embeddings of an encoder made with hf-encoderize.
+
+Design choices:
+- Self-contained: imports only torch, transformers, sentence-transformers and gradio (see requirements.txt), so the
+  same file runs as a Hugging Face Space and under `hf-encoderize space OUTPUT_DIR` on a laptop.
+- Which encoder: the ENCODER_MODEL environment variable (Hub id or encoder folder; `hf-encoderize space` passes the
+  run folder's encoder/ here), else `space_config.json` next to this file (written by `hf-encoderize push-space`),
+  else the quickstart's encoder folder.
+- Two models, one job each. The embedding tabs (Similarity, Semantic search, Compare) use the embedding model:
+  EMBEDDING_MODEL (Hub id or folder), else space_config.json's `embedding_model` when the encoder comes from there too,
+  else the encoder itself. That is the `contrastive` stage's sentence-transformers folder when a run has one (it has no
+  MLM head), so Fill-mask always uses the encoder. EMBEDDING_MODEL=encoder opts out: the encoder makes the embeddings.
+- Embeddings are sentence-transformers' vectors with the model's own pooling (mean for an encoder as `save_encoder`
+  writes it) and, in Semantic search, its saved "query"/"document" prompts. The Compare tab runs the base decoder
+  (BASE_MODEL, else the `hf_encoderize` metadata in the encoder's config.json) as it was trained, causally, with mean
+  pooling, so the difference on screen is the one this project makes.
+- Fill-mask runs the encoder's `modeling_encoderize.py` only when it is the file hf-encoderize writes: the template with
+  its one `MODEL_TYPE = '...'` line filled in, so putting the placeholder back must give a digest in
+  TRUSTED_MODELING_SHA256 (kept here, since this file runs without hf_encoderize installed; a test fails when the
+  template changes and it does not). ENCODER_TRUST_REMOTE_CODE=1 (`hf-encoderize space --trust-remote-code`) runs an
+  edited file too. The bytes that were checked are the bytes executed (not re-read by `trust_remote_code=True`), so
+  nothing can swap the file, auto_map or an adapter redirect in between. Otherwise the tab says why fill-mask is off.
+  Native MLM heads (e.g. BERT's) load without remote code; embeddings and Compare never run remote code.
+- Models load on first use, once, so the Space starts in seconds and an unused tab costs nothing.
+- Inputs are capped (texts, characters, top-k) with a friendly message, so a public Space cannot be exhausted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import gradio as gr
+
+# The sibling module of pure computations (no gradio), found next to this file also when it is imported by path.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from space_compute import causal_embeddings, cosine_matrix, encode, first_token_shift, heatmap_html  # noqa: E402
+
+# The quickstart's outputs: `hf-encoderize quickstart` (a run folder) and examples/quickstart.sh (a converted encoder).
+DEFAULT_ENCODERS = ("runs/quickstart/encoder", "encoders/smollm2-135m-encoder")
+SPACE_CONFIG = Path(__file__).with_name("space_config.json")
+MAX_TEXTS = 12  # sentences per Similarity / Compare request
+MAX_PASSAGES = 50  # passages in the Semantic search corpus
+MAX_CHARS = 500  # characters per sentence, passage or query
+MAX_TOP_K = 20
+MODELING_FILE = "modeling_encoderize.py"
+REMOTE_MLM_CLASS = "modeling_encoderize.EncoderForMaskedLM"  # the auto_map entry hf-encoderize writes
+# SHA-256 of hf_encoderize/model/remote_code/modeling_encoderize.py, the template of every encoder's modeling file.
+# Update it whenever the template changes (tests/test_space_trust.py fails until you do).
+TRUSTED_MODELING_SHA256 = frozenset({
+    "4c075161dc06592d06155daf9521638dbb2e75ad29636c80fb3cfebed16c89a6",  # up to 0.x: patch steps 1-3
+    "6986c13b8e4caa77bef041024b1715c3b33d38afa7847229e5f065750f45aab4",  # + symmetric chunks, materialised eager masks
+    "1a5334b0eaf1584036849f6f8388cebbbe3a39b26533f50769d577538ebc01c2",  # + native weight init (is_custom_code False)
+})
+
+EXAMPLE_SENTENCES = "A cat sits on the mat.\nA kitten rests on a rug.\nStock markets fell sharply today."
+EXAMPLE_CORPUS = (
+    "The cat slept on the warm windowsill all afternoon.\n"
+    "Central banks raised interest rates to fight inflation.\n"
+    "A small kitten curled up in a sunny spot by the window.\n"
+    "The football team won the championship after extra time."
+)
+
+
+@dataclass
+class Settings:
+    """What the Space shows: the encoder, the embedding model and, for the Compare tab, the base decoder."""
+
+    encoder: str  # the MLM encoder: Fill-mask, and the embeddings when there is no embedding model
+    embedding_model: str | None = None  # sentence-transformers model of the embedding tabs (a contrastive stage's)
+    base_model: str | None = None
+    base_gguf_file: str | None = None
+    base_revision: str | None = None
+    trust_remote_code: bool = False  # run an encoder's modeling_encoderize.py even when it is not the shipped one
+
+
+def settings_from_env() -> Settings:
+    """Environment variables win, then `space_config.json` beside this file, then the quickstart's folder."""
+    stored = json.loads(SPACE_CONFIG.read_text()) if SPACE_CONFIG.is_file() else {}
+    default = next((path for path in DEFAULT_ENCODERS if Path(path).is_dir()), DEFAULT_ENCODERS[0])
+    encoder = os.environ.get("ENCODER_MODEL") or stored.get("encoder") or default
+    from_stored = bool(stored.get("encoder")) and not os.environ.get("ENCODER_MODEL")
+    if from_stored and (SPACE_CONFIG.parent / encoder).is_dir():
+        encoder = str(SPACE_CONFIG.parent / encoder)  # an encoder bundled inside the Space repo
+    # The stored embedding model belongs to the stored encoder: another ENCODER_MODEL does not inherit it.
+    embedding = os.environ.get("EMBEDDING_MODEL") or (stored.get("embedding_model") if from_stored else None)
+    if embedding and not os.environ.get("EMBEDDING_MODEL") and (SPACE_CONFIG.parent / embedding).is_dir():
+        embedding = str(SPACE_CONFIG.parent / embedding)  # bundled inside the Space repo (contrastive/)
+    return Settings(
+        encoder=encoder,
+        embedding_model=None if embedding == "encoder" else embedding,  # "encoder": opt out, the encoder embeds
+        base_model=os.environ.get("BASE_MODEL") or stored.get("base_model"),
+        base_gguf_file=os.environ.get("BASE_GGUF_FILE") or stored.get("base_gguf_file"),
+        base_revision=os.environ.get("BASE_REVISION") or stored.get("base_revision"),
+        trust_remote_code=os.environ.get("ENCODER_TRUST_REMOTE_CODE", "").lower() in ("1", "true"),
+    )
+
+
+# ------------------------------------------------------------------------------------------------ remote code
+
+
+def mlm_mode(config) -> str | None:
+    """'remote' when hf-encoderize wrote the MLM head file, 'native' for a built-in MLM class, else None."""
+    auto_map = getattr(config, "auto_map", None) or {}
+    if getattr(config, "hf_encoderize", None) and auto_map.get("AutoModelForMaskedLM") == REMOTE_MLM_CLASS:
+        return "remote"
+    if any(name.endswith("ForMaskedLM") for name in getattr(config, "architectures", None) or []):
+        return "native"
+    return None
+
+
+_FILLED_MODEL_TYPE = re.compile(rb"^MODEL_TYPE = '[A-Za-z0-9_.-]+'", re.MULTILINE)  # saving.py writes repr(model_type)
+_PLACEHOLDER = b'MODEL_TYPE = "__MODEL_TYPE__"'  # the template's line
+TRUST_HINT = "pass --trust-remote-code (or set ENCODER_TRUST_REMOTE_CODE=1) if you trust it"
+
+
+class FillMaskOff(gr.Error):
+    """Why fill-mask is off, in one sentence: the tab shows it and a request answers with it."""
+
+
+def modeling_sha256(source: bytes) -> str:
+    """Digest of a saved modeling_encoderize.py with its filled-in `MODEL_TYPE` line put back to the placeholder."""
+    unfilled = _FILLED_MODEL_TYPE.sub(_PLACEHOLDER, source.replace(b"\r\n", b"\n"), count=1)
+    return hashlib.sha256(unfilled).hexdigest()
+
+
+def modeling_file(encoder: str) -> Path:
+    """The encoder's modeling_encoderize.py on this machine: in its folder, or from the Hub (the download is cached)."""
+    if Path(encoder).is_dir():
+        return Path(encoder) / MODELING_FILE
+    from huggingface_hub import hf_hub_download
+
+    return Path(hf_hub_download(encoder, MODELING_FILE))
+
+
+def checked_modeling_source(settings: Settings) -> tuple[bytes, Path, bool]:
+    """(source, path, whether it is the shipped file) when the file may run; else FillMaskOff says why not."""
+    try:
+        path = modeling_file(settings.encoder)
+        source = path.read_bytes()
+    except Exception as err:  # a missing file, no network, a 404...
+        raise FillMaskOff(f"Could not read {MODELING_FILE} of {settings.encoder} to check it ({_first_line(err)}), "
+                          "so fill-mask is off.") from err
+    shipped = modeling_sha256(source) in TRUSTED_MODELING_SHA256
+    if not (shipped or settings.trust_remote_code):
+        raise FillMaskOff(f"{MODELING_FILE} in {settings.encoder} differs from the one hf-encoderize ships, so "
+                          f"fill-mask is off; {TRUST_HINT}.")
+    return source, path, shipped
+
+
+def run_module(source: bytes, path: Path):
+    """Execute `source` as a module: the bytes that were checked run, nothing reads the file again."""
+    name = f"encoderize_modeling_{hashlib.sha256(source).hexdigest()[:16]}"
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader=None, origin=str(path)))
+    module.__file__ = str(path)
+    sys.modules[name] = module  # transformers inspects a model class's module source for its attention checks
+    exec(compile(source, str(path), "exec"), module.__dict__)
+    return module
+
+
+def masked_lm_head(settings: Settings, config) -> tuple[str | None, str]:
+    """How fill-mask runs ('remote', 'native', or None: off) and the sentence the tab shows about it."""
+    mode = mlm_mode(config)
+    if mode == "native":
+        return mode, "Native masked-LM head (no remote code)."
+    if mode is None:
+        return None, ("This encoder has no masked-LM head (its config.json names no `*ForMaskedLM` class and no "
+                      "hf-encoderize head), so fill-mask is not available.")
+    try:
+        shipped = checked_modeling_source(settings)[2]
+    except FillMaskOff as off:
+        return None, off.message
+    if shipped:
+        return mode, (f"The MLM head runs `{MODELING_FILE}` from the encoder, byte for byte the file hf-encoderize "
+                      "ships (it imports only torch and transformers).")
+    return mode, (f"The MLM head runs this encoder's own `{MODELING_FILE}`, which differs from the file "
+                  "hf-encoderize ships: you trusted it (--trust-remote-code or ENCODER_TRUST_REMOTE_CODE=1).")
+
+
+def _first_line(err: Exception) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+# ------------------------------------------------------------------------------------------------ models
+
+
+def base_label(settings: Settings) -> str | None:
+    """How the base decoder is named on screen: the GGUF file name, else the Hub id or folder."""
+    return settings.base_gguf_file or settings.base_model
+
+
+def reachable(name: str | None) -> bool:
+    """A folder on this machine or something shaped like a Hub id; a recorded path from another machine is not."""
+    if not name:
+        return False
+    return Path(name).exists() or re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?", name) is not None
+
+
+class Models:
+    """Loads each model once, on first use, behind a lock (Gradio runs events on worker threads)."""
+
+    def __init__(self, settings: Settings):
+        from transformers import AutoConfig
+
+        self.settings = settings
+        self.config = AutoConfig.from_pretrained(settings.encoder)  # config only: no remote code runs here
+        embedding_config = AutoConfig.from_pretrained(settings.embedding_model) if settings.embedding_model else None
+        # The contrastive stage's record (objective, pooling...); {} for the encoder or another embedding model.
+        self.contrastive = (getattr(embedding_config, "hf_encoderize", None) or {}).get("contrastive") or {}
+        self.embedding_name = settings.embedding_model or settings.encoder
+        recorded = self._recorded_base()
+        if settings.base_model is None and recorded.get("base_model"):
+            settings.base_model = recorded["base_model"]
+            settings.base_gguf_file = settings.base_gguf_file or recorded.get("gguf_file")
+            settings.base_revision = settings.base_revision or recorded.get("revision")
+        self.mlm, self.mlm_note = masked_lm_head(settings, self.config)
+        self._lock = threading.Lock()
+        self._cache = {}
+
+    def _recorded_base(self) -> dict:
+        """A `cpt` run's run_record.json next to a local encoder folder (it names the GGUF file), else config.json."""
+        record = Path(self.settings.encoder).parent / "run_record.json"
+        if Path(self.settings.encoder).is_dir() and record.is_file():
+            facts = json.loads(record.read_text())
+            if facts.get("base_model"):
+                return facts
+        return getattr(self.config, "hf_encoderize", None) or {}
+
+    @property
+    def base_available(self) -> bool:
+        return reachable(self.settings.base_model)
+
+    @property
+    def embedding_label(self) -> str:
+        """What makes the embeddings, in words: the MLM encoder, or the contrastive model trained on top of it."""
+        if not self.settings.embedding_model:
+            return "the MLM encoder"
+        objective = self.contrastive.get("objective")
+        return f"contrastive ({objective}) on top of the MLM encoder" if objective else "a sentence-transformers model"
+
+    @property
+    def embedding_title(self) -> str:
+        """Heading of the embedding heatmaps: "Encoder", or "Embedding model, contrastive (simcse) on top of ..."."""
+        return f"Embedding model, {self.embedding_label}" if self.settings.embedding_model else "Encoder"
+
+    def _once(self, key, load):
+        with self._lock:
+            if key not in self._cache:
+                self._cache[key] = load()
+            return self._cache[key]
+
+    def embedder(self):
+        """The sentence-transformers model of the embedding tabs: the embedding model, else the encoder."""
+        from sentence_transformers import SentenceTransformer
+
+        return self._once("embedder", lambda: SentenceTransformer(self.embedding_name, device="cpu",
+                                                                  trust_remote_code=False))
+
+    def fill_mask(self):
+        from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
+
+        def load():
+            if self.mlm == "remote":  # checked again now (the folder may have changed), and the checked bytes run
+                module = run_module(*checked_modeling_source(self.settings)[:2])
+                model = module.EncoderForMaskedLM.from_pretrained(self.settings.encoder)
+            else:
+                model = AutoModelForMaskedLM.from_pretrained(self.settings.encoder, trust_remote_code=False)
+            tokenizer = AutoTokenizer.from_pretrained(self.settings.encoder, trust_remote_code=False)
+            return pipeline("fill-mask", model=model.eval(), tokenizer=tokenizer)
+
+        return self._once("fill_mask", load)
+
+    def base(self):
+        from transformers import AutoModel, AutoTokenizer
+
+        def load():
+            s = self.settings
+            kwargs = {"trust_remote_code": False, **({"gguf_file": s.base_gguf_file} if s.base_gguf_file else {})}
+            if s.base_revision and not Path(s.base_model).exists():
+                kwargs["revision"] = s.base_revision
+            return AutoModel.from_pretrained(s.base_model, **kwargs).eval(), AutoTokenizer.from_pretrained(
+                s.base_model, **kwargs)
+
+        return self._once("base", load)
+
+
+# ------------------------------------------------------------------------------------------------ computations
+
+
+def parse_lines(text: str, what: str, limit: int) -> list[str]:
+    """Non-empty lines of `text`, refused with a friendly message past the Space's limits."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    if not lines:
+        raise gr.Error(f"Type at least one {what}, one per line.")
+    if len(lines) > limit:
+        raise gr.Error(f"This Space takes at most {limit} {what}s per request; you gave {len(lines)}.")
+    check_length(lines, what)
+    return lines
+
+
+def check_length(texts: list[str], what: str) -> None:
+    for number, text in enumerate(texts, 1):
+        if len(text) > MAX_CHARS:
+            raise gr.Error(f"{what.capitalize()} {number} has {len(text)} characters; the limit is {MAX_CHARS}.")
+
+
+APP_CSS = """
+.heatmap table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+.heatmap td, .heatmap th { border: 1px solid #ddd; padding: 6px 10px; text-align: center; }
+.heatmap th.row-label { text-align: left; font-weight: normal; max-width: 28em; }
+.heatmap .legend { font-size: 0.85em; color: #666; }
+"""
+
+
+# ------------------------------------------------------------------------------------------------ the tabs
+
+
+class EncoderSpace:
+    """One method per tab; each takes and returns what its Gradio components show."""
+
+    def __init__(self, models: Models):
+        self.models = models
+
+    def similarity(self, text: str):
+        sentences = parse_lines(text, "sentence", MAX_TEXTS)
+        matrix = cosine_matrix(encode(self.models.embedder(), sentences))
+        name = self.models.embedding_name
+        title = f"{self.models.embedding_title}: {name}"
+        return heatmap_html(sentences, matrix, title), {"sentences": sentences, "similarity": matrix, "model": name}
+
+    def search(self, corpus: str, query: str):
+        passages = parse_lines(corpus, "passage", MAX_PASSAGES)
+        query = (query or "").strip()
+        if not query:
+            raise gr.Error("Type a query to search the passages.")
+        check_length([query], "query")
+        import torch
+
+        model = self.models.embedder()
+        vectors = torch.cat([encode(model, [query], "query"), encode(model, passages, "document")])  # (1 + n, dim)
+        scores = cosine_matrix(vectors)[0][1:]
+        ranked = sorted(zip(scores, passages, strict=True), key=lambda pair: -pair[0])
+        return [[rank, round(score, 4), passage] for rank, (score, passage) in enumerate(ranked, 1)]
+
+    def fill_mask(self, text: str, top_k: float):
+        if self.models.mlm is None:
+            raise gr.Error(self.models.mlm_note)
+        fill = self.models.fill_mask()
+        mask = fill.tokenizer.mask_token
+        text = (text or "").strip()
+        for alias in ("[MASK]", "<mask>"):
+            text = text.replace(alias, mask)
+        check_length([text], "sentence")
+        if text.count(mask) != 1:
+            raise gr.Error(f"Put the mask token {mask} exactly once in the sentence.")
+        predictions = fill(text, top_k=max(1, min(int(top_k), MAX_TOP_K)))
+        return {p["token_str"].strip() or repr(p["token_str"]): float(p["score"]) for p in predictions}
+
+    def compare(self, text: str):
+        if not self.models.base_available:
+            raise gr.Error("No base decoder is available for this encoder; set BASE_MODEL to a Hub id or folder.")
+        sentences = parse_lines(text, "sentence", MAX_TEXTS)
+        try:
+            base_model, base_tokenizer = self.models.base()
+        except Exception as err:  # a Hub id that does not exist, no network, a GGUF without the gguf package...
+            raise gr.Error(f"Could not load the base decoder {base_label(self.models.settings)}: "
+                           f"{_first_line(err)}") from err
+        encoder = self.models.embedder()
+        base_matrix = cosine_matrix(causal_embeddings(base_model, base_tokenizer, sentences))
+        encoder_matrix = cosine_matrix(encode(encoder, sentences))
+        shifts = (first_token_shift(base_model, base_tokenizer, sentences[0]),
+                  first_token_shift(encoder[0].auto_model, encoder.tokenizer, sentences[0]))
+        note = (f"Change the last word of sentence 1 and the first word's hidden state moves by **{shifts[0]:.4f}** "
+                f"in the base decoder (causal: it cannot see ahead) and by **{shifts[1]:.4f}** in the "
+                f"{'embedding model' if self.models.settings.embedding_model else 'encoder'}.")
+        return (heatmap_html(sentences, base_matrix, f"Base decoder, causal: {base_label(self.models.settings)}"),
+                heatmap_html(sentences, encoder_matrix, f"{self.models.embedding_title}, bidirectional: "
+                                                        f"{self.models.embedding_name}"),
+                note)
+
+
+
+# ------------------------------------------------------------------------------------------------ layout
+
+
+def build_demo(settings: Settings | None = None) -> gr.Blocks:
+    """The four tabs, wired to an `EncoderSpace` for `settings` (default: from the environment)."""
+    space = EncoderSpace(Models(settings or settings_from_env()))
+    with gr.Blocks(title="hf-encoderize: encoder demo", analytics_enabled=False) as demo:
+        gr.Markdown(_intro(space.models), elem_id="intro")
+        with gr.Tab("Similarity"):
+            _similarity_tab(space)
+        with gr.Tab("Semantic search"):
+            _search_tab(space)
+        with gr.Tab("Fill-mask"):
+            _fill_mask_tab(space)
+        with gr.Tab("Compare"):
+            _compare_tab(space)
+    return demo
+
+
+def _intro(models: Models) -> str:
+    made = getattr(models.config, "hf_encoderize", None)
+    base = base_label(models.settings) or "a decoder LLM"
+    origin = f"a bidirectional encoder made from **{base}** with hf-encoderize" if made else "an encoder"
+    if not models.settings.embedding_model:
+        return (f"# Encoder demo\nEmbeddings of **{models.settings.encoder}**, {origin}. "
+                "Sentences are mean-pooled into one vector each and compared by cosine similarity.")
+    pooling = models.contrastive.get("pooling") or "its own"
+    return (f"# Encoder demo\n**embedding model: {models.embedding_label}** ({models.settings.embedding_model}) "
+            f"makes the embeddings of Similarity, Semantic search and Compare ({pooling} pooling, cosine similarity). "
+            f"Fill-mask uses the MLM encoder **{models.settings.encoder}**, {origin}.")
+
+
+def _similarity_tab(space: EncoderSpace) -> None:
+    gr.Markdown(f"Several sentences, one per line (at most {MAX_TEXTS}, {MAX_CHARS} characters each).")
+    sentences = gr.Textbox(value=EXAMPLE_SENTENCES, lines=5, label="Sentences", elem_id="sim-input")
+    run = gr.Button("Compute similarity", variant="primary", elem_id="sim-button")
+    heatmap = gr.HTML(elem_id="sim-heatmap")
+    with gr.Accordion("Scores as JSON", open=False):
+        scores = gr.JSON(label="Cosine similarity")
+    run.click(space.similarity, sentences, [heatmap, scores], api_name="similarity")
+
+
+def _search_tab(space: EncoderSpace) -> None:
+    gr.Markdown(f"A small corpus, one passage per line (at most {MAX_PASSAGES}), and a query.")
+    corpus = gr.Textbox(value=EXAMPLE_CORPUS, lines=6, label="Passages", elem_id="search-corpus")
+    query = gr.Textbox(value="a cat napping in the sun", label="Query", elem_id="search-query")
+    run = gr.Button("Search", variant="primary", elem_id="search-button")
+    results = gr.Dataframe(headers=["rank", "score", "passage"], label="Ranked passages", interactive=False,
+                           elem_id="search-results", wrap=True)
+    run.click(space.search, [corpus, query], results, api_name="search")
+
+
+def _fill_mask_tab(space: EncoderSpace) -> None:
+    mode, note = space.models.mlm, space.models.mlm_note
+    if mode is not None:
+        note += " Write `[MASK]` or `<mask>` where a word is missing."
+    if mode == "remote" and "steps" not in (getattr(space.models.config, "hf_encoderize", None) or {}):
+        note += ("\n\nThis encoder was converted without MLM training (`convert`), so its head still guesses the "
+                 "*next* token; `hf-encoderize cpt` trains it to fill the mask.")
+    gr.Markdown(note, elem_id="mask-note")
+    text = gr.Textbox(value="The capital of France is [MASK].", label="Sentence", elem_id="mask-input")
+    top_k = gr.Slider(1, MAX_TOP_K, value=5, step=1, label="Top-k tokens")
+    run = gr.Button("Fill the mask", variant="primary", elem_id="mask-button", interactive=mode is not None)
+    output = gr.Label(label="Most likely tokens", elem_id="mask-output")
+    run.click(space.fill_mask, [text, top_k], output, api_name="fill_mask")
+
+
+def _compare_tab(space: EncoderSpace) -> None:
+    s = space.models.settings
+    if space.models.base_available:
+        other = f"the embedding model ({space.models.embedding_label})" if s.embedding_model else \
+            "the encoder; both mean-pooled"
+        gr.Markdown(f"The same sentences through the base decoder **{base_label(s)}**, run causally as it was "
+                    f"trained and mean-pooled, and through {other}. This is why hf-encoderize exists.")
+    else:
+        reason = f"the recorded base {s.base_model!r} is not on this machine" if s.base_model else "none is recorded"
+        gr.Markdown(f"**No base decoder available** ({reason}). Set the BASE_MODEL environment variable to a Hub "
+                    "id or folder to compare the encoder with the decoder it came from.")
+    sentences = gr.Textbox(value=EXAMPLE_SENTENCES, lines=5, label="Sentences", elem_id="compare-input")
+    run = gr.Button("Compare", variant="primary", elem_id="compare-button", interactive=space.models.base_available)
+    with gr.Row():
+        base = gr.HTML(elem_id="compare-base")
+        encoder = gr.HTML(elem_id="compare-encoder")
+    note = gr.Markdown(elem_id="compare-note")
+    run.click(space.compare, sentences, [base, encoder, note], api_name="compare")
+
+
+def theme():
+    # System fonts only: a Space or an offline laptop never waits on a web-font download.
+    return gr.themes.Default(font=["ui-sans-serif", "system-ui", "sans-serif"],
+                             font_mono=["ui-monospace", "monospace"])
+
+
+if __name__ == "__main__":
+    build_demo().launch(theme=theme(), css=APP_CSS)

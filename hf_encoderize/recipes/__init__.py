@@ -1,0 +1,1 @@
+"""The commands that make a model: `convert` (no training), `cpt`, `pretrain` and `contrastive`."""

@@ -1,0 +1,441 @@
+"""`hf-encoderize contrastive ENCODER`: turn an encoder made here into an embedding model with sentence-transformers.
+
+Design choices:
+- Everything that trains is sentence-transformers' own: `SentenceTransformerTrainer`, its
+  `MultipleNegativesRankingLoss` (InfoNCE with in-batch negatives, LLM2Vec's loss for both stages) or the cached
+  (GradCache) variant for large batches on small memory, and its no-duplicates batch sampler (a duplicate in a batch
+  would be a false negative). No hand-written loss.
+- `simcse` (unsupervised, Gao et al. 2021; LLM2Vec's second stage): each sentence is its own positive, the two views
+  differing only by dropout, so dropout must be on. Decoder configs usually have none (Llama's `attention_dropout` is
+  0.0): the model loads with `attention_dropout` (and hidden dropouts the config has) set to `--dropout`, 0.3 by
+  default as in LLM2Vec's SimCSE configs, and the saved config has them back at 0 for inference.
+- `supervised`: (anchor, positive[, hard negative]) rows from `--data-files` or a Hub dataset, column names as options.
+- Pooling: mean (default, the paper's pooling for IR), last token or weighted mean, as LLM2Vec offers. Optional
+  instruction prefixes for queries and documents are applied in training and saved as sentence-transformers prompts
+  (`encode(..., prompt_name="query")`).
+- Precision: a full fine-tune loads the encoder in fp32 (master weights; bf16 autocast on a GPU that has it) and is
+  saved back in the encoder's own dtype. An encoder saved in bf16 would otherwise train in pure bf16, where AdamW
+  updates below about 0.4% of a weight round to nothing. LoRA keeps the base as saved (its adapters are fp32).
+- Everything is validated (encoder folder, output folder, objective, columns, rows) before the output folder is touched;
+  the result is written under a temporary name and renamed into place, so a failure leaves nothing half-written.
+- The output loads without hf-encoderize: a sentence-transformers folder whose transformer config keeps
+  `is_causal: false` (plain `AutoModel` is bidirectional), with the input folder's `modeling_encoderize.py` so
+  `AutoModel.from_pretrained(out, trust_remote_code=True)` still applies the patch. The MLM head is not part of an
+  embedding model, so the `AutoModelForMaskedLM` entry is dropped. `contrastive_run.json` records both stages.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+from dataclasses import KW_ONLY, asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.model.saving import MODELING_FILE, check_output_dir, encoder_dir
+from hf_encoderize.training.lora import AdapterConfig
+
+OBJECTIVES = ("simcse", "supervised")
+POOLINGS = {"mean": "mean", "lasttoken": "lasttoken", "weightedmean": "weightedmean"}
+LOSSES = ("mnrl", "cached_mnrl")
+_DROPOUT_FIELDS = ("attention_dropout", "hidden_dropout", "hidden_dropout_prob", "attention_probs_dropout_prob",
+                   "resid_pdrop", "attn_pdrop", "embd_pdrop", "dropout")
+
+
+@dataclass
+class ContrastiveConfig:
+    """The contrastive stage: objective, data, pooling and training settings."""
+
+    encoder: str
+    """An encoder folder (a cpt/convert output, OUT or OUT/encoder) or any sentence-transformers/transformers folder."""
+    _: KW_ONLY
+    output_dir: str = "runs/contrastive"
+    """Folder to write the embedding model to; must be empty or absent unless `overwrite`."""
+    overwrite: bool = False
+    """Replace a non-empty output folder."""
+    objective: str = "simcse"
+    """simcse (unsupervised: each text is its own positive, dropout makes the two views) or supervised (pairs or
+    triplets with hard negatives)."""
+    data_files: str | None = None
+    """Local JSON/JSONL, CSV, Parquet or .txt file(s) (a glob works; .txt: one text per line, column `text`)."""
+    dataset: str | None = None
+    """A Hub dataset id instead of `data_files`."""
+    dataset_config: str | None = None
+    """The Hub dataset's configuration name."""
+    split: str = "train"
+    """Split to train on."""
+    text_column: str = "text"
+    """simcse: the text column."""
+    anchor_column: str = "anchor"
+    """supervised: the query/anchor column."""
+    positive_column: str = "positive"
+    """supervised: the positive column."""
+    negative_column: str | None = None
+    """supervised: a hard-negative column (optional; in-batch negatives are always used)."""
+    max_rows: int | None = None
+    """Use at most this many rows."""
+    pooling: str = "mean"
+    """mean (the paper's pooling for IR), lasttoken or weightedmean."""
+    query_prefix: str = ""
+    """Instruction prefixed to anchors (and saved as the "query" prompt)."""
+    document_prefix: str = ""
+    """Instruction prefixed to positives and negatives (and saved as the "document" prompt)."""
+    lead_token: bool = True
+    """Put two EOS tokens before every text. A causally pretrained model keeps position 0 as an attention sink whose
+    hidden state hardly depends on the token: without a lead every one-token text embeds alike (the quickstart encoder
+    gives "cat"/"stocks" cosine 1.00, above "cat"/"kitten" 0.66; with the lead 0.69 and 0.86). The lead is saved as the
+    default prompt, so `SentenceTransformer(out).encode` adds it; sentence-transformers leaves the first EOS out of the
+    pooling (it counts a trailing special token as text), the second is pooled, in training and at inference alike.
+    Instruction prefixes follow the lead inside the prompts and are left out of the pooling, as LLM2Vec does."""
+    loss: str = "mnrl"
+    """mnrl (MultipleNegativesRankingLoss) or cached_mnrl (GradCache: large batches on small memory)."""
+    mini_batch_size: int = 32
+    """cached_mnrl: rows per forward pass."""
+    scale: float = 20.0
+    """Similarity scale of the loss (1 / temperature; 20 = temperature 0.05, as in SimCSE and LLM2Vec)."""
+    dropout: float = 0.3
+    """simcse: dropout applied during training (LLM2Vec's SimCSE setting); saved back as 0."""
+    steps: int = 1000
+    """Optimizer steps."""
+    batch_size: int = 64
+    """Rows per step (in-batch negatives: larger is better)."""
+    learning_rate: float = 3e-5
+    """Peak learning rate (LLM2Vec's SimCSE and supervised runs use 3e-5 and 2e-4 with LoRA; full fine-tuning here)."""
+    warmup_ratio: float = 0.1
+    """Linear warmup over this share of the steps, then linear decay."""
+    max_seq_length: int = 128
+    """Tokens per text."""
+    seed: int = 0
+    """Seed for data order and dropout."""
+    save_every: int = 500
+    """Save a resumable checkpoint (weights, optimizer, scheduler, RNG, data position) every N steps, in the
+    `.NAME.work/` folder next to the output; it is removed once the embedding model is written."""
+    keep_last: int = 2
+    """Checkpoints to keep."""
+    resume: bool = False
+    """Continue an interrupted run from its newest checkpoint (same settings), as `cpt --resume` does."""
+    cross_device_negatives: bool = True
+    """With several processes (accelerate launch / torchrun), every process's rows are negatives for every anchor
+    (sentence-transformers' `gather_across_devices`): the in-batch negatives of the whole global batch."""
+    progress: bool = True
+    """Show the trainer's progress bar."""
+
+    def __post_init__(self):
+        problems = []
+        if self.objective not in OBJECTIVES:
+            problems.append(f"--objective must be one of {', '.join(OBJECTIVES)} (got {self.objective!r})")
+        if self.pooling not in POOLINGS:
+            problems.append(f"--pooling must be one of {', '.join(POOLINGS)} (got {self.pooling!r})")
+        if self.loss not in LOSSES:
+            problems.append(f"--loss must be one of {', '.join(LOSSES)} (got {self.loss!r})")
+        if (self.data_files is None) == (self.dataset is None):
+            problems.append("give exactly one of --data-files or --dataset")
+        for name in ("steps", "batch_size", "max_seq_length", "mini_batch_size", "save_every", "keep_last"):
+            if getattr(self, name) < 1:
+                problems.append(f"--{name.replace('_', '-')} must be at least 1")
+        if self.objective == "simcse" and self.batch_size < 2:
+            problems.append("--batch-size must be at least 2 (in-batch negatives)")
+        if not 0.0 <= self.dropout < 1.0:
+            problems.append("--dropout must be in [0, 1)")
+        if self.learning_rate <= 0 or not 0.0 <= self.warmup_ratio < 1.0:
+            problems.append("--learning-rate must be > 0 and --warmup-ratio in [0, 1)")
+        if problems:
+            raise EncoderizeError("; ".join(problems))
+
+
+def _columns(config: ContrastiveConfig) -> list[str]:
+    if config.objective == "simcse":
+        return [config.text_column]
+    return [config.anchor_column, config.positive_column] + ([config.negative_column] if config.negative_column else [])
+
+
+def load_rows(config: ContrastiveConfig):
+    """The training rows as a `datasets.Dataset` with columns anchor, positive[, negative], prefixes applied."""
+    import datasets
+
+    datasets.disable_progress_bars()  # a bad-input run prints one error line, not a progress bar before it
+    try:
+        if config.data_files is not None:
+            files = sorted(glob.glob(config.data_files))
+            if not files or not all(Path(f).is_file() for f in files):
+                raise EncoderizeError(f"--data-files {config.data_files!r}: no such file")
+            suffix = Path(files[0]).suffix.lower()
+            builders = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".txt": "text"}
+            builder = builders.get(suffix)
+            if builder is None:
+                raise EncoderizeError(f"--data-files: unsupported file type {suffix!r}; use JSON/JSONL, CSV, Parquet "
+                                      "or .txt (one text per line)")
+            rows = datasets.load_dataset(builder, data_files=files, split="train")
+        else:
+            rows = datasets.load_dataset(config.dataset, config.dataset_config, split=config.split)
+    except EncoderizeError:
+        raise
+    except Exception as err:  # unreadable file, unknown Hub dataset, offline Hub
+        raise EncoderizeError(f"cannot read the training data: {type(err).__name__}: {' '.join(str(err).split())[:200]}"
+                              ) from None
+    wanted = _columns(config)
+    missing = [c for c in wanted if c not in rows.column_names]
+    if missing:
+        hint = " (supervised needs an anchor and a positive column: pairs or triplets)" \
+            if config.objective == "supervised" else ""
+        raise EncoderizeError(f"column(s) {', '.join(map(repr, missing))} not in the data (it has "
+                              f"{', '.join(map(repr, rows.column_names))}); pass the column options{hint}")
+    rows = rows.select_columns(wanted).filter(lambda row: all(isinstance(row[c], str) and row[c].strip()
+                                                              for c in wanted))
+    if config.max_rows:
+        rows = rows.select(range(min(config.max_rows, len(rows))))
+    if len(rows) < 2:
+        raise EncoderizeError(f"the training data has {len(rows)} usable row(s) with non-empty {', '.join(wanted)}; "
+                              "in-batch negatives need at least 2")
+    # With a lead, the prefixes are part of the prompts the trainer adds (left out of the pooling), not of the rows.
+    query, document = ("", "") if config.lead_token else (config.query_prefix, config.document_prefix)
+    if config.objective == "simcse":  # the same text twice: dropout makes the two views
+        text = config.text_column
+        return rows.map(lambda row: {"anchor": query + row[text], "positive": document + row[text]},
+                        remove_columns=[text])
+    renamed = {config.anchor_column: "anchor", config.positive_column: "positive"}
+    if config.negative_column:
+        renamed[config.negative_column] = "negative"
+    rows = rows.rename_columns({k: v for k, v in renamed.items() if k != v})
+    return rows.map(lambda row: {key: (query if key == "anchor" else document) + value for key, value in row.items()})
+
+
+def _dropout_kwargs(folder: Path, value: float) -> dict:
+    """The dropout fields this architecture's config has, set to `value` (SimCSE needs dropout in training)."""
+    config = json.loads((folder / "config.json").read_text())
+    return {name: value for name in _DROPOUT_FIELDS if isinstance(config.get(name), (int, float))
+            and not isinstance(config.get(name), bool)}
+
+
+def work_dir(output_dir: str | os.PathLike) -> Path:
+    """`.NAME.work/` beside the output: the trainer's checkpoints while the stage runs (kept if it is interrupted)."""
+    out = Path(output_dir)
+    return out.parent / f".{out.name}.work"
+
+
+RESUME_KEYS_IGNORED = ("output_dir", "overwrite", "resume", "progress", "save_every", "keep_last")
+
+
+def check_resume(config: ContrastiveConfig, work: Path) -> None:
+    """Refuse --resume without a checkpoint or with other settings; refuse a fresh start over an interrupted run."""
+    checkpoints = sorted(work.glob("trainer/checkpoint-*"))
+    recorded = work / "settings.json"
+    if config.resume:
+        if not checkpoints or not recorded.is_file():
+            raise EncoderizeError(f"--resume: no checkpoint of an interrupted run in {str(work)!r}; run without "
+                                  "--resume to start")
+        before = json.loads(recorded.read_text())
+        now = json.loads(json.dumps(_settings(config)))
+        changed = [k for k in now if before.get(k) != now[k]]
+        if changed:
+            what = "; ".join(f"{k} was {before.get(k)!r}, now {now[k]!r}" for k in changed)
+            raise EncoderizeError(f"--resume with other settings than the run's ({what}); resume with the same ones")
+    elif work.exists() and not config.overwrite:
+        raise EncoderizeError(f"{str(work)!r} holds an interrupted contrastive run; pass --resume to continue it or "
+                              "--overwrite to start over")
+
+
+def _settings(config: ContrastiveConfig) -> dict:
+    return {k: v for k, v in asdict(config).items() if k not in RESUME_KEYS_IGNORED}
+
+
+def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None) -> dict:
+    """Train the contrastive stage and save a sentence-transformers folder to `config.output_dir`. Returns a summary.
+
+    Works under `accelerate launch` / `torchrun` as it is (the trainer is sentence-transformers' on Accelerate); only
+    the main process writes the output."""
+    from accelerate import PartialState
+    from sentence_transformers import SentenceTransformerTrainer
+
+    adapter = adapter or AdapterConfig()
+    if adapter.load_in_4bit:
+        raise EncoderizeError("contrastive does not train 4-bit weights; drop --load-in-4bit (LoRA works without it)")
+    source = encoder_dir(config.encoder)
+    out, work = Path(config.output_dir), work_dir(config.output_dir)
+    if not config.resume:
+        out = check_output_dir(config.output_dir, config.overwrite)
+    check_resume(config, work)
+    rows = load_rows(config)  # every input is checked before the output folder is touched
+    dropout = _dropout_kwargs(source, config.dropout) if config.objective == "simcse" else {}
+    model = build_model(source, config, dropout, adapter)
+    prompts = saved_prompts(config, model.tokenizer)
+    roles = {"anchor": "query", "positive": "document", "negative": "document"}
+    training = {column: prompts[roles[column]] for column in rows.column_names if roles[column] in prompts} \
+        if config.lead_token else None
+    args = _training_args(config, work, len(rows), training)  # sets up the processes of a distributed launch
+    state = PartialState()
+    state.wait_for_everyone()  # every process has checked the folders before the main one changes them
+    if state.is_main_process and not config.resume:
+        shutil.rmtree(work, ignore_errors=True)
+        (work / "trainer").mkdir(parents=True)
+        (work / "settings.json").write_text(json.dumps(_settings(config), indent=2) + "\n")
+    state.wait_for_everyone()
+    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=rows, loss=_loss(model, config))
+    if not config.progress:  # no progress bar and no printed log dicts either (the log is in contrastive_run.json)
+        from transformers.trainer_callback import PrinterCallback
+
+        trainer.remove_callback(PrinterCallback)
+    try:
+        trainer.train(resume_from_checkpoint=True if config.resume else None)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(f"interrupted; checkpoints are in {str(work)!r}: run the same command with --resume "
+                                "to continue") from None
+    summary = {}
+    if trainer.is_world_process_zero():
+        summary = _write_output(trainer, model, source, config, adapter, dropout, len(rows), out, work)
+    trainer.accelerator.wait_for_everyone()
+    return {**summary, "output_dir": str(out)}
+
+
+def build_model(source: Path, config: ContrastiveConfig, dropout: dict, adapter: AdapterConfig):
+    """The encoder as a sentence-transformers model with the chosen pooling, LoRA adapters added when asked."""
+    from peft import LoraConfig
+    from sentence_transformers import SentenceTransformer, models
+
+    master = None if adapter.lora_r else {"dtype": torch.float32}  # full fine-tune: fp32 master weights
+    try:
+        model = SentenceTransformer(str(source), device=None, config_kwargs=dropout or None, model_kwargs=master)
+    except Exception as err:
+        raise EncoderizeError(f"cannot load {str(source)!r} as an encoder: {type(err).__name__}: "
+                              f"{' '.join(str(err).split())[:200]}") from None
+    model.max_seq_length = config.max_seq_length
+    dim = model.get_embedding_dimension()
+    pooling = models.Pooling(dim, pooling_mode=POOLINGS[config.pooling], include_prompt=not config.lead_token)
+    model = SentenceTransformer(modules=[model[0], pooling], device=str(model.device))
+    if adapter.lora_r:  # sentence-transformers' own PEFT integration: its checkpoints save and resume the adapters
+        targets = adapter.lora_targets if adapter.lora_targets == "all-linear" else \
+            [t.strip() for t in adapter.lora_targets.split(",")]
+        model.add_adapter(LoraConfig(r=int(adapter.lora_r), lora_alpha=int(adapter.lora_alpha),
+                                     target_modules=targets, lora_dropout=0.0, task_type="FEATURE_EXTRACTION"))
+    return model
+
+
+def _loss(model, config: ContrastiveConfig):
+    from sentence_transformers import losses
+
+    gather = config.cross_device_negatives and int(os.environ.get("WORLD_SIZE", "1")) > 1  # one process: no gather
+
+    if config.loss == "cached_mnrl":
+        return losses.CachedMultipleNegativesRankingLoss(model, scale=config.scale,
+                                                         mini_batch_size=config.mini_batch_size,
+                                                         gather_across_devices=gather)
+    return losses.MultipleNegativesRankingLoss(model, scale=config.scale,
+                                               gather_across_devices=gather)
+
+
+def saved_prompts(config: ContrastiveConfig, tokenizer) -> dict[str, str]:
+    """The sentence-transformers prompts the model is trained and saved with: "query", "document" and, with a lead
+    token, "text" (the lead token alone, the default prompt)."""
+    lead = _lead(config, tokenizer)
+    prompts = {"query": lead + config.query_prefix, "document": lead + config.document_prefix, "text": lead}
+    return {name: prompt for name, prompt in prompts.items() if prompt}
+
+
+def _lead(config: ContrastiveConfig, tokenizer) -> str:
+    return 2 * (tokenizer.eos_token or "") if config.lead_token else ""
+
+
+def _training_args(config: ContrastiveConfig, work: Path, rows: int, prompts: dict | None):
+    from sentence_transformers.sentence_transformer.training_args import (
+        BatchSamplers,
+        SentenceTransformerTrainingArguments,
+    )
+
+    # Several CPU processes (torchrun/accelerate with gloo): the trainer goes distributed only when told
+    multi_cpu = not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1
+    return SentenceTransformerTrainingArguments(
+        **({"ddp_backend": "gloo", "use_cpu": True} if multi_cpu else {}),
+        output_dir=str(work / "trainer"), max_steps=config.steps, per_device_train_batch_size=config.batch_size,
+        # transformers v5 reads a float warmup_steps below 1 as a ratio (warmup_ratio is deprecated)
+        learning_rate=config.learning_rate, warmup_steps=config.warmup_ratio, lr_scheduler_type="linear",
+        seed=config.seed, data_seed=config.seed, batch_sampler=BatchSamplers.NO_DUPLICATES,
+        save_strategy="steps", save_steps=config.save_every, save_total_limit=config.keep_last,
+        report_to="none", logging_steps=max(1, config.steps // 20), disable_tqdm=not config.progress, prompts=prompts,
+        dataloader_drop_last=rows >= config.batch_size,
+        bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),  # autocast over the fp32 master weights
+    )
+
+
+def _write_output(trainer, model, source: Path, config: ContrastiveConfig, adapter: AdapterConfig, dropout: dict,
+                  rows: int, out: Path, work: Path) -> dict:
+    """Merge adapters, save under `work/final`, finish the folder, then move it into place (main process)."""
+    final = work / "final"
+    shutil.rmtree(final, ignore_errors=True)
+    if adapter.lora_r:
+        _merge_adapters(model, source, work / "adapter")
+    saved_dtype = source_dtype(source)
+    if saved_dtype is not None:
+        model.to(saved_dtype)  # trained on fp32 master weights, saved in the encoder's dtype
+    model.prompts = saved_prompts(config, model.tokenizer)
+    model.default_prompt_name = "text" if "text" in model.prompts else None
+    model.save(str(final))
+    log = trainer.state.log_history
+    summary = _finish_folder(final, source, config, dropout, [e["loss"] for e in log if "loss" in e], rows,
+                             adapter, log)
+    if out.exists():
+        shutil.rmtree(out)
+    final.rename(out)
+    if adapter.lora_r and adapter.save_adapter:  # the unmerged adapter, next to the merged model
+        shutil.move(str(work / "adapter"), str(out / "adapter"))
+    shutil.rmtree(work, ignore_errors=True)
+    return summary
+
+
+def source_dtype(source: Path) -> torch.dtype | None:
+    """The floating dtype the encoder at `source` is saved in (config.json's `dtype`, or `torch_dtype` before
+    transformers 5), None when it does not say."""
+    config = json.loads((source / "config.json").read_text())
+    name = config.get("dtype") or config.get("torch_dtype")
+    dtype = getattr(torch, name, None) if isinstance(name, str) else None
+    return dtype if isinstance(dtype, torch.dtype) and dtype.is_floating_point else None
+
+
+def _merge_adapters(model, source: Path, adapter_dir: Path) -> None:
+    """Fold the trained LoRA adapters into the weights: the adapter is saved, then applied to a fresh copy of the
+    source encoder and merged (peft's `merge_and_unload`), so the result is a plain model, as cpt's LoRA is."""
+    from peft import PeftModel
+    from transformers import AutoModel
+
+    transformer = model[0]
+    transformer.auto_model.save_pretrained(str(adapter_dir))  # the adapter only (transformers' PEFT integration)
+    fresh = AutoModel.from_pretrained(str(source), dtype=transformer.auto_model.dtype)
+    merged = PeftModel.from_pretrained(fresh, str(adapter_dir)).merge_and_unload()
+    if isinstance(getattr(type(transformer), "auto_model", None), property):
+        transformer.model = merged  # sentence-transformers >= 6: `auto_model` is a read-only alias of `model`
+    else:
+        transformer.auto_model = merged
+
+
+def _finish_folder(folder: Path, source: Path, config: ContrastiveConfig, dropout: dict, logged: list, rows: int,
+                   adapter: AdapterConfig, log: list):
+    """Dropout back to the source's values, the shipped modeling file, the run record."""
+    source_config = json.loads((source / "config.json").read_text())
+    saved = json.loads((folder / "config.json").read_text())
+    for name in dropout:
+        saved[name] = source_config.get(name, 0.0)
+    auto_map = {k: v for k, v in (saved.get("auto_map") or {}).items() if k != "AutoModelForMaskedLM"}
+    if auto_map and (source / MODELING_FILE).is_file():
+        shutil.copyfile(source / MODELING_FILE, folder / MODELING_FILE)
+        saved["auto_map"] = auto_map
+    else:
+        saved.pop("auto_map", None)
+    stage = {"objective": config.objective, "pooling": config.pooling, "loss": config.loss, "steps": config.steps,
+             "batch_size": config.batch_size, "learning_rate": config.learning_rate, "scale": config.scale,
+             "training_dropout": dropout, "rows": rows, "final_loss": logged[-1] if logged else None,
+             "lora": {"r": adapter.lora_r, "alpha": adapter.lora_alpha, "targets": adapter.lora_targets,
+                      "merged": True} if adapter.lora_r else None,
+             "processes": int(os.environ.get("WORLD_SIZE", "1")),
+             "lead": json.loads((folder / "config_sentence_transformers.json").read_text()).get("prompts", {}).get(
+                 "text", "")}
+    previous = saved.get("hf_encoderize") or {}
+    saved["hf_encoderize"] = {**previous, "contrastive": stage}
+    (folder / "config.json").write_text(json.dumps(saved, indent=2) + "\n")
+    record = {"source": os.fspath(source), "config": asdict(config), "stage": stage, "losses": logged,
+              "metrics": log, "base_encoder": previous}
+    (folder / "contrastive_run.json").write_text(json.dumps(record, indent=2) + "\n")
+    return {"objective": config.objective, "rows": rows, "steps": config.steps, "first_loss": logged[0] if logged
+            else None, "final_loss": stage["final_loss"]}

@@ -1,0 +1,66 @@
+"""`hf-encoderize convert MODEL OUTPUT_DIR`: load a decoder, encoderize it, verify it, save it. No training.
+
+The output folder is checked before anything is loaded (a non-empty folder is refused unless `overwrite`), and the
+encoder is written atomically, so a failed run leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import KW_ONLY, dataclass
+
+from hf_encoderize.model.loading import LoadConfig
+
+
+@dataclass
+class ConvertConfig:
+    """Where to write the converted encoder."""
+
+    output_dir: str
+    """Folder to write; must be empty or absent unless `overwrite`."""
+    _: KW_ONLY
+    overwrite: bool = False
+    """Replace a non-empty output folder."""
+    verify: bool = True
+    """Run the bidirectionality probe before saving and refuse to save a model that fails it (one that fails only
+    packed-document isolation, a hybrid, is saved and recorded as one to train on padded rows)."""
+
+
+def convert(load: LoadConfig, out: ConvertConfig) -> dict:
+    """Encoderize `load.source` and save it to `out.output_dir`. Returns a summary dict (printed by the CLI).
+
+    With `verify`, the backend is picked as `cpt` picks it (`encoderize_where_it_trains`: with `auto`, one whose
+    model fails the probe gives way to the next), and a model that fails only packed-document isolation (a hybrid)
+    is saved all the same, recorded as one to train on padded rows (`packing` in the saved config)."""
+    from hf_encoderize.model.saving import check_output_dir, save_encoder
+    from hf_encoderize.model.where_it_trains import encoderize_where_it_trains
+
+    check_output_dir(out.output_dir, out.overwrite)
+    if out.verify:
+        model, tokenizer, report, _ = encoderize_where_it_trains(load, {}, None, False)
+    else:
+        model, tokenizer, report = _encoderize_unverified(load)
+    metadata = {**report.to_dict(), "base_model": load.source, "revision": load.revision, "gguf_file": load.gguf_file}
+    save_encoder(model, tokenizer, out.output_dir, overwrite=out.overwrite, metadata=metadata)
+    return {
+        "output_dir": str(out.output_dir),
+        "model_type": report.model_type,
+        "attn_implementation": report.attn_implementation,
+        "modules_patched": report.modules_patched,
+        "causal_buffers_replaced": report.causal_buffers_replaced,
+        "mask_token": f"{report.tokens['mask_token']} (id {report.tokens['mask_token_id']}, "
+        f"{report.tokens['mask_token_path']})",
+        "pad_token": f"{report.tokens['pad_token']} ({report.tokens['pad_token_path']})",
+        "probe": report.probe or "skipped",
+        "packing": report.packing,
+    }
+
+
+def _encoderize_unverified(load: LoadConfig):
+    """`--no-verify`: the first backend that loads, patched, unprobed (so packing is not known either)."""
+    from hf_encoderize.model.bidirectional import encoderize
+    from hf_encoderize.model.loading import load_decoder_trying
+
+    model, tokenizer, tried = load_decoder_trying(load)
+    report = encoderize(model, tokenizer)
+    report.attn_candidates, report.packing = tried, "not checked (--no-verify)"
+    return model, tokenizer, report

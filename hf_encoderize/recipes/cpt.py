@@ -1,0 +1,258 @@
+"""`hf-encoderize cpt MODEL`: load, encoderize, then MLM continued pretraining; the encoder lands in OUT/encoder.
+
+A recipe on the training engine (`train`): check everything that can be checked before any weight is loaded, load and
+encoderize the model (and verify it behaves bidirectionally), add LoRA if asked, `build_run`, `train_until` the last
+step, then work out the final model (LoRA merged, or unwrapped) and `save_run` it with the run record.
+
+Output folder: `checkpoints/` (full training state, never pushed), `encoder/` (the model), `metrics.jsonl`,
+`loss_curve.png` and `run_record.json` (the facts the model card reads).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.precision import attention_dtype
+from hf_encoderize.data.sources import DataConfig, open_documents
+from hf_encoderize.model.bidirectional import PACKED
+from hf_encoderize.model.loading import LoadConfig
+from hf_encoderize.model.where_it_trains import (
+    as_main_process_says,
+    encoderize_where_it_trains,
+    packing_after_probe,
+)
+from hf_encoderize.objectives.masking import MaskingConfig
+from hf_encoderize.training.checkpoints import (
+    check_branch_settings,
+    check_resume_settings,
+    check_shared_output_dir,
+    claimed_step,
+    clear_output_dir,
+    inherit_metrics,
+    load_checkpoint,
+    prepare_output_dir,
+    resume_newest,
+)
+from hf_encoderize.training.exports import export_encoder
+from hf_encoderize.training.lora import (
+    AdapterConfig,
+    apply_lora,
+    check_qlora_available,
+    enable_checkpointing,
+    merge_full_precision,
+    merged_model,
+    quantization_config,
+)
+from hf_encoderize.training.monitor import TrainingMonitor, hardware_facts, parse_report_to, utc_now
+from hf_encoderize.training.train import (
+    TrainConfig,
+    align_lr_with_schedule,
+    build_run,
+    evaluate_held_out,
+    finish_processes,
+    gather_weights,
+    make_accelerator,
+    resolve_grad_accum,
+    run_summary,
+    save_run,
+    stream_position,
+    train_until,
+    training_facts,
+)
+
+
+def default_output_dir(load: LoadConfig) -> Path:
+    """`runs/<model name>-mlm` when no --output-dir is given."""
+    return Path("runs") / f"{Path(load.gguf_file or load.source).stem.split('/')[-1]}-mlm"
+
+
+def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: TrainConfig,
+        adapter: AdapterConfig | None = None) -> dict:
+    """Run MLM continued pretraining and save the encoder. Returns a summary: the run folder (`output_dir`), steps,
+    per-step losses, the final held-out loss and masked accuracy, wall time."""
+    adapter = adapter or AdapterConfig()
+    if adapter.load_in_4bit and load.gguf_file:
+        raise EncoderizeError("--load-in-4bit cannot quantise a GGUF file (transformers de-quantises GGUF weights on "
+                              "load and refuses to re-quantise them); drop --load-in-4bit (--lora-r alone trains "
+                              "LoRA on the de-quantised weights)")
+    train = resolve_grad_accum(train, data.seq_len)
+    output_dir = Path(train.output_dir) if train.output_dir else default_output_dir(load)
+    trackers = parse_report_to(train.report_to)
+    accelerator = make_accelerator(train, output_dir, trackers)
+    check_launcher(accelerator, adapter)
+    if train.exports and adapter.lora_r:
+        raise EncoderizeError("--export-steps saves full encoders; with --lora-r the adapters would need merging at "
+                              "every export: export from a full fine-tune, or drop --export-steps")
+    branch_point = Path(train.from_checkpoint) if train.from_checkpoint else None
+    if branch_point:
+        if train.overwrite and output_dir.resolve() in branch_point.resolve().parents:
+            raise EncoderizeError(f"--from-checkpoint {str(branch_point)!r} is inside the --output-dir that "
+                                  "--overwrite would delete; branch into a new --output-dir")
+    resume_from = prepare_output_dir(output_dir, resume=train.resume, overwrite=train.overwrite)
+    started_at = utc_now()
+    documents = open_documents(data)  # a bad source fails before any weight is loaded
+    model, tokenizer, report = load_encoderized(load, data, train, adapter, accelerator)
+    check_precision(accelerator, model, train, adapter)
+    data = dataclasses.replace(data, pack=report.packing == PACKED)  # a hybrid whose layers leak: padded rows
+    if branch_point:
+        check_branch_settings(branch_point, cpt_facts(load, data, masking, train, adapter))
+    # Everything is validated (options, data, model): only now may --overwrite delete the earlier run.
+    clear_output_dir(output_dir, overwrite=train.overwrite and not train.resume,
+                     main_process=accelerator.is_main_process)
+    accelerator.wait_for_everyone()
+    check_shared_output_dir(accelerator, output_dir)
+    if train.gradient_checkpointing and not adapter.lora_r:
+        enable_checkpointing(model)
+    peft_model = apply_lora(model, adapter, tokenizer.mask_token_id,
+                            gradient_checkpointing=train.gradient_checkpointing) if adapter.lora_r else None
+    model.train()
+    loaded_dtype = model.dtype  # the encoder is saved in it; training may keep fp32 master weights meanwhile
+    run = build_run(accelerator, model, tokenizer, documents, data, masking, train, output_dir)
+    facts = cpt_facts(load, data, masking, train, adapter)
+    run.exporter = lambda at: export_encoder(run, at, {
+        "command": "cpt", "base_model": load.source, "objective": masking.objective, "mask_ratio": masking.mask_ratio,
+        "packing": report.packing, "model_type": report.model_type}, loaded_dtype)
+    # Before loading: a checkpoint of other settings (e.g. another global batch, so other data lanes) is refused in
+    # one line, never mistaken for a corrupt one.
+    check_resume_settings(output_dir, facts, claimed_step(resume_from) if resume_from else None, extendable=True,
+                          main_process=accelerator.is_main_process)
+    step = resume_newest(accelerator, output_dir) if resume_from else \
+        load_checkpoint(accelerator, branch_point) if branch_point else 0
+    align_lr_with_schedule(run)
+    if branch_point and accelerator.is_main_process:
+        inherit_metrics(branch_point, output_dir)
+    monitor = TrainingMonitor(accelerator, output_dir, train.steps, start_step=step, show=train.progress,
+                              log_every=train.log_every, trackers=trackers, facts=facts)
+    started = time.time()
+    step = train_until(run, monitor, step, train.steps)
+    final_eval = evaluate_held_out(run)
+    if final_eval:
+        monitor.evaluation(step, final_eval)
+    monitor.close()
+    accelerator.wait_for_everyone()
+    summary = run_summary(run, monitor, step, started, final_eval)
+    position = stream_position(run, data)  # every process: the lanes are gathered
+    weights = gather_weights(run)  # every process: FSDP2/ZeRO-3 gather their shards here
+    if accelerator.is_main_process:
+        final = accelerator.unwrap_model(run.model).model
+        if peft_model is not None and adapter.load_in_4bit:
+            # Merging into NF4 weights would re-quantise them and save a 4-bit checkpoint that needs bitsandbytes and
+            # a GPU: reload the base in bf16 on CPU and merge the adapter there, for a plain model.
+            peft_model.save_pretrained(output_dir / "adapter")
+            final, _ = merge_full_precision(output_dir / "adapter", load)
+            if not adapter.save_adapter:
+                shutil.rmtree(output_dir / "adapter")
+        elif peft_model is not None:
+            if adapter.save_adapter:
+                peft_model.save_pretrained(output_dir / "adapter")
+            final = merged_model(peft_model)
+        if weights is not None:
+            weights = {name: t.to(loaded_dtype) if t.is_floating_point() else t for name, t in weights.items()}
+        elif final.dtype != loaded_dtype and not adapter.load_in_4bit:
+            final = final.to(loaded_dtype)
+        saved_dtype = loaded_dtype if weights is not None else final.dtype
+        record = {"command": "cpt", **facts, "from_checkpoint": train.from_checkpoint, "data_position": position,
+                  "saved_dtype": str(saved_dtype).removeprefix("torch."),
+                  "encoderize": {**report.to_dict(), **report.tokens}, "loss_implementation": run.loss_implementation,
+                  "num_processes": accelerator.num_processes,
+                  "hardware": hardware_facts(accelerator), "wall_time_s": round(summary["wall_time_s"], 2),
+                  "eval_loss": summary.get("eval_loss"), "eval_masked_accuracy": summary.get("eval_masked_accuracy"),
+                  "started_at": started_at}
+        save_run(final, tokenizer, output_dir, record, state_dict=weights)
+    finish_processes(accelerator)
+    return summary
+
+
+def check_launcher(accelerator, adapter: AdapterConfig) -> None:
+    """Refuse, before any work, what this version cannot save: LoRA adapters merged out of FSDP or ZeRO-3 shards."""
+    from accelerate.utils import DistributedType
+
+    kind = accelerator.distributed_type
+    sharded = kind == DistributedType.FSDP or (
+        kind == DistributedType.DEEPSPEED and accelerator.state.deepspeed_plugin.zero_stage == 3)
+    if adapter.lora_r and sharded:
+        raise EncoderizeError("--lora-r under FSDP or DeepSpeed ZeRO-3 is not supported: the adapters are small, so "
+                              "launch with DDP (examples/accelerate/multi_gpu_ddp.yaml) or ZeRO-2 instead")
+
+
+def check_precision(accelerator, model, train: TrainConfig, adapter: AdapterConfig) -> None:
+    """Refuse fp16 autocast on fp16 weights that train as loaded: on a GPU the fp16 loss scaler unscales the gradients
+    before clipping and refuses fp16 ones ("Attempting to unscale FP16 gradients"), which would end the run at its
+    first step, after the load. fp32 master weights (the default) and LoRA (peft keeps adapters in fp32) are fine."""
+    if getattr(accelerator, "scaler", None) is None or train.master_weights != "loaded" or adapter.lora_r:
+        return
+    if any(p.requires_grad and p.dtype == torch.float16 for p in model.parameters()):
+        raise EncoderizeError("--mixed-precision fp16 with --master-weights loaded cannot train fp16 weights: the loss "
+                              "scaler refuses fp16 gradients; drop --master-weights loaded (fp32 master weights) or "
+                              "use --mixed-precision bf16")
+
+
+def check_seq_len(load: LoadConfig, seq_len: int) -> None:
+    """Refuse a row length above the model's position limit before any weight is downloaded."""
+    from hf_encoderize.model.loading import load_config
+
+    try:
+        config = load_config(load)
+    except EncoderizeError as err:
+        if "already an encoder" not in str(err):
+            raise
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(load.source, revision=load.revision)
+    config = getattr(config, "text_config", None) or config
+    limit = next((getattr(config, name) for name in ("max_position_embeddings", "n_positions", "max_seq_len")
+                  if isinstance(getattr(config, name, None), int)), None)
+    if limit is not None and seq_len > limit:
+        raise EncoderizeError(f"--seq-len {seq_len} is above the model's limit of {limit} positions; "
+                              f"use --seq-len {limit} or less")
+
+
+def load_encoderized(load: LoadConfig, data: DataConfig, train: TrainConfig, adapter: AdapterConfig,
+                     accelerator=None):
+    """Model (encoderized, with packed documents isolated, and verified by the probe), tokenizer, and the report.
+    `report.packing` says how its rows are built ("packed", or "padded rows: <why>"), agreed by every process.
+
+    With an `accelerator`, the probe runs where and in the precision the model will train (a flash-attention kernel
+    cannot run on CPU tensors or in fp32); a model that FSDP/DeepSpeed will place goes back to the CPU afterwards."""
+    from hf_encoderize.model.bidirectional import EncoderizeReport
+    from hf_encoderize.model.isolation import install_document_isolation
+    from hf_encoderize.model.loading import is_native_encoder, load_encoder
+
+    check_seq_len(load, data.seq_len)
+    torch.manual_seed(train.seed)
+    extra = {}
+    if adapter.load_in_4bit:
+        check_qlora_available()
+        extra["quantization_config"] = quantization_config()
+    if not is_native_encoder(load):
+        model, tokenizer, report, _ = encoderize_where_it_trains(
+            load, extra, accelerator, adapter.load_in_4bit, pack=data.pack,
+            compute_dtype=attention_dtype(accelerator, train, frozen_base=bool(adapter.lora_r)))
+    else:
+        # MLM->MLM continued pretraining of an encoder (the paper's baseline, section 5): nothing to patch.
+        model, tokenizer = load_encoder(load, model_kwargs=extra)
+        report = EncoderizeReport(model.config.model_type, model.config._attn_implementation, False, 0, 0,
+                                  {"mask_token": tokenizer.mask_token, "mask_token_path": "existing"})
+        install_document_isolation()
+        report.packing = packing_after_probe(model, tokenizer, accelerator, adapter.load_in_4bit, data.pack,
+                                             report, other_backends=False)
+    report.packing = as_main_process_says(accelerator, report.packing)
+    return model, tokenizer, report
+
+
+def cpt_facts(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: TrainConfig,
+              adapter: AdapterConfig) -> dict:
+    """The run's settings, as stored in the run record and sent to trackers (no secrets: configs hold none)."""
+    return {
+        "base_model": load.source, "revision": load.revision, "gguf_file": load.gguf_file,
+        **training_facts(data, masking, train),
+        "lora": {"r": adapter.lora_r, "alpha": adapter.lora_alpha, "targets": adapter.lora_targets}
+        if adapter.lora_r else None,
+        "load_in_4bit": adapter.load_in_4bit,
+    }

@@ -1,0 +1,425 @@
+"""`hf-encoderize pretrain`: from-scratch CLM -> MLM biphasic pretraining under one step budget (paper, sections 3-4).
+
+The run is a list of phases (`objectives.parse_schedule`): `clm:1.0`, `mlm:1.0`, `clm:0.25,mlm:0.75`, ... A recipe
+on the training engine (`train`: data, packing, Accelerate, checkpoints and resume, monitor, run record); it adds:
+- the model is built from a config (the paper's 210M/610M/1B, Appendix A, or any transformers decoder config) with
+  random weights, and the mask and pad tokens are in place from the start, so the vocabulary never changes mid-run;
+- one WSD schedule spans the whole run: warmup at the start, no decay before the switch, decay only at the end of the
+  final phase (the paper's PFS setting, section 2 "Pretraining setups");
+- at the switch (`train.enter_phase`) the attention goes causal -> bidirectional (`bidirectional.make_bidirectional`,
+  then the behavioural probe) and the labels go next-token -> masked tokens; the state at the switch is saved under
+  `switch/`, never pruned;
+- `from_checkpoint` branches a new split from any checkpoint of an earlier pretrain run whose schedule agrees up to
+  that step, the way the paper reused its CLM checkpoints (section 2, "Experimental scale"); the data, masking and
+  learning-rate settings must match (`pretrain_schedule.json` next to the checkpoints records them).
+
+Before anything is built, the training memory is estimated from the config and a run that cannot fit is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from dataclasses import KW_ONLY, asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.precision import attention_dtype
+from hf_encoderize.data.sources import DataConfig, open_documents
+from hf_encoderize.objectives.loss import CHUNK_ELEMENTS
+from hf_encoderize.objectives.masking import MaskingConfig
+from hf_encoderize.objectives.phases import Phase, parse_schedule
+from hf_encoderize.training.checkpoints import (
+    check_resume_settings,
+    check_shared_output_dir,
+    checkpoint_dir,
+    checkpoint_step,
+    claimed_step,
+    clear_output_dir,
+    inherit_metrics,
+    load_checkpoint,
+    prepare_output_dir,
+    recorded_decay_steps,
+    resume_newest,
+    save_checkpoint,
+)
+from hf_encoderize.training.exports import export_encoder
+from hf_encoderize.training.monitor import TrainingMonitor, hardware_facts, parse_report_to, utc_now
+from hf_encoderize.training.schedule import decay_start, default_warmup
+from hf_encoderize.training.train import (
+    TrainConfig,
+    align_lr_with_schedule,
+    build_run,
+    enter_phase,
+    evaluate_held_out,
+    finish_processes,
+    gather_weights,
+    make_accelerator,
+    resolve_grad_accum,
+    run_summary,
+    save_run,
+    stream_position,
+    train_until,
+    training_facts,
+)
+
+# Paper, Appendix A: EuroBERT-style Llama blocks (RMSNorm, SwiGLU, RoPE theta 10,000), context 2,048, the Llama-3
+# tokenizer (vocabulary 128,256). Untied input and output embeddings, as in EuroBERT, whose architecture the paper's
+# models follow (the authors' trainer, optimus/trainer/model/encoder/eurobert.py: "tied_weights": False). The names
+# 210M / 610M / 1B count the encoder without its LM head (embeddings once); the head adds 128,256 x hidden weights.
+PAPER_COMMON = dict(model_type="llama", vocab_size=128256, max_position_embeddings=2048, rope_theta=10000.0,
+                    hidden_act="silu", rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=128000,
+                    eos_token_id=128001, attention_bias=False, mlp_bias=False)
+PAPER_SIZES = {
+    "210M": dict(num_hidden_layers=12, hidden_size=768, intermediate_size=3072, num_attention_heads=12,
+                 num_key_value_heads=12),
+    "610M": dict(num_hidden_layers=26, hidden_size=1152, intermediate_size=4096, num_attention_heads=18,
+                 num_key_value_heads=6),
+    "1B": dict(num_hidden_layers=28, hidden_size=1728, intermediate_size=5120, num_attention_heads=18,
+               num_key_value_heads=6),
+}
+SCHEDULE_FILE = "pretrain_schedule.json"  # next to checkpoints/ and switch/: what a branch must agree with
+MEMORY_HEADROOM = 0.9  # refuse a run whose estimate exceeds 90% of the memory there is
+
+
+@dataclass
+class PretrainConfig:
+    """What to pretrain from scratch, and the order of objectives."""
+
+    _: KW_ONLY
+    model_config: str | None = None
+    """210M, 610M or 1B (the paper's sizes, Appendix A; JSON copies in examples/configs/), or a transformers
+    decoder config: a config.json file, a model folder or a Hub id. Weights start random."""
+    tokenizer: str | None = None
+    """Tokenizer folder or Hub id. The paper uses the Llama-3 tokenizer (Appendix A)."""
+    schedule: str = "clm:0.25,mlm:0.75"
+    """Phases in order with their share of --steps: clm:1.0, mlm:1.0, clm:0.5,mlm:0.5, ... The default 25-75 split
+    is the one that reliably beats MLM alone (paper, section 4)."""
+    attn_implementation: str = "auto"
+    """Attention backend: auto (the fastest the architecture supports here; see cpt), eager, sdpa, flex_attention,
+    flash_attention_2 or flash_attention_3."""
+    check_memory: bool = True
+    """Estimate the training memory from the config first and refuse a run that cannot fit on this machine."""
+
+    def __post_init__(self):
+        if not self.model_config:
+            raise EncoderizeError("pass --model-config: 210M, 610M, 1B, or a transformers config file / Hub id")
+        if not self.tokenizer:
+            raise EncoderizeError("pass --tokenizer: a tokenizer folder or Hub id (the paper uses Llama-3's)")
+        parse_schedule(self.schedule, 10**9)  # names, order and shares; step counts are checked against --steps
+        from hf_encoderize.model.loading import LoadConfig
+
+        LoadConfig("-", attn_implementation=self.attn_implementation)  # the same one-line refusal as cpt's
+
+
+def model_config_from(spec: str):
+    """A transformers config for `spec`: one of the paper's sizes, a config file, a folder or a Hub id."""
+    from transformers import AutoConfig
+
+    from hf_encoderize.model.loading import DECODER, classify_config
+
+    size = {name.lower(): name for name in PAPER_SIZES}.get(str(spec).lower())
+    if size:
+        values = {**PAPER_COMMON, **PAPER_SIZES[size]}
+        return AutoConfig.for_model(values.pop("model_type"), **values)
+    try:
+        config = AutoConfig.from_pretrained(spec)
+    except (OSError, ValueError, KeyError) as err:
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise EncoderizeError(f"--model-config {spec!r}: not 210M/610M/1B, a config file or a reachable Hub id "
+                              f"({reason})") from None
+    if classify_config(config) != DECODER:
+        raise EncoderizeError(f"--model-config {spec!r} is a {classify_config(config)} config; pretrain needs a "
+                              "decoder-only one (e.g. examples/configs/610m.json)")
+    return config
+
+
+# ------------------------------------------------------------------------------------------------- memory check
+
+
+def estimate_memory(config, data: DataConfig, train: TrainConfig, mixed_precision: bool) -> dict:
+    """Bytes needed per process to train `config`, without building it: fp32 weights + gradients + two AdamW moments
+    (16 bytes a parameter, divided as the launch shards them: `state_bytes_per_parameter`), activations (~34 bytes
+    per token, hidden unit and layer in 16-bit, Korthikanti et al. 2022, with sdpa's memory-efficient attention: no
+    T^2 term; double in fp32) and one chunk of LM-head logits."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        parameters = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+    text = config.get_text_config()
+    tokens = train.batch_size * data.seq_len
+    per_layer = tokens * text.hidden_size * 34 * (1 if mixed_precision else 2)
+    layers = text.num_hidden_layers
+    # With checkpointing only each layer's input (2 bytes a value) stays, plus one layer being recomputed.
+    activations = per_layer + tokens * text.hidden_size * 2 * layers if train.gradient_checkpointing else \
+        per_layer * layers
+    # The fused loss's chunk (2**26 logits: fp32 softmax + compute-dtype logits and gradient) and its fp32 grad_W.
+    logits = CHUNK_ELEMENTS * (4 + 2 + 2) + text.vocab_size * text.hidden_size * 4
+    states = round(state_bytes_per_parameter() * parameters)
+    return {"parameters": parameters, "states": states, "activations": activations, "logits": logits,
+            "total": states + activations + logits}
+
+
+def state_bytes_per_parameter(environ=None) -> float:
+    """fp32 weights, gradients and two AdamW moments (4 + 4 + 8 bytes) held by one process of this launch: all of
+    them divided among the processes under FSDP or DeepSpeed ZeRO-3, gradients and moments only under ZeRO-2, none
+    under DDP (read from `accelerate launch`'s environment, before the Accelerator exists).
+
+    >>> state_bytes_per_parameter({"WORLD_SIZE": "8", "ACCELERATE_USE_FSDP": "true"})
+    2.0
+    >>> state_bytes_per_parameter({"WORLD_SIZE": "4", "ACCELERATE_USE_DEEPSPEED": "true",
+    ...                            "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2"})
+    7.0
+    >>> state_bytes_per_parameter({"WORLD_SIZE": "8"})
+    16.0
+    """
+    environ = os.environ if environ is None else environ
+    processes = int(environ.get("WORLD_SIZE", "1"))
+    deepspeed = environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true"
+    stage = environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "") if deepspeed else ""
+    if environ.get("ACCELERATE_USE_FSDP", "").lower() == "true" or stage == "3":
+        return 16 / processes
+    if stage == "2":
+        return 4 + 12 / processes
+    return 16.0
+
+
+def available_memory() -> tuple[int, str]:
+    """Memory one process can use: the first GPU's, else the machine's available RAM."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(0).total_memory, "GPU memory"
+    import psutil
+
+    return psutil.virtual_memory().available, "available RAM"
+
+
+def check_memory(spec: str, config, data: DataConfig, train: TrainConfig) -> dict:
+    """Refuse, in one line, a run whose estimated memory exceeds what this machine has."""
+    import torch
+
+    mixed = train.mixed_precision in ("bf16", "fp16") or (train.mixed_precision == "auto" and torch.cuda.is_available())
+    need, (have, where) = estimate_memory(config, data, train, mixed), available_memory()
+    if need["total"] > MEMORY_HEADROOM * have:
+        gib = 2**30
+        raise EncoderizeError(
+            f"--model-config {spec} ({need['parameters'] / 1e6:,.0f}M parameters) needs about "
+            f"{need['total'] / gib:,.1f} GiB to train at batch {train.batch_size} x {data.seq_len} tokens "
+            f"(weights, gradients and AdamW states {need['states'] / gib:,.1f} GiB, activations "
+            f"{need['activations'] / gib:,.1f} GiB) but this machine has {have / gib:,.1f} GiB of {where}; lower "
+            "--batch-size/--seq-len, add --gradient-checkpointing, use a bigger GPU, or pass --no-check-memory")
+    return need
+
+
+# ------------------------------------------------------------------------------------------------ branching
+
+
+def _branch_facts(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, train: TrainConfig) -> dict:
+    """The settings a branch must share with the run it starts from (all but the split and the length)."""
+    return {"model_config": spec.model_config, "tokenizer": spec.tokenizer, "lr": train.lr,
+            "warmup_steps": train.warmup_steps if train.warmup_steps is not None else default_warmup(train.steps),
+            "batch_size": train.batch_size, "grad_accum": train.grad_accum, "seed": train.seed,
+            "data": [data.dataset, data.dataset_config, data.split, data.data_files, data.text_column],
+            "seq_len": data.seq_len, "pack": data.pack, "eval_documents": data.eval_documents,
+            "masking": [masking.mask_ratio, masking.replacement, masking.objective]}
+
+
+def check_branch(checkpoint: Path, phases: list[Phase], facts: dict, train: TrainConfig) -> int:
+    """Refuse a branch point the unbroken run would not pass through; return its step."""
+    step = checkpoint_step(checkpoint)
+    record = checkpoint.parent.parent / SCHEDULE_FILE
+    if not record.is_file():
+        raise EncoderizeError(f"--from-checkpoint {str(checkpoint)!r} has no {SCHEDULE_FILE} beside it; "
+                              "branch only from checkpoints of `hf-encoderize pretrain` runs")
+    source = json.loads(record.read_text())
+    for key, value in facts.items():
+        if key != "masking" or any(p.objective == "mlm" and p.start < step for p in phases):
+            if json.loads(json.dumps(value)) != source["facts"].get(key):
+                raise EncoderizeError(f"--from-checkpoint: the source run used {key}={source['facts'].get(key)!r}, "
+                                      f"this one {value!r}; branch with the same settings")
+    source_phases = [Phase(**p) for p in source["phases"]]
+    if step >= train.steps:
+        raise EncoderizeError(f"--from-checkpoint is at step {step}, not before --steps {train.steps}; nothing to do")
+    if _prefix(source_phases, step) != _prefix(phases, step):
+        raise EncoderizeError(f"--from-checkpoint is at step {step}, where the source split ({source['schedule']}) "
+                              f"and this one differ; branch from a step both pass through with the same objectives")
+    earliest_decay = min(decay_start(source["steps"], recorded_decay_steps(source)),
+                         decay_start(train.steps, train.decay))
+    if step > earliest_decay:
+        raise EncoderizeError(f"--from-checkpoint step {step} is past the start of a learning-rate decay (step "
+                              f"{earliest_decay}); branch from an undecayed checkpoint, as the paper does")
+    return step
+
+
+def _prefix(phases: list[Phase], step: int) -> list[tuple[str, int, int]]:
+    return [(p.objective, p.start, min(p.end, step)) for p in phases if p.start < step]
+
+
+# ------------------------------------------------------------------------------------------------ the run
+
+
+def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, train: TrainConfig) -> dict:
+    """Pretrain from scratch through `spec.schedule`'s phases and save the encoder. Returns a summary (the run folder,
+    losses, the phases, the final held-out MLM loss and masked accuracy, wall time)."""
+    train = resolve_grad_accum(train, data.seq_len)
+    data = dataclasses.replace(data, pack=data.pack is not False)  # decoders only: packed unless --no-pack
+    phases = parse_schedule(spec.schedule, train.steps)
+    config = model_config_from(spec.model_config)
+    _check_seq_len(config, data)
+    memory = check_memory(spec.model_config, config, data, train) if spec.check_memory else None
+    facts = _branch_facts(spec, data, masking, train)
+    branch_point = Path(train.from_checkpoint) if train.from_checkpoint else None
+    if branch_point:
+        check_branch(branch_point, phases, facts, train)
+    output_dir = Path(train.output_dir) if train.output_dir else \
+        Path("runs") / f"pretrain-{Path(spec.model_config).stem}-{_split_name(phases)}"
+    trackers = parse_report_to(train.report_to)
+    accelerator = make_accelerator(train, output_dir, trackers)
+    if branch_point and train.overwrite and output_dir.resolve() in branch_point.resolve().parents:
+        raise EncoderizeError(f"--from-checkpoint {str(branch_point)!r} is inside the --output-dir that --overwrite "
+                              "would delete; branch into a new --output-dir")
+    resume_from = prepare_output_dir(output_dir, resume=train.resume, overwrite=train.overwrite) or branch_point
+    started_at = utc_now()
+    documents = open_documents(data)  # a bad source fails before anything is built
+    model, tokenizer, tokens = _build_model(spec, config, train, attention_dtype(accelerator, train))
+    # Everything is validated (options, data, model): only now may --overwrite delete the earlier run.
+    clear_output_dir(output_dir, overwrite=train.overwrite and not train.resume,
+                     main_process=accelerator.is_main_process)
+    accelerator.wait_for_everyone()
+    check_shared_output_dir(accelerator, output_dir)
+    model.train()
+    run = build_run(accelerator, model, tokenizer, documents, data, masking, train, output_dir)
+    record = _run_facts(spec, data, masking, train, phases, memory)
+    run.exporter = lambda at: export_encoder(run, at, {
+        "command": "pretrain", "base_model": None, "phases": spec.schedule, "mask_ratio": masking.mask_ratio,
+        "objective": next(p.objective for p in phases if p.start < at <= p.end),
+        "model_type": config.model_type}, model.dtype)
+    check_resume_settings(output_dir, {k: v for k, v in record.items() if k not in ("estimated_memory_gib",)},
+                          claimed_step(resume_from) if train.resume else None, extendable=False,
+                          main_process=accelerator.is_main_process)  # before loading, as in cpt
+    step = resume_newest(accelerator, output_dir) if train.resume else \
+        load_checkpoint(accelerator, resume_from) if resume_from else 0
+    align_lr_with_schedule(run)
+    if accelerator.is_main_process:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / SCHEDULE_FILE).write_text(json.dumps(_schedule_record(spec, phases, facts, train), indent=2))
+        if resume_from is not None and resume_from == branch_point:
+            inherit_metrics(branch_point, output_dir)
+    monitor = TrainingMonitor(accelerator, output_dir, train.steps, start_step=step, show=train.progress,
+                              label="pretrain", log_every=train.log_every, trackers=trackers, facts=record)
+    started, counts = time.time(), None
+    for phase in phases:
+        if step >= phase.end:
+            continue  # resumed or branched past it
+        counts = enter_phase(run, phase) or counts
+        step = train_until(run, monitor, step, phase.end)
+        if phase.end < train.steps:
+            _at_switch(run, monitor, step)
+    # Every split ends as an encoder, clm:1.0 too: the paper fine-tunes all of them bidirectionally (section 2).
+    counts = enter_phase(run, Phase("mlm", step, step)) or counts or (0, 0)
+    final_eval = evaluate_held_out(run)
+    if final_eval:
+        monitor.evaluation(step, final_eval)
+    monitor.close()
+    accelerator.wait_for_everyone()
+    summary = {**run_summary(run, monitor, step, started, final_eval), "schedule": spec.schedule,
+               "phases": [p.to_dict() for p in phases]}
+    position = stream_position(run, data)  # every process: the lanes are gathered
+    weights = gather_weights(run)  # every process: FSDP2/ZeRO-3 gather their shards here
+    if accelerator.is_main_process:
+        report = _report(model, counts, tokens, data.pack)
+        record.update(command="pretrain", encoderize={**report.to_dict(), **report.tokens},
+                      loss_implementation=run.loss_implementation,
+                      num_processes=accelerator.num_processes, hardware=hardware_facts(accelerator),
+                      wall_time_s=round(summary["wall_time_s"], 2), eval_loss=summary.get("eval_loss"),
+                      eval_masked_accuracy=summary.get("eval_masked_accuracy"), started_at=started_at,
+                      data_position=position)
+        save_run(accelerator.unwrap_model(run.model).model, tokenizer, output_dir, record, state_dict=weights)
+    finish_processes(accelerator)
+    return summary
+
+
+def _check_seq_len(config, data: DataConfig) -> None:
+    limit = getattr(config.get_text_config(), "max_position_embeddings", None)
+    if isinstance(limit, int) and data.seq_len > limit:
+        raise EncoderizeError(f"--seq-len {data.seq_len} is above the config's {limit} positions; use --seq-len "
+                              f"{limit} or less")
+
+
+def _split_name(phases: list[Phase]) -> str:
+    return "-".join(f"{p.objective}{p.end - p.start}" for p in phases)
+
+
+def _build_model(spec: PretrainConfig, config, train: TrainConfig, dtype: torch.dtype | None):
+    """Tokenizer, random model, special tokens, document isolation. `dtype`: the dtype attention trains in."""
+    from transformers import AutoModelForCausalLM
+
+    from hf_encoderize.model.isolation import install_document_isolation
+    from hf_encoderize.model.loading import check_backend_available, choose_backend
+    from hf_encoderize.model.tokens import ensure_special_tokens
+
+    tokenizer = _load_tokenizer(spec.tokenizer)
+    check_backend_available(spec.attn_implementation)
+    torch.manual_seed(train.seed)  # the same random init for every split: they differ only in objectives
+    # A random model is built in fp32, so without autocast `auto` must not pick flash attention (bf16/fp16 only).
+    backend = choose_backend(config, spec.attn_implementation, dtype=dtype or torch.float32)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=backend)
+    if model.get_input_embeddings().weight.shape[0] < len(tokenizer):
+        model.resize_token_embeddings(len(tokenizer))
+    # Mask and pad tokens in place from step 0: the vocabulary (and so the optimizer state) never changes at the
+    # switch, and a CLM checkpoint can be branched into any split.
+    tokens = ensure_special_tokens(model, tokenizer)
+    install_document_isolation()  # causal within each packed document in CLM, bidirectional within it in MLM
+    return model, tokenizer, tokens
+
+
+def _load_tokenizer(name: str):
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError, KeyError) as err:
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise EncoderizeError(f"--tokenizer {name!r}: not a tokenizer folder or a reachable Hub id ({reason})") \
+            from None
+    if tokenizer.eos_token_id is None:
+        raise EncoderizeError(f"--tokenizer {name!r} has no EOS token; packing separates documents with it")
+    return tokenizer
+
+
+def _report(model, counts: tuple[int, int], tokens, pack: bool):
+    """The switch, for the run record and the encoder's config (what `encoderize` reports for cpt)."""
+    from hf_encoderize.model.bidirectional import PACKED, EncoderizeReport
+
+    return EncoderizeReport(model.config.model_type, model.config._attn_implementation, True, counts[0], counts[1],
+                            asdict(tokens), packing=PACKED if pack else "padded rows: --no-pack")
+
+
+def _at_switch(run, monitor, step: int) -> None:
+    """Score the phase that just ended on the held-out rows (always, --eval-every 0 included: the end of a phase is
+    an end, and the branch point's score is what a split comparison reads), then save the state others branch from."""
+    if run.eval_batches:
+        monitor.evaluation(step, evaluate_held_out(run))
+    save_checkpoint(run.accelerator, checkpoint_dir(run.output_dir, step, folder="switch"), step)
+
+
+def _schedule_record(spec: PretrainConfig, phases: list[Phase], facts: dict, train: TrainConfig) -> dict:
+    return {"schedule": spec.schedule, "phases": [p.to_dict() for p in phases], "steps": train.steps,
+            "decay_steps": train.decay, "facts": json.loads(json.dumps(facts))}
+
+
+def _run_facts(spec: PretrainConfig, data, masking, train, phases: list[Phase], memory: dict | None) -> dict:
+    """The engine's training facts, plus what makes this a pretraining run (no base model: weights start random)."""
+    switch = [p.start for p in phases[1:]]
+    return {"base_model": None, "revision": None, "gguf_file": None, **training_facts(data, masking, train),
+            "lora": None, "load_in_4bit": False, "model_config": spec.model_config, "tokenizer": spec.tokenizer,
+            "objective": "+".join(p.objective for p in phases), "phases": spec.schedule,
+            "switch_step": switch[0] if switch else None, "from_checkpoint": train.from_checkpoint,
+            "estimated_memory_gib": round(memory["total"] / 2**30, 2) if memory else None,
+            "parameters": memory["parameters"] if memory else None}

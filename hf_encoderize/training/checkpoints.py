@@ -1,0 +1,333 @@
+"""Run folders and training checkpoints: refuse to clobber, save atomically, keep the last K, resume the newest.
+
+Design choices:
+- A checkpoint is `accelerator.save_state` (model as safetensors, optimizer, every process's RNG; all read back with
+  torch's `weights_only` loader) plus `trainer_state.json`: the step and the state of every object registered here with
+  `register_state` (the WSD scheduler, the row stream's position in every lane), as plain JSON. Nothing is registered
+  with Accelerate's own custom-state mechanism, because it unpickles those files with `weights_only=False`: a replaced
+  checkpoint file would run code on `--resume` or `pretrain --from-checkpoint`. It is written
+  under `step-N.partial` and renamed into place once every process has written its part, so a crash never leaves a
+  half-written checkpoint that `--resume` would pick.
+- `checkpoints/` keeps the last `keep_last`; other folders (pretrain's `switch/`) are kept whole, never resumed from.
+- Several machines must share the run folder (a network filesystem): the model and optimizer files are written by
+  the main process (DDP) or as shards by every process (FSDP/ZeRO-3), and `--resume` needs all of them on every
+  node. `check_shared_output_dir` proves the sharing at start-up and refuses a run that could not resume.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import weakref
+from pathlib import Path
+
+import torch
+
+from hf_encoderize.common.errors import EncoderizeError
+
+STATE_FILE = "trainer_state.json"
+SETTINGS_FILE = "run_settings.json"  # the settings a resume must keep (next to checkpoints/)
+HARMLESS_CHANGES = ("gradient_checkpointing", "compile", "prefetch")  # speed/memory only: the same updates
+
+
+def checkpoint_dir(output_dir: Path, step: int, folder: str = "checkpoints") -> Path:
+    """`OUT/checkpoints/step-0000042` (zero-padded, so names sort by step)."""
+    return Path(output_dir) / folder / f"step-{step:07d}"
+
+
+def list_checkpoints(output_dir: Path) -> list[Path]:
+    """Finished checkpoints under `OUT/checkpoints`, oldest first."""
+    found = [p for p in (Path(output_dir) / "checkpoints").glob("step-*") if re.fullmatch(r"step-\d+", p.name)]
+    return sorted(found, key=lambda p: int(p.name.split("-")[1]))  # not step-N.partial, not step-N.corrupt
+
+
+RUN_FILES = ("checkpoints", "metrics.jsonl", "run_record.json", "run_settings.json", "pretrain_schedule.json",
+             "encoder", "switch")
+
+
+def prepare_output_dir(output_dir: Path, *, resume: bool, overwrite: bool) -> Path | None:
+    """Return the checkpoint to resume from (or None), refusing to clobber an existing run. Deletes nothing: call
+    `clear_output_dir` once the model, data and options have been validated, so a typo never costs the user a folder.
+
+    `overwrite` applies only to a folder hf-encoderize wrote (it holds a run's files); anything else is refused."""
+    out = Path(output_dir)
+    if resume:
+        found = list_checkpoints(out)
+        if not found:
+            raise EncoderizeError(f"--resume: no checkpoint under {str(out / 'checkpoints')!r}")
+        return found[-1]
+    if out.exists() and not out.is_dir():
+        raise EncoderizeError(f"--output-dir {str(out)!r} is a file; pass a folder")
+    _check_creatable(out)
+    if out.exists() and any(out.iterdir()):
+        if not overwrite:
+            raise EncoderizeError(f"output folder {str(out)!r} is not empty; use --resume, --overwrite or a new folder")
+        if not any((out / name).exists() for name in RUN_FILES):
+            raise EncoderizeError(f"--overwrite: {str(out)!r} holds files hf-encoderize did not write, so it is not "
+                                  "deleted; if they are yours to lose, delete the folder yourself "
+                                  f"(rm -r {str(out)!r}), or pick a new --output-dir")
+    return None
+
+
+def _check_creatable(out: Path) -> None:
+    """Refuse, before any work, an output folder that cannot be made or written: the nearest existing ancestor must
+    be a writable folder (as root every folder is writable, so this catches files in the path first)."""
+    ancestor = out
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise EncoderizeError(f"--output-dir {str(out)!r} cannot be created: {str(ancestor)!r} is a file; pass a "
+                              "folder path")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise EncoderizeError(f"--output-dir {str(out)!r} cannot be written: {str(ancestor)!r} is read-only for this "
+                              "user; pick a writable --output-dir")
+
+
+def clear_output_dir(output_dir: Path, *, overwrite: bool, main_process: bool = True) -> None:
+    """With `overwrite`, delete the earlier run in `output_dir` (main process; `wait_for_everyone()` afterwards).
+    Call after everything else has been validated (`prepare_output_dir` already refused what must not go)."""
+    out = Path(output_dir)
+    if overwrite and main_process and out.is_dir() and any(out.iterdir()):
+        shutil.rmtree(out)
+
+
+def check_shared_output_dir(accelerator, output_dir: Path) -> None:
+    """With several processes, refuse (on every rank, in one line) an output folder that they do not all see: the
+    main process writes a file with a fresh token and every process reads it back."""
+    import secrets
+
+    import torch
+    from accelerate.utils import broadcast_object_list
+
+    if accelerator.num_processes == 1:
+        return
+    token = [secrets.token_hex(8) if accelerator.is_main_process else None]
+    broadcast_object_list(token)
+    probe = Path(output_dir) / f".shared-{token[0]}"
+    created = not probe.parent.exists()
+    if accelerator.is_main_process:
+        probe.parent.mkdir(parents=True, exist_ok=True)
+        probe.write_text(token[0])
+    accelerator.wait_for_everyone()
+    seen = probe.is_file() and probe.read_text() == token[0]
+    missing = int(accelerator.reduce(torch.tensor([0 if seen else 1], device=accelerator.device), "sum").item())
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        probe.unlink(missing_ok=True)
+        if created and not any(probe.parent.iterdir()):
+            probe.parent.rmdir()  # the folder is made by the run itself, after its inputs are validated
+    if missing:
+        raise EncoderizeError(f"{missing} of {accelerator.num_processes} processes cannot see {str(output_dir)!r}: on "
+                              "several machines --output-dir must be on a filesystem they all share (NFS, Lustre, ...)"
+                              ", or checkpoints could not be resumed")
+
+
+_REGISTERED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # accelerator -> {name: stateful object}
+
+
+def register_state(accelerator, name: str, stateful) -> None:
+    """Checkpoint `stateful` (`state_dict`/`load_state_dict` of JSON values or tensors) with `accelerator`'s state."""
+    _REGISTERED.setdefault(accelerator, {})[name] = stateful
+
+
+def _to_json(value):
+    if torch.is_tensor(value):
+        return {"__tensor__": base64.b64encode(value.cpu().contiguous().numpy().tobytes()).decode(),
+                "dtype": str(value.dtype).removeprefix("torch."), "shape": list(value.shape)}
+    if isinstance(value, dict):
+        return {key: _to_json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_to_json(item) for item in value]
+    return value
+
+
+def _from_json(value):
+    if isinstance(value, dict) and "__tensor__" in value:
+        data = bytearray(base64.b64decode(value["__tensor__"]))
+        return torch.frombuffer(data, dtype=getattr(torch, value["dtype"])).reshape(value["shape"]).clone()
+    if isinstance(value, dict):
+        return {key: _from_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_from_json(item) for item in value]
+    return value
+
+
+def save_checkpoint(accelerator, folder: Path, step: int) -> Path:
+    """Write the full training state to `folder` under a temporary name, then rename it into place."""
+    folder = Path(folder)
+    tmp = folder.with_name(folder.name + ".partial")
+    accelerator.save_state(str(tmp))
+    states = {name: _to_json(state_of(accelerator, obj)) for name, obj in _REGISTERED.get(accelerator, {}).items()}
+    accelerator.wait_for_everyone()  # every rank has written its shard/RNG file before the rename
+    if accelerator.is_main_process:
+        (tmp / STATE_FILE).write_text(json.dumps({"step": step, "states": states}))
+        tmp.rename(folder)
+    accelerator.wait_for_everyone()
+    return folder
+
+
+def state_of(accelerator, stateful) -> dict:
+    """`stateful`'s state; for one whose state is split over processes (`sharded_state`, e.g. the row stream, where
+    each process holds its own lanes), every process's part, merged (a collective: call on every process)."""
+    state = stateful.state_dict()
+    if getattr(stateful, "sharded_state", False) and accelerator.num_processes > 1:
+        from accelerate.utils import gather_object
+
+        merged = {}
+        for part in gather_object([state]):
+            merged.update(part)
+        state = merged
+    return state
+
+
+def prune_checkpoints(output_dir: Path, keep_last: int) -> None:
+    """Delete all but the newest `keep_last` checkpoints under `OUT/checkpoints` (main process only)."""
+    for old in list_checkpoints(output_dir)[:-keep_last]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def checkpoint_step(path: Path) -> int:
+    return int(json.loads((Path(path) / STATE_FILE).read_text())["step"])
+
+
+def claimed_step(path: Path) -> int:
+    """The step a checkpoint says it holds, for checks made before loading it (0 when its state file cannot be read:
+    `resume_newest` then falls back to an older one)."""
+    try:
+        return checkpoint_step(path)
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
+def load_checkpoint(accelerator, path: Path) -> int:
+    """Restore everything registered with `accelerator` from `path`; return the step it was taken at."""
+    path = Path(path)
+    saved = json.loads((path / STATE_FILE).read_text())
+    registered = _REGISTERED.get(accelerator, {})
+    if set(saved.get("states", {})) != set(registered):
+        raise EncoderizeError(f"{str(path)!r} was written by another version of hf-encoderize (training state "
+                              f"{sorted(saved.get('states', {})) or 'missing'}); finish it with that version, or start "
+                              "over with --overwrite")
+    accelerator.load_state(str(path))
+    for name, obj in registered.items():
+        obj.load_state_dict(_from_json(saved["states"][name]))
+    return int(saved["step"])
+
+
+def resume_newest(accelerator, output_dir: Path) -> int:
+    """Load the newest checkpoint under `OUT/checkpoints` that loads; return its step.
+
+    A checkpoint that fails to load (truncated file, missing shard) is kept, renamed `step-N.corrupt` so the resumed
+    run can write a new `step-N`, and one line on stderr says which was skipped and why."""
+    import sys
+
+    for path in reversed(list_checkpoints(output_dir)):
+        try:
+            return load_checkpoint(accelerator, path)
+        except EncoderizeError:
+            raise
+        except Exception as err:  # any failure to read it means: try the one before
+            reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+            accelerator.wait_for_everyone()
+            if accelerator.is_main_process:
+                kept = next(path.with_name(f"{path.name}.corrupt{suffix}") for suffix in ["", *range(2, 10**6)]
+                            if not path.with_name(f"{path.name}.corrupt{suffix}").exists())
+                path.rename(kept)
+                print(f"warning: checkpoint {str(path)!r} could not be loaded ({reason}); kept as {kept.name}, "
+                      "resuming from the one before", file=sys.stderr, flush=True)
+            accelerator.wait_for_everyone()
+    raise EncoderizeError(f"--resume: no checkpoint under {str(Path(output_dir) / 'checkpoints')!r} could be loaded; "
+                          "start over with --overwrite")
+
+
+def recorded_decay_steps(settings: dict) -> int:
+    """The decay length a recorded run used; runs recorded before `decay_steps` existed kept a fraction."""
+    if settings.get("decay_steps") is not None:
+        return int(settings["decay_steps"])
+    return max(1, round(int(settings["steps"]) * float(settings.get("decay_fraction") or 0.0)))
+
+
+def _as_now(before: dict) -> dict:
+    """An older run's settings in today's terms, so a resume compares like with like (kept for old runs)."""
+    if "decay_steps" in before or "decay_fraction" not in before:
+        return before
+    return {**{k: v for k, v in before.items() if k != "decay_fraction"}, "decay_steps": recorded_decay_steps(before)}
+
+
+def check_resume_settings(output_dir: Path, settings: dict, step: int | None, *, extendable: bool,
+                          main_process: bool = True) -> None:
+    """Refuse a resume whose settings differ from the run's (one line naming each field), then record the settings.
+
+    The one safe change is a larger `steps` (`extendable` runs only, before the run's decay began), with its own decay
+    length: the WSD schedule is rebuilt over the new length, so the stable phase continues and the decay moves to the
+    new end."""
+    path = Path(output_dir) / SETTINGS_FILE
+    if step is not None and path.is_file():
+        before = _as_now(json.loads(path.read_text()))
+        now = json.loads(json.dumps(settings, default=str))
+        # a longer run may decay over another length: its decay starts after the checkpoint (`_check_new_length`)
+        lengths = ("steps", "decay_steps") if before.get("steps") != now.get("steps") else ("steps",)
+        changed = [key for key in now if key not in HARMLESS_CHANGES + lengths and before.get(key) != now[key]]
+        if changed:
+            what = "; ".join(f"{key} was {before.get(key)!r}, now {now[key]!r}" for key in changed)
+            raise EncoderizeError(f"--resume with other settings than the run's ({what}); resume with the same ones, "
+                                  "or start a new --output-dir")
+        _check_new_length(before, now, step, extendable)
+    if main_process:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(settings, indent=2, default=str) + "\n")
+
+
+def _check_new_length(before: dict, now: dict, step: int, extendable: bool) -> None:
+    old, new = before.get("steps"), now.get("steps")
+    if old == new:
+        return
+    if not extendable or new < old:
+        allowed = "a larger --steps" if extendable else "no other --steps"
+        raise EncoderizeError(f"--resume: the run has --steps {old}, this asks for {new}; a resume allows {allowed}")
+    decay_start = old - recorded_decay_steps(before)
+    if step > decay_start:
+        raise EncoderizeError(f"--resume --steps {new}: the checkpoint (step {step}) is past the start of the run's "
+                              f"learning-rate decay (step {decay_start}); extending would raise the LR again. Resume "
+                              f"with --steps {old}, or branch a new run")
+
+
+def check_branch_settings(checkpoint: Path, settings: dict) -> int:
+    """Refuse a branch point the unbroken run would not pass through; return its step.
+
+    The source run's recorded settings must equal this run's but for the length (`steps`, `decay_steps`), and the
+    checkpoint must lie before both runs' decays: up to it, the two runs took the same updates on the same data."""
+    checkpoint = Path(checkpoint)
+    record = checkpoint.parent.parent / SETTINGS_FILE
+    if not record.is_file():
+        raise EncoderizeError(f"--from-checkpoint {str(checkpoint)!r} has no {SETTINGS_FILE} beside its checkpoints/ "
+                              "folder; branch only from checkpoints of an hf-encoderize run")
+    before = _as_now(json.loads(record.read_text()))
+    now = json.loads(json.dumps(settings, default=str))
+    changed = [key for key in now if key not in HARMLESS_CHANGES + ("steps", "decay_steps") and
+               before.get(key) != now[key]]
+    if changed:
+        what = "; ".join(f"{key} was {before.get(key)!r}, now {now[key]!r}" for key in changed)
+        raise EncoderizeError(f"--from-checkpoint: the source run differs ({what}); branch with the same settings")
+    step = claimed_step(checkpoint)
+    if step >= now["steps"]:
+        raise EncoderizeError(f"--from-checkpoint is at step {step}, not before --steps {now['steps']}; nothing to do")
+    earliest = min(before["steps"] - recorded_decay_steps(before), now["steps"] - now["decay_steps"])
+    if step > earliest:
+        raise EncoderizeError(f"--from-checkpoint step {step} is past the start of a learning-rate decay (step "
+                              f"{earliest}); branch from an undecayed checkpoint, as the paper does")
+    return step
+
+
+def inherit_metrics(checkpoint: Path, output_dir: Path) -> None:
+    """A branch starts its metrics.jsonl with the source run's lines up to the branch point, so its loss curve and
+    tokens seen read like the unbroken run's."""
+    step = claimed_step(checkpoint)
+    source = Path(checkpoint).parent.parent / "metrics.jsonl"
+    if source.is_file():
+        lines = [line for line in source.read_text().splitlines() if (json.loads(line).get("step") or 0) <= step]
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(output_dir) / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))

@@ -1,0 +1,170 @@
+"""How long and how fast to train: `TrainConfig`, the settings the training engine (`train`) takes.
+
+Defaults follow the paper (section 2, Appendix A): AdamW betas (0.9, 0.95), weight decay 0.1, clipping 1.0, WSD
+with 2,000 warmup and 2,000 decay steps (`schedule`). Every field is validated where it is declared, in one line that
+says what to do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import KW_ONLY, dataclass
+from pathlib import Path
+
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.validation import check_number
+from hf_encoderize.objectives.loss_kernels import LOSS_IMPLEMENTATIONS
+from hf_encoderize.training.schedule import decay_steps_for, default_warmup
+
+ADAMW_BETAS = (0.9, 0.95)  # paper, Appendix A
+
+
+@dataclass
+class TrainConfig:
+    """How long and how fast to train, and where checkpoints go."""
+
+    _: KW_ONLY
+    output_dir: str | None = None
+    """Run folder: `checkpoints/` during training, the final encoder in `encoder/`. Default: runs/<model>-mlm."""
+    steps: int = 12000
+    """Optimizer steps. 12,000 is where the paper's CPT results are already strong (section 5)."""
+    lr: float = 1e-4
+    """Peak learning rate (see README: a conservative peak for continued pretraining of a converged model)."""
+    batch_size: int = 8
+    """Rows per device per micro-batch."""
+    grad_accum: int = 1
+    """Micro-batches per optimizer step (see --tokens-per-step)."""
+    tokens_per_step: int | None = None
+    """Target tokens per optimizer step: sets --grad-accum to ceil(target / (batch size x processes x seq len)).
+    The paper's step is 2,359,296 tokens (Appendix A: 1,152 rows of 2,048); default: --grad-accum as given."""
+    warmup_steps: int | None = None
+    """Linear warmup steps; default 2,000 (paper, section 2 and Appendix A), at most a fifth of a short run."""
+    decay_steps: int | None = None
+    """Final steps of linear decay to zero; default 2,000 (paper, section 2: "decay only during the final 2,000
+    steps", at every budget), at most a fifth of a short run."""
+    decay_fraction: float | None = None
+    """Instead of --decay-steps: the final fraction of the steps that decays (Appendix A's table rounds the paper's
+    2,000 of 42,000 to 5%)."""
+    weight_decay: float = 0.1
+    """AdamW weight decay (paper, Appendix A)."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm (paper, Appendix A)."""
+    seed: int = 0
+    """Seed for initialisation of new rows, data order and masking."""
+    save_every: int = 1000
+    """Save a full training checkpoint every N steps."""
+    keep_last: int = 2
+    """Checkpoints to keep."""
+    export_steps: str | None = None
+    """Also save a full encoder at these steps, comma-separated (e.g. 5000,10000,20000), into OUT/exports/step-N:
+    the intermediate checkpoints the paper fine-tunes for its data-efficiency result (section 3, Figure 4)."""
+    eval_every: int = 500
+    """Evaluate on the held-out documents every N steps (0: only at the end, and in `pretrain` at each phase switch)."""
+    log_every: int = 10
+    """Print the training loss every N steps."""
+    resume: bool = False
+    """Continue from the newest checkpoint in `output_dir`."""
+    from_checkpoint: str | None = None
+    """Branch a new run from a checkpoint folder of an earlier run of the same command (OUT/checkpoints/step-N, or
+    pretrain's OUT/switch/step-N) instead of redoing the shared prefix, as the paper does for its PFS splits and CPT
+    budgets: the settings must be the same but for --steps and the decay, and the checkpoint must come before both
+    runs' decays. The data continue from the checkpoint's position."""
+    overwrite: bool = False
+    """Start over in a non-empty `output_dir`, deleting it."""
+    mixed_precision: str = "auto"
+    """auto (bf16 on GPU, none on CPU), bf16, fp16 or no: the precision of the compute (autocast)."""
+    master_weights: str = "fp32"
+    """fp32: trainable weights are kept (upcast) in fp32 for the optimizer, whatever dtype they were loaded in, and
+    the encoder is saved in the loaded dtype. `loaded`: train the weights in the dtype they were loaded in (pure bf16
+    for a bf16 checkpoint: half the optimizer memory, but AdamW updates below bf16's resolution, about 0.4% of a
+    weight, round to nothing, and weight decay with it)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory."""
+    compile: bool = False
+    """`torch.compile` every decoder layer (static shapes: packing gives fixed batch x seq len). Off by default until
+    measured faster on the GPU at hand; the first steps pay the compilation."""
+    loss_implementation: str = "auto"
+    """The MLM loss kernel: auto (on CUDA, the fastest of our fused linear + cross-entropy, ours with a compiled
+    softmax gradient, Liger-Kernel's and Cut-Cross-Entropy's that runs and agrees with ours, timed on this run's shape;
+    ours elsewhere), fused (ours), compiled, liger or cce (`loss_kernels`). The run record says which ran, with the
+    timings."""
+    prefetch: int = 2
+    """Batches tokenized, packed, masked (and pinned, on a GPU) ahead in a background thread; 0: in the loop."""
+    profile: bool = False
+    """Time steps 3-5 by component (attention, loss, optimizer, data wait, ...) with torch.profiler; writes
+    OUT/profile/summary.json and a Chrome trace. The timed steps synchronise the GPU, so they run slower."""
+    on_nonfinite: str = "stop"
+    """What to do when the loss or gradient norm is NaN/inf: `stop` (one-line error; the last checkpoint is intact)
+    or `skip` (drop that update, count it in metrics.jsonl; stop after 10 in a row)."""
+    report_to: str = "none"
+    """Accelerate trackers to log to, comma-separated: tensorboard, wandb, trackio, mlflow, ... or none."""
+    progress: bool = True
+    """Show a progress bar (loss, masked accuracy, LR, tokens/s, ETA) on the main process."""
+
+    def __post_init__(self):
+        for name in ("steps", "batch_size", "grad_accum", "save_every", "keep_last", "log_every"):
+            check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=1, integer=True)
+        if self.tokens_per_step is not None:
+            check_number("--tokens-per-step", self.tokens_per_step, minimum=1, integer=True)
+        for name in ("warmup_steps", "eval_every", "seed", "prefetch"):
+            check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=0, integer=True)
+        check_number("--lr", self.lr, above=0)
+        if self.decay_steps is not None:
+            check_number("--decay-steps", self.decay_steps, minimum=1, integer=True)
+        if self.decay_fraction is not None:
+            check_number("--decay-fraction", self.decay_fraction, above=0, maximum=1)
+        if self.decay_steps is not None and self.decay_fraction is not None:
+            raise EncoderizeError("give --decay-steps or --decay-fraction, not both")
+        if self.from_checkpoint and not (Path(self.from_checkpoint) / "trainer_state.json").is_file():
+            raise EncoderizeError(f"--from-checkpoint {self.from_checkpoint!r} is not a checkpoint folder; pass "
+                                  "OUT/checkpoints/step-N (or pretrain's OUT/switch/step-N) of an earlier run")
+        if self.from_checkpoint and self.resume:
+            raise EncoderizeError("--from-checkpoint starts a new run and --resume continues one; pass one of them")
+        parse_export_steps(self.export_steps, self.steps)
+        for name in ("warmup_steps", "decay_steps"):
+            if (getattr(self, name) or 0) > self.steps:
+                raise EncoderizeError(f"--{name.replace('_', '-')} {getattr(self, name)} is more than --steps "
+                                      f"{self.steps}; lower it or train longer")
+        check_number("--weight-decay", self.weight_decay, minimum=0)
+        check_number("--max-grad-norm", self.max_grad_norm, above=0)
+        if self.mixed_precision not in ("auto", "bf16", "fp16", "no"):
+            raise EncoderizeError("--mixed-precision must be auto, bf16, fp16 or no")
+        if self.on_nonfinite not in ("stop", "skip"):
+            raise EncoderizeError(f"--on-nonfinite must be 'stop' or 'skip', got {self.on_nonfinite!r}")
+        if self.loss_implementation not in LOSS_IMPLEMENTATIONS:
+            raise EncoderizeError(f"--loss-implementation must be one of {', '.join(LOSS_IMPLEMENTATIONS)}, got "
+                                  f"{self.loss_implementation!r}")
+        if self.master_weights not in ("fp32", "loaded"):
+            raise EncoderizeError(f"--master-weights must be 'fp32' or 'loaded', got {self.master_weights!r}")
+
+    @property
+    def warmup(self) -> int:
+        return self.warmup_steps if self.warmup_steps is not None else default_warmup(self.steps)
+
+    @property
+    def exports(self) -> tuple[int, ...]:
+        return parse_export_steps(self.export_steps, self.steps)
+
+    @property
+    def decay(self) -> int:
+        return decay_steps_for(self.steps, self.decay_steps, self.decay_fraction)
+
+
+def parse_export_steps(spec: str | None, steps: int) -> tuple[int, ...]:
+    """`"5000,10000"` -> (5000, 10000): distinct whole steps between 1 and `steps` - 1 (the last step is the final
+    encoder anyway).
+
+    >>> parse_export_steps("10, 5,10", 12)
+    (5, 10)
+    """
+    if not spec:
+        return ()
+    try:
+        values = sorted({int(part) for part in str(spec).split(",") if part.strip()})
+    except ValueError:
+        raise EncoderizeError(f"--export-steps {spec!r}: give whole steps separated by commas, e.g. "
+                              "5000,10000") from None
+    wrong = [v for v in values if not 0 < v < steps]
+    if wrong:
+        raise EncoderizeError(f"--export-steps {wrong[0]} is outside 1..{steps - 1} (--steps {steps} saves the final "
+                              "encoder anyway); pick steps inside the run")
+    return tuple(values)
