@@ -6,7 +6,9 @@ Design choices (those of transformers' `run_qa.py` example, which the paper's nu
 - An example's answer is the best-scoring span (start + end logit, at most 30 tokens, inside the context) over all
   its windows. For sets with unanswerable questions (SQuAD v2), "no answer" is predicted when the null score
   (start + end logit at position 0, lowest over windows) beats the best span: the null-score rule.
-- Scored with the official SQuAD F1 and exact match, on normalised text (lowercase, no punctuation or articles).
+- Scored with the F1 and exact match of each set's official script, on normalised text (lowercase, no punctuation or
+  articles): SQuAD v2.0's for sets with unanswerable questions, ReCoRD's for ReCoRD, SQuAD v1.1's otherwise. They
+  differ only where a gold or the prediction normalises to "" (see `f1_and_em`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import collections
 import re
 import string
+from typing import Literal
 
 import torch
 
@@ -27,28 +30,44 @@ MAX_QUESTION_TOKENS = 64
 # --------------------------------------------------------------------------------------------------------- metrics
 
 
+QaMetric = Literal["squad", "squad_v2", "record"]
+
+
 def normalize_answer(text: str) -> str:
-    """The SQuAD evaluation script's normalisation."""
+    """The SQuAD evaluation script's normalisation (identical in v1.1, v2.0 and ReCoRD's script)."""
     text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
     text = re.sub(r"\b(a|an|the)\b", " ", text)
     return " ".join(text.split())
 
 
-def f1_and_em(prediction: str, answers: list[str]) -> tuple[float, float]:
-    """Best token F1 and exact match (0 or 1) of `prediction` over the gold `answers` ("" when unanswerable)."""
-    golds = answers or [""]
-    best_f1, best_em = 0.0, 0.0
-    for gold in golds:
-        pred_tokens, gold_tokens = normalize_answer(prediction).split(), normalize_answer(gold).split()
-        best_em = max(best_em, float(pred_tokens == gold_tokens))
-        if not pred_tokens or not gold_tokens:
-            best_f1 = max(best_f1, float(pred_tokens == gold_tokens))
-            continue
-        common = sum((collections.Counter(pred_tokens) & collections.Counter(gold_tokens)).values())
-        if common:
-            precision, recall = common / len(pred_tokens), common / len(gold_tokens)
-            best_f1 = max(best_f1, 2 * precision * recall / (precision + recall))
-    return best_f1, best_em
+def _token_f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
+    common = sum((collections.Counter(pred_tokens) & collections.Counter(gold_tokens)).values())
+    if not common:  # also when both are empty: v1.1 and ReCoRD give F1 0 there (their EM is still 1)
+        return 0.0
+    precision, recall = common / len(pred_tokens), common / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def f1_and_em(prediction: str, answers: list[str], metric: QaMetric = "squad_v2") -> tuple[float, float]:
+    """Best token F1 and exact match (0 or 1) of `prediction` over the gold `answers`, as the official script of
+    `metric` computes them: "squad" (SQuAD v1.1 `evaluate-v1.1.py`), "record" (ReCoRD's `evaluate.py`, whose F1 and EM
+    are v1.1's unchanged) or "squad_v2" (`evaluate-v2.0.py`).
+
+    v2.0 first drops the golds that normalise to "" (such as "the" or "!") and scores against `[""]` only when none is
+    left, and gives F1 1 to an empty prediction against an empty gold. v1.1 and ReCoRD keep every gold and give F1 0
+    when prediction and gold both normalise to "" (EM 1). A question with no gold at all cannot be scored by v1.1 or
+    ReCoRD (their `max()` over golds fails); it counts as a miss, as their unanswered questions do."""
+    pred_tokens = normalize_answer(prediction).split()
+    if metric == "squad_v2":
+        golds = [tokens for tokens in (normalize_answer(gold).split() for gold in answers) if tokens] or [[]]
+        em = max(float(pred_tokens == gold) for gold in golds)
+        f1 = max(float(pred_tokens == gold) if not (pred_tokens and gold) else _token_f1(pred_tokens, gold)
+                 for gold in golds)
+        return f1, em
+    golds = [normalize_answer(gold).split() for gold in answers]
+    if not golds:
+        return 0.0, 0.0
+    return max(_token_f1(pred_tokens, gold) for gold in golds), max(float(pred_tokens == gold) for gold in golds)
 
 
 def best_answer(windows: list[dict], context: str, allow_null: bool) -> tuple[str, float, float]:
@@ -83,6 +102,11 @@ class QuestionAnswering(Task):
     @property
     def allow_null(self) -> bool:
         return self.spec.name in ("squad_v2",) or bool(self.spec.synthetic_kwargs.get("unanswerable"))
+
+    @property
+    def metric(self) -> QaMetric:
+        """Whose official script scores this set."""
+        return "squad_v2" if self.allow_null else "record" if self.spec.name == "record" else "squad"
 
     def _questions(self, rows: list[dict]) -> list[str]:
         """Questions cut to 64 tokens (as run_qa's max_query_length), so a window always has room for context."""
@@ -160,7 +184,7 @@ class QuestionAnswering(Task):
         per_example = []
         for index, row in enumerate(rows):
             text, _, _ = best_answer(by_example[index], row["context"], self.allow_null)
-            f1, em = f1_and_em(text, row["answers"]["text"])
+            f1, em = f1_and_em(text, row["answers"]["text"], self.metric)
             per_example.append({"id": row["id"], "prediction": text, "f1": 100.0 * f1, "em": 100.0 * em})
         n = len(per_example)
         return Scores(score=sum(e["f1"] for e in per_example) / n,
