@@ -93,6 +93,10 @@ def _training_rows(run: dict) -> list[tuple[str, str]]:
         ("Schedule", f"{(run.get('schedule') or 'wsd').upper()}: peak lr {run.get('lr', 0):.1e}, "
                      f"{thousands(run.get('warmup_steps'))} warmup steps, "
                      f"linear decay over the final {_decay(run)}"),
+        ("Optimizer", f"AdamW, betas {tuple(run.get('betas') or (0.9, 0.95))}, eps "
+                      + (f"{run['adam_eps']:.0e}" if "adam_eps" in run else "1e-08 (torch's default: recorded before "
+                         "--adam-eps existed)")
+                      + f", weight decay {run.get('weight_decay')}, gradient clipping {run.get('max_grad_norm')}"),
         ("Batch", f"{run.get('batch_size')} rows x {run.get('grad_accum')} accumulation x {processes} process(es)"),
         ("Adapters", adapters + (" on a 4-bit NF4 base (QLoRA)" if run.get("load_in_4bit") else "")),
         ("Hardware", f"{hardware.get('gpu_name') or hardware.get('device', '?')}, {processes} process(es), mixed "

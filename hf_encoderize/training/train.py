@@ -7,8 +7,8 @@ they load a model, call `build_run`, then `train_until` (per phase for pretrain,
 Design choices:
 - Accelerate only, so `accelerate launch` with DDP/FSDP/DeepSpeed configs runs it unchanged; the model is wrapped in
   `ObjectiveModel` so the wrapped module's forward (and its gradient hooks) is what runs.
-- Optimiser and schedule follow the paper (section 2, Appendix A): AdamW betas (0.9, 0.95), weight decay 0.1,
-  gradient clipping 1.0, Warmup-Stable-Decay.
+- Optimiser and schedule follow the paper (section 2, Appendix A): AdamW betas (0.9, 0.95), epsilon 1e-5,
+  weight decay 0.1, gradient clipping 1.0, Warmup-Stable-Decay.
 - One optimizer step takes `batch_size x processes x grad_accum` packed rows: slot j of the global batch comes from
   lane j of the document stream (`packing.LaneStream`), so each process tokenizes, packs and masks only its own
   rows, and every row's mask is seeded by its lane and row number (`objectives.row_seed`): N processes see exactly
@@ -206,8 +206,8 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
             parameter.data = parameter.data.contiguous()
     fused = all(p.is_floating_point() for p in trainable) and (
         torch.cuda.is_available() or all(p.device.type == "cpu" for p in trainable))
-    optimizer = torch.optim.AdamW(trainable, lr=train.lr, betas=ADAMW_BETAS, weight_decay=train.weight_decay,
-                                  fused=fused)
+    optimizer = torch.optim.AdamW(trainable, lr=train.lr, betas=ADAMW_BETAS, eps=train.adam_eps,
+                                  weight_decay=train.weight_decay, fused=fused)
     scheduler = wsd_scheduler(optimizer, train.steps, train.warmup, train.decay)
     configure_deepspeed(accelerator, train)
     if train.compile:
@@ -404,6 +404,7 @@ def training_facts(data: DataConfig, masking: MaskingConfig, train: TrainConfig)
                                                "shuffle_buffer")},
         "steps": train.steps, "lr": train.lr, "schedule": "wsd", "warmup_steps": train.warmup,
         "decay_steps": train.decay, "weight_decay": train.weight_decay, "betas": list(ADAMW_BETAS),
+        "adam_eps": train.adam_eps,
         "max_grad_norm": train.max_grad_norm, "batch_size": train.batch_size, "grad_accum": train.grad_accum,
         "tokens_per_step": train.tokens_per_step, "seed": train.seed,
         "gradient_checkpointing": train.gradient_checkpointing, "master_weights": train.master_weights,

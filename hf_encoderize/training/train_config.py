@@ -46,6 +46,10 @@ class TrainConfig:
     2,000 of 42,000 to 5%)."""
     weight_decay: float = 0.1
     """AdamW weight decay (paper, Appendix A)."""
+    adam_eps: float = 1e-5
+    """AdamW epsilon: 1e-5, the paper's Appendix A "Adam epsilon" row and the default of the authors' trainer
+    (EuroBERT `optimus/trainer/configuration/train.py`, `eps: float = 1e-5`, passed to `torch.optim.AdamW`); torch's
+    own default is 1e-8."""
     max_grad_norm: float = 1.0
     """Gradient clipping norm (paper, Appendix A)."""
     seed: int = 0
@@ -125,6 +129,7 @@ class TrainConfig:
                 raise EncoderizeError(f"--{name.replace('_', '-')} {getattr(self, name)} is more than --steps "
                                       f"{self.steps}; lower it or train longer")
         check_number("--weight-decay", self.weight_decay, minimum=0)
+        check_number("--adam-eps", self.adam_eps, above=0)
         check_number("--max-grad-norm", self.max_grad_norm, above=0)
         if self.mixed_precision not in ("auto", "bf16", "fp16", "no"):
             raise EncoderizeError("--mixed-precision must be auto, bf16, fp16 or no")
