@@ -88,8 +88,10 @@ class Task:
 
     name: str = ""
 
-    def __init__(self, spec: DatasetSpec, tokenizer, max_length: int, *, qa_stride: int = 128):
+    def __init__(self, spec: DatasetSpec, tokenizer, max_length: int, *, qa_stride: int = 128,
+                 ndcg_gains: str = "binary"):
         self.spec = spec
+        self.ndcg_gains = ndcg_gains  # IR only: which NDCG is the headline score (`ir.NdcgGains`)
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.qa_stride = qa_stride

@@ -100,6 +100,9 @@ class EvalConfig:
     transformers' Trainer, which exempts those)."""
     qa_stride: int = 128
     """Tokens shared by consecutive QA windows of a long context."""
+    ndcg_gains: str = "binary"
+    """binary (default, the paper profile's: EncodEval counts a qrels score of 1 or more as relevant, gain 1) or graded
+    (linear gains, pytrec_eval's): which NDCG@10 is the IR score. Both are reported for sets with graded judgments."""
     max_eval_examples: int | None = None
     """Cap on validation and test examples (queries for IR) per dataset (quick profile: 2000)."""
     output_dir: str = "results"
@@ -132,6 +135,8 @@ class EvalConfig:
         for name in ("adam_beta1", "adam_beta2"):
             check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=0, below=1)
         check_number("--adam-epsilon", self.adam_epsilon, above=0)
+        if self.ndcg_gains not in ("binary", "graded"):
+            raise EncoderizeError(f"--ndcg-gains must be binary or graded, got {self.ndcg_gains!r}")
         check_number("--weight-decay", self.weight_decay, minimum=0)
         for name in ("max_steps", "batch_size", "max_length", "max_eval_examples", "qa_stride"):
             check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=1, integer=True)
@@ -191,7 +196,7 @@ class EvalConfig:
                           "no_decay": "biases and norm weights"},
             "dataset_source": self.dataset_source,
             "epochs": "at most one", "max_length": grid.max_length or "model limit (0.99 x positions)",
-            "qa_stride": int(self.qa_stride),
+            "qa_stride": int(self.qa_stride), "ndcg_gains": self.ndcg_gains,
             "max_eval_examples": grid.max_eval_examples,
             "synthetic_sizes": SMOKE_SIZES if self.profile == "smoke" else None,
         }

@@ -28,7 +28,7 @@ from hf_encoderize.model.loading import LoadConfig
 
 # Protocol keys that must match for a finished run to count as part of this grid.
 FINGERPRINT_KEYS = ("batch_size", "max_steps", "warmup_ratio", "max_length", "qa_stride", "max_eval_examples",
-                    "synthetic_sizes", "optimizer", "dataset_source")
+                    "synthetic_sizes", "optimizer", "dataset_source", "ndcg_gains")
 
 
 def task_class(task: str):
@@ -136,7 +136,8 @@ def evaluate(load: LoadConfig, cfg: EvalConfig, *, progress: Callable[[str], Non
 def _prepare(spec: DatasetSpec, backbone, cfg: EvalConfig, splits: dict, progress):
     """Tokenise the dataset once for all its runs."""
     length = input_length(cfg, spec, backbone.max_positions)
-    task = task_class(spec.task)(spec, backbone.tokenizer, length, qa_stride=int(cfg.qa_stride))
+    task = task_class(spec.task)(spec, backbone.tokenizer, length, qa_stride=int(cfg.qa_stride),
+                                 ndcg_gains=cfg.ndcg_gains)
     started = time.perf_counter()
     prepared = task.prepare(splits)
     progress(f"tokenised {spec.name} once for all runs (max length {length}, {time.perf_counter() - started:.1f} s)")

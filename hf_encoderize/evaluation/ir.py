@@ -1,15 +1,21 @@
 """Information retrieval (MS MARCO; NQ and MLDR evaluated after MS MARCO training): mean-pooled embeddings trained
 with InfoNCE on in-batch negatives, through sentence-transformers' `MultipleNegativesRankingLoss`.
 
-Scored with NDCG@10 (graded, linear gains as in pytrec_eval/BEIR), plus MRR@10 and recall@100 (relevant means grade
-above 0). The corpus is the union of the evaluated queries' labelled documents (Appendix B), or, for the authors' IR
-sets, the judged documents of both evaluation splits together, as EncodEval's loaders build it (`corpus` from
+Scored with NDCG@10, plus MRR@10 and recall@100 (relevant means grade above 0). NDCG's gains are binary by default:
+EncodEval (the authors' code, whose numbers the paper reports) reads a qrels score of 1 or more as relevant, so a
+graded judgment (TREC DL 2019's 0-3 on MS MARCO's test split) counts 1. Graded NDCG (linear gains, the judged score
+itself, as pytrec_eval and BEIR compute it) is also reported, as `ndcg@10_graded`, for sets whose judgments are graded;
+`--ndcg-gains graded` makes it the headline score (and the binary one `ndcg@10_binary`).
+
+The corpus is the union of the evaluated queries' labelled documents (Appendix B), or, for the authors' IR sets, the
+judged documents of both evaluation splits together, as EncodEval's loaders build it (`corpus` from
 `loaders.load_splits`); queries with no relevant document are skipped.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 
@@ -29,15 +35,27 @@ class _Embedder(torch.nn.Module):
         return {"sentence_embedding": mean_pool(hidden, features["attention_mask"])}
 
 
-def rank_metrics(ranking: list[str], grades: dict[str, int]) -> dict[str, float]:
-    """NDCG@10, MRR@10 and recall@100 (0-100) of one query's `ranking` given its labelled `grades`."""
-    dcg = sum(grades.get(doc, 0) / math.log2(rank + 2) for rank, doc in enumerate(ranking[:10]))
-    ideal = sorted(grades.values(), reverse=True)[:10]
-    idcg = sum(grade / math.log2(rank + 2) for rank, grade in enumerate(ideal))
+NdcgGains = Literal["binary", "graded"]
+
+
+def ndcg_at_10(ranking: list[str], gains: dict[str, float]) -> float:
+    """NDCG@10 (0-100) with linear gains (pytrec_eval's `ndcg_cut_10`): gain / log2(rank + 1), over the ideal order."""
+    dcg = sum(gains.get(doc, 0) / math.log2(rank + 2) for rank, doc in enumerate(ranking[:10]))
+    ideal = sorted(gains.values(), reverse=True)[:10]
+    idcg = sum(gain / math.log2(rank + 2) for rank, gain in enumerate(ideal))
+    return 100.0 * dcg / idcg
+
+
+def rank_metrics(ranking: list[str], grades: dict[str, int], judged: dict[str, int] | None = None) -> dict[str, float]:
+    """NDCG@10, MRR@10 and recall@100 (0-100) of one query's `ranking` given its labelled `grades` (binary for the
+    authors' sets); with the graded `judged` scores too, `ndcg@10_graded` as well."""
     relevant = {doc for doc, grade in grades.items() if grade > 0}
     reciprocal = next((1.0 / (rank + 1) for rank, doc in enumerate(ranking[:10]) if doc in relevant), 0.0)
     recall = len(relevant & set(ranking[:100])) / len(relevant)
-    return {"ndcg@10": 100.0 * dcg / idcg, "mrr@10": 100.0 * reciprocal, "recall@100": 100.0 * recall}
+    metrics = {"ndcg@10": ndcg_at_10(ranking, grades), "mrr@10": 100.0 * reciprocal, "recall@100": 100.0 * recall}
+    if judged is not None:
+        metrics["ndcg@10_graded"] = ndcg_at_10(ranking, judged)
+    return metrics
 
 
 class Retrieval(Task):
@@ -65,9 +83,12 @@ class Retrieval(Task):
         for row in rows:
             for doc in row["docs"]:
                 corpus.setdefault(doc["id"], doc["text"])
+        graded = any(doc.get("judged", 0) > 1 for row in rows for doc in row["docs"])  # judgments beyond 0/1
         return {"query_ids": [row["id"] for row in rows], "queries": self._ids([row["query"] for row in rows]),
                 "doc_ids": list(corpus), "docs": self._ids(list(corpus.values())),
-                "grades": [{doc["id"]: max(doc["grade"], 0) for doc in row["docs"]} for row in rows]}
+                "grades": [{doc["id"]: max(doc["grade"], 0) for doc in row["docs"]} for row in rows],
+                "judged": [{doc["id"]: max(doc["judged"], 0) for doc in row["docs"]} for row in rows] if graded
+                else None}
 
     def prepare(self, splits: dict[str, list[dict]]) -> Prepared:
         corpus = splits.get("corpus")
@@ -116,8 +137,13 @@ class Retrieval(Task):
             top = (queries[start:start + 1024] @ docs.T).topk(k, dim=-1).indices.tolist()  # (q, k)
             for offset, ranked in enumerate(top):
                 index = start + offset
-                metrics = rank_metrics([eval_set["doc_ids"][d] for d in ranked], eval_set["grades"][index])
+                judged = eval_set.get("judged")
+                metrics = rank_metrics([eval_set["doc_ids"][d] for d in ranked], eval_set["grades"][index],
+                                       judged[index] if judged else None)
                 per_example.append({"id": eval_set["query_ids"][index], **metrics})
         n = len(per_example)
-        means = {key: sum(e[key] for e in per_example) / n for key in ("ndcg@10", "mrr@10", "recall@100")}
+        means = {key: sum(e[key] for e in per_example) / n for key in per_example[0] if key != "id"}
+        if self.ndcg_gains == "graded" and "ndcg@10_graded" in means:
+            means["ndcg@10_binary"] = means.pop("ndcg@10")
+            return Scores(score=means.pop("ndcg@10_graded"), extra=means, per_example=per_example)
         return Scores(score=means.pop("ndcg@10"), extra=means, per_example=per_example)

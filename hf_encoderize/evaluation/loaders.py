@@ -200,11 +200,12 @@ def _tevatron(row: dict) -> dict | None:
 
 
 def _judged_rows(queries: dict, corpus: dict, qrels: list[tuple[str, str, int]]) -> list[dict]:
-    """One canonical row per judged query; grade 1 when the qrels score is at least 1 (EncodEval), else 0."""
+    """One canonical row per judged query; grade 1 when the qrels score is at least 1 (EncodEval's binarisation, the
+    paper profile's NDCG), else 0; `judged` keeps the qrels score for graded NDCG (`ir.rank_metrics`)."""
     rows: dict[str, dict] = {}
     for query_id, doc_id, score in qrels:
         row = rows.setdefault(query_id, {"id": query_id, "query": queries[query_id], "docs": []})
-        row["docs"].append({"id": doc_id, "text": corpus[doc_id], "grade": int(score >= 1)})
+        row["docs"].append({"id": doc_id, "text": corpus[doc_id], "grade": int(score >= 1), "judged": int(score)})
     return list(rows.values())
 
 

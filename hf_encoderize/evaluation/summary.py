@@ -8,6 +8,10 @@ choices", but the text defines no measure. `lr_spread` is ours: the population s
 of the per-learning-rate test means over the learning rates run (0 with one), in score points; lower is steadier. It
 depends on the grid run, so compare it only between models evaluated on the same learning rates.
 Family means average the datasets of each task family. Scores are 0-100.
+
+IR: NDCG@10 is scored with EncodEval's binary gains by default (the paper profile; `--ndcg-gains graded` for linear
+gains); for sets with graded judgments (MS MARCO's test split, TREC DL 2019, grades 0-3) the other NDCG is reported
+beside it in `extra_metrics` (`ndcg@10_graded`, or `ndcg@10_binary`) and in the table's "Other" column.
 """
 
 from __future__ import annotations
@@ -116,7 +120,8 @@ def render_markdown(summary: dict) -> str:
                   "|---|---|---|---|---|---|---|---|"]
         for r in rows:
             other = ", ".join(f"{k} {v:.2f}" for k, v in r["extra_metrics"].items())
-            lines.append(f"| {r['dataset']} | {r['metric']} | {_score(r['test_mean'], r['test_ci95'])} | "
+            metric = r["metric"] + (f" ({protocol.get('ndcg_gains', 'binary')} gains)" if task == "ir" else "")
+            lines.append(f"| {r['dataset']} | {metric} | {_score(r['test_mean'], r['test_ci95'])} | "
                          f"{r['best_lr']} | {r['val_mean']:.2f} | {r['n_seeds']} | {r['lr_spread']:.2f} | {other} |")
         lines += ["", f"Family mean: {summary['family_means'][task]:.2f}", ""]
     notes = [f"- {r['dataset']}: {r['note']}" for r in summary["results"] if r.get("note")]
