@@ -110,9 +110,9 @@ def test_verdicts_and_missing(tmp_path):
     assert set(runs) == {"cpt-clm-42000-22000", "mlm-42000/exports/step-0005000"}
     verdicts = {r["dataset"]: r["verdict"] for r in runs["cpt-clm-42000-22000"]["rows"]}
     assert verdicts == {
-        "SST-2": "within",
+        "SST-2": "no difference",  # +0.08, Welch p = 0.58
         "QQP": "above",
-        "MNLI": "below",
+        "MNLI": "not testable",  # one seed
         "OntoNotes": "missing",
         "CoNLL": "missing",
         "UNER": "missing",
@@ -123,11 +123,18 @@ def test_verdicts_and_missing(tmp_path):
         "MS MARCO": "missing",
         "MLDR": "missing",
     }
-    assert report["counts"] == {"within": 2, "above": 1, "below": 1, "missing": 20}
+    assert report["counts"] == {  # per profile, dataset scores and family averages apart
+        "paper": {"rows": {"above": 1, "below": 0, "no difference": 1, "not testable": 1, "missing": 9},
+                  "averages": {"above": 0, "below": 0, "no difference": 0, "not testable": 1, "missing": 3}},
+        "quick": {"rows": {"above": 0, "below": 0, "no difference": 0, "not testable": 1, "missing": 11},
+                  "averages": {"above": 0, "below": 0, "no difference": 0, "not testable": 0, "missing": 4}},
+    }
     assert len(report["missing_runs"]) == 33 - 2 and report["not_in_tables"] == ["mlm-42000-mask0.2"]
     text = check.render(report)
     assert "| 14 | QQP | 87.56 ± 0.08 | 88.50 ± 0.10 | +0.94 | above |" in text
-    assert "| 14 | MNLI | 84.02 ± 0.10 | 80.00 (1 seed) | -4.02 | below |" in text
+    assert "| 14 | MNLI | 84.02 ± 0.10 | 80.00 (1 seed) | -4.02 | not testable |" in text
+    assert "| 14 | SC average | 88.40 ± 0.11 | 87.40 (1 seed) | -1.00 | not testable |" in text
+    assert "Profile paper, 12 dataset scores: 1 above, 0 below, 1 no difference, 1 not testable, 9 missing." in text
     assert "| 16 | ReCoRD | 52.06 ± 0.72 | - | - | missing |" in text
     assert '## mlm-42000/exports/step-0005000: C.2 "MLM | 5K" (Tables 6-9); our evaluation profile quick' in text
     assert '- mlm-42000: C.3 "42K | 0K+42K" (Tables 10-13); C.4 "MLM | -" (Tables 14-17)' in text

@@ -3,11 +3,17 @@
 Rows are datasets (then the family means), columns are models; each cell is the test mean ± 95% CI at the model's
 own selected learning rate, and the best score of each row is in bold. Models evaluated on different datasets are
 allowed: missing cells read "-".
+
+`welch_verdict` is the test that says whether one mean over seeds differs from another reported as mean ± 95% CI
+half-width (the paper's tables): each side's standard deviation is recovered from its interval (half-width x sqrt(n)
+/ t(0.975, n - 1), so Student t intervals, as `summary.ci95` computes them), then Welch's unequal-variance t-test at
+5%. One seed has no spread to test with: "not testable".
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
@@ -28,6 +34,33 @@ def read_summary(folder: str | Path) -> dict:
     if not isinstance(summary, dict) or "results" not in summary or "model_name" not in summary:
         raise EncoderizeError(f"{path} is not an eval summary (no results/model_name); pass eval results folders")
     return summary
+
+
+def sd_from_ci95(ci95: float, n: int) -> float:
+    """The per-seed standard deviation behind a 95% Student t interval of half-width `ci95` over `n` seeds."""
+    from scipy.stats import t
+
+    return ci95 * math.sqrt(n) / float(t.ppf(0.975, n - 1))
+
+
+def welch_verdict(ours: dict, paper: dict, *, paper_n: int = 5, alpha: float = 0.05) -> dict:
+    """Welch's t-test of our mean against the paper's. `ours`: {"mean", "ci95", "n_seeds"}; `paper`: {"mean", "ci95"}
+    over `paper_n` seeds (5: section 2). Returns {"verdict": "above" | "below" | "no difference" | "not testable",
+    "p_value"}: above/below when the two-sided p-value is under `alpha`."""
+    from scipy.stats import t
+
+    n = ours.get("n_seeds") or 1
+    if n < 2 or ours.get("ci95") is None:
+        return {"verdict": "not testable", "p_value": None}
+    var_ours, var_paper = sd_from_ci95(ours["ci95"], n) ** 2 / n, sd_from_ci95(paper["ci95"], paper_n) ** 2 / paper_n
+    difference, se = ours["mean"] - paper["mean"], math.sqrt(var_ours + var_paper)
+    if se == 0:  # both sides without spread: any difference is certain
+        p_value = 1.0 if difference == 0 else 0.0
+    else:
+        df = (var_ours + var_paper) ** 2 / (var_ours ** 2 / (n - 1) + var_paper ** 2 / (paper_n - 1))
+        p_value = float(2 * t.sf(abs(difference) / se, df)) if df > 0 else 1.0
+    verdict = "no difference" if p_value >= alpha else "above" if difference > 0 else "below"
+    return {"verdict": verdict, "p_value": p_value}
 
 
 def _labels(summaries: list[dict]) -> list[str]:

@@ -1,0 +1,54 @@
+"""The paper check's verdict is a 5% test: Welch's t-test from per-seed spreads against the paper's mean and CI (n=5).
+
+Simulated on normal seed scores (SD 1), each side summarised as the tables are (mean and 95% Student t half-width).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import t, ttest_ind
+
+from hf_encoderize.evaluation.compare import sd_from_ci95, welch_verdict
+
+
+def _summarise(scores: np.ndarray) -> dict:
+    n = len(scores)
+    ci = float(t.ppf(0.975, n - 1) * scores.std(ddof=1) / np.sqrt(n)) if n > 1 else None
+    return {"mean": float(scores.mean()), "ci95": ci, "n_seeds": n}
+
+
+def _flag_rate(shift: float, ours_n: int, trials: int = 4000, seed: int = 0) -> float:
+    rng = np.random.default_rng(seed)
+    flagged = 0
+    for _ in range(trials):
+        paper, ours = _summarise(rng.normal(0, 1, 5)), _summarise(rng.normal(shift, 1, ours_n))
+        flagged += welch_verdict(ours, paper)["verdict"] in ("above", "below")
+    return flagged / trials
+
+
+def test_false_alarm_rate_at_no_difference_is_near_5_percent():
+    rate = _flag_rate(0.0, ours_n=5)
+    assert 0.04 <= rate <= 0.06, rate  # binomial SD at 4,000 trials: 0.34 points
+
+
+def test_a_true_difference_of_2_sd_is_found_most_of_the_time():
+    assert _flag_rate(2.0, ours_n=5, trials=1000) > 0.7  # Welch's power here is about 76%; overlap found 36%
+
+
+def test_one_seed_is_not_testable():
+    assert welch_verdict({"mean": 80.0, "ci95": None, "n_seeds": 1}, {"mean": 90.0, "ci95": 0.1}) == {
+        "verdict": "not testable", "p_value": None}
+
+
+def test_it_is_scipys_welch_test_on_the_seed_scores():
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        paper, ours = rng.normal(50, 2, 5), rng.normal(51, 1, rng.integers(2, 8))
+        expected = ttest_ind(ours, paper, equal_var=False).pvalue
+        assert welch_verdict(_summarise(ours), _summarise(paper))["p_value"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_sd_from_ci95_inverts_the_student_t_interval():
+    scores = np.array([1.0, 2.0, 4.0, 8.0, 3.0])
+    assert sd_from_ci95(_summarise(scores)["ci95"], 5) == pytest.approx(scores.std(ddof=1))
