@@ -10,7 +10,8 @@ Design choices:
   `EncoderizeError` becomes one `error:` line and exit code 2.
 - The file's values get the checks argparse gives flags, from the same field annotations (`_value_type`): a key that no
   config of the command has is refused (naming the closest option), and so is a value of the wrong type (`steps:
-  many`); ints pass for floats, only true/false for bools. Ranges are the configs' own `__post_init__` checks.
+  many`); ints and numeric text (`1e-4`, which YAML 1.1 reads as text) pass for floats, only true/false for bools.
+  Ranges are the configs' own `__post_init__` checks.
 """
 
 from __future__ import annotations
@@ -228,6 +229,8 @@ def _yaml_value(where: str, key: str, value, field: dataclasses.Field):
 
 
 def _scalar(where: str, key: str, value, kind: type):
+    if kind is float and isinstance(value, str):
+        value = _number_text(value)  # YAML 1.1 reads `1e-4` (no dot) as text; a float option takes what it spells
     fits = {bool: isinstance(value, bool),
             int: isinstance(value, int) and not isinstance(value, bool),
             float: isinstance(value, int | float) and not isinstance(value, bool),
@@ -236,6 +239,15 @@ def _scalar(where: str, key: str, value, kind: type):
         hint = "; quote it to pass it as text" if kind is str and isinstance(value, bool) else ""
         raise EncoderizeError(f"{where} sets {key!r} to {value!r}, but it takes {_TYPE_NAMES[kind]}{hint}")
     return kind(value)
+
+
+def _number_text(text: str):
+    """`text` as a float when it spells one (`1e-4`, ` 3 `, `nan`: the range check refuses NaN in one line), else the
+    text itself, for the type refusal to name."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 def build_config(cls, args: argparse.Namespace, yaml_values: dict):

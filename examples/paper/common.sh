@@ -20,7 +20,7 @@ MASK="${MASK:-0.4}"                            # section 3: the 40% compromise u
 # "2000-step warmup + 38000-step constant 5x10^-4 + 2000-step decay"). The authors' MLM_vs_CLM branch is not in any
 # snapshot we can read (EuroBERT's main branch defaults to 1e-4, its own recipe, not this paper's).
 LR="${LR:-5e-4}"
-EXPORTS="${EXPORTS:-1000,2000,5000,10000,20000,40000}"  # Appendix C.1's intermediate steps (Figure 4)
+EXPORTS="${EXPORTS:-1000,2000,5000,10000,20000,40000}"  # Appendix C.2's intermediate steps (Tables 6-9, Figure 4)
 LAUNCH="${LAUNCH:-accelerate launch --config_file examples/accelerate/multi_gpu_ddp.yaml -m hf_encoderize.cli}"
 DATA=(${DATA:---dataset HuggingFaceFW/fineweb-edu --dataset-config sample-100BT})  # section 2: FineWeb-Edu
 

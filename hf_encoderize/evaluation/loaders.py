@@ -149,7 +149,8 @@ def _squad(row: dict) -> dict:
 
 
 def _record(row: dict) -> dict:
-    """ReCoRD as extractive QA: the cloze query is the question, every occurrence of an answer entity a gold span.
+    """ReCoRD as extractive QA: the cloze query is the question, each answer entity a gold answer (its text scores
+    F1/EM; its first occurrence in the passage is the training span).
 
     Spans are found in the passage text itself rather than taken from `entity_spans`, whose offsets refer to the
     passage before its `@highlight` markers were rewritten."""

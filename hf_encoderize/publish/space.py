@@ -35,6 +35,7 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.validation import check_number
 from hf_encoderize.model.saving import encoder_dir
 
 SPACE_DIR = Path(__file__).resolve().parent / "space_app"  # package data: app.py, README.md, requirements.txt
@@ -65,8 +66,7 @@ class SpaceConfig:
     hf-encoderize writes (an edited or downloaded encoder); without it such a file never runs and the tab says why."""
 
     def __post_init__(self):
-        if not 0 <= int(self.port) <= 65535:
-            raise EncoderizeError(f"port {self.port} is out of range; pick a port between 1 and 65535 (0: any free)")
+        check_number("--port", self.port, minimum=0, maximum=65535, integer=True)  # 0: any free port
 
 
 def is_contrastive(folder: Path) -> bool:

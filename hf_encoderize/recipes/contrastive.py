@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.validation import check_number
 from hf_encoderize.model.saving import MODELING_FILE, check_output_dir, encoder_dir
 from hf_encoderize.training.lora import AdapterConfig
 
@@ -134,17 +135,18 @@ class ContrastiveConfig:
             problems.append(f"--loss must be one of {', '.join(LOSSES)} (got {self.loss!r})")
         if (self.data_files is None) == (self.dataset is None):
             problems.append("give exactly one of --data-files or --dataset")
-        for name in ("steps", "batch_size", "max_seq_length", "mini_batch_size", "save_every", "keep_last"):
-            if getattr(self, name) < 1:
-                problems.append(f"--{name.replace('_', '-')} must be at least 1")
-        if self.objective == "simcse" and self.batch_size < 2:
-            problems.append("--batch-size must be at least 2 (in-batch negatives)")
-        if not 0.0 <= self.dropout < 1.0:
-            problems.append("--dropout must be in [0, 1)")
-        if self.learning_rate <= 0 or not 0.0 <= self.warmup_ratio < 1.0:
-            problems.append("--learning-rate must be > 0 and --warmup-ratio in [0, 1)")
         if problems:
             raise EncoderizeError("; ".join(problems))
+        for name in ("steps", "batch_size", "max_seq_length", "mini_batch_size", "save_every", "keep_last",
+                     "max_rows"):  # max_rows None: every row
+            check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=1, integer=True)
+        if self.objective == "simcse":
+            check_number("--batch-size", self.batch_size, minimum=2, integer=True)  # in-batch negatives need two
+        check_number("--seed", self.seed, minimum=0, maximum=2**32 - 1, integer=True)  # numpy's seed range
+        check_number("--scale", self.scale, above=0)  # 1 / temperature: 0 makes every similarity equal
+        check_number("--learning-rate", self.learning_rate, above=0)
+        check_number("--dropout", self.dropout, minimum=0, below=1)
+        check_number("--warmup-ratio", self.warmup_ratio, minimum=0, below=1)
 
 
 def _columns(config: ContrastiveConfig) -> list[str]:

@@ -109,8 +109,9 @@ class TrainConfig:
             check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=1, integer=True)
         if self.tokens_per_step is not None:
             check_number("--tokens-per-step", self.tokens_per_step, minimum=1, integer=True)
-        for name in ("warmup_steps", "eval_every", "seed", "prefetch"):
+        for name in ("warmup_steps", "eval_every", "prefetch"):
             check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=0, integer=True)
+        check_number("--seed", self.seed, minimum=0, maximum=2**32 - 1, integer=True)  # numpy's seed range
         check_number("--lr", self.lr, above=0)
         if self.decay_steps is not None:
             check_number("--decay-steps", self.decay_steps, minimum=1, integer=True)
