@@ -23,7 +23,7 @@ from hf_encoderize.publish.space import SpaceConfig, app_settings, load_app  # n
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
 
-TEMPLATE = Path(__file__).resolve().parent.parent / "hf_encoderize" / "encoderize" / "remote_code" / MODELING_FILE
+TEMPLATE = Path(__file__).resolve().parent.parent / "hf_encoderize" / "model" / "remote_code" / MODELING_FILE
 OFF = "differs from the one hf-encoderize ships, so fill-mask is off"
 
 

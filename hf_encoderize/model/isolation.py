@@ -91,13 +91,35 @@ def cu_seqlens_from_document_ids(document_ids: torch.Tensor) -> tuple[torch.Tens
     return bounds.to(torch.int32), int((bounds[1:] - bounds[:-1]).max())
 
 
+def _remap_positions(mask_function, position_ids: torch.Tensor):
+    """`mask_function` evaluated at document-local positions: (q_idx, kv_idx) -> (position_ids[b, q], position_ids[b, kv]).
+
+    transformers' own `remap_positions_for_packed_sequence` (5.23+) does the same; this copy serves 5.17 to 5.22.
+
+    >>> window = lambda b, h, q, kv: abs(q - kv) <= 1
+    >>> remapped = _remap_positions(window, torch.tensor([[0, 1, 2, 0, 1]]))
+    >>> bool(remapped(0, 0, 2, 3)), bool(remapped(0, 0, 0, 2))
+    (True, False)
+    """
+
+    def inner_mask(batch_idx, head_idx, q_idx, kv_idx):
+        return mask_function(batch_idx, head_idx, position_ids[batch_idx, q_idx], position_ids[batch_idx, kv_idx])
+
+    return inner_mask
+
+
+def _remap_positions_function():
+    """transformers' `remap_positions_for_packed_sequence` where it has one (5.23+), else `_remap_positions`."""
+    from transformers import masking_utils
+
+    return getattr(masking_utils, "remap_positions_for_packed_sequence", _remap_positions)
+
+
 def _wrap_mask_interface(original):
     """Wrap one `ALL_MASK_ATTENTION_FUNCTIONS` entry so that it isolates documents while packing is active."""
-    from transformers.masking_utils import (
-        and_masks,
-        packed_sequence_mask_function,
-        remap_positions_for_packed_sequence,
-    )
+    from transformers.masking_utils import and_masks, packed_sequence_mask_function
+
+    remap_positions_for_packed_sequence = _remap_positions_function()
 
     def isolating_mask(*args, mask_function=None, **kwargs):
         active = _ACTIVE.get()

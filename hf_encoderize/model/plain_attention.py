@@ -1,8 +1,10 @@
 """What plain transformers does with a saved encoder of a model type: which attention backends honour `is_causal=False`.
 
 Some classes stay causal under sdpa in plain hands (their sdpa path passes `is_causal=True` itself, e.g. StableLM), so
-`save_encoder` asks `plain_attention` for the verdicts and pins `saved_backend` (eager) as the saved default when sdpa
-is not bidirectional. The verdicts come from a fresh, unpatched tiny model (`tiny.tiny_config`), not from ours.
+`save_encoder` asks `plain_attention` for the verdicts and pins `saved_backend` as the saved default whenever a backend
+was not verified bidirectional (eager for StableLM; eager for GPT-Neo, whose sdpa did not exist when it was saved), and
+records the transformers release the verdicts ran on: a later release must not pick a backend never verified. The
+verdicts come from a fresh, unpatched tiny model (`tiny.tiny_config`), not from ours.
 """
 
 from __future__ import annotations
@@ -50,8 +52,22 @@ def _later_token_moves_first(model) -> bool:
 
 
 def saved_backend(verdicts: dict[str, bool | str]) -> str | None:
-    """The backend to write into the saved config.json: None (transformers' own default, sdpa) when sdpa is
-    bidirectional or could not be told, else eager when eager is."""
-    if verdicts.get("sdpa") is False and verdicts.get("eager") is True:
-        return "eager"
-    return None
+    """The backend to write into the saved config.json. None (transformers' own default) only when every backend
+    asked was verified bidirectional; otherwise the first verified one (sdpa before eager), or, when none was, the
+    first that ran at all (GPT-Neo: eager, causal in plain hands and declared so; the remote code patches it). A
+    verdict holds for the transformers release it ran on: left unpinned, a later release that gives the class a new
+    kernel (GPT-Neo's sdpa in 5.24) would load with a backend never verified.
+
+    >>> saved_backend({"sdpa": True, "eager": True}) is None
+    True
+    >>> saved_backend({"sdpa": False, "eager": True}), saved_backend({"sdpa": "not verified (ValueError)", "eager": True})
+    ('eager', 'eager')
+    >>> saved_backend({"sdpa": "not verified (ValueError)", "eager": False})
+    'eager'
+    """
+    if all(verdict is True for verdict in verdicts.values()):
+        return None
+    verified = [backend for backend, verdict in verdicts.items() if verdict is True]
+    ran = [backend for backend, verdict in verdicts.items() if isinstance(verdict, bool)]
+    return (verified or ran or [None])[0]
+

@@ -3,8 +3,9 @@
 What goes in the folder:
 - `model.safetensors` + `config.json` with `is_causal: false` and the original `model_type`, so
   `AutoModel.from_pretrained(out)` builds the native architecture with bidirectional masks (transformers >= 5.2);
-  for a class that stays causal under sdpa in plain hands (`plain_attention`, e.g. StableLM), config.json
-  also names `attn_implementation: eager`, so the default load is bidirectional;
+  whenever a plain backend was not verified bidirectional (`plain_attention`: StableLM's sdpa stays causal, GPT-Neo's
+  sdpa did not exist before 5.24), config.json also names the backend that was (`attn_implementation`), so neither
+  the default load nor a later transformers release picks an unverified one; the release is recorded beside it;
 - `modeling_encoderize.py` + `auto_map`, so `AutoModelForMaskedLM.from_pretrained(out, trust_remote_code=True)`,
   `pipeline("fill-mask", ...)` and `AutoModel.from_pretrained(out, trust_remote_code=True)` (the patched backbone)
   work; the file imports only torch and transformers; without `trust_remote_code` the native class loads;
@@ -150,14 +151,17 @@ def _write_encoder(model, tokenizer, tmp: Path, metadata: dict, state_dict: dict
                            "AutoModelForMaskedLM": f"{MODELING_FILE[:-3]}.EncoderForMaskedLM"}
         verdicts = plain_attention(model_type)
         default_backend = saved_backend(verdicts)
-        metadata = {**metadata, "plain_attention": {**verdicts, "saved_default": default_backend}}
+        # The release the verdicts hold for: the card says "verified with transformers X.Y", and the remote code
+        # warns when a later release loads a backend that never ran here.
+        metadata = {**metadata, "plain_attention": {**verdicts, "saved_default": default_backend,
+                                                    "transformers": _transformers_version()}}
     config.hf_encoderize = {"version": _version(), **metadata}
     weights_dtype = _floating_dtype(state_dict)  # before save_pretrained, which may consume the dict
     model.save_pretrained(tmp, state_dict=state_dict)
     updates = {}
     if default_backend:
-        # The class stays causal under sdpa/flash in plain hands (`roundtrip` explains why): make a plain
-        # `AutoModel.from_pretrained(out)` pick a backend that is bidirectional. `attn_implementation` in config.json
+        # Some backend stays causal or never ran in plain hands (`roundtrip` explains why): make a plain
+        # `AutoModel.from_pretrained(out)` pick the one verified, under this release and later ones. `attn_implementation` in config.json
         # is read by transformers' config constructor; an explicit `attn_implementation=` still wins (the card warns).
         updates["attn_implementation"] = default_backend
     if weights_dtype is not None:
@@ -185,6 +189,12 @@ def _replace_dir(tmp: Path, out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         tmp.rename(out)
+
+
+def _transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
 
 
 def _version() -> str:

@@ -63,17 +63,22 @@ def contrastive_text(record: dict) -> str:
 def plain_loading(verdicts: dict) -> str | None:
     """What a user with plain transformers gets (`roundtrip.plain_attention`, recorded by `save_encoder`)."""
     causal = [b for b, verdict in verdicts.items() if verdict is False]
+    default, version = verdicts.get("saved_default"), verdicts.get("transformers")
+    verified = f" (verified with transformers {version})" if version else ""
     if not causal:
-        return None
-    default = verdicts.get("saved_default")
+        bidirectional = ", ".join(f"`{b}`" for b, verdict in verdicts.items() if verdict is True)
+        if not version or not bidirectional:
+            return None
+        return (f"config.json selects `{default}`; " if default else "") + f"bidirectional under {bidirectional}{verified}"
     named = ", ".join(f"`{b}`" for b in causal)
     remote = ("`AutoModel` / `AutoModelForMaskedLM.from_pretrained(..., trust_remote_code=True)` load the shipped "
               "patch, bidirectional under every backend")
-    if default:
+    if default and verdicts.get(default) is True:
         return (f"config.json selects `{default}`, so `AutoModel.from_pretrained(...)` is bidirectional; named "
                 f"explicitly, {named} (and flash attention) stay causal in this architecture's transformers code; "
-                f"{remote}")
-    return f"a plain `AutoModel` stays causal ({named}: causal in this architecture's transformers code); {remote}"
+                f"{remote}{verified}")
+    return (f"a plain `AutoModel` stays causal ({named}: causal in this architecture's transformers code); {remote}"
+            f"{verified}")
 
 
 def _training_rows(run: dict) -> list[tuple[str, str]]:

@@ -8,6 +8,7 @@ changes are bidirectional attention and an un-shifted masked-LM loss.
 
 import inspect
 import sys
+import warnings
 
 import torch
 import transformers
@@ -122,6 +123,31 @@ def _materialized_eager_masks() -> None:
     AttentionMaskInterface._global_mapping["eager"] = eager_mask
 
 
+def unverified_backend(config) -> str | None:
+    """One line when `config`'s attention backend never ran in the round trip that saved this folder (the backends
+    with a verdict in `hf_encoderize.plain_attention`, under the release recorded there), else None. A verdict holds
+    for its release only: a later transformers may give the class a kernel (GPT-Neo's sdpa in 5.24) that no one
+    checked for bidirectionality. Folders saved before the release was recorded are not judged."""
+    plain = (getattr(config, "hf_encoderize", None) or {}).get("plain_attention") or {}
+    ran = [backend for backend, verdict in plain.items() if isinstance(verdict, bool)]
+    loaded = getattr(config, "_attn_implementation", None)
+    if "transformers" not in plain or not ran or loaded in ran:
+        return None
+    return (f"hf-encoderize: attention backend {loaded!r} was never verified bidirectional for this encoder (verified "
+            f"with transformers {plain['transformers']}: {', '.join(ran)}; this is {transformers.__version__}); "
+            f"load with attn_implementation={ran[0]!r}")
+
+
+def _first_forward(model) -> None:
+    """Patch once, after weight loading (which may re-initialise non-persistent buffers), and say so when the loaded
+    backend is one the saving round trip never ran."""
+    make_bidirectional(model)
+    model._bidirectional = True
+    message = unverified_backend(model.config)
+    if message:
+        warnings.warn(message, stacklevel=3)
+
+
 if MODEL_TYPE in MODEL_MAPPING_NAMES:  # False when hf_encoderize imports this file unfilled for the patch
 
     class EncoderModel(getattr(transformers, MODEL_MAPPING_NAMES[MODEL_TYPE])):
@@ -135,8 +161,7 @@ if MODEL_TYPE in MODEL_MAPPING_NAMES:  # False when hf_encoderize imports this f
 
         def forward(self, *args, **kwargs):
             if not getattr(self, "_bidirectional", False):
-                make_bidirectional(self)  # after weight loading, which may re-initialise non-persistent buffers
-                self._bidirectional = True
+                _first_forward(self)
             kwargs["use_cache"] = False
             return super().forward(*args, **kwargs)
 
@@ -157,8 +182,7 @@ if MODEL_TYPE in MODEL_MAPPING_NAMES:  # False when hf_encoderize imports this f
         def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
                     **kw):
             if not getattr(self, "_bidirectional", False):
-                make_bidirectional(self)
-                self._bidirectional = True
+                _first_forward(self)
             kw.pop("use_cache", None)
             outputs = super().forward(
                 input_ids=input_ids,

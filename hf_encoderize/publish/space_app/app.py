@@ -58,6 +58,7 @@ TRUSTED_MODELING_SHA256 = frozenset({
     "4c075161dc06592d06155daf9521638dbb2e75ad29636c80fb3cfebed16c89a6",  # up to 0.x: patch steps 1-3
     "6986c13b8e4caa77bef041024b1715c3b33d38afa7847229e5f065750f45aab4",  # + symmetric chunks, materialised eager masks
     "1a5334b0eaf1584036849f6f8388cebbbe3a39b26533f50769d577538ebc01c2",  # + native weight init (is_custom_code False)
+    "28d8d806f16bc9086a1c4856adceb0177f736665723572e7879a04bfc08186bb",  # + warns for a backend never verified
 })
 
 EXAMPLE_SENTENCES = "A cat sits on the mat.\nA kitten rests on a rug.\nStock markets fell sharply today."
