@@ -7,3 +7,18 @@ export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 python3 -m ruff check hf_encoderize tests
 lint-imports  # the layers of pyproject.toml: each stage imports only the stages below it
 python3 -m pytest -q -p no:cacheprovider  # tests/ and the package's doctests (pyproject.toml)
+# The other end of the supported range: a second environment pinned to constraints/floor.txt (the oldest
+# transformers, accelerate, peft, sentence-transformers and huggingface_hub that pyproject.toml allows; the same CPU
+# torch), installed by the same setup.sh, kept between runs while the pins are unchanged. Its not-slow tests cover
+# the shims (tests/test_compat.py), the round trip and tiny cpt / LoRA cpt / contrastive runs.
+floor="${HF_ENCODERIZE_FLOOR_VENV:-$HOME/.cache/hf-encoderize/venv-floor}"
+pins="$(cat constraints/floor.txt pyproject.toml | sha256sum | cut -c1-16)"
+if [ "$(cat "$floor/.pins" 2>/dev/null)" != "$pins" ]; then
+    rm -rf "$floor" && python3 -m venv "$floor"
+    PATH="$floor/bin:$PATH" PIP_CONSTRAINT="$PWD/constraints/floor.txt" bash scripts/setup.sh
+    echo "$pins" > "$floor/.pins"
+fi
+"$floor/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e .  # this checkout, wherever it is
+start=$SECONDS
+"$floor/bin/python" -m pytest -q -p no:cacheprovider -m "not slow"
+echo "floor environment ($(cat constraints/floor.txt | grep -v '^#' | tr '\n' ' ')): $((SECONDS - start)) s"
