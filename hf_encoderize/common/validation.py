@@ -2,7 +2,12 @@
 
 Why one helper: `float("nan")` and `float("inf")` parse as floats, and NaN compares false with everything, so a
 check like `if lr <= 0: refuse` lets NaN through. `check_number` first requires a finite number, then the bounds,
-and always says the same thing: `--lr must be a finite number above 0, got nan`.
+and always says the same thing: `--lr must be a finite number above 0, got nan`. Every float and int field of every
+command's config calls it in `__post_init__` with the bounds that say what is allowed (tests/test_number_checks.py
+derives its table from the dataclasses, so a new field without a check fails there).
+
+A whole number is also held to int64 (`INT64_MAX`) unless a lower `maximum` is given: argparse turns any digits into a
+Python int, and one past int64 overflows the first tensor, seed or OS call that takes it, as a traceback.
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ import operator
 
 from hf_encoderize.common.errors import EncoderizeError
 
+INT64_MAX = 2**63 - 1
+"""The largest whole number a tensor, numpy or the OS takes; the default `maximum` of `integer=True`."""
 _BOUNDS = (("minimum", "at least", operator.ge), ("above", "above", operator.gt),
            ("maximum", "at most", operator.le), ("below", "below", operator.lt))
 
@@ -23,18 +30,31 @@ def check_number(flag: str, value, *, minimum: float | None = None, above: float
     >>> check_number("--lr", float("nan"), above=0)
     Traceback (most recent call last):
     hf_encoderize.common.errors.EncoderizeError: --lr must be a finite number above 0, got nan
+    >>> check_number("--seed", 2**32, minimum=0, maximum=2**32 - 1, integer=True)
+    Traceback (most recent call last):
+    hf_encoderize.common.errors.EncoderizeError: --seed must be at least 0 and at most 4294967295, got 4294967296
+    >>> check_number("--steps", 2**63, minimum=1, integer=True)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    hf_encoderize.common.errors.EncoderizeError: --steps must be at least 1 and at most 9223372036854775807, got 9...8
+    >>> check_number("--steps", -5, minimum=1, integer=True)
+    Traceback (most recent call last):
+    hf_encoderize.common.errors.EncoderizeError: --steps must be at least 1, got -5
     """
     if value is None:
         return  # the field's "use the default" marker
-    limits = {"minimum": minimum, "above": above, "maximum": maximum, "below": below}
-    wanted = " and ".join(f"{word} {limits[name]:g}" for name, word, _ in _BOUNDS if limits[name] is not None)
     try:
         number = float(value)
     except (TypeError, ValueError, OverflowError):
         number = math.nan
     whole = not isinstance(value, bool) and (isinstance(value, int) or math.isfinite(number) and number.is_integer())
     fine = math.isfinite(number) and (whole or not integer) and not isinstance(value, bool)
-    if fine and all(test(number, limits[name]) for name, _, test in _BOUNDS if limits[name] is not None):
+    exact = value if isinstance(value, int) else number  # 2**63 as a float rounds to INT64_MAX: compare the int
+    if integer and maximum is None and exact > INT64_MAX:
+        maximum = INT64_MAX  # every whole number has this bound; it is named only to the value that breaks it
+    limits = {"minimum": minimum, "above": above, "maximum": maximum, "below": below}
+    wanted = " and ".join(f"{word} {limits[name] if isinstance(limits[name], int) else f'{limits[name]:g}'}"
+                          for name, word, _ in _BOUNDS if limits[name] is not None)
+    if fine and all(test(exact, limits[name]) for name, _, test in _BOUNDS if limits[name] is not None):
         return
     kind = "a finite number" if not integer else "" if whole else "a whole number"  # an int's type is already right
     raise EncoderizeError(f"{flag} must be {' '.join(filter(None, (kind, wanted)))}, got {value}")
