@@ -31,6 +31,7 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.launch import world_size
 from hf_encoderize.common.validation import check_number
 
 # Settings a finished cpt must share with this invocation to be reused (run_record key -> how to read the config).
@@ -282,7 +283,7 @@ def eval_stage(load, name: str, causal: bool, run_cfg: RunConfig, out: Path) -> 
 def run(load, data, masking, train, adapter, run_cfg: RunConfig, hub) -> dict:
     """cpt -> eval (encoder, then base) -> card -> push in one folder, skipping finished stages; returns where
     everything is."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # the eval and push stages would run once per process
+    if world_size() > 1:  # the eval and push stages would run once per process
         raise EncoderizeError("run is single-process: launch `cpt` with accelerate/torchrun, then the same `run` "
                               "command picks up the finished cpt")
     from hf_encoderize.publish.hub import check_push_ready

@@ -22,6 +22,7 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.launch import is_main_process
 from hf_encoderize.model.saving import encoder_dir
 
 # Never uploaded: training state and local clutter. Matched against each path component / the file name.
@@ -311,11 +312,6 @@ def push_eval(target: Path, results_dir: str, hub: HubConfig) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------ --push-to-hub
-
-
-def is_main_process() -> bool:
-    """True outside a multi-process launch and on its RANK 0: the one process that pushes."""
-    return os.environ.get("RANK", "0") == "0"
 
 
 def push_run(output_dir: str | os.PathLike, hub: HubConfig) -> list[str]:

@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.launch import world_size
 from hf_encoderize.common.validation import check_number
 from hf_encoderize.model.saving import MODELING_FILE, check_output_dir, encoder_dir
 from hf_encoderize.training.lora import AdapterConfig
@@ -319,7 +320,7 @@ def build_model(source: Path, config: ContrastiveConfig, dropout: dict, adapter:
 def _loss(model, config: ContrastiveConfig):
     from sentence_transformers import losses
 
-    gather = config.cross_device_negatives and int(os.environ.get("WORLD_SIZE", "1")) > 1  # one process: no gather
+    gather = config.cross_device_negatives and world_size() > 1  # one process: no gather
 
     if config.loss == "cached_mnrl":
         return losses.CachedMultipleNegativesRankingLoss(model, scale=config.scale,
@@ -348,7 +349,7 @@ def _training_args(config: ContrastiveConfig, work: Path, rows: int, prompts: di
     )
 
     # Several CPU processes (torchrun/accelerate with gloo): the trainer goes distributed only when told
-    multi_cpu = not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1
+    multi_cpu = not torch.cuda.is_available() and world_size() > 1
     return SentenceTransformerTrainingArguments(
         **({"ddp_backend": "gloo", "use_cpu": True} if multi_cpu else {}),
         output_dir=str(work / "trainer"), max_steps=config.steps, per_device_train_batch_size=config.batch_size,
@@ -430,7 +431,7 @@ def _finish_folder(folder: Path, source: Path, config: ContrastiveConfig, dropou
              "training_dropout": dropout, "rows": rows, "final_loss": logged[-1] if logged else None,
              "lora": {"r": adapter.lora_r, "alpha": adapter.lora_alpha, "targets": adapter.lora_targets,
                       "merged": True} if adapter.lora_r else None,
-             "processes": int(os.environ.get("WORLD_SIZE", "1")),
+             "processes": world_size(),
              "lead": json.loads((folder / "config_sentence_transformers.json").read_text()).get("prompts", {}).get(
                  "text", "")}
     previous = saved.get("hf_encoderize") or {}

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.launch import world_size
 from hf_encoderize.common.precision import attention_dtype
 from hf_encoderize.data.sources import DataConfig, open_documents
 from hf_encoderize.objectives.loss import CHUNK_ELEMENTS
@@ -179,7 +180,7 @@ def state_bytes_per_parameter(environ=None) -> float:
     16.0
     """
     environ = os.environ if environ is None else environ
-    processes = int(environ.get("WORLD_SIZE", "1"))
+    processes = world_size(environ)
     deepspeed = environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true"
     stage = environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "") if deepspeed else ""
     if environ.get("ACCELERATE_USE_FSDP", "").lower() == "true" or stage == "3":

@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import math
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -41,6 +40,7 @@ from pathlib import Path
 
 import torch
 
+from hf_encoderize.common.launch import world_size
 from hf_encoderize.data.packing import LaneStream, Packer, data_position, held_out_batches
 from hf_encoderize.data.prefetch import Prefetcher
 from hf_encoderize.data.sources import DataConfig, Documents
@@ -154,7 +154,7 @@ def resolve_grad_accum(train: TrainConfig, seq_len: int) -> TrainConfig:
 
     if train.tokens_per_step is None:
         return train
-    processes = int(os.environ.get("WORLD_SIZE", "1"))
+    processes = world_size()
     per_micro = train.batch_size * processes * seq_len
     return dataclasses.replace(train, grad_accum=max(1, math.ceil(train.tokens_per_step / per_micro)))
 
@@ -173,7 +173,7 @@ def make_accelerator(train: TrainConfig, output_dir: Path, trackers: list[str]):
         # process-wide singleton and refuses the change; clear it (not the process group, which stays valid).
         AcceleratorState._reset_state(reset_partial_state=False)
     # Launched on several processes without a GPU (torchrun / accelerate launch on CPU): use gloo, not one-per-process.
-    multi_cpu = not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1
+    multi_cpu = not torch.cuda.is_available() and world_size() > 1
     # The other processes wait at a barrier while the main one saves the encoder (after merging LoRA adapters into a
     # reloaded base, or gathering FSDP shards): minutes for a large model, which NCCL's default 10-minute timeout
     # would turn into an abort of every process mid-save.

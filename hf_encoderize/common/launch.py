@@ -1,0 +1,57 @@
+"""Launch facts: how many processes this launch runs and which one this is, read from the launcher's environment.
+
+Why the environment and not the Accelerator: torchrun and `accelerate launch` set `WORLD_SIZE` and `RANK` for every
+process before Python starts, and several decisions come before any Accelerator or process group exists (the memory
+check, tokens per step, the multi-CPU backend, which process pushes). A plain `hf-encoderize` run sets neither: one
+process, rank 0. One owner, because the seven readers these replace each spelled the default and the parse themselves.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from hf_encoderize.common.errors import EncoderizeError
+
+
+def _whole(environ: Mapping[str, str] | None, name: str, default: int, minimum: int) -> int:
+    text = (os.environ if environ is None else environ).get(name, str(default))
+    try:
+        value = int(text)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise EncoderizeError(f"the launcher set {name}={text!r}, which is not a whole number of at least {minimum}; "
+                              "launch with torchrun or `accelerate launch`, or unset it for one process")
+    return value
+
+
+def world_size(environ: Mapping[str, str] | None = None) -> int:
+    """Processes in this launch (`WORLD_SIZE`; 1 without a launcher). `environ`: default `os.environ`.
+
+    >>> world_size({}), world_size({"WORLD_SIZE": "8", "RANK": "3"})
+    (1, 8)
+    """
+    return _whole(environ, "WORLD_SIZE", 1, 1)
+
+
+def rank(environ: Mapping[str, str] | None = None) -> int:
+    """This process's place in the launch (`RANK`, across nodes; 0 without a launcher).
+
+    >>> rank({}), rank({"WORLD_SIZE": "8", "RANK": "3"})
+    (0, 3)
+    >>> rank({"RANK": "-1"})  # doctest: +NORMALIZE_WHITESPACE
+    Traceback (most recent call last):
+    hf_encoderize.common.errors.EncoderizeError: the launcher set RANK='-1', which is not a whole number of at least
+    0; launch with torchrun or `accelerate launch`, or unset it for one process
+    """
+    return _whole(environ, "RANK", 0, 0)
+
+
+def is_main_process(environ: Mapping[str, str] | None = None) -> bool:
+    """True for the one process that writes, prints and pushes: rank 0, and the only process without a launcher.
+
+    >>> is_main_process({}), is_main_process({"WORLD_SIZE": "2", "RANK": "1"})
+    (True, False)
+    """
+    return rank(environ) == 0
