@@ -109,9 +109,10 @@ def test_output_paths_are_checked_before_any_work(case, decoder_dir, corpus, fin
 def test_overwrite_replaces_an_earlier_run_when_everything_is_valid(decoder_dir, corpus, finished_run, tmp_path):
     out = tmp_path / "again"
     assert main(_cpt_args(decoder_dir, corpus, out)[:-1]) == 0
-    (out / "stale.txt").write_text("left by the earlier run")
+    stale = out / "checkpoints" / "step-0000099"  # left by the earlier run (a file of the user's would be refused)
+    stale.mkdir()
     assert main(_cpt_args(decoder_dir, corpus, out)) == 0
-    assert not (out / "stale.txt").exists() and (out / "encoder" / "model.safetensors").is_file()
+    assert not stale.exists() and (out / "encoder" / "model.safetensors").is_file()
 
 
 def _one_error_line(err: str, message: str) -> bool:

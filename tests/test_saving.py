@@ -75,9 +75,12 @@ def test_refuses_non_empty_output_and_keeps_user_files(tmp_path):
     encoderize(model, tokenizer)
     with pytest.raises(EncoderizeError, match="not empty"):
         save_encoder(model, tokenizer, out)
+    with pytest.raises(EncoderizeError, match="did not write"):
+        save_encoder(model, tokenizer, out, overwrite=True)  # a folder of the user's is never replaced
     assert (out / "notes.txt").read_text() == "mine" and len(list(out.iterdir())) == 1
-    save_encoder(model, tokenizer, out, overwrite=True)
-    assert (out / "config.json").exists() and not (out / "notes.txt").exists()
+    ours = save_encoder(model, tokenizer, tmp_path / "ours")
+    save_encoder(model, tokenizer, ours, overwrite=True)  # an encoder saved here earlier is
+    assert (ours / "config.json").exists()
 
 
 def test_failed_save_leaves_nothing_behind(tmp_path, monkeypatch):

@@ -1,7 +1,8 @@
 """`hf-encoderize convert MODEL OUTPUT_DIR`: load a decoder, encoderize it, verify it, save it. No training.
 
-The output folder is checked before anything is loaded (a non-empty folder is refused unless `overwrite`), and the
-encoder is written atomically, so a failed run leaves nothing half-written.
+The output folder is checked before anything is loaded (`common.outputs`: a non-empty folder is refused unless
+`overwrite`, and even then unless an earlier run of ours wrote it; never the model folder itself), and the encoder is
+written atomically, so a failed run leaves nothing half-written.
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ def convert(load: LoadConfig, out: ConvertConfig) -> dict:
     With `verify`, the backend is picked as `cpt` picks it (`encoderize_where_it_trains`: with `auto`, one whose
     model fails the probe gives way to the next), and a model that fails only packed-document isolation (a hybrid)
     is saved all the same, recorded as one to train on padded rows (`packing` in the saved config)."""
+    from hf_encoderize.common.outputs import input_paths
     from hf_encoderize.model.saving import check_output_dir, save_encoder
     from hf_encoderize.model.where_it_trains import encoderize_where_it_trains
 
-    check_output_dir(out.output_dir, out.overwrite)
+    check_output_dir(out.output_dir, out.overwrite, inputs=input_paths(load.source))  # before any work
     if out.verify:
         model, tokenizer, report, _ = encoderize_where_it_trains(load, {}, None, False)
     else:
