@@ -3,7 +3,7 @@
 The pipeline, one subpackage per stage, listed from the bottom layer up; each imports only the ones above it in this
 list (the import-linter contracts in pyproject.toml enforce it, and `tests/test_layout.py` checks this map against the
 tree):
-- `common/`: rules every stage shares: `errors`, `files`, `launch`, `outputs`, `precision`, `validation`, `version`;
+- `common/`: rules every stage shares: `errors`, `files`, `precision`, `validation`, `version`;
 - `model/`: load, encoderize (patch and probe), save: `loading`, `load_errors`, `tiny`, `plain_attention`,
   `bidirectional`, `tokens`, `isolation`, `where_it_trains`, `saving`, plus the `remote_code/` shipped in every encoder;
 - `data/`: text in, rows out: `sources`, `packing`, `prefetch`;
@@ -13,7 +13,8 @@ tree):
 - `recipes/`: the commands that make a model: `convert`, `cpt`, `pretrain`, `contrastive`;
 - `evaluation/`: the paper's SC, TC, QA and IR suite: `loaders`, `synthetic`, `backbone`, `base`, `sc`, `tc`, `qa`,
   `ir`, `config`, `grid`, `summary`, `plots`, `compare`, `mteb_suite`;
-- `matrix/`: which model types encoderize and round-trip: `architectures`, `roundtrip`, `roundtrip_check`;
+- `matrix/`: which model types encoderize and round-trip, and on this machine: `architectures`, `roundtrip`,
+  `roundtrip_check`, `doctor`;
 - `publish/`: what leaves the machine: `card_facts`, `card_rows`, `card`, `licenses`, `hub`, `space`, plus the
   `model_cards/` template and the Space app (`space_app/`);
 - `pipeline/`: several stages in one command: `commands`, `run`, `quickstart`;

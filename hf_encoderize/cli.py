@@ -36,6 +36,7 @@ from hf_encoderize.evaluation.config import EvalConfig
 from hf_encoderize.evaluation.mteb_suite import render_mteb
 from hf_encoderize.evaluation.summary import render_markdown
 from hf_encoderize.matrix.architectures import ArchitecturesConfig, architectures
+from hf_encoderize.matrix.doctor import DoctorConfig, doctor
 from hf_encoderize.model.loading import LoadConfig
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.pipeline.commands import cpt_and_push, evaluate_and_push, pretrain_and_push
@@ -116,6 +117,8 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
             compare_results, (CompareConfig,), _print_comparison),
     Command("architectures", "probe every causal-LM architecture transformers ships",
             architectures, (ArchitecturesConfig,), _print_text),
+    Command("doctor", "versions, GPU, what auto picks here, known-bad combinations; with a model, whether it converts",
+            doctor, (DoctorConfig,), _print_text),
     Command("card", "(re)generate the model card (OUT/encoder/README.md) from the run's records",
             write_card, (CardConfig,), _print_result),
     Command("push", "upload the encoder, its card and plots to the Hub (never checkpoints)",
@@ -135,14 +138,15 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
 
 
 def field_docs(cls) -> dict[str, str]:
-    """Attribute docstrings (the string right after each field) of a dataclass."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body
+    """Attribute docstrings (the string right after each field) of a dataclass, inherited fields included (the push
+    options are declared once, on `PushOptions`)."""
     docs = {}
-    for node, following in zip(body, body[1:], strict=False):
-        if isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr):
-            if isinstance(following.value, ast.Constant) and isinstance(following.value.value, str):
-                docs[node.target.id] = " ".join(following.value.value.split())
+    for klass in reversed([base for base in cls.__mro__ if dataclasses.is_dataclass(base)]):
+        body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body
+        for node, following in zip(body, body[1:], strict=False):
+            if isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr):
+                if isinstance(following.value, ast.Constant) and isinstance(following.value.value, str):
+                    docs[node.target.id] = " ".join(following.value.value.split())
     return docs
 
 

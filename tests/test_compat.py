@@ -21,7 +21,7 @@ from hf_encoderize.publish.card_rows import plain_loading
 
 
 def test_remap_shim_is_transformers_own_where_it_exists_and_agrees_with_it():
-    """5.23+ has `remap_positions_for_packed_sequence`; 5.17-5.22 get `_remap_positions`, which must compute the same."""
+    """5.23+ has `remap_positions_for_packed_sequence`; 5.17-5.22 get `_remap_positions`, which computes the same."""
     chosen = isolation._remap_positions_function()
     native = getattr(masking_utils, "remap_positions_for_packed_sequence", None)
     assert chosen is (native or isolation._remap_positions)

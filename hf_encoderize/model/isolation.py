@@ -92,7 +92,7 @@ def cu_seqlens_from_document_ids(document_ids: torch.Tensor) -> tuple[torch.Tens
 
 
 def _remap_positions(mask_function, position_ids: torch.Tensor):
-    """`mask_function` evaluated at document-local positions: (q_idx, kv_idx) -> (position_ids[b, q], position_ids[b, kv]).
+    """`mask_function` at document-local positions: (q_idx, kv_idx) -> (position_ids[b, q], position_ids[b, kv]).
 
     transformers' own `remap_positions_for_packed_sequence` (5.23+) does the same; this copy serves 5.17 to 5.22.
 

@@ -60,8 +60,10 @@ def saved_backend(verdicts: dict[str, bool | str]) -> str | None:
 
     >>> saved_backend({"sdpa": True, "eager": True}) is None
     True
-    >>> saved_backend({"sdpa": False, "eager": True}), saved_backend({"sdpa": "not verified (ValueError)", "eager": True})
-    ('eager', 'eager')
+    >>> saved_backend({"sdpa": False, "eager": True})
+    'eager'
+    >>> saved_backend({"sdpa": "not verified (ValueError)", "eager": True})
+    'eager'
     >>> saved_backend({"sdpa": "not verified (ValueError)", "eager": False})
     'eager'
     """

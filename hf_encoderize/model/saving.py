@@ -14,8 +14,7 @@ What goes in the folder:
   config_sentence_transformers.json), so `SentenceTransformer(out)` gives mean-pooled embeddings.
 
 The folder is written under a temporary name next to the target and renamed into place at the end, so a failure
-never leaves a half-written encoder, and an existing non-empty folder is only replaced with `overwrite=True` when the
-output-folder policy allows it (`common.outputs`: a folder of ours, marked, holding nothing else).
+never leaves a half-written encoder, and an existing non-empty folder is only replaced with `overwrite=True`.
 `encoder_dir` finds that folder again, given a run folder (OUT/encoder) or the encoder folder itself.
 """
 
@@ -30,18 +29,20 @@ from pathlib import Path
 
 import torch
 
-from hf_encoderize.common import outputs
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.model.plain_attention import plain_attention, saved_backend
 
 MODELING_FILE = "modeling_encoderize.py"
 
 
-def check_output_dir(output_dir: str | os.PathLike, overwrite: bool, inputs=()) -> Path:
-    """Refuse what the output-folder policy refuses (`common.outputs`): a non-empty folder without `overwrite`, one we
-    did not write with it, a file, an input (`inputs`), the working folder, a symlink."""
-    return outputs.check_output_dir(output_dir, overwrite=overwrite, inputs=inputs, resumable=False,
-                                    flag="output folder")
+def check_output_dir(output_dir: str | os.PathLike, overwrite: bool) -> Path:
+    """Refuse a non-empty output folder unless `overwrite`; refuse a path that is a file."""
+    out = Path(output_dir)
+    if out.exists() and not out.is_dir():
+        raise EncoderizeError(f"output path {str(out)!r} is a file; pick a folder path")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise EncoderizeError(f"output folder {str(out)!r} is not empty; pick a new folder or pass --overwrite")
+    return out
 
 
 def encoder_dir(path: str | os.PathLike) -> Path:
@@ -115,14 +116,11 @@ def save_encoder(
     `metadata` (e.g. the `EncoderizeReport` as a dict) is stored under `hf_encoderize` in config.json. `state_dict`
     replaces the model's own tensors: the full weights gathered from an FSDP2/ZeRO-3 run, whose model holds shards.
     """
-    # A folder inside the live run this process holds (OUT/encoder, OUT/exports/...) is the run's to replace, even one
-    # an older version wrote without a marker (a resumed run saves its encoder again).
-    out = Path(output_dir) if overwrite and outputs.held_here(output_dir) else check_output_dir(output_dir, overwrite)
+    out = check_output_dir(output_dir, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
     try:
         _write_encoder(model, tokenizer, tmp, metadata or {}, state_dict)
-        outputs.write_marker(tmp, "encoder")  # what --overwrite may replace later: this folder and what it holds
         _replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -163,8 +161,9 @@ def _write_encoder(model, tokenizer, tmp: Path, metadata: dict, state_dict: dict
     updates = {}
     if default_backend:
         # Some backend stays causal or never ran in plain hands (`roundtrip` explains why): make a plain
-        # `AutoModel.from_pretrained(out)` pick the one verified, under this release and later ones. `attn_implementation` in config.json
-        # is read by transformers' config constructor; an explicit `attn_implementation=` still wins (the card warns).
+        # `AutoModel.from_pretrained(out)` pick the one verified, under this release and later ones.
+        # `attn_implementation` in config.json is read by transformers' config constructor; an explicit
+        # `attn_implementation=` still wins (the card warns).
         updates["attn_implementation"] = default_backend
     if weights_dtype is not None:
         # save_pretrained writes the live model's dtype (fp32 master weights while training), not that of the

@@ -69,7 +69,8 @@ def plain_loading(verdicts: dict) -> str | None:
         bidirectional = ", ".join(f"`{b}`" for b, verdict in verdicts.items() if verdict is True)
         if not version or not bidirectional:
             return None
-        return (f"config.json selects `{default}`; " if default else "") + f"bidirectional under {bidirectional}{verified}"
+        chosen = f"config.json selects `{default}`; " if default else ""
+        return f"{chosen}bidirectional under {bidirectional}{verified}"
     named = ", ".join(f"`{b}`" for b in causal)
     remote = ("`AutoModel` / `AutoModelForMaskedLM.from_pretrained(..., trust_remote_code=True)` load the shipped "
               "patch, bidirectional under every backend")

@@ -18,7 +18,7 @@ import fnmatch
 import os
 import shutil
 import tempfile
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, fields
 from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
@@ -30,6 +30,43 @@ EXCLUDED_DIRS = {"checkpoints", "__pycache__", "adapter-checkpoints"}
 EXCLUDED_NAMES = ("optimizer*", "scheduler*", "rng_state*", "random_states*", "training_args.bin", "*.partial",
                   "*.pyc", "*.lock", "trainer_state.json")
 REPO_TYPES = ("model", "space", "dataset")
+
+
+@dataclass
+class PushOptions:
+    """How a push lands on the Hub: the one owner of these options and their checks. `push` and `push-space` take
+    them as these flags (their configs subclass this one and name their repo id fields in `REPO_ID_FIELDS`);
+    `--push-to-hub` takes them as `--hub-*` flags (`HubConfig.options`)."""
+
+    REPO_ID_FIELDS = ()  # a subclass's fields holding Hub repo ids, checked before any work (None: not given)
+
+    _: KW_ONLY
+    private: bool = False
+    """Create the repo (model or Space) as private (only applies when it does not exist yet)."""
+    revision: str | None = None
+    """Branch to push to (created if missing). Default: main."""
+    commit_message: str | None = None
+    """Commit message. Default: "Upload encoder with hf-encoderize" ("Upload Space with hf-encoderize" for a Space)."""
+    create_pr: bool = False
+    """Open a pull request instead of committing to the branch."""
+    dry_run: bool = False
+    """List what would be uploaded; contact nothing."""
+
+    def __post_init__(self):
+        for name in self.REPO_ID_FIELDS:
+            if getattr(self, name) is not None:
+                check_repo_id(getattr(self, name))
+        self.check_target(self.create_pr, self.revision)
+
+    @staticmethod
+    def check_target(create_pr: bool, revision: str | None, prefix: str = "--") -> None:
+        """A pull request is opened against main, so it takes no branch; `prefix`: how the flags are spelled."""
+        if create_pr and revision:
+            raise EncoderizeError(f"{prefix}create-pr opens a pull request against main; drop {prefix}revision")
+
+    def push_options(self) -> dict:
+        """The options as `push_folder`'s keyword arguments."""
+        return {field.name: getattr(self, field.name) for field in fields(PushOptions)}
 
 
 @dataclass
@@ -51,34 +88,24 @@ class HubConfig:
     def __post_init__(self):
         if self.push_to_hub is not None:
             check_repo_id(self.push_to_hub)
-        if self.hub_create_pr and self.hub_revision:
-            raise EncoderizeError("--hub-create-pr opens a pull request against main; drop --hub-revision")
+        PushOptions.check_target(self.hub_create_pr, self.hub_revision, prefix="--hub-")
+
+    def options(self) -> PushOptions:
+        """The `--hub-*` flags as the push options `push` takes."""
+        return PushOptions(private=self.hub_private, revision=self.hub_revision,
+                           commit_message=self.hub_commit_message, create_pr=self.hub_create_pr)
 
 
 @dataclass
-class PushConfig:
-    """What to push where."""
+class PushConfig(PushOptions):
+    """What to push where (the push options come from `PushOptions`)."""
+
+    REPO_ID_FIELDS = ("repo_id",)
 
     output_dir: str
     """A cpt/run output folder (its encoder/ is pushed) or an encoder folder."""
     repo_id: str
     """Hub repo id, `user/name` or `org/name`."""
-    _: KW_ONLY
-    private: bool = False
-    """Create the repo as private (only applies when it does not exist yet)."""
-    revision: str | None = None
-    """Branch to push to (created if missing). Default: main."""
-    commit_message: str | None = None
-    """Commit message. Default: "Upload encoder with hf-encoderize"."""
-    create_pr: bool = False
-    """Open a pull request instead of committing to the branch."""
-    dry_run: bool = False
-    """List what would be uploaded; contact nothing."""
-
-    def __post_init__(self):
-        check_repo_id(self.repo_id)
-        if self.create_pr and self.revision:
-            raise EncoderizeError("--create-pr opens a pull request against main; drop --revision")
 
 
 def check_push_ready(hub: HubConfig) -> None:
@@ -277,9 +304,7 @@ def encoder_upload(output_dir: str | os.PathLike, repo_id: str, card_config=None
 def push(config: PushConfig, card_config=None) -> list[str]:
     """`hf-encoderize push OUTPUT_DIR REPO_ID`: the encoder folder, its card and the run's plots, in one commit."""
     encoder, extra = encoder_upload(config.output_dir, config.repo_id, card_config)
-    return push_folder(encoder, config.repo_id, private=config.private, revision=config.revision,
-                       commit_message=config.commit_message, create_pr=config.create_pr, dry_run=config.dry_run,
-                       extra_files=extra)
+    return push_folder(encoder, config.repo_id, **config.push_options(), extra_files=extra)
 
 
 def push_after(output_dir: str | os.PathLike, hub: HubConfig, card_config=None) -> list[str]:
@@ -289,8 +314,7 @@ def push_after(output_dir: str | os.PathLike, hub: HubConfig, card_config=None) 
     card_config = card_config or CardConfig(str(output_dir))
     if is_generated_card(encoder_dir(output_dir) / "README.md"):  # a hand-written card is pushed as it is
         write_card(card_config)
-    return push(PushConfig(str(output_dir), hub.push_to_hub, private=hub.hub_private, revision=hub.hub_revision,
-                           commit_message=hub.hub_commit_message, create_pr=hub.hub_create_pr), card_config)
+    return push(PushConfig(str(output_dir), hub.push_to_hub, **hub.options().push_options()), card_config)
 
 
 def eval_push_target(source: str) -> Path:

@@ -37,6 +37,7 @@ from pathlib import Path
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.validation import check_number
 from hf_encoderize.model.saving import encoder_dir
+from hf_encoderize.publish.hub import PushOptions
 
 SPACE_DIR = Path(__file__).resolve().parent / "space_app"  # package data: app.py, README.md, requirements.txt
 APP_MODULE = "hf_encoderize_space_app"
@@ -189,8 +190,10 @@ PINNED = ("torch", "transformers", "sentence-transformers")  # what app.py impor
 
 
 @dataclass
-class PushSpaceConfig:
-    """Which encoder the Space shows and which Space repo gets the app."""
+class PushSpaceConfig(PushOptions):
+    """Which encoder the Space shows and which Space repo gets the app (the push options come from `PushOptions`)."""
+
+    REPO_ID_FIELDS = ("space_id", "model_id", "embedding_model_id")
 
     output_dir: str
     """A `cpt`/`run` folder (holding encoder/, maybe contrastive/), an encoder folder written by `convert`, or a
@@ -211,27 +214,11 @@ class PushSpaceConfig:
     base_model: str | None = None
     """Hub id of the base decoder for the Compare tab; default: the recorded base when it is a Hub id (a path on this
     machine cannot be reached from a Space)."""
-    private: bool = False
-    """Create the Space as private (only applies when it does not exist yet)."""
-    revision: str | None = None
-    """Branch to push to (created if missing). Default: main."""
-    commit_message: str | None = None
-    """Commit message. Default: "Upload Space with hf-encoderize"."""
-    create_pr: bool = False
-    """Open a pull request instead of committing to the branch."""
-    dry_run: bool = False
-    """List what would be uploaded; contact nothing."""
 
     def __post_init__(self):
-        from hf_encoderize.publish.hub import check_repo_id
-
-        for repo_id in (self.space_id, self.model_id, self.embedding_model_id):
-            if repo_id is not None:
-                check_repo_id(repo_id)
+        super().__post_init__()  # the repo ids and the push target
         if self.embedding_model_id and self.embedding_model == "encoder":
             raise EncoderizeError("--embedding-model encoder opts out of an embedding model; drop --embedding-model-id")
-        if self.create_pr and self.revision:
-            raise EncoderizeError("--create-pr opens a pull request against main; drop --revision")
 
 
 def push_space(cfg: PushSpaceConfig) -> list[str]:
@@ -257,9 +244,8 @@ def push_space(cfg: PushSpaceConfig) -> list[str]:
         extra.update({f"encoder/{name}": path for name, path in upload_set(encoder).items()})
     if embedding is not None:  # the embedding model, bundled the same way
         extra.update({f"contrastive/{name}": path for name, path in upload_set(embedding).items()})
-    return push_folder(SPACE_DIR, cfg.space_id, repo_type="space", space_sdk="gradio", private=cfg.private,
-                       revision=cfg.revision, commit_message=cfg.commit_message or "Upload Space with hf-encoderize",
-                       create_pr=cfg.create_pr, dry_run=cfg.dry_run, extra_files=extra)
+    options = {**cfg.push_options(), "commit_message": cfg.commit_message or "Upload Space with hf-encoderize"}
+    return push_folder(SPACE_DIR, cfg.space_id, repo_type="space", space_sdk="gradio", **options, extra_files=extra)
 
 
 def _space_base(cfg: PushSpaceConfig, encoder: Path) -> dict:
