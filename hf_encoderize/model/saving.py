@@ -14,7 +14,8 @@ What goes in the folder:
   config_sentence_transformers.json), so `SentenceTransformer(out)` gives mean-pooled embeddings.
 
 The folder is written under a temporary name next to the target and renamed into place at the end, so a failure
-never leaves a half-written encoder, and an existing non-empty folder is only replaced with `overwrite=True`.
+never leaves a half-written encoder, and an existing non-empty folder is only replaced with `overwrite=True` when the
+output-folder policy allows it (`common.outputs`: a folder of ours, marked, holding nothing else).
 `encoder_dir` finds that folder again, given a run folder (OUT/encoder) or the encoder folder itself.
 """
 
@@ -29,20 +30,18 @@ from pathlib import Path
 
 import torch
 
+from hf_encoderize.common import outputs
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.model.plain_attention import plain_attention, saved_backend
 
 MODELING_FILE = "modeling_encoderize.py"
 
 
-def check_output_dir(output_dir: str | os.PathLike, overwrite: bool) -> Path:
-    """Refuse a non-empty output folder unless `overwrite`; refuse a path that is a file."""
-    out = Path(output_dir)
-    if out.exists() and not out.is_dir():
-        raise EncoderizeError(f"output path {str(out)!r} is a file; pick a folder path")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise EncoderizeError(f"output folder {str(out)!r} is not empty; pick a new folder or pass --overwrite")
-    return out
+def check_output_dir(output_dir: str | os.PathLike, overwrite: bool, inputs=()) -> Path:
+    """Refuse what the output-folder policy refuses (`common.outputs`): a non-empty folder without `overwrite`, one we
+    did not write with it, a file, an input (`inputs`), the working folder, a symlink."""
+    return outputs.check_output_dir(output_dir, overwrite=overwrite, inputs=inputs, resumable=False,
+                                    flag="output folder")
 
 
 def encoder_dir(path: str | os.PathLike) -> Path:
@@ -116,11 +115,14 @@ def save_encoder(
     `metadata` (e.g. the `EncoderizeReport` as a dict) is stored under `hf_encoderize` in config.json. `state_dict`
     replaces the model's own tensors: the full weights gathered from an FSDP2/ZeRO-3 run, whose model holds shards.
     """
-    out = check_output_dir(output_dir, overwrite)
+    # A folder inside the live run this process holds (OUT/encoder, OUT/exports/...) is the run's to replace, even one
+    # an older version wrote without a marker (a resumed run saves its encoder again).
+    out = Path(output_dir) if overwrite and outputs.held_here(output_dir) else check_output_dir(output_dir, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
     try:
         _write_encoder(model, tokenizer, tmp, metadata or {}, state_dict)
+        outputs.write_marker(tmp, "encoder")  # what --overwrite may replace later: this folder and what it holds
         _replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
