@@ -3,7 +3,8 @@
 The pipeline, one subpackage per stage, listed from the bottom layer up; each imports only the ones above it in this
 list (the import-linter contracts in pyproject.toml enforce it, and `tests/test_layout.py` checks this map against the
 tree):
-- `common/`: rules every stage shares: `errors`, `files`, `launch`, `outputs`, `precision`, `validation`, `version`;
+- `common/`: rules every stage shares: `errors`, `files`, `identity`, `launch`, `outputs`, `precision`, `run_folder`,
+  `validation`, `version`;
 - `model/`: load, encoderize (patch and probe), save: `loading`, `load_errors`, `tiny`, `plain_attention`,
   `bidirectional`, `tokens`, `isolation`, `where_it_trains`, `saving`, plus the `remote_code/` shipped in every encoder;
 - `data/`: text in, rows out: `sources`, `packing`, `prefetch`;

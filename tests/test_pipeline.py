@@ -77,7 +77,7 @@ def test_run_all_stages_then_a_rerun_skips_them(decoder_dir, corpus, tmp_path, f
     assert (out / "run_record.json").read_text() == record
 
     assert main([*args[:-2], "--steps", "3"]) == 2  # other settings never mix into a finished run
-    assert "holds a finished cpt with other settings (steps)" in capsys.readouterr().err
+    assert "holds a finished cpt with other settings (train.steps was 2, now 3)" in capsys.readouterr().err
 
 
 def test_run_resumes_an_interrupted_cpt(decoder_dir, corpus, tmp_path, capsys, monkeypatch):

@@ -23,9 +23,10 @@ import logging
 import os
 import random
 from collections.abc import Iterable, Iterator
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, field
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.identity import HARMLESS, identity
 from hf_encoderize.common.validation import check_number
 
 PRECHECK_BYTES = 64 << 20  # local sources up to this size are read through (not tokenized) before training
@@ -63,7 +64,7 @@ class DataConfig:
     shuffle_buffer: int = 0
     """Shuffle the training documents within a buffer of N, seeded by --seed (each pass its own order; resume and
     N processes stay exact). 0 keeps the source's order, as the paper reads FineWeb-Edu (section 2)."""
-    eval_max_rows: int = 64
+    eval_max_rows: int = field(default=64, metadata=identity(HARMLESS))
     """At most this many packed rows of the held-out documents are evaluated (long documents would otherwise make
     every evaluation cost more than the training between two of them)."""
     streaming: bool = True

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.identity import HARMLESS, identity
 from hf_encoderize.model.load_errors import LOAD_ERRORS as _LOAD_ERRORS
 from hf_encoderize.model.load_errors import load_error_message as _load_error_message
 from hf_encoderize.model.load_errors import safetensor_error as _safetensor_error
@@ -68,7 +69,7 @@ class LoadConfig:
     eager), eager, sdpa, flex_attention, flash_attention_2 or flash_attention_3. The run record says which ran."""
     dtype: str = "auto"
     """Weights dtype: auto, float32, bfloat16 or float16."""
-    trust_remote_code: bool = False
+    trust_remote_code: bool = field(default=False, metadata=identity(HARMLESS))
     """Run modelling code from the Hub repo. Off unless the user asks for it."""
 
     def __post_init__(self):

@@ -32,10 +32,20 @@ from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import world_size
+from hf_encoderize.common.run_folder import (
+    CONTRASTIVE_RECORD,
+    EVAL_NAMES,
+    ContrastiveRecord,
+    EvalSummary,
+    RunFolder,
+    RunRecord,
+    read_json,
+)
 from hf_encoderize.common.validation import check_number
 
-# Settings a finished cpt must share with this invocation to be reused (run_record key -> how to read the config).
-CPT_IDENTITY = ("base_model", "gguf_file", "revision", "objective", "mask_ratio", "steps", "lr", "batch_size")
+# What a finished cpt recorded before 0.2 (no `identity` in its run record) must share with this invocation.
+LEGACY_CPT_IDENTITY = ("base_model", "gguf_file", "revision", "objective", "mask_ratio", "steps", "lr", "batch_size")
+LEGACY_DATA_IDENTITY = ("dataset", "dataset_config", "split", "data_files", "text_column", "seq_len")
 
 
 @dataclass
@@ -100,20 +110,38 @@ def banner(index: int, total: int, title: str, note: str = "") -> None:
     print(f"\n{'=' * 8} {line} {'=' * max(4, 100 - len(line))}", flush=True)
 
 
-def cpt_done(out: Path, load, masking, train) -> bool:
-    """True when OUT holds a finished cpt made with these settings; a one-line error when it was made otherwise."""
-    record_path = out / "run_record.json"
-    if not record_path.is_file() or not (out / "encoder" / "config.json").is_file():
+def cpt_done(out: Path, load, data, masking, train, adapter) -> bool:
+    """True when OUT holds a finished cpt made with these settings; a one-line error when it was made otherwise (other
+    model, data, sequence length, seed, masking, schedule, precision, ...: every field that counts for a resume)."""
+    folder = RunFolder(out)
+    record = RunRecord.from_json(folder.run_record)
+    if record is None or not (folder.encoder / "config.json").is_file():
         return False
-    record = json.loads(record_path.read_text())
+    differs = cpt_differences(record.to_dict(), load, data, masking, train, adapter)
+    if differs:
+        raise EncoderizeError(f"{str(out)!r} holds a finished cpt with other settings ({'; '.join(differs)}); "
+                              "pass --overwrite to start over or pick a new --output-dir")
+    return True
+
+
+def cpt_differences(record: dict, load, data, masking, train, adapter) -> list[str]:
+    """How this invocation differs from the finished cpt `record` (`common.identity`; the key subset an older record
+    holds). What cpt resolves itself is not compared against an unset option: packing (`--pack` unset: the probe
+    decides) and gradient accumulation (`--tokens-per-step`: derived from the launch's processes)."""
+    from hf_encoderize.common.identity import identity_of, settings_diff
+    from hf_encoderize.training.checkpoints import IDENTITY
+
+    if record.get(IDENTITY):
+        ignore = (("data.pack",) if data.pack is None else ()) + \
+            (("train.grad_accum",) if train.tokens_per_step else ())
+        return settings_diff(record[IDENTITY], identity_of(load, data, masking, train, adapter), ignore=ignore)
     wanted = {"base_model": load.source, "gguf_file": load.gguf_file, "revision": load.revision,
               "objective": masking.objective, "mask_ratio": masking.mask_ratio, "steps": train.steps, "lr": train.lr,
               "batch_size": train.batch_size}
-    differs = [key for key in CPT_IDENTITY if record.get(key) != wanted[key]]
-    if differs:
-        raise EncoderizeError(f"{str(out)!r} holds a finished cpt with other settings ({', '.join(differs)}); "
-                              "pass --overwrite to start over or pick a new --output-dir")
-    return True
+    recorded = {key: record.get(key) for key in LEGACY_CPT_IDENTITY}
+    recorded.update({f"data.{key}": (record.get("data") or {}).get(key) for key in LEGACY_DATA_IDENTITY})
+    wanted.update({f"data.{key}": getattr(data, key) for key in LEGACY_DATA_IDENTITY})
+    return settings_diff(recorded, wanted)
 
 
 def stage_cpt(load, data, masking, train, adapter, out: Path) -> str:
@@ -126,9 +154,9 @@ def stage_cpt(load, data, masking, train, adapter, out: Path) -> str:
     return f"{summary['steps']} steps in {summary['wall_time_s']:.0f} s"
 
 
-def stage_contrastive(data, run_cfg: RunConfig, out: Path) -> str:
-    """`contrastive` on OUT/encoder into OUT/contrastive: SimCSE reads cpt's own text source."""
-    from hf_encoderize.recipes.contrastive import ContrastiveConfig, contrastive, work_dir
+def contrastive_config(data, run_cfg: RunConfig, out: Path, resume: bool = False):
+    """The `contrastive` stage's config: OUT/encoder into OUT/contrastive; SimCSE reads cpt's own text source."""
+    from hf_encoderize.recipes.contrastive import ContrastiveConfig
 
     if run_cfg.contrastive == "supervised":
         source = {"data_files": run_cfg.contrastive_data_files}
@@ -137,28 +165,60 @@ def stage_contrastive(data, run_cfg: RunConfig, out: Path) -> str:
     else:
         source = {"dataset": data.dataset, "dataset_config": data.dataset_config, "split": data.split,
                   "text_column": data.text_column}
-    resume = any(work_dir(out / "contrastive").glob("trainer/checkpoint-*"))  # an interrupted stage continues
-    summary = contrastive(ContrastiveConfig(str(out / "encoder"), output_dir=str(out / "contrastive"),
-                                            overwrite=not resume, resume=resume, objective=run_cfg.contrastive,
-                                            steps=run_cfg.contrastive_steps,
-                                            batch_size=run_cfg.contrastive_batch_size,
-                                            max_seq_length=run_cfg.contrastive_max_seq_length, **source))
+    folder = RunFolder(out)
+    return ContrastiveConfig(str(folder.encoder), output_dir=str(folder.contrastive), overwrite=not resume,
+                             resume=resume, objective=run_cfg.contrastive, steps=run_cfg.contrastive_steps,
+                             batch_size=run_cfg.contrastive_batch_size,
+                             max_seq_length=run_cfg.contrastive_max_seq_length, **source)
+
+
+def contrastive_done(data, run_cfg: RunConfig, out: Path) -> str | None:
+    """"finished earlier" when OUT/contrastive was made with these settings; None when there is none (or it was cut
+    short); a one-line error when it was made otherwise (another objective, data, steps, ...)."""
+    from hf_encoderize.common.identity import identity_of, settings_diff
+
+    folder = RunFolder(out)
+    record = ContrastiveRecord.from_json(folder.contrastive / CONTRASTIVE_RECORD)
+    if record is None or not (folder.contrastive / "config.json").is_file():
+        return None
+    differs = settings_diff(record.config, identity_of(contrastive_config(data, run_cfg, out), prefixed=False))
+    if differs:
+        raise EncoderizeError(f"{str(folder.contrastive)!r} holds an embedding model made with other settings "
+                              f"({'; '.join(differs)}); pass --overwrite to start over or pick a new --output-dir")
+    return "finished earlier"
+
+
+def stage_contrastive(data, run_cfg: RunConfig, out: Path) -> str:
+    from hf_encoderize.recipes.contrastive import contrastive, work_dir
+
+    resume = any(work_dir(RunFolder(out).contrastive).glob("trainer/checkpoint-*"))  # an interrupted stage continues
+    summary = contrastive(contrastive_config(data, run_cfg, out, resume))
     return (f"{summary['steps']} steps on {summary['rows']} rows, "
             f"loss {summary['first_loss']} -> {summary['final_loss']}")
 
 
-def eval_done(results: Path, profile: str) -> bool:
-    summary = results / "summary.json"
-    return summary.is_file() and json.loads(summary.read_text()).get("profile") == profile
+def eval_done(results: Path, load, config) -> bool:
+    """True when `results` holds a summary of this very evaluation: same model, profile, attention mode and protocol.
+    Otherwise the stage runs: `evaluate` reuses only the fine-tuning runs whose fingerprint matches and rewrites the
+    summary, so an old summary is never shown under new labels."""
+    from hf_encoderize.evaluation.grid import FINGERPRINT_KEYS, fingerprint
+
+    summary = EvalSummary.from_json(results / "summary.json")
+    if summary is None:
+        return False
+    wanted = fingerprint(load, config)
+    same_protocol = all(summary.protocol.get(key) == wanted[key] for key in FINGERPRINT_KEYS if key in summary.protocol)
+    return (summary.model, summary.mode, summary.profile) == (load.source, wanted["mode"], config.profile) and \
+        same_protocol
 
 
 def stage_eval(load, run_cfg: RunConfig, out: Path, name: str, causal: bool = False) -> dict:
     from hf_encoderize.evaluation import evaluate
 
-    summary = evaluate(load, run_cfg.eval_config(name, str(out / "eval"), causal=causal))
+    summary = evaluate(load, run_cfg.eval_config(name, str(RunFolder(out).eval), causal=causal))
     gc.collect()
     means = ", ".join(f"{task} {mean:.2f}" for task, mean in summary.get("family_means", {}).items())
-    return f"{name}: {means} -> {out / 'eval' / name / 'summary.md'}"
+    return f"{name}: {means} -> {RunFolder(out).eval_results(name) / 'summary.md'}"
 
 
 def card_kept(out: Path) -> str | None:
@@ -176,8 +236,9 @@ def stage_card(out: Path, run_cfg: RunConfig) -> str:
     if run_cfg.eval_profile != "none":
         comparison(out)
     cards = [write_card(CardConfig(str(out), base_model_id=run_cfg.base_model_id))]
-    if (out / "contrastive" / "contrastive_run.json").is_file():  # the embedding model gets its own card
-        cards.append(write_card(CardConfig(str(out / "contrastive"), base_model_id=run_cfg.base_model_id)))
+    contrastive = RunFolder(out).contrastive
+    if (contrastive / CONTRASTIVE_RECORD).is_file():  # the embedding model gets its own card
+        cards.append(write_card(CardConfig(str(contrastive), base_model_id=run_cfg.base_model_id)))
     return f"card: {', '.join(str(c) for c in cards)}"
 
 
@@ -203,10 +264,9 @@ def _pushed_files(out: Path) -> list[Path]:
 
 def push_done(out: Path, hub) -> str | None:
     """Why the push can be skipped: the same files already went to the same repo and revision."""
-    record_path = out / "push_record.json"
-    if not record_path.is_file():
+    record = read_json(RunFolder(out).push_record)
+    if record is None:
         return None
-    record = json.loads(record_path.read_text())
     same_target = (record.get("repo_id"), record.get("revision")) == (hub.push_to_hub, hub.hub_revision or "main")
     unchanged = record.get("fingerprint") == files_fingerprint(_pushed_files(out))
     return f"{hub.push_to_hub} already has these files" if same_target and unchanged else None
@@ -219,7 +279,7 @@ def stage_push(out: Path, hub) -> str:
     record = {"repo_id": hub.push_to_hub, "revision": hub.hub_revision or "main", "create_pr": hub.hub_create_pr,
               "files": files, "fingerprint": files_fingerprint(_pushed_files(out)),  # after the card was rewritten
               "pushed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    (out / "push_record.json").write_text(json.dumps(record, indent=2) + "\n")
+    RunFolder(out).push_record.write_text(json.dumps(record, indent=2) + "\n")
     return f"pushed {len(files)} files to {hub.push_to_hub}"
 
 
@@ -233,11 +293,11 @@ def comparison(out: Path) -> str | None:
     """The encoder-vs-base table (Markdown) from the eval summaries, also written to OUT/eval/comparison.md."""
     from hf_encoderize.evaluation.compare import compare
 
-    names = ("base", "encoder", "contrastive")  # base decoder, MLM encoder, embedding model: side by side
-    folders = [str(out / "eval" / n) for n in names if (out / "eval" / n / "summary.json").is_file()]
+    folder = RunFolder(out)  # base decoder, MLM encoder, embedding model: side by side
+    folders = [str(folder.eval_results(n)) for n in EVAL_NAMES if folder.summary(n).is_file()]
     if not folders:
         return None
-    return compare(folders, output_dir=str(out / "eval"))["table"]
+    return compare(folders, output_dir=str(folder.eval))["table"]
 
 
 @dataclass
@@ -255,16 +315,17 @@ def plan(load, data, masking, train, adapter, run_cfg: RunConfig, hub, out: Path
 
     source = load.source + (f" ({load.gguf_file})" if load.gguf_file else "")
     stages = [Stage(f"cpt {source}: {train.steps} steps",
-                    lambda: None if train.overwrite or not cpt_done(out, load, masking, train) else "finished earlier",
+                    lambda: None if train.overwrite or not cpt_done(out, load, data, masking, train, adapter)
+                    else "finished earlier",
                     lambda: stage_cpt(load, data, masking, train, adapter, out))]
     if run_cfg.contrastive != "none":
         stages.append(Stage(f"contrastive {run_cfg.contrastive}: {run_cfg.contrastive_steps} steps",
-                            lambda: "finished earlier" if (out / "contrastive" / "config.json").is_file() else None,
+                            lambda: contrastive_done(data, run_cfg, out),
                             lambda: stage_contrastive(data, run_cfg, out)))
     if run_cfg.eval_profile != "none":
-        stages.append(eval_stage(LoadConfig(str(out / "encoder")), "encoder", False, run_cfg, out))
+        stages.append(eval_stage(LoadConfig(str(RunFolder(out).encoder)), "encoder", False, run_cfg, out))
         if run_cfg.contrastive != "none":
-            stages.append(eval_stage(LoadConfig(str(out / "contrastive")), "contrastive", False, run_cfg, out))
+            stages.append(eval_stage(LoadConfig(str(RunFolder(out).contrastive)), "contrastive", False, run_cfg, out))
         if run_cfg.eval_base != "none":
             stages.append(eval_stage(load, "base", run_cfg.eval_base == "causal", run_cfg, out))
     stages.append(Stage("model card", lambda: card_kept(out), lambda: stage_card(out, run_cfg)))
@@ -274,9 +335,10 @@ def plan(load, data, masking, train, adapter, run_cfg: RunConfig, hub, out: Path
 
 
 def eval_stage(load, name: str, causal: bool, run_cfg: RunConfig, out: Path) -> Stage:
-    results = out / "eval" / name
+    results = RunFolder(out).eval_results(name)
+    config = run_cfg.eval_config(name, str(RunFolder(out).eval), causal=causal)
     return Stage(f"eval {name} ({run_cfg.eval_profile} profile, {'causal' if causal else 'bidirectional'} attention)",
-                 lambda: "finished earlier" if eval_done(results, run_cfg.eval_profile) else None,
+                 lambda: "finished earlier" if eval_done(results, load, config) else None,
                  lambda: stage_eval(load, run_cfg, out, name, causal))
 
 
@@ -286,11 +348,16 @@ def run(load, data, masking, train, adapter, run_cfg: RunConfig, hub) -> dict:
     if world_size() > 1:  # the eval and push stages would run once per process
         raise EncoderizeError("run is single-process: launch `cpt` with accelerate/torchrun, then the same `run` "
                               "command picks up the finished cpt")
+    from hf_encoderize.common.outputs import check_output_dir, input_paths
     from hf_encoderize.publish.hub import check_push_ready
     from hf_encoderize.recipes.cpt import default_output_dir
 
-    check_push_ready(hub)  # no token or offline mode fails now, not after hours of work
     out, started = Path(train.output_dir) if train.output_dir else default_output_dir(load), time.time()
+    # The output-folder policy first (cpt applies it again): without --overwrite a run continues in its folder, so
+    # only an input, a file or a live run's folder is refused; with it, only a marked folder of ours is replaced.
+    check_output_dir(out, overwrite=train.overwrite, resume=not train.overwrite,
+                     inputs=input_paths(load.source, data.data_files))
+    check_push_ready(hub)  # no token or offline mode fails now, not after hours of work
     train = dataclasses.replace(train, output_dir=str(out))  # the caller's config is left as it was
     stages = plan(load, data, masking, train, adapter, run_cfg, hub, out)
     for index, stage in enumerate(stages, 1):
@@ -298,26 +365,26 @@ def run(load, data, masking, train, adapter, run_cfg: RunConfig, hub) -> dict:
         banner(index, len(stages), stage.title, f"{skipped}, skipped" if skipped else "")
         if not skipped and (note := stage.action()):
             print(note, flush=True)
-    table_file = out / "eval" / "comparison.md"
+    table_file = RunFolder(out).comparison
     table = table_file.read_text().split("\n\n", 2)[-1] if table_file.is_file() else None  # after its header
     return report(out, table, hub.push_to_hub, time.time() - started)
 
 
 def report(out: Path, table: str | None, repo_id: str | None, seconds: float) -> dict:
     """Print and return where everything is."""
-    encoder = out / "encoder"
+    folder = RunFolder(out)
+    encoder = folder.encoder
     places = {
         "encoder": str(encoder), "model card": str(encoder / "README.md"),
-        "run record": str(out / "run_record.json"), "metrics": str(out / "metrics.jsonl"),
-        "loss curve": str(out / "loss_curve.png"),
-        "embedding model": str(out / "contrastive"),
-        "eval (encoder)": str(out / "eval" / "encoder" / "summary.md"),
-        "eval (embedding model)": str(out / "eval" / "contrastive" / "summary.md"),
-        "eval (base)": str(out / "eval" / "base" / "summary.md"),
-        "comparison": str(out / "eval" / "comparison.md"),
+        "run record": str(folder.run_record), "metrics": str(folder.metrics), "loss curve": str(folder.loss_curve),
+        "embedding model": str(folder.contrastive),
+        "eval (encoder)": str(folder.eval_results("encoder") / "summary.md"),
+        "eval (embedding model)": str(folder.eval_results("contrastive") / "summary.md"),
+        "eval (base)": str(folder.eval_results("base") / "summary.md"),
+        "comparison": str(folder.comparison),
     }
     places = {k: v for k, v in places.items() if Path(v).exists()}
-    if repo_id and (out / "push_record.json").is_file():
+    if repo_id and folder.push_record.is_file():
         places["hub"] = f"{_hub_url()}/{repo_id}"
     print(f"\n{'=' * 8} done in {seconds / 60:.1f} min {'=' * 80}", flush=True)
     if table:

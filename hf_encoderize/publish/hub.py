@@ -23,6 +23,8 @@ from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import is_main_process
+from hf_encoderize.common.outputs import LOCK, MARKER
+from hf_encoderize.common.run_folder import RunFolder
 from hf_encoderize.model.saving import encoder_dir
 
 # Never uploaded: training state and local clutter. Matched against each path component / the file name.
@@ -145,6 +147,8 @@ def upload_set(folder: str | os.PathLike, extra_files: dict | None = None) -> di
 
 
 def _excluded(rel: Path) -> bool:
+    if rel.name in (MARKER, LOCK):  # our output-folder marker and run lock (`common.outputs`) stay local
+        return True
     if any(part.startswith(".") or part in EXCLUDED_DIRS for part in rel.parts):
         return True
     return any(fnmatch.fnmatch(rel.name, pattern) for pattern in EXCLUDED_NAMES)
@@ -325,7 +329,7 @@ def eval_push_target(source: str) -> Path:
         raise EncoderizeError(f"--push-to-hub needs MODEL to be a local encoder folder (cpt/convert output), "
                               f"not {source!r}")
     encoder = encoder_dir(path)
-    return encoder.parent if (encoder.parent / "run_record.json").is_file() else encoder
+    return encoder.parent if RunFolder(encoder.parent).run_record.is_file() else encoder
 
 
 def push_eval(target: Path, results_dir: str, hub: HubConfig) -> list[str]:

@@ -35,6 +35,7 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD, ContrastiveRecord, RunFolder, RunRecord, read_json
 from hf_encoderize.common.validation import check_number
 from hf_encoderize.model.saving import encoder_dir
 from hf_encoderize.publish.hub import PushOptions
@@ -72,8 +73,8 @@ class SpaceConfig:
 
 def is_contrastive(folder: Path) -> bool:
     """A `contrastive` stage's output: its config.json records the stage under `hf_encoderize.contrastive`."""
-    config = folder / "config.json"
-    return config.is_file() and "contrastive" in (json.loads(config.read_text()).get("hf_encoderize") or {})
+    config = read_json(folder / "config.json")
+    return config is not None and "contrastive" in (config.get("hf_encoderize") or {})
 
 
 def mlm_encoder(output_dir: str | os.PathLike) -> Path:
@@ -82,9 +83,9 @@ def mlm_encoder(output_dir: str | os.PathLike) -> Path:
     folder = encoder_dir(output_dir)
     if not is_contrastive(folder):
         return folder
-    record = folder / "contrastive_run.json"
-    source = json.loads(record.read_text()).get("source") if record.is_file() else None
-    for candidate in (Path(source) if source else None, folder.parent / "encoder"):
+    record = ContrastiveRecord.from_json(folder / CONTRASTIVE_RECORD)
+    source = record.source if record else None
+    for candidate in (Path(source) if source else None, RunFolder(folder.parent).encoder):
         if candidate and (candidate / "config.json").is_file() and not is_contrastive(candidate):
             return candidate
     return folder  # the MLM encoder is gone: Fill-mask says this model has no MLM head
@@ -106,18 +107,17 @@ def embedding_dir(output_dir: str | os.PathLike, choice: str = "auto") -> Path |
     given = encoder_dir(output_dir)
     if is_contrastive(given):
         return given
-    run_model = Path(output_dir) / "contrastive"
+    run_model = RunFolder(output_dir).contrastive
     return run_model if given != Path(output_dir) and (run_model / "config.json").is_file() else None
 
 
 def recorded_base(output_dir: str | os.PathLike, encoder: Path) -> dict:
     """The base decoder the encoder came from: run_record.json of a `cpt` run, else config.json's metadata."""
-    for record_path in (Path(output_dir) / "run_record.json", encoder.parent / "run_record.json"):
-        if record_path.is_file():
-            record = json.loads(record_path.read_text())
-            if record.get("base_model"):
-                return {key: record.get(key) for key in ("base_model", "gguf_file", "revision")}
-    metadata = json.loads((encoder / "config.json").read_text()).get("hf_encoderize") or {}
+    for folder in (RunFolder(output_dir), RunFolder(encoder.parent)):
+        record = RunRecord.from_json(folder.run_record)
+        if record is not None and record.base_model:
+            return {"base_model": record.base_model, "gguf_file": record.gguf_file, "revision": record.revision}
+    metadata = (read_json(encoder / "config.json") or {}).get("hf_encoderize") or {}
     return {key: metadata.get(key) for key in ("base_model", "gguf_file", "revision")}
 
 

@@ -17,7 +17,9 @@ Design choices:
   saved back in the encoder's own dtype. An encoder saved in bf16 would otherwise train in pure bf16, where AdamW
   updates below about 0.4% of a weight round to nothing. LoRA keeps the base as saved (its adapters are fp32).
 - Everything is validated (encoder folder, output folder, objective, columns, rows) before the output folder is touched;
-  the result is written under a temporary name and renamed into place, so a failure leaves nothing half-written.
+  the result is written under a temporary name and renamed into place, so a failure leaves nothing half-written. The
+  output folder follows `common.outputs` (only a marked folder of ours is replaced, never the encoder read), and the
+  work folder holds the run's lock, so a second run on the same output is refused while the first is live.
 - The output loads without hf-encoderize: a sentence-transformers folder whose transformer config keeps
   `is_causal: false` (plain `AutoModel` is bidirectional), with the input folder's `modeling_encoderize.py` so
   `AutoModel.from_pretrained(out, trust_remote_code=True)` still applies the patch. The MLM head is not part of an
@@ -30,15 +32,19 @@ import glob
 import json
 import os
 import shutil
-from dataclasses import KW_ONLY, asdict, dataclass
+from dataclasses import KW_ONLY, asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
+from hf_encoderize.common import outputs
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.identity import HARMLESS, identity, identity_of, settings_diff
 from hf_encoderize.common.launch import world_size
+from hf_encoderize.common.outputs import releasing_locks
+from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD, ContrastiveRecord
 from hf_encoderize.common.validation import check_number
-from hf_encoderize.model.saving import MODELING_FILE, check_output_dir, encoder_dir
+from hf_encoderize.model.saving import MODELING_FILE, encoder_dir
 from hf_encoderize.training.lora import AdapterConfig
 
 OBJECTIVES = ("simcse", "supervised")
@@ -55,9 +61,9 @@ class ContrastiveConfig:
     encoder: str
     """An encoder folder (a cpt/convert output, OUT or OUT/encoder) or any sentence-transformers/transformers folder."""
     _: KW_ONLY
-    output_dir: str = "runs/contrastive"
+    output_dir: str = field(default="runs/contrastive", metadata=identity(HARMLESS))
     """Folder to write the embedding model to; must be empty or absent unless `overwrite`."""
-    overwrite: bool = False
+    overwrite: bool = field(default=False, metadata=identity(HARMLESS))
     """Replace a non-empty output folder."""
     objective: str = "simcse"
     """simcse (unsupervised: each text is its own positive, dropout makes the two views) or supervised (pairs or
@@ -113,17 +119,17 @@ class ContrastiveConfig:
     """Tokens per text."""
     seed: int = 0
     """Seed for data order and dropout."""
-    save_every: int = 500
+    save_every: int = field(default=500, metadata=identity(HARMLESS))
     """Save a resumable checkpoint (weights, optimizer, scheduler, RNG, data position) every N steps, in the
     `.NAME.work/` folder next to the output; it is removed once the embedding model is written."""
-    keep_last: int = 2
+    keep_last: int = field(default=2, metadata=identity(HARMLESS))
     """Checkpoints to keep."""
-    resume: bool = False
+    resume: bool = field(default=False, metadata=identity(HARMLESS))
     """Continue an interrupted run from its newest checkpoint (same settings), as `cpt --resume` does."""
     cross_device_negatives: bool = True
     """With several processes (accelerate launch / torchrun), every process's rows are negatives for every anchor
     (sentence-transformers' `gather_across_devices`): the in-batch negatives of the whole global batch."""
-    progress: bool = True
+    progress: bool = field(default=True, metadata=identity(HARMLESS))
     """Show the trainer's progress bar."""
 
     def __post_init__(self):
@@ -220,10 +226,7 @@ def work_dir(output_dir: str | os.PathLike) -> Path:
     return out.parent / f".{out.name}.work"
 
 
-RESUME_KEYS_IGNORED = ("output_dir", "overwrite", "resume", "progress", "save_every", "keep_last")
-
-
-def check_resume(config: ContrastiveConfig, work: Path) -> None:
+def check_resume(config: ContrastiveConfig, adapter: AdapterConfig, work: Path) -> None:
     """Refuse --resume without a checkpoint or with other settings; refuse a fresh start over an interrupted run."""
     checkpoints = sorted(work.glob("trainer/checkpoint-*"))
     recorded = work / "settings.json"
@@ -231,21 +234,22 @@ def check_resume(config: ContrastiveConfig, work: Path) -> None:
         if not checkpoints or not recorded.is_file():
             raise EncoderizeError(f"--resume: no checkpoint of an interrupted run in {str(work)!r}; run without "
                                   "--resume to start")
-        before = json.loads(recorded.read_text())
-        now = json.loads(json.dumps(_settings(config)))
-        changed = [k for k in now if before.get(k) != now[k]]
+        changed = settings_diff(json.loads(recorded.read_text()), _settings(config, adapter))
         if changed:
-            what = "; ".join(f"{k} was {before.get(k)!r}, now {now[k]!r}" for k in changed)
-            raise EncoderizeError(f"--resume with other settings than the run's ({what}); resume with the same ones")
+            raise EncoderizeError(f"--resume with other settings than the run's ({'; '.join(changed)}); resume with "
+                                  "the same ones")
     elif work.exists() and not config.overwrite:
         raise EncoderizeError(f"{str(work)!r} holds an interrupted contrastive run; pass --resume to continue it or "
                               "--overwrite to start over")
 
 
-def _settings(config: ContrastiveConfig) -> dict:
-    return {k: v for k, v in asdict(config).items() if k not in RESUME_KEYS_IGNORED}
+def _settings(config: ContrastiveConfig, adapter: AdapterConfig) -> dict:
+    """What a resume must keep: every field of both configs that counts (`common.identity`), unprefixed as the
+    settings.json of runs before 0.2 recorded them (those hold no adapter fields: not compared then)."""
+    return identity_of(config, adapter, prefixed=False)
 
 
+@releasing_locks  # a run that fails gives its output folder's lock back
 def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None) -> dict:
     """Train the contrastive stage and save a sentence-transformers folder to `config.output_dir`. Returns a summary.
 
@@ -259,9 +263,11 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
         raise EncoderizeError("contrastive does not train 4-bit weights; drop --load-in-4bit (LoRA works without it)")
     source = encoder_dir(config.encoder)
     out, work = Path(config.output_dir), work_dir(config.output_dir)
-    if not config.resume:
-        out = check_output_dir(config.output_dir, config.overwrite)
-    check_resume(config, work)
+    # --resume too: the output folder is written at the end, so what the user has there is checked now, not deleted then
+    out = outputs.check_output_dir(config.output_dir, overwrite=config.overwrite, resumable=not config.resume,
+                                   inputs=outputs.input_paths(source, config.data_files))
+    outputs.check_unlocked(work)  # another contrastive run is live on this output: its work folder is not wiped
+    check_resume(config, adapter, work)
     rows = load_rows(config)  # every input is checked before the output folder is touched
     dropout = _dropout_kwargs(source, config.dropout) if config.objective == "simcse" else {}
     model = build_model(source, config, dropout, adapter)
@@ -275,7 +281,9 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
     if state.is_main_process and not config.resume:
         shutil.rmtree(work, ignore_errors=True)
         (work / "trainer").mkdir(parents=True)
-        (work / "settings.json").write_text(json.dumps(_settings(config), indent=2) + "\n")
+        (work / "settings.json").write_text(json.dumps(_settings(config, adapter), indent=2) + "\n")
+    if state.is_main_process:
+        outputs.acquire_lock(work, "contrastive")  # removed with the work folder once the model is written
     state.wait_for_everyone()
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=rows, loss=_loss(model, config))
     if not config.progress:  # no progress bar and no printed log dicts either (the log is in contrastive_run.json)
@@ -379,11 +387,14 @@ def _write_output(trainer, model, source: Path, config: ContrastiveConfig, adapt
     log = trainer.state.log_history
     summary = _finish_folder(final, source, config, dropout, [e["loss"] for e in log if "loss" in e], rows,
                              adapter, log)
-    if out.exists():
-        shutil.rmtree(out)
+    if out.is_symlink() or out.exists():  # allowed at the start; checked again now that it goes
+        if out.is_dir() and not out.is_symlink() and any(out.iterdir()):
+            outputs.check_deletable(out)
+        out.unlink() if out.is_symlink() else shutil.rmtree(out)
     final.rename(out)
     if adapter.lora_r and adapter.save_adapter:  # the unmerged adapter, next to the merged model
         shutil.move(str(work / "adapter"), str(out / "adapter"))
+    outputs.write_marker(out, "contrastive")  # what a later --overwrite may replace
     shutil.rmtree(work, ignore_errors=True)
     return summary
 
@@ -437,8 +448,7 @@ def _finish_folder(folder: Path, source: Path, config: ContrastiveConfig, dropou
     previous = saved.get("hf_encoderize") or {}
     saved["hf_encoderize"] = {**previous, "contrastive": stage}
     (folder / "config.json").write_text(json.dumps(saved, indent=2) + "\n")
-    record = {"source": os.fspath(source), "config": asdict(config), "stage": stage, "losses": logged,
-              "metrics": log, "base_encoder": previous}
-    (folder / "contrastive_run.json").write_text(json.dumps(record, indent=2) + "\n")
+    ContrastiveRecord(source=os.fspath(source), config=asdict(config), stage=stage, losses=logged,
+                      facts={"metrics": log, "base_encoder": previous}).to_json(folder / CONTRASTIVE_RECORD)
     return {"objective": config.objective, "rows": rows, "steps": config.steps, "first_loss": logged[0] if logged
             else None, "final_loss": stage["final_loss"]}

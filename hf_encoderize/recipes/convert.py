@@ -20,7 +20,7 @@ class ConvertConfig:
     """Folder to write; must be empty or absent unless `overwrite`."""
     _: KW_ONLY
     overwrite: bool = False
-    """Replace a non-empty output folder."""
+    """Replace an output folder an earlier run of hf-encoderize wrote (a folder holding anything else is refused)."""
     verify: bool = True
     """Run the bidirectionality probe before saving and refuse to save a model that fails it (one that fails only
     packed-document isolation, a hybrid, is saved and recorded as one to train on padded rows)."""

@@ -18,6 +18,8 @@ from pathlib import Path
 import torch
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.identity import identity_of
+from hf_encoderize.common.outputs import finish_run, input_paths, releasing_locks
 from hf_encoderize.common.precision import attention_dtype
 from hf_encoderize.data.sources import DataConfig, open_documents
 from hf_encoderize.model.bidirectional import PACKED
@@ -29,6 +31,7 @@ from hf_encoderize.model.where_it_trains import (
 )
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.training.checkpoints import (
+    IDENTITY,
     check_branch_settings,
     check_resume_settings,
     check_shared_output_dir,
@@ -72,6 +75,7 @@ def default_output_dir(load: LoadConfig) -> Path:
     return Path("runs") / f"{Path(load.gguf_file or load.source).stem.split('/')[-1]}-mlm"
 
 
+@releasing_locks  # a run that fails gives its output folder's lock back
 def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: TrainConfig,
         adapter: AdapterConfig | None = None) -> dict:
     """Run MLM continued pretraining and save the encoder. Returns a summary: the run folder (`output_dir`), steps,
@@ -94,7 +98,9 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
         if train.overwrite and output_dir.resolve() in branch_point.resolve().parents:
             raise EncoderizeError(f"--from-checkpoint {str(branch_point)!r} is inside the --output-dir that "
                                   "--overwrite would delete; branch into a new --output-dir")
-    resume_from = prepare_output_dir(output_dir, resume=train.resume, overwrite=train.overwrite)
+    resume_from = prepare_output_dir(output_dir, resume=train.resume, overwrite=train.overwrite,
+                                     inputs=input_paths(load.source, data.data_files, train.from_checkpoint),
+                                     main_process=accelerator.is_main_process)
     started_at = utc_now()
     documents = open_documents(data)  # a bad source fails before any weight is loaded
     model, tokenizer, report = load_encoderized(load, data, train, adapter, accelerator)
@@ -104,7 +110,7 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
         check_branch_settings(branch_point, cpt_facts(load, data, masking, train, adapter))
     # Everything is validated (options, data, model): only now may --overwrite delete the earlier run.
     clear_output_dir(output_dir, overwrite=train.overwrite and not train.resume,
-                     main_process=accelerator.is_main_process)
+                     main_process=accelerator.is_main_process, command="cpt", resume=train.resume)
     accelerator.wait_for_everyone()
     check_shared_output_dir(accelerator, output_dir)
     if train.gradient_checkpointing and not adapter.lora_r:
@@ -165,6 +171,7 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
                   "eval_loss": summary.get("eval_loss"), "eval_masked_accuracy": summary.get("eval_masked_accuracy"),
                   "started_at": started_at}
         save_run(final, tokenizer, output_dir, record, state_dict=weights)
+        finish_run(output_dir)  # the marker lists what the run wrote; the lock goes
     finish_processes(accelerator)
     return summary
 
@@ -255,4 +262,5 @@ def cpt_facts(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train:
         "lora": {"r": adapter.lora_r, "alpha": adapter.lora_alpha, "targets": adapter.lora_targets}
         if adapter.lora_r else None,
         "load_in_4bit": adapter.load_in_4bit,
+        IDENTITY: identity_of(load, data, masking, train, adapter),  # every field that counts for "same run?"
     }

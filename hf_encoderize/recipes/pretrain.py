@@ -22,19 +22,22 @@ import dataclasses
 import json
 import os
 import time
-from dataclasses import KW_ONLY, asdict, dataclass
+from dataclasses import KW_ONLY, asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.identity import HARMLESS, identity, identity_of
 from hf_encoderize.common.launch import world_size
+from hf_encoderize.common.outputs import finish_run, input_paths, releasing_locks
 from hf_encoderize.common.precision import attention_dtype
 from hf_encoderize.data.sources import DataConfig, open_documents
 from hf_encoderize.objectives.loss import CHUNK_ELEMENTS
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.objectives.phases import Phase, parse_schedule
 from hf_encoderize.training.checkpoints import (
+    IDENTITY,
     check_resume_settings,
     check_shared_output_dir,
     checkpoint_dir,
@@ -103,7 +106,7 @@ class PretrainConfig:
     attn_implementation: str = "auto"
     """Attention backend: auto (the fastest the architecture supports here; see cpt), eager, sdpa, flex_attention,
     flash_attention_2 or flash_attention_3."""
-    check_memory: bool = True
+    check_memory: bool = field(default=True, metadata=identity(HARMLESS))
     """Estimate the training memory from the config first and refuse a run that cannot fit on this machine."""
 
     def __post_init__(self):
@@ -265,6 +268,7 @@ def _prefix(phases: list[Phase], step: int) -> list[tuple[str, int, int]]:
 # ------------------------------------------------------------------------------------------------ the run
 
 
+@releasing_locks  # a run that fails gives its output folder's lock back
 def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, train: TrainConfig) -> dict:
     """Pretrain from scratch through `spec.schedule`'s phases and save the encoder. Returns a summary (the run folder,
     losses, the phases, the final held-out MLM loss and masked accuracy, wall time)."""
@@ -285,13 +289,16 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
     if branch_point and train.overwrite and output_dir.resolve() in branch_point.resolve().parents:
         raise EncoderizeError(f"--from-checkpoint {str(branch_point)!r} is inside the --output-dir that --overwrite "
                               "would delete; branch into a new --output-dir")
-    resume_from = prepare_output_dir(output_dir, resume=train.resume, overwrite=train.overwrite) or branch_point
+    resume_from = prepare_output_dir(output_dir, resume=train.resume, overwrite=train.overwrite,
+                                     inputs=input_paths(spec.model_config, spec.tokenizer, data.data_files,
+                                                        train.from_checkpoint),
+                                     main_process=accelerator.is_main_process) or branch_point
     started_at = utc_now()
     documents = open_documents(data)  # a bad source fails before anything is built
     model, tokenizer, tokens = _build_model(spec, config, train, attention_dtype(accelerator, train))
     # Everything is validated (options, data, model): only now may --overwrite delete the earlier run.
     clear_output_dir(output_dir, overwrite=train.overwrite and not train.resume,
-                     main_process=accelerator.is_main_process)
+                     main_process=accelerator.is_main_process, command="pretrain", resume=train.resume)
     accelerator.wait_for_everyone()
     check_shared_output_dir(accelerator, output_dir)
     model.train()
@@ -301,7 +308,9 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
         "command": "pretrain", "base_model": None, "phases": spec.schedule, "mask_ratio": masking.mask_ratio,
         "objective": next(p.objective for p in phases if p.start < at <= p.end),
         "model_type": config.model_type}, model.dtype)
-    check_resume_settings(output_dir, {k: v for k, v in record.items() if k not in ("estimated_memory_gib",)},
+    settings = {**{k: v for k, v in record.items() if k not in ("estimated_memory_gib",)},
+                IDENTITY: identity_of(spec, data, masking, train)}  # every field that counts for "same run?"
+    check_resume_settings(output_dir, settings,
                           claimed_step(resume_from) if train.resume else None, extendable=False,
                           main_process=accelerator.is_main_process)  # before loading, as in cpt
     step = resume_newest(accelerator, output_dir) if train.resume else \
@@ -342,6 +351,7 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
                       eval_masked_accuracy=summary.get("eval_masked_accuracy"), started_at=started_at,
                       data_position=position)
         save_run(accelerator.unwrap_model(run.model).model, tokenizer, output_dir, record, state_dict=weights)
+        finish_run(output_dir)  # the marker lists what the run wrote; the lock goes
     finish_processes(accelerator)
     return summary
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 import shutil
 import weakref
@@ -27,10 +26,16 @@ from pathlib import Path
 import torch
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.identity import HARMLESS, LENGTH, names_of, settings_diff
+from hf_encoderize.common.outputs import check_output_dir, clear_for_run
+from hf_encoderize.common.run_folder import RunFolder
+from hf_encoderize.training.train_config import TrainConfig
 
 STATE_FILE = "trainer_state.json"
 SETTINGS_FILE = "run_settings.json"  # the settings a resume must keep (next to checkpoints/)
-HARMLESS_CHANGES = ("gradient_checkpointing", "compile", "prefetch")  # speed/memory only: the same updates
+# Settings that cannot change the updates (speed, memory, logging, paths), as declared on TrainConfig's fields.
+HARMLESS_CHANGES = names_of(TrainConfig, HARMLESS)
+IDENTITY = "identity"  # the settings' key holding `identity_of(configs)`: every config field that counts
 
 
 def checkpoint_dir(output_dir: Path, step: int, folder: str = "checkpoints") -> Path:
@@ -40,58 +45,33 @@ def checkpoint_dir(output_dir: Path, step: int, folder: str = "checkpoints") -> 
 
 def list_checkpoints(output_dir: Path) -> list[Path]:
     """Finished checkpoints under `OUT/checkpoints`, oldest first."""
-    found = [p for p in (Path(output_dir) / "checkpoints").glob("step-*") if re.fullmatch(r"step-\d+", p.name)]
+    found = [p for p in RunFolder(output_dir).checkpoints.glob("step-*") if re.fullmatch(r"step-\d+", p.name)]
     return sorted(found, key=lambda p: int(p.name.split("-")[1]))  # not step-N.partial, not step-N.corrupt
 
 
-RUN_FILES = ("checkpoints", "metrics.jsonl", "run_record.json", "run_settings.json", "pretrain_schedule.json",
-             "encoder", "switch")
-
-
-def prepare_output_dir(output_dir: Path, *, resume: bool, overwrite: bool) -> Path | None:
-    """Return the checkpoint to resume from (or None), refusing to clobber an existing run. Deletes nothing: call
-    `clear_output_dir` once the model, data and options have been validated, so a typo never costs the user a folder.
-
-    `overwrite` applies only to a folder hf-encoderize wrote (it holds a run's files); anything else is refused."""
+def prepare_output_dir(output_dir: Path, *, resume: bool, overwrite: bool, inputs=(),
+                       main_process: bool = True) -> Path | None:
+    """Return the checkpoint to resume from (or None), refusing what the output-folder policy refuses
+    (`common.outputs`: a folder we did not write, an input, the working folder, a live run's folder). Deletes nothing:
+    call `clear_output_dir` once the model, data and options have been validated, so a typo never costs a folder.
+    `inputs`: the command's local inputs (`outputs.input_paths`); `main_process`: the one that looks at the lock."""
     out = Path(output_dir)
+    check_output_dir(out, overwrite=overwrite, resume=resume, inputs=inputs, check_lock=main_process)
     if resume:
         found = list_checkpoints(out)
         if not found:
             raise EncoderizeError(f"--resume: no checkpoint under {str(out / 'checkpoints')!r}")
         return found[-1]
-    if out.exists() and not out.is_dir():
-        raise EncoderizeError(f"--output-dir {str(out)!r} is a file; pass a folder")
-    _check_creatable(out)
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise EncoderizeError(f"output folder {str(out)!r} is not empty; use --resume, --overwrite or a new folder")
-        if not any((out / name).exists() for name in RUN_FILES):
-            raise EncoderizeError(f"--overwrite: {str(out)!r} holds files hf-encoderize did not write, so it is not "
-                                  "deleted; if they are yours to lose, delete the folder yourself "
-                                  f"(rm -r {str(out)!r}), or pick a new --output-dir")
     return None
 
 
-def _check_creatable(out: Path) -> None:
-    """Refuse, before any work, an output folder that cannot be made or written: the nearest existing ancestor must
-    be a writable folder (as root every folder is writable, so this catches files in the path first)."""
-    ancestor = out
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise EncoderizeError(f"--output-dir {str(out)!r} cannot be created: {str(ancestor)!r} is a file; pass a "
-                              "folder path")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise EncoderizeError(f"--output-dir {str(out)!r} cannot be written: {str(ancestor)!r} is read-only for this "
-                              "user; pick a writable --output-dir")
-
-
-def clear_output_dir(output_dir: Path, *, overwrite: bool, main_process: bool = True) -> None:
-    """With `overwrite`, delete the earlier run in `output_dir` (main process; `wait_for_everyone()` afterwards).
-    Call after everything else has been validated (`prepare_output_dir` already refused what must not go)."""
-    out = Path(output_dir)
-    if overwrite and main_process and out.is_dir() and any(out.iterdir()):
-        shutil.rmtree(out)
+def clear_output_dir(output_dir: Path, *, overwrite: bool, main_process: bool = True, command: str = "cpt",
+                     resume: bool = False) -> None:
+    """After everything was validated: with `overwrite`, empty the earlier run of ours; then mark the folder as
+    `command`'s and take its lock (main process; `wait_for_everyone()` afterwards). `outputs.finish_run` gives the
+    lock back when the save is done."""
+    if main_process:
+        clear_for_run(output_dir, command, overwrite=overwrite, resume=resume)
 
 
 def check_shared_output_dir(accelerator, output_dir: Path) -> None:
@@ -270,15 +250,25 @@ def check_resume_settings(output_dir: Path, settings: dict, step: int | None, *,
         now = json.loads(json.dumps(settings, default=str))
         # a longer run may decay over another length: its decay starts after the checkpoint (`_check_new_length`)
         lengths = ("steps", "decay_steps") if before.get("steps") != now.get("steps") else ("steps",)
-        changed = [key for key in now if key not in HARMLESS_CHANGES + lengths and before.get(key) != now[key]]
+        changed = _changed(before, now, lengths)
         if changed:
-            what = "; ".join(f"{key} was {before.get(key)!r}, now {now[key]!r}" for key in changed)
-            raise EncoderizeError(f"--resume with other settings than the run's ({what}); resume with the same ones, "
-                                  "or start a new --output-dir")
+            raise EncoderizeError(f"--resume with other settings than the run's ({'; '.join(changed)}); resume with "
+                                  "the same ones, or start a new --output-dir")
         _check_new_length(before, now, step, extendable)
     if main_process:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(settings, indent=2, default=str) + "\n")
+
+
+def _changed(before: dict, now: dict, lengths: tuple[str, ...]) -> list[str]:
+    """The settings that differ, named: the recorded facts (derived values such as the resolved grad_accum), then
+    every config field that counts (`identity`, recorded since 0.2; older runs hold only the facts)."""
+    length_fields = tuple(f"train.{name}" for name in names_of(TrainConfig, LENGTH))
+    changed = settings_diff(before.get(IDENTITY) or {}, now.get(IDENTITY) or {}, ignore=length_fields)
+    # Facts the identity compares already (a field, or the `data` block of fields) are named once, as fields.
+    named = {part for key in before.get(IDENTITY) or {} for part in (key.split(".")[0], key.split(".")[-1])}
+    facts = {k: v for k, v in now.items() if k != IDENTITY and k not in named}
+    return changed + settings_diff({k: before.get(k) for k in facts}, facts, ignore=HARMLESS_CHANGES + lengths)
 
 
 def _check_new_length(before: dict, now: dict, step: int, extendable: bool) -> None:
@@ -307,11 +297,10 @@ def check_branch_settings(checkpoint: Path, settings: dict) -> int:
                               "folder; branch only from checkpoints of an hf-encoderize run")
     before = _as_now(json.loads(record.read_text()))
     now = json.loads(json.dumps(settings, default=str))
-    changed = [key for key in now if key not in HARMLESS_CHANGES + ("steps", "decay_steps") and
-               before.get(key) != now[key]]
+    changed = _changed(before, now, ("steps", "decay_steps"))
     if changed:
-        what = "; ".join(f"{key} was {before.get(key)!r}, now {now[key]!r}" for key in changed)
-        raise EncoderizeError(f"--from-checkpoint: the source run differs ({what}); branch with the same settings")
+        raise EncoderizeError(f"--from-checkpoint: the source run differs ({'; '.join(changed)}); branch with the "
+                              "same settings")
     step = claimed_step(checkpoint)
     if step >= now["steps"]:
         raise EncoderizeError(f"--from-checkpoint is at step {step}, not before --steps {now['steps']}; nothing to do")
@@ -326,8 +315,8 @@ def inherit_metrics(checkpoint: Path, output_dir: Path) -> None:
     """A branch starts its metrics.jsonl with the source run's lines up to the branch point, so its loss curve and
     tokens seen read like the unbroken run's."""
     step = claimed_step(checkpoint)
-    source = Path(checkpoint).parent.parent / "metrics.jsonl"
+    source = RunFolder(Path(checkpoint).parent.parent).metrics
     if source.is_file():
         lines = [line for line in source.read_text().splitlines() if (json.loads(line).get("step") or 0) <= step]
         Path(output_dir).mkdir(parents=True, exist_ok=True)
-        (Path(output_dir) / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
+        RunFolder(output_dir).metrics.write_text("".join(line + "\n" for line in lines))

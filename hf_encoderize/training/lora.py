@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 import torch
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.identity import HARMLESS, identity
 from hf_encoderize.common.validation import check_number
 from hf_encoderize.model.loading import LoadConfig
 
@@ -40,7 +41,7 @@ class AdapterConfig:
     """Comma-separated module names to adapt, or `all-linear`."""
     load_in_4bit: bool = False
     """QLoRA: load the base weights in 4-bit NF4 (bitsandbytes, GPU only). Needs --lora-r."""
-    save_adapter: bool = False
+    save_adapter: bool = field(default=False, metadata=identity(HARMLESS))
     """Also save the unmerged adapter next to the merged encoder."""
 
     def __post_init__(self):

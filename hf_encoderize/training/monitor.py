@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.run_folder import RunFolder
 
 OBJECTIVE_TARGETS = {"clm": "CLM: next token", "mlm": "MLM: masked tokens", "mntp": "MNTP: masked, next position"}
 TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio", "mlflow": "mlflow",
@@ -59,7 +60,7 @@ class TrainingMonitor:
                  label: str = "cpt", log_every: int = 10, trackers: list[str] | None = None, facts: dict | None = None):
         self.accelerator, self.total_steps, self.start_step = accelerator, total_steps, start_step
         self.main, self.log_every = accelerator.is_main_process, log_every
-        self.path = Path(output_dir) / "metrics.jsonl"
+        self.path = RunFolder(output_dir).metrics
         self.started = self.last = time.perf_counter()
         self.tokens = 0
         self.losses: list[float] = []  # this process's run of steps (from `start_step` on)

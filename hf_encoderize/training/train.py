@@ -429,12 +429,12 @@ def save_run(model, tokenizer, output_dir: Path, record: dict, state_dict: dict 
     `record` holds the run's facts (`training_facts` and the recipe's own, `encoderize`, `hardware`, ...); what the
     metrics say (tokens seen, final loss, skipped steps) and the finish time are added here. `state_dict`: the
     gathered weights of a sharded run (`gather_weights`). Returns the record."""
-    from hf_encoderize.common.files import write_json_atomic
+    from hf_encoderize.common.run_folder import RunFolder, RunRecord
     from hf_encoderize.common.version import __version__
     from hf_encoderize.model.saving import save_encoder
     from hf_encoderize.training.monitor import plot_loss_curve, read_metrics, utc_now
 
-    output_dir = Path(output_dir)
+    folder = RunFolder(output_dir)
     check_finite_result(model, state_dict, {"eval_loss": record.get("eval_loss")})
     report = record["encoderize"]
     metadata = {**{k: report[k] for k in ("model_type", "attn_implementation", "config_switch", "modules_patched",
@@ -443,15 +443,15 @@ def save_run(model, tokenizer, output_dir: Path, record: dict, state_dict: dict 
                 "base_model": record["base_model"], "objective": record["objective"],
                 "mask_ratio": record["mask_ratio"], "steps": record["steps"],
                 "lora_r": (record.get("lora") or {}).get("r", 0)}
-    save_encoder(model, tokenizer, output_dir / "encoder", overwrite=True, metadata=metadata, state_dict=state_dict)
+    save_encoder(model, tokenizer, folder.encoder, overwrite=True, metadata=metadata, state_dict=state_dict)
     title = "MLM continued pretraining" if record["command"] == "cpt" else f"pretraining, {record.get('phases')}"
-    plot_loss_curve(output_dir / "metrics.jsonl", output_dir / "loss_curve.png", title=title)
-    train_records = [r for r in read_metrics(output_dir / "metrics.jsonl") if r["kind"] == "train"]
+    plot_loss_curve(folder.metrics, folder.loss_curve, title=title)
+    train_records = [r for r in read_metrics(folder.metrics) if r["kind"] == "train"]
     record = {"hf_encoderize_version": __version__, **record,
               "tokens_seen": sum(r["tokens"] for r in train_records),
               "skipped_nonfinite_steps": sum(1 for r in train_records if r.get("skipped_nonfinite")),
               "final_train_loss": train_records[-1]["loss"] if train_records else None, "finished_at": utc_now()}
-    write_json_atomic(output_dir / "run_record.json", record)
+    RunRecord.from_dict(record).to_json(folder.run_record)
     return record
 
 

@@ -7,10 +7,11 @@ says what to do.
 
 from __future__ import annotations
 
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.identity import HARMLESS, LENGTH, identity
 from hf_encoderize.common.validation import check_number
 from hf_encoderize.objectives.loss_kernels import LOSS_IMPLEMENTATIONS
 from hf_encoderize.training.schedule import decay_steps_for, default_warmup
@@ -23,9 +24,9 @@ class TrainConfig:
     """How long and how fast to train, and where checkpoints go."""
 
     _: KW_ONLY
-    output_dir: str | None = None
+    output_dir: str | None = field(default=None, metadata=identity(HARMLESS))
     """Run folder: `checkpoints/` during training, the final encoder in `encoder/`. Default: runs/<model>-mlm."""
-    steps: int = 12000
+    steps: int = field(default=12000, metadata=identity(LENGTH))
     """Optimizer steps. 12,000 is where the paper's CPT results are already strong (section 5)."""
     lr: float = 1e-4
     """Peak learning rate (see README: a conservative peak for continued pretraining of a converged model)."""
@@ -38,10 +39,10 @@ class TrainConfig:
     The paper's step is 2,359,296 tokens (Appendix A: 1,152 rows of 2,048); default: --grad-accum as given."""
     warmup_steps: int | None = None
     """Linear warmup steps; default 2,000 (paper, section 2 and Appendix A), at most a fifth of a short run."""
-    decay_steps: int | None = None
+    decay_steps: int | None = field(default=None, metadata=identity(LENGTH))
     """Final steps of linear decay to zero; default 2,000 (paper, section 2: "decay only during the final 2,000
     steps", at every budget), at most a fifth of a short run."""
-    decay_fraction: float | None = None
+    decay_fraction: float | None = field(default=None, metadata=identity(LENGTH))
     """Instead of --decay-steps: the final fraction of the steps that decays (Appendix A's table rounds the paper's
     2,000 of 42,000 to 5%)."""
     weight_decay: float = 0.1
@@ -54,25 +55,25 @@ class TrainConfig:
     """Gradient clipping norm (paper, Appendix A)."""
     seed: int = 0
     """Seed for initialisation of new rows, data order and masking."""
-    save_every: int = 1000
+    save_every: int = field(default=1000, metadata=identity(HARMLESS))
     """Save a full training checkpoint every N steps."""
-    keep_last: int = 2
+    keep_last: int = field(default=2, metadata=identity(HARMLESS))
     """Checkpoints to keep."""
-    export_steps: str | None = None
+    export_steps: str | None = field(default=None, metadata=identity(HARMLESS))
     """Also save a full encoder at these steps, comma-separated (e.g. 5000,10000,20000), into OUT/exports/step-N:
     the intermediate checkpoints the paper fine-tunes for its data-efficiency result (section 3, Figure 4)."""
-    eval_every: int = 500
+    eval_every: int = field(default=500, metadata=identity(HARMLESS))
     """Evaluate on the held-out documents every N steps (0: only at the end, and in `pretrain` at each phase switch)."""
-    log_every: int = 10
+    log_every: int = field(default=10, metadata=identity(HARMLESS))
     """Print the training loss every N steps."""
-    resume: bool = False
+    resume: bool = field(default=False, metadata=identity(HARMLESS))
     """Continue from the newest checkpoint in `output_dir`."""
-    from_checkpoint: str | None = None
+    from_checkpoint: str | None = field(default=None, metadata=identity(HARMLESS))
     """Branch a new run from a checkpoint folder of an earlier run of the same command (OUT/checkpoints/step-N, or
     pretrain's OUT/switch/step-N) instead of redoing the shared prefix, as the paper does for its PFS splits and CPT
     budgets: the settings must be the same but for --steps and the decay, and the checkpoint must come before both
     runs' decays. The data continue from the checkpoint's position."""
-    overwrite: bool = False
+    overwrite: bool = field(default=False, metadata=identity(HARMLESS))
     """Start over in a non-empty `output_dir`, deleting it."""
     mixed_precision: str = "auto"
     """auto (bf16 on GPU, none on CPU), bf16, fp16 or no: the precision of the compute (autocast)."""
@@ -81,27 +82,27 @@ class TrainConfig:
     the encoder is saved in the loaded dtype. `loaded`: train the weights in the dtype they were loaded in (pure bf16
     for a bf16 checkpoint: half the optimizer memory, but AdamW updates below bf16's resolution, about 0.4% of a
     weight, round to nothing, and weight decay with it)."""
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = field(default=False, metadata=identity(HARMLESS))
     """Recompute activations in the backward pass to save memory."""
-    compile: bool = False
+    compile: bool = field(default=False, metadata=identity(HARMLESS))
     """`torch.compile` every decoder layer (static shapes: packing gives fixed batch x seq len). Off by default until
     measured faster on the GPU at hand; the first steps pay the compilation."""
-    loss_implementation: str = "auto"
+    loss_implementation: str = field(default="auto", metadata=identity(HARMLESS))
     """The MLM loss kernel: auto (on CUDA, the fastest of our fused linear + cross-entropy, ours with a compiled
     softmax gradient, Liger-Kernel's and Cut-Cross-Entropy's that runs and agrees with ours, timed on this run's shape;
     ours elsewhere), fused (ours), compiled, liger or cce (`loss_kernels`). The run record says which ran, with the
     timings."""
-    prefetch: int = 2
+    prefetch: int = field(default=2, metadata=identity(HARMLESS))
     """Batches tokenized, packed, masked (and pinned, on a GPU) ahead in a background thread; 0: in the loop."""
-    profile: bool = False
+    profile: bool = field(default=False, metadata=identity(HARMLESS))
     """Time steps 3-5 by component (attention, loss, optimizer, data wait, ...) with torch.profiler; writes
     OUT/profile/summary.json and a Chrome trace. The timed steps synchronise the GPU, so they run slower."""
     on_nonfinite: str = "stop"
     """What to do when the loss or gradient norm is NaN/inf: `stop` (one-line error; the last checkpoint is intact)
     or `skip` (drop that update, count it in metrics.jsonl; stop after 10 in a row)."""
-    report_to: str = "none"
+    report_to: str = field(default="none", metadata=identity(HARMLESS))
     """Accelerate trackers to log to, comma-separated: tensorboard, wandb, trackio, mlflow, ... or none."""
-    progress: bool = True
+    progress: bool = field(default=True, metadata=identity(HARMLESS))
     """Show a progress bar (loss, masked accuracy, LR, tokens/s, ETA) on the main process."""
 
     def __post_init__(self):
@@ -141,6 +142,11 @@ class TrainConfig:
                                   f"{self.loss_implementation!r}")
         if self.master_weights not in ("fp32", "loaded"):
             raise EncoderizeError(f"--master-weights must be 'fp32' or 'loaded', got {self.master_weights!r}")
+
+    def identity_value(self, name: str):
+        """The value a setting runs with, for "same run?" (`common.identity`): an unset warmup or decay is its
+        default, so `--warmup-steps 2` where 2 is the default resumes the same run."""
+        return {"warmup_steps": self.warmup, "decay_steps": self.decay}.get(name, getattr(self, name))
 
     @property
     def warmup(self) -> int:
