@@ -28,16 +28,15 @@ import socket
 from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.run_folder import RunFolder
 
 MARKER = ".hf-encoderize.json"
 LOCK = ".hf-encoderize.lock"
 # Top-level names a command writes besides those its marker lists ("{name}": the folder's own name, which Accelerate's
 # trackers use for their log folder). A run folder also receives what `run` adds (eval, contrastive, push record).
 KNOWN_ENTRIES = {
-    "cpt": ("checkpoints", "metrics.jsonl", "run_record.json", "run_settings.json", "encoder", "loss_curve.png",
-            "adapter", "exports", "profile", "eval", "contrastive", "push_record.json", "{name}"),
-    "pretrain": ("checkpoints", "metrics.jsonl", "run_record.json", "run_settings.json", "pretrain_schedule.json",
-                 "encoder", "switch", "loss_curve.png", "exports", "profile", "eval", "{name}"),
+    "cpt": (*RunFolder.entries(), "exports", "profile", "{name}"),
+    "pretrain": (*RunFolder.entries(), "pretrain_schedule.json", "switch", "exports", "profile", "{name}"),
 }
 # Our temporary names (atomic saves, the shared-folder probe, contrastive's work folder, the marker and lock).
 OUR_TEMPORARIES = (MARKER, LOCK, ".*.partial", ".*.tmp", ".*.old-*", ".shared-*", ".*.work")

@@ -85,6 +85,15 @@ class RunFolder:
     def summary(self, name: str) -> Path:
         return self.eval_results(name) / "summary.json"
 
+    @classmethod
+    def entries(cls) -> tuple[str, ...]:
+        """The top-level names a run folder may hold, every one of them named here (the output-folder policy's list
+        of what a run writes)."""
+        folder = cls(Path())
+        return tuple(getattr(folder, name).name for name in ("checkpoints", "metrics", "run_record", "run_settings",
+                                                             "encoder", "loss_curve", "adapter", "eval", "contrastive",
+                                                             "push_record"))
+
 
 def read_json(path: str | os.PathLike) -> dict | None:
     """The JSON object in `path`, None when there is no such file; one line when it is not valid JSON."""
