@@ -4,6 +4,7 @@ environments, the newest releases and constraints/floor.txt, so each shim is tes
 
 import json
 import warnings
+from importlib import metadata
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ import transformers
 from conftest import make_decoder
 from transformers import masking_utils
 
+from hf_encoderize.cli import main
 from hf_encoderize.matrix.roundtrip import save_tiny
 from hf_encoderize.model import isolation
 from hf_encoderize.model.bidirectional import encoderize
@@ -116,3 +118,18 @@ def test_unverified_backend_judges_only_folders_that_recorded_their_release():
     assert "'sdpa' was never verified" in unverified_backend(Config())
     Config._attn_implementation = "eager"
     assert unverified_backend(Config()) is None  # declared causal in plain hands, but it ran: the patch covers it
+
+
+def test_contrastive_lora_is_refused_in_one_line_where_transformers_refuses_the_peft(tmp_path, monkeypatch, capsys):
+    """transformers 5.24's PEFT integration (sentence-transformers' `add_adapter`) asks for peft 0.22, newer than
+    PyPI's 0.21.2: `contrastive --lora-r` says so before any work. Forced here on any release."""
+    from transformers.integrations import peft as integration
+
+    monkeypatch.setattr(integration, "MIN_PEFT_VERSION", "99.0", raising=False)
+    out = tmp_path / "out"
+    code = main(["contrastive", str(tmp_path / "encoder"), "--data-files", str(tmp_path / "t.jsonl"), "--output-dir",
+                 str(out), "--lora-r", "4"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and not out.exists()
+    assert err[0].startswith("error: contrastive --lora-r: transformers ") and "needs peft >= 99.0" in err[0]
+    assert f"(installed: {metadata.version('peft')})" in err[0]

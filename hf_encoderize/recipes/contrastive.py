@@ -261,6 +261,8 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
     adapter = adapter or AdapterConfig()
     if adapter.load_in_4bit:
         raise EncoderizeError("contrastive does not train 4-bit weights; drop --load-in-4bit (LoRA works without it)")
+    if adapter.lora_r:
+        check_peft_integration()
     source = encoder_dir(config.encoder)
     out, work = Path(config.output_dir), work_dir(config.output_dir)
     # --resume too: the output folder is written at the end, so what the user has there is checked now, not deleted then
@@ -300,6 +302,23 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
         summary = _write_output(trainer, model, source, config, adapter, dropout, len(rows), out, work)
     trainer.accelerator.wait_for_everyone()
     return {**summary, "output_dir": str(out)}
+
+
+def check_peft_integration() -> None:
+    """Refuse `--lora-r` in one line, before any work, when transformers' PEFT integration (which
+    sentence-transformers' `add_adapter` goes through) refuses the installed peft: transformers 5.24 asks for peft
+    0.22, newer than PyPI's 0.21.2. Only this path: cpt's LoRA calls peft directly and runs."""
+    from importlib.metadata import version
+
+    import transformers
+    from packaging.version import Version
+    from transformers.integrations import peft as integration
+
+    wanted = getattr(integration, "MIN_PEFT_VERSION", None)
+    if wanted and Version(version("peft")) < Version(wanted):
+        raise EncoderizeError(f"contrastive --lora-r: transformers {transformers.__version__}'s PEFT integration needs "
+                              f"peft >= {wanted} (installed: {version('peft')}); install a newer peft, or "
+                              "transformers < 5.24, or drop --lora-r (a full fine-tune)")
 
 
 def build_model(source: Path, config: ContrastiveConfig, dropout: dict, adapter: AdapterConfig):
