@@ -29,6 +29,9 @@ OPTIONAL = {"bitsandbytes": "extra qlora", "deepspeed": "extra deepspeed", "flas
             "gradio": "extra space"}
 # (specifiers every one of which the installed versions meet, the one line doctor shows). Name the issue or test.
 KNOWN_BAD: list[tuple[dict[str, str], str]] = [
+    ({"transformers": ">=5.24", "peft": "<0.22"}, "contrastive --lora-r is refused: transformers' PEFT integration "
+                                                  "needs peft >= 0.22 (contrastive.check_peft_integration); cpt "
+                                                  "--lora-r works (it calls peft directly)"),
     ({"torch": ">=2.13,<2.14"}, "torch 2.13's CPU flex-attention template fails to compile on a dynamic-shape "
                                 "recompile; flex on CPU runs with static shapes (roundtrip_check sets them)"),
 ]
@@ -92,9 +95,9 @@ def versions() -> dict[str, dict]:
 def known_bad(found: dict[str, str | None]) -> list[str]:
     """The lines of `KNOWN_BAD` whose every specifier the installed versions (`found`) meet.
 
-    >>> known_bad({"torch": "2.13.0+cpu"})[0].startswith("torch 2.13")
-    True
-    >>> known_bad({"torch": "2.14.1"})
+    >>> [line[:30] for line in known_bad({"torch": "2.13.0+cpu", "transformers": "5.24.0", "peft": "0.21.2"})]
+    ['contrastive --lora-r is refuse', "torch 2.13's CPU flex-attentio"]
+    >>> known_bad({"torch": "2.14.1", "transformers": "5.23.0", "peft": "0.21.2"})
     []
     """
     return [line for specifiers, line in KNOWN_BAD
