@@ -64,7 +64,7 @@ def _section(command) -> list[str]:
              _usage(command), "```", ""]
     for cls in command.configs:
         docs = field_docs(cls)
-        fields = dataclasses.fields(cls)
+        fields = sorted(dataclasses.fields(cls), key=lambda field: field.kw_only)  # positionals first, as in usage
         lines += [f"`{cls.__module__}.{cls.__name__}`:", ""]
         lines += [_option(field, docs.get(field.name, "")) for field in fields] or ["- (no options)"]
         lines.append("")
