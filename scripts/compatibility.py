@@ -87,7 +87,8 @@ def render(stacks: dict[str, tuple[dict, dict, float]], subset: bool) -> str:
              "transformers with another pinned as the default; padded rows only for a hybrid; plain transformers "
              "causal while the shipped remote code is bidirectional);",
              "- **fail**: a probe check or the round trip failed (`hf-encoderize architectures --model-types TYPE` "
-             "says why).", ""]
+             "says why).", "", "Whether a given model converts on your own machine, and what `auto` picks there:", "",
+             "```bash", "hf-encoderize doctor --model Qwen/Qwen3-0.6B", "```", ""]
     if subset:
         lines += [f"This page covers a subset of {len(rows)} common model types, not the whole matrix (every model "
                   "type transformers maps to a causal LM), which takes long on a 2-core CI machine; run the script "
