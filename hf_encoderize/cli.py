@@ -161,7 +161,7 @@ def _value_type(field: dataclasses.Field) -> tuple[type, bool]:
 def add_dataclass_args(parser: argparse.ArgumentParser, cls) -> None:
     """One argument per field of `cls`: positional before `_: KW_ONLY`, `--field-name` after; help: its docstring."""
     docs = field_docs(cls)
-    for field in sorted(dataclasses.fields(cls), key=lambda field: field.kw_only):  # positionals before inherited options
+    for field in sorted(dataclasses.fields(cls), key=lambda field: field.kw_only):  # positionals before inherited ones
         help_text = docs.get(field.name, "").replace("%", "%%")  # argparse %-formats help strings
         kind, is_list = _value_type(field)
         if not field.kw_only:
