@@ -207,19 +207,19 @@ def test_fp16_weights_trained_as_loaded_under_the_fp16_scaler_are_refused(corpus
     """On a GPU, fp16 autocast brings a loss scaler that refuses to unscale fp16 gradients, so fp16 weights trained as
     loaded (--master-weights loaded) would fail at the first step; refused in one line before the output folder is
     touched. The CPU has no scaler, so the test gives the accelerator the one a GPU would have."""
-    import hf_encoderize.recipes.cpt as cpt_module
+    import hf_encoderize.training.runner as runner
 
     model_dir = tmp_path / "fp16-decoder"
     make_decoder().half().save_pretrained(model_dir)
     make_tokenizer().save_pretrained(model_dir)
-    real = cpt_module.make_accelerator
+    real = runner.make_accelerator
 
     def with_scaler(*args, **kwargs):
         accelerator = real(*args, **kwargs)
         accelerator.scaler = torch.amp.GradScaler("cpu")
         return accelerator
 
-    monkeypatch.setattr(cpt_module, "make_accelerator", with_scaler)
+    monkeypatch.setattr(runner, "make_accelerator", with_scaler)
     code = main(["cpt", str(model_dir), "--data-files", str(corpus), "--output-dir", str(tmp_path / "o"),
                  "--mixed-precision", "fp16", "--master-weights", "loaded", "--seq-len", "32", "--steps", "1"])
     err = capsys.readouterr().err

@@ -221,8 +221,10 @@ def test_training_never_builds_a_tensor_on_the_default_device(corpus, tmp_path, 
 
     probe = where_it_trains.probe_where_it_trains
     monkeypatch.setattr(where_it_trains, "probe_where_it_trains", on_meta_default(probe))
-    for name in ("train_until", "evaluate_held_out"):
-        monkeypatch.setattr(cpt_module, name, on_meta_default(getattr(cpt_module, name)))
+    import hf_encoderize.training.runner as runner
+
+    monkeypatch.setattr(cpt_module, "train_until", on_meta_default(cpt_module.train_until))
+    monkeypatch.setattr(runner, "evaluate_held_out", on_meta_default(runner.evaluate_held_out))
     emulated = run("meta-default")
     assert emulated["losses"] == reference["losses"]
     assert emulated["eval_loss"] == reference["eval_loss"]

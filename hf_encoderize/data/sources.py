@@ -78,16 +78,36 @@ class DataConfig:
         check_number("--eval-max-rows", self.eval_max_rows, minimum=1, integer=True)
 
 
-def _local_files(spec: str) -> list[str]:
+def local_files(spec: str, builders: dict[str, str] = _BUILDERS) -> list[str]:
+    """The files `--data-files` names: a file (its name taken as it is, brackets and all), a folder (every file under
+    it) or a glob, after `~`; only those whose suffix `builders` reads. The one reader of local paths (cpt, pretrain,
+    contrastive), so they accept the same things."""
     path = os.path.expanduser(spec)
-    if os.path.isdir(path):
+    if os.path.isfile(path):
+        files = [path]  # before the glob: `pairs[1].jsonl` is a character class to glob, a file name here
+    elif os.path.isdir(path):
         files = sorted(f for f in glob.glob(os.path.join(path, "**", "*"), recursive=True) if os.path.isfile(f))
     else:
         files = sorted(glob.glob(path))
-    files = [f for f in files if os.path.splitext(f)[1] in _BUILDERS]
+    files = [f for f in files if os.path.splitext(f)[1] in builders]
     if not files:
-        raise EncoderizeError(f"no .txt/.jsonl/.json/.parquet files found at {spec!r}; check --data-files")
+        kinds = "/".join(dict.fromkeys(builders))
+        raise EncoderizeError(f"no {kinds} files found at {spec!r}; check --data-files")
     return files
+
+
+def dataset_patterns(files: list[str]) -> list[str]:
+    """`files` as `datasets.load_dataset`'s data_files, which it globs: `[` in a name is escaped to stay a name."""
+    return [glob.escape(path) for path in files]
+
+
+def diagnose_files(files: list[str], err: Exception) -> str:
+    """One line for a read error of a set of local files: the first bad line of the first file that has one."""
+    for path in files:
+        found = _diagnose(path, err)
+        if found != _reason(path, err):
+            return found
+    return _reason(files[0] if len(files) == 1 else ", ".join(files[:3]), err)
 
 
 def load_documents(cfg: DataConfig):
@@ -96,7 +116,7 @@ def load_documents(cfg: DataConfig):
 
     try:
         if cfg.data_files:
-            files = _local_files(cfg.data_files)
+            files = local_files(cfg.data_files)
             builders = {_BUILDERS[os.path.splitext(f)[1]] for f in files}
             if len(builders) > 1:
                 raise EncoderizeError("--data-files mixes file types; pass one kind (.txt, .jsonl or .parquet)")
@@ -115,7 +135,7 @@ def load_documents(cfg: DataConfig):
         raise EncoderizeError(f"the dataset {cfg.data_files or cfg.dataset!r} has no rows; point --data-files or "
                               "--dataset at a source with documents")
     columns = getattr(source, "column_names", None) or list(first.keys())
-    column = "text" if cfg.data_files and all(f.endswith(".txt") for f in _local_files(cfg.data_files)) else None
+    column = "text" if cfg.data_files and all(f.endswith(".txt") for f in local_files(cfg.data_files)) else None
     column = column or cfg.text_column
     if column not in columns:
         raise EncoderizeError(f"text column {column!r} not found (columns: {', '.join(columns)}); set --text-column")
@@ -136,7 +156,8 @@ class LocalFiles:
         logging.getLogger("datasets.packaged_modules").setLevel(logging.CRITICAL)
         for path in self.files:
             try:
-                rows = datasets.load_dataset(self.builder, data_files=[path], split="train", streaming=True)
+                rows = datasets.load_dataset(self.builder, data_files=dataset_patterns([path]), split="train",
+                                             streaming=True)
             except StopIteration:  # the streaming builders read a first row to infer the columns: an empty file
                 continue
             except Exception as err:
@@ -224,7 +245,7 @@ class Documents:
 def open_documents(cfg: DataConfig) -> Documents:
     """The configured source's documents, checked to hold some after the `eval_documents` held out."""
     documents = Documents(*load_documents(cfg))
-    if cfg.data_files and sum(os.path.getsize(f) for f in _local_files(cfg.data_files)) <= PRECHECK_BYTES:
+    if cfg.data_files and sum(os.path.getsize(f) for f in local_files(cfg.data_files)) <= PRECHECK_BYTES:
         for _ in documents:  # read through once: a bad row anywhere fails now, before any weight is loaded
             pass
     first = cfg.eval_documents + cfg.skip_documents

@@ -28,7 +28,6 @@ Design choices:
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
@@ -44,10 +43,13 @@ from hf_encoderize.common.launch import world_size
 from hf_encoderize.common.outputs import releasing_locks
 from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD, ContrastiveRecord
 from hf_encoderize.common.validation import check_number
+from hf_encoderize.data.sources import dataset_patterns, diagnose_files, local_files
 from hf_encoderize.model.saving import MODELING_FILE, encoder_dir
 from hf_encoderize.training.lora import AdapterConfig
 
 OBJECTIVES = ("simcse", "supervised")
+BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".txt": "text"}
+"""The local file types contrastive reads: cpt's, plus CSV (pairs and triplets are often kept as tables)."""
 POOLINGS = {"mean": "mean", "lasttoken": "lasttoken", "weightedmean": "weightedmean"}
 LOSSES = ("mnrl", "cached_mnrl")
 _DROPOUT_FIELDS = ("attention_dropout", "hidden_dropout", "hidden_dropout_prob", "attention_probs_dropout_prob",
@@ -169,16 +171,15 @@ def load_rows(config: ContrastiveConfig):
     datasets.disable_progress_bars()  # a bad-input run prints one error line, not a progress bar before it
     try:
         if config.data_files is not None:
-            files = sorted(glob.glob(config.data_files))
-            if not files or not all(Path(f).is_file() for f in files):
-                raise EncoderizeError(f"--data-files {config.data_files!r}: no such file")
-            suffix = Path(files[0]).suffix.lower()
-            builders = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".txt": "text"}
-            builder = builders.get(suffix)
-            if builder is None:
-                raise EncoderizeError(f"--data-files: unsupported file type {suffix!r}; use JSON/JSONL, CSV, Parquet "
-                                      "or .txt (one text per line)")
-            rows = datasets.load_dataset(builder, data_files=files, split="train")
+            # cpt's reader finds the files (a folder, `~`, a glob, a name with brackets); contrastive also reads CSV
+            files = local_files(config.data_files, BUILDERS)
+            builder = {BUILDERS[Path(f).suffix] for f in files}
+            if len(builder) > 1:
+                raise EncoderizeError("--data-files mixes file types; pass one kind (JSON/JSONL, CSV, Parquet or .txt)")
+            try:
+                rows = datasets.load_dataset(builder.pop(), data_files=dataset_patterns(files), split="train")
+            except Exception as err:  # a bad line: name its file and line, as cpt does
+                raise EncoderizeError(diagnose_files(files, err)) from None
         else:
             rows = datasets.load_dataset(config.dataset, config.dataset_config, split=config.split)
     except EncoderizeError:

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-import time
 from pathlib import Path
 
 import torch
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import identity_of
-from hf_encoderize.common.outputs import finish_run, input_paths, releasing_locks
+from hf_encoderize.common.outputs import input_paths, releasing_locks
 from hf_encoderize.common.precision import attention_dtype
-from hf_encoderize.data.sources import DataConfig, open_documents
+from hf_encoderize.data.sources import DataConfig
 from hf_encoderize.model.bidirectional import PACKED
 from hf_encoderize.model.loading import LoadConfig
 from hf_encoderize.model.where_it_trains import (
@@ -33,16 +32,7 @@ from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.training.checkpoints import (
     IDENTITY,
     check_branch_settings,
-    check_resume_settings,
-    check_shared_output_dir,
-    claimed_step,
-    clear_output_dir,
-    inherit_metrics,
-    load_checkpoint,
-    prepare_output_dir,
-    resume_newest,
 )
-from hf_encoderize.training.exports import export_encoder
 from hf_encoderize.training.lora import (
     AdapterConfig,
     apply_lora,
@@ -52,19 +42,10 @@ from hf_encoderize.training.lora import (
     merged_model,
     quantization_config,
 )
-from hf_encoderize.training.monitor import TrainingMonitor, hardware_facts, parse_report_to, utc_now
+from hf_encoderize.training.runner import Built, Recipe, run_recipe
 from hf_encoderize.training.train import (
     TrainConfig,
-    align_lr_with_schedule,
-    build_run,
-    evaluate_held_out,
-    finish_processes,
-    gather_weights,
-    make_accelerator,
     resolve_grad_accum,
-    run_summary,
-    save_run,
-    stream_position,
     train_until,
     training_facts,
 )
@@ -87,93 +68,66 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
                               "LoRA on the de-quantised weights)")
     train = resolve_grad_accum(train, data.seq_len)
     output_dir = Path(train.output_dir) if train.output_dir else default_output_dir(load)
-    trackers = parse_report_to(train.report_to)
-    accelerator = make_accelerator(train, output_dir, trackers)
+    return run_recipe(Recipe(
+        command="cpt", output_dir=output_dir, data=data, masking=masking, train=train, extendable=True,
+        inputs=input_paths(load.source, data.data_files, train.from_checkpoint),
+        check_launch=lambda accelerator: check_launch(accelerator, train, adapter),
+        build=lambda accelerator: build(accelerator, load, data, masking, train, adapter),
+        check_branch=lambda checkpoint, built: check_branch_settings(checkpoint, built.facts),
+        train_phases=lambda run, monitor, step: train_until(run, monitor, step, train.steps),
+        save=lambda run, built, weights: final_model(run, built, weights, load, adapter)))
+
+
+def check_launch(accelerator, train: TrainConfig, adapter: AdapterConfig) -> None:
+    """What this launch cannot do, refused before any work."""
     check_launcher(accelerator, adapter)
     if train.exports and adapter.lora_r:
         raise EncoderizeError("--export-steps saves full encoders; with --lora-r the adapters would need merging at "
                               "every export: export from a full fine-tune, or drop --export-steps")
-    branch_point = Path(train.from_checkpoint) if train.from_checkpoint else None
-    if branch_point:
-        if train.overwrite and output_dir.resolve() in branch_point.resolve().parents:
-            raise EncoderizeError(f"--from-checkpoint {str(branch_point)!r} is inside the --output-dir that "
-                                  "--overwrite would delete; branch into a new --output-dir")
-    resume_from = prepare_output_dir(output_dir, resume=train.resume, overwrite=train.overwrite,
-                                     inputs=input_paths(load.source, data.data_files, train.from_checkpoint),
-                                     main_process=accelerator.is_main_process)
-    started_at = utc_now()
-    documents = open_documents(data)  # a bad source fails before any weight is loaded
+
+
+def build(accelerator, load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: TrainConfig,
+          adapter: AdapterConfig) -> Built:
+    """Load and encoderize the model where it trains, then make it trainable (gradient checkpointing, LoRA)."""
     model, tokenizer, report = load_encoderized(load, data, train, adapter, accelerator)
     check_precision(accelerator, model, train, adapter)
     data = dataclasses.replace(data, pack=report.packing == PACKED)  # a hybrid whose layers leak: padded rows
-    if branch_point:
-        check_branch_settings(branch_point, cpt_facts(load, data, masking, train, adapter))
-    # Everything is validated (options, data, model): only now may --overwrite delete the earlier run.
-    clear_output_dir(output_dir, overwrite=train.overwrite and not train.resume,
-                     main_process=accelerator.is_main_process, command="cpt", resume=train.resume)
-    accelerator.wait_for_everyone()
-    check_shared_output_dir(accelerator, output_dir)
     if train.gradient_checkpointing and not adapter.lora_r:
         enable_checkpointing(model)
     peft_model = apply_lora(model, adapter, tokenizer.mask_token_id,
                             gradient_checkpointing=train.gradient_checkpointing) if adapter.lora_r else None
-    model.train()
     loaded_dtype = model.dtype  # the encoder is saved in it; training may keep fp32 master weights meanwhile
-    run = build_run(accelerator, model, tokenizer, documents, data, masking, train, output_dir)
-    facts = cpt_facts(load, data, masking, train, adapter)
-    run.exporter = lambda at: export_encoder(run, at, {
-        "command": "cpt", "base_model": load.source, "objective": masking.objective, "mask_ratio": masking.mask_ratio,
-        "packing": report.packing, "model_type": report.model_type}, loaded_dtype)
-    # Before loading: a checkpoint of other settings (e.g. another global batch, so other data lanes) is refused in
-    # one line, never mistaken for a corrupt one.
-    check_resume_settings(output_dir, facts, claimed_step(resume_from) if resume_from else None, extendable=True,
-                          main_process=accelerator.is_main_process)
-    step = resume_newest(accelerator, output_dir) if resume_from else \
-        load_checkpoint(accelerator, branch_point) if branch_point else 0
-    align_lr_with_schedule(run)
-    if branch_point and accelerator.is_main_process:
-        inherit_metrics(branch_point, output_dir)
-    monitor = TrainingMonitor(accelerator, output_dir, train.steps, start_step=step, show=train.progress,
-                              log_every=train.log_every, trackers=trackers, facts=facts)
-    started = time.time()
-    step = train_until(run, monitor, step, train.steps)
-    final_eval = evaluate_held_out(run)
-    if final_eval:
-        monitor.evaluation(step, final_eval)
-    monitor.close()
-    accelerator.wait_for_everyone()
-    summary = run_summary(run, monitor, step, started, final_eval)
-    position = stream_position(run, data)  # every process: the lanes are gathered
-    weights = gather_weights(run)  # every process: FSDP2/ZeRO-3 gather their shards here
-    if accelerator.is_main_process:
-        final = accelerator.unwrap_model(run.model).model
-        if peft_model is not None and adapter.load_in_4bit:
-            # Merging into NF4 weights would re-quantise them and save a 4-bit checkpoint that needs bitsandbytes and
-            # a GPU: reload the base in bf16 on CPU and merge the adapter there, for a plain model.
+    metadata = {"command": "cpt", "base_model": load.source, "objective": masking.objective,
+                "mask_ratio": masking.mask_ratio, "packing": report.packing, "model_type": report.model_type}
+    return Built(model, tokenizer, data, cpt_facts(load, data, masking, train, adapter),
+                 export_metadata=lambda at: metadata, export_dtype=loaded_dtype,
+                 extra={"report": report, "peft_model": peft_model})
+
+
+def final_model(run, built: Built, weights: dict | None, load: LoadConfig, adapter: AdapterConfig):
+    """The encoder to save (main process): LoRA merged, in the dtype it was loaded in. Returns (model, weights,
+    the record's cpt entries)."""
+    output_dir, loaded_dtype, peft_model = run.output_dir, built.export_dtype, built.extra["peft_model"]
+    final = run.accelerator.unwrap_model(run.model).model
+    if peft_model is not None and adapter.load_in_4bit:
+        # Merging into NF4 weights would re-quantise them and save a 4-bit checkpoint that needs bitsandbytes and
+        # a GPU: reload the base in bf16 on CPU and merge the adapter there, for a plain model.
+        peft_model.save_pretrained(output_dir / "adapter")
+        final, _ = merge_full_precision(output_dir / "adapter", load)
+        if not adapter.save_adapter:
+            shutil.rmtree(output_dir / "adapter")
+    elif peft_model is not None:
+        if adapter.save_adapter:
             peft_model.save_pretrained(output_dir / "adapter")
-            final, _ = merge_full_precision(output_dir / "adapter", load)
-            if not adapter.save_adapter:
-                shutil.rmtree(output_dir / "adapter")
-        elif peft_model is not None:
-            if adapter.save_adapter:
-                peft_model.save_pretrained(output_dir / "adapter")
-            final = merged_model(peft_model)
-        if weights is not None:
-            weights = {name: t.to(loaded_dtype) if t.is_floating_point() else t for name, t in weights.items()}
-        elif final.dtype != loaded_dtype and not adapter.load_in_4bit:
-            final = final.to(loaded_dtype)
-        saved_dtype = loaded_dtype if weights is not None else final.dtype
-        record = {"command": "cpt", **facts, "from_checkpoint": train.from_checkpoint, "data_position": position,
-                  "saved_dtype": str(saved_dtype).removeprefix("torch."),
-                  "encoderize": {**report.to_dict(), **report.tokens}, "loss_implementation": run.loss_implementation,
-                  "num_processes": accelerator.num_processes,
-                  "hardware": hardware_facts(accelerator), "wall_time_s": round(summary["wall_time_s"], 2),
-                  "eval_loss": summary.get("eval_loss"), "eval_masked_accuracy": summary.get("eval_masked_accuracy"),
-                  "started_at": started_at}
-        save_run(final, tokenizer, output_dir, record, state_dict=weights)
-        finish_run(output_dir)  # the marker lists what the run wrote; the lock goes
-    finish_processes(accelerator)
-    return summary
+        final = merged_model(peft_model)
+    if weights is not None:
+        weights = {name: t.to(loaded_dtype) if t.is_floating_point() else t for name, t in weights.items()}
+    elif final.dtype != loaded_dtype and not adapter.load_in_4bit:
+        final = final.to(loaded_dtype)
+    saved_dtype = loaded_dtype if weights is not None else final.dtype
+    report = built.extra["report"]
+    return final, weights, {"saved_dtype": str(saved_dtype).removeprefix("torch."),
+                            "encoderize": {**report.to_dict(), **report.tokens}}
 
 
 def check_launcher(accelerator, adapter: AdapterConfig) -> None:
