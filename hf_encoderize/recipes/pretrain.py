@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import time
 from dataclasses import KW_ONLY, asdict, dataclass, field
 from pathlib import Path
 
@@ -30,43 +29,26 @@ import torch
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, identity, identity_of
 from hf_encoderize.common.launch import world_size
-from hf_encoderize.common.outputs import finish_run, input_paths, releasing_locks
+from hf_encoderize.common.outputs import input_paths, releasing_locks
 from hf_encoderize.common.precision import attention_dtype
-from hf_encoderize.data.sources import DataConfig, open_documents
+from hf_encoderize.data.sources import DataConfig
 from hf_encoderize.objectives.loss import CHUNK_ELEMENTS
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.objectives.phases import Phase, parse_schedule
 from hf_encoderize.training.checkpoints import (
     IDENTITY,
-    check_resume_settings,
-    check_shared_output_dir,
     checkpoint_dir,
     checkpoint_step,
-    claimed_step,
-    clear_output_dir,
-    inherit_metrics,
-    load_checkpoint,
-    prepare_output_dir,
     recorded_decay_steps,
-    resume_newest,
     save_checkpoint,
 )
-from hf_encoderize.training.exports import export_encoder
-from hf_encoderize.training.monitor import TrainingMonitor, hardware_facts, parse_report_to, utc_now
+from hf_encoderize.training.runner import Built, Recipe, run_recipe
 from hf_encoderize.training.schedule import decay_start, default_warmup
 from hf_encoderize.training.train import (
     TrainConfig,
-    align_lr_with_schedule,
-    build_run,
     enter_phase,
     evaluate_held_out,
-    finish_processes,
-    gather_weights,
-    make_accelerator,
     resolve_grad_accum,
-    run_summary,
-    save_run,
-    stream_position,
     train_until,
     training_facts,
 )
@@ -284,76 +266,49 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
         check_branch(branch_point, phases, facts, train)
     output_dir = Path(train.output_dir) if train.output_dir else \
         Path("runs") / f"pretrain-{Path(spec.model_config).stem}-{_split_name(phases)}"
-    trackers = parse_report_to(train.report_to)
-    accelerator = make_accelerator(train, output_dir, trackers)
-    if branch_point and train.overwrite and output_dir.resolve() in branch_point.resolve().parents:
-        raise EncoderizeError(f"--from-checkpoint {str(branch_point)!r} is inside the --output-dir that --overwrite "
-                              "would delete; branch into a new --output-dir")
-    resume_from = prepare_output_dir(output_dir, resume=train.resume, overwrite=train.overwrite,
-                                     inputs=input_paths(spec.model_config, spec.tokenizer, data.data_files,
-                                                        train.from_checkpoint),
-                                     main_process=accelerator.is_main_process) or branch_point
-    started_at = utc_now()
-    documents = open_documents(data)  # a bad source fails before anything is built
-    model, tokenizer, tokens = _build_model(spec, config, train, attention_dtype(accelerator, train))
-    # Everything is validated (options, data, model): only now may --overwrite delete the earlier run.
-    clear_output_dir(output_dir, overwrite=train.overwrite and not train.resume,
-                     main_process=accelerator.is_main_process, command="pretrain", resume=train.resume)
-    accelerator.wait_for_everyone()
-    check_shared_output_dir(accelerator, output_dir)
-    model.train()
-    run = build_run(accelerator, model, tokenizer, documents, data, masking, train, output_dir)
-    record = _run_facts(spec, data, masking, train, phases, memory)
-    run.exporter = lambda at: export_encoder(run, at, {
-        "command": "pretrain", "base_model": None, "phases": spec.schedule, "mask_ratio": masking.mask_ratio,
-        "objective": next(p.objective for p in phases if p.start < at <= p.end),
-        "model_type": config.model_type}, model.dtype)
-    settings = {**{k: v for k, v in record.items() if k not in ("estimated_memory_gib",)},
-                IDENTITY: identity_of(spec, data, masking, train)}  # every field that counts for "same run?"
-    check_resume_settings(output_dir, settings,
-                          claimed_step(resume_from) if train.resume else None, extendable=False,
-                          main_process=accelerator.is_main_process)  # before loading, as in cpt
-    step = resume_newest(accelerator, output_dir) if train.resume else \
-        load_checkpoint(accelerator, resume_from) if resume_from else 0
-    align_lr_with_schedule(run)
-    if accelerator.is_main_process:
+    state = {"counts": None}  # the attention switch's module counts, from the last phase entered
+
+    def build(accelerator) -> Built:
+        model, tokenizer, tokens = _build_model(spec, config, train, attention_dtype(accelerator, train))
+        record = _run_facts(spec, data, masking, train, phases, memory)
+        settings = {**{k: v for k, v in record.items() if k not in ("estimated_memory_gib",)},
+                    IDENTITY: identity_of(spec, data, masking, train)}  # every field that counts for "same run?"
+        return Built(model, tokenizer, data, record, settings=settings, export_dtype=model.dtype,
+                     export_metadata=lambda at: {
+                         "command": "pretrain", "base_model": None, "phases": spec.schedule,
+                         "mask_ratio": masking.mask_ratio, "objective": next(p.objective for p in phases
+                                                                             if p.start < at <= p.end),
+                         "model_type": config.model_type},
+                     extra={"tokens": tokens})
+
+    def on_start(run, step: int) -> None:
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / SCHEDULE_FILE).write_text(json.dumps(_schedule_record(spec, phases, facts, train), indent=2))
-        if resume_from is not None and resume_from == branch_point:
-            inherit_metrics(branch_point, output_dir)
-    monitor = TrainingMonitor(accelerator, output_dir, train.steps, start_step=step, show=train.progress,
-                              label="pretrain", log_every=train.log_every, trackers=trackers, facts=record)
-    started, counts = time.time(), None
-    for phase in phases:
-        if step >= phase.end:
-            continue  # resumed or branched past it
-        counts = enter_phase(run, phase) or counts
-        step = train_until(run, monitor, step, phase.end)
-        if phase.end < train.steps:
-            _at_switch(run, monitor, step)
-    # Every split ends as an encoder, clm:1.0 too: the paper fine-tunes all of them bidirectionally (section 2).
-    counts = enter_phase(run, Phase("mlm", step, step)) or counts or (0, 0)
-    final_eval = evaluate_held_out(run)
-    if final_eval:
-        monitor.evaluation(step, final_eval)
-    monitor.close()
-    accelerator.wait_for_everyone()
-    summary = {**run_summary(run, monitor, step, started, final_eval), "schedule": spec.schedule,
-               "phases": [p.to_dict() for p in phases]}
-    position = stream_position(run, data)  # every process: the lanes are gathered
-    weights = gather_weights(run)  # every process: FSDP2/ZeRO-3 gather their shards here
-    if accelerator.is_main_process:
-        report = _report(model, counts, tokens, data.pack)
-        record.update(command="pretrain", encoderize={**report.to_dict(), **report.tokens},
-                      loss_implementation=run.loss_implementation,
-                      num_processes=accelerator.num_processes, hardware=hardware_facts(accelerator),
-                      wall_time_s=round(summary["wall_time_s"], 2), eval_loss=summary.get("eval_loss"),
-                      eval_masked_accuracy=summary.get("eval_masked_accuracy"), started_at=started_at,
-                      data_position=position)
-        save_run(accelerator.unwrap_model(run.model).model, tokenizer, output_dir, record, state_dict=weights)
-        finish_run(output_dir)  # the marker lists what the run wrote; the lock goes
-    finish_processes(accelerator)
-    return summary
+
+    def train_phases(run, monitor, step: int) -> int:
+        for phase in phases:
+            if step >= phase.end:
+                continue  # resumed or branched past it
+            state["counts"] = enter_phase(run, phase) or state["counts"]
+            step = train_until(run, monitor, step, phase.end)
+            if phase.end < train.steps:
+                _at_switch(run, monitor, step)
+        return step
+
+    def end_training(run, step: int) -> None:
+        # Every split ends as an encoder, clm:1.0 too: the paper fine-tunes all of them bidirectionally (section 2).
+        state["counts"] = enter_phase(run, Phase("mlm", step, step)) or state["counts"] or (0, 0)
+
+    def save(run, built: Built, weights):
+        report = _report(built.model, state["counts"], built.extra["tokens"], data.pack)
+        return (run.accelerator.unwrap_model(run.model).model, weights,
+                {"encoderize": {**report.to_dict(), **report.tokens}})
+
+    return run_recipe(Recipe(
+        command="pretrain", output_dir=output_dir, data=data, masking=masking, train=train,
+        inputs=input_paths(spec.model_config, spec.tokenizer, data.data_files, train.from_checkpoint),
+        build=build, on_start=on_start, train_phases=train_phases, end_training=end_training, save=save,
+        summary_extra={"schedule": spec.schedule, "phases": [p.to_dict() for p in phases]}))
 
 
 def _check_seq_len(config, data: DataConfig) -> None:
