@@ -110,3 +110,20 @@ def test_weights_given_in_another_dtype_are_declared_in_that_dtype(tmp_path):
     assert AutoModel.from_pretrained(out).dtype == torch.bfloat16
     plain = save_encoder(model, tokenizer, tmp_path / "fp32")  # no state dict: the live model's own dtype
     assert json.loads((plain / "config.json").read_text())["dtype"] == "float32"
+
+
+def test_saving_leaves_the_live_model_and_tokenizer_as_they_were(tmp_path):
+    """A CLM phase exports mid-run: the save writes a bidirectional config but must not make the live model one."""
+    model, tokenizer = make_decoder(), make_tokenizer()
+    tokenizer.padding_side = "left"
+    ours = ("is_causal", "use_cache", "auto_map", "hf_encoderize")  # save_pretrained itself records the rest
+    config_before = {key: getattr(model.config, key, None) for key in ours}
+    save_encoder(model, tokenizer, tmp_path / "enc", metadata={"note": "x"})
+    assert {key: getattr(model.config, key, None) for key in ours} == config_before
+    assert not hasattr(model.config, "hf_encoderize") and not hasattr(model.config, "auto_map")
+    assert tokenizer.padding_side == "left"
+    written = json.loads((tmp_path / "enc" / "config.json").read_text())
+    assert written["is_causal"] is False and written["hf_encoderize"]["note"] == "x" and "auto_map" in written
+    from transformers import AutoTokenizer
+
+    assert AutoTokenizer.from_pretrained(tmp_path / "enc").padding_side == "right"

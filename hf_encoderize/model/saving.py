@@ -21,6 +21,7 @@ output-folder policy allows it (`common.outputs`: a folder of ours, marked, hold
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -136,30 +137,48 @@ def _floating_dtype(state_dict: dict | None):
     return dtypes.pop() if len(dtypes) == 1 else None
 
 
+@contextlib.contextmanager
+def _temporarily(obj, **values):
+    """Set attributes for the length of a save and put back what was there (or nothing): saving an encoder never
+    changes the live model's config or tokenizer (a CLM phase exporting mid-run must stay causal)."""
+    missing = object()
+    before = {name: getattr(obj, name, missing) for name in values}
+    for name, value in values.items():
+        setattr(obj, name, value)
+    try:
+        yield obj
+    finally:
+        for name, value in before.items():
+            if value is missing:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, value)
+
+
 def _write_encoder(model, tokenizer, tmp: Path, metadata: dict, state_dict: dict | None = None) -> None:
     config = model.config
     model_type = config.model_type
     from hf_encoderize.model.loading import ENCODER, classify_config
 
     native_encoder = classify_config(config) == ENCODER  # BertForMaskedLM & co load with plain AutoModelForMaskedLM
-    default_backend = None
+    default_backend, changes = None, {}
     if not native_encoder:
-        config.is_causal = False
-        config.use_cache = False
         # Remote code is opt-in for the user: a plain load takes the native class (bidirectional through is_causal);
         # with trust_remote_code=True both classes apply the full patch, which covers the classes plain transformers
         # leaves causal (GPT-Neo's hard-coded causal buffer is rebuilt at every load).
-        config.auto_map = {"AutoModel": f"{MODELING_FILE[:-3]}.EncoderModel",
-                           "AutoModelForMaskedLM": f"{MODELING_FILE[:-3]}.EncoderForMaskedLM"}
+        changes = {"is_causal": False, "use_cache": False,
+                   "auto_map": {"AutoModel": f"{MODELING_FILE[:-3]}.EncoderModel",
+                                "AutoModelForMaskedLM": f"{MODELING_FILE[:-3]}.EncoderForMaskedLM"}}
         verdicts = plain_attention(model_type)
         default_backend = saved_backend(verdicts)
         # The release the verdicts hold for: the card says "verified with transformers X.Y", and the remote code
         # warns when a later release loads a backend that never ran here.
         metadata = {**metadata, "plain_attention": {**verdicts, "saved_default": default_backend,
                                                     "transformers": _transformers_version()}}
-    config.hf_encoderize = {"version": _version(), **metadata}
+    changes["hf_encoderize"] = {"version": _version(), **metadata}
     weights_dtype = _floating_dtype(state_dict)  # before save_pretrained, which may consume the dict
-    model.save_pretrained(tmp, state_dict=state_dict)
+    with _temporarily(config, **changes):
+        model.save_pretrained(tmp, state_dict=state_dict)
     updates = {}
     if default_backend:
         # Some backend stays causal or never ran in plain hands (`roundtrip` explains why): make a plain
@@ -174,8 +193,8 @@ def _write_encoder(model, tokenizer, tmp: Path, metadata: dict, state_dict: dict
     if updates:
         payload = json.loads((tmp / "config.json").read_text())
         _write_json(tmp / "config.json", {**payload, **updates})
-    tokenizer.padding_side = "right"
-    tokenizer.save_pretrained(tmp)
+    with _temporarily(tokenizer, padding_side="right"):  # real tokens keep positions 0..n-1 in plain hands
+        tokenizer.save_pretrained(tmp)
     if not native_encoder:
         (tmp / MODELING_FILE).write_text(_modeling_source(model_type))
     text_config = config.get_text_config()

@@ -8,15 +8,14 @@ Design choices:
   CLM-phase export is saved bidirectional too: the paper fine-tunes every checkpoint with bidirectional attention.
 - Weights go out in the dtype the model was loaded in (training may hold fp32 master weights), gathered first under
   FSDP2/ZeRO-3 (a collective: every process calls `export_encoder`).
-- The live model's config is never changed by the save (`save_encoder` marks the config it writes as bidirectional;
-  a CLM phase must stay causal): the save works on a copy.
+- The live model's config is never changed by the save (`save_encoder` marks the config it writes as bidirectional
+  and puts the live one back: a CLM phase must stay causal).
 - Exports are training outputs, not checkpoints: `--keep-last` never prunes them, and a resumed run that passes an
   export step again rewrites that folder with the same weights.
 """
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import torch
@@ -40,13 +39,8 @@ def export_encoder(run, step: int, metadata: dict, saved_dtype: torch.dtype) -> 
         model = run.accelerator.unwrap_model(run.model).model
         state = weights if weights is not None else model.state_dict()
         state = {name: t.detach().to(saved_dtype) if t.is_floating_point() else t for name, t in state.items()}
-        live = model.config
-        model.config = copy.deepcopy(live)  # save_encoder marks the config it writes as bidirectional
-        try:
-            save_encoder(model, run.tokenizer, folder, overwrite=True, state_dict=state,
-                         metadata={**metadata, "export_step": step, "steps": step})
-        finally:
-            model.config = live
+        save_encoder(model, run.tokenizer, folder, overwrite=True, state_dict=state,  # leaves the live config be
+                     metadata={**metadata, "export_step": step, "steps": step})
     run.accelerator.wait_for_everyone()
     return folder
 
