@@ -9,8 +9,9 @@ lint-imports  # the layers of pyproject.toml: each stage imports only the stages
 python3 -m pytest -q -p no:cacheprovider  # tests/ and the package's doctests (pyproject.toml)
 # The other end of the supported range: a second environment pinned to constraints/floor.txt (the oldest
 # transformers, accelerate, peft, sentence-transformers and huggingface_hub that pyproject.toml allows; the same CPU
-# torch), installed by the same setup.sh, kept between runs while the pins are unchanged. Its not-slow tests cover
-# the shims (tests/test_compat.py), the round trip and tiny cpt / LoRA cpt / contrastive runs.
+# torch), installed by the same setup.sh, kept between runs while the pins are unchanged. It runs the not-slow tests
+# of what leans on transformers' internals: the shims and saved-backend pins (test_compat), packed-document isolation,
+# the round trip and saving, the patch, tiny cpt / LoRA cpt / contrastive (LoRA included) runs, and doctor.
 floor="${HF_ENCODERIZE_FLOOR_VENV:-$HOME/.cache/hf-encoderize/venv-floor}"
 pins="$(cat constraints/floor.txt pyproject.toml | sha256sum | cut -c1-16)"
 if [ "$(cat "$floor/.pins" 2>/dev/null)" != "$pins" ]; then
@@ -20,5 +21,7 @@ if [ "$(cat "$floor/.pins" 2>/dev/null)" != "$pins" ]; then
 fi
 "$floor/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e .  # this checkout, wherever it is
 start=$SECONDS
-"$floor/bin/python" -m pytest -q -p no:cacheprovider -m "not slow"
+"$floor/bin/python" -m pytest -q -p no:cacheprovider -m "not slow" tests/test_compat.py tests/test_isolation.py \
+    tests/test_roundtrip.py tests/test_saving.py tests/test_bidirectional.py tests/test_cpt.py \
+    tests/test_contrastive_training.py tests/test_doctor.py
 echo "floor environment ($(cat constraints/floor.txt | grep -v '^#' | tr '\n' ' ')): $((SECONDS - start)) s"
