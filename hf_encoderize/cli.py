@@ -22,8 +22,10 @@ import dataclasses
 import difflib
 import inspect
 import json
+import signal
 import sys
 import textwrap
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -288,18 +290,40 @@ def run_command(command: Command, args: argparse.Namespace, yaml_values: dict) -
         command.report(result, *configs)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (Slurm, Kubernetes, `timeout`), raised where Ctrl-C's KeyboardInterrupt is: the same handlers save
+    what they can and say where the run stopped. A subclass, so every `except KeyboardInterrupt` catches it too."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    previous = _on_sigterm(_raise_terminated)
     try:
         run_command(COMMANDS[args.command], args, _load_yaml(args.config))
     except EncoderizeError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as interrupt:  # training says where it stopped and how to resume
-        print(f"error: interrupted{f'; {interrupt}' if str(interrupt) else ''}", file=sys.stderr)
-        return 130
+        _on_sigterm(signal.SIG_IGN)  # a second SIGTERM (the scheduler's grace period) does not cut this line short
+        said = str(interrupt)
+        stopped = "terminated (SIGTERM)" if isinstance(interrupt, Terminated) else "interrupted"
+        print(f"error: {stopped}{f'; {said}' if said else ''}", file=sys.stderr)
+        return 143 if isinstance(interrupt, Terminated) else 130  # 128 + the signal, as the shell reports it
+    finally:
+        _on_sigterm(previous)
     leave_process_group()
     return 0
+
+
+def _on_sigterm(handler):
+    """Install `handler` for SIGTERM and return the one before (None off the main thread, where Python cannot)."""
+    if handler is None or threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, handler)
 
 
 def leave_process_group() -> None:

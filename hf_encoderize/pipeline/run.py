@@ -286,7 +286,9 @@ def stage_push(out: Path, hub) -> str:
 def _hub_url() -> str:
     from huggingface_hub import constants
 
-    return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+    from hf_encoderize.publish.hub import mask_credentials
+
+    return mask_credentials((os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/"))  # never print user:pass
 
 
 def comparison(out: Path) -> str | None:

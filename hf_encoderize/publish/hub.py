@@ -10,12 +10,18 @@ Design choices:
 - The token comes from `HF_TOKEN` or the login cache (`hf auth login`), never from the command line, and is never
   printed or written. `HF_ENDPOINT` is read when the push runs, so a private Hub or a test server works.
 - Nothing local is modified or deleted: a failed push leaves the folder as it was.
+- Regular files inside the folder only: a symlink whose target leaves the folder is refused in one line (never
+  followed, never silently skipped). Local paths in the uploaded JSON (the base model's folder, the data files) are
+  set to null in the staged bytes, and one printed line names those fields. A URL we print has its user:password
+  masked (HF_ENDPOINT may carry them).
 """
 
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import KW_ONLY, dataclass, fields
@@ -32,6 +38,9 @@ EXCLUDED_DIRS = {"checkpoints", "__pycache__", "adapter-checkpoints"}
 EXCLUDED_NAMES = ("optimizer*", "scheduler*", "rng_state*", "random_states*", "training_args.bin", "*.partial",
                   "*.pyc", "*.lock", "trainer_state.json")
 REPO_TYPES = ("model", "space", "dataset")
+UNSCANNED_JSON = {"tokenizer.json", "vocab.json"}  # vocabularies: their tokens are text, not paths
+# Files that hold token strings ("/*" is a token, not a path): only their `name_or_path` keys are looked at.
+TOKEN_JSON = {"tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"}
 
 
 @dataclass
@@ -139,11 +148,25 @@ def upload_set(folder: str | os.PathLike, extra_files: dict | None = None) -> di
     files: dict[str, Path | bytes] = {}
     for path in sorted(folder.rglob("*")):
         rel = path.relative_to(folder)
-        if path.is_file() and not _excluded(rel):
-            files[rel.as_posix()] = path
+        if not _excluded(rel):
+            _refuse_link_out(path, folder, rel.as_posix())
+            if path.is_file():
+                files[rel.as_posix()] = path
     for repo_path, value in (extra_files or {}).items():
+        if not isinstance(value, bytes):  # an extra (a run's plot) may not leave the folder it lives in either
+            _refuse_link_out(Path(value), Path(value).parent, repo_path)
         files[repo_path] = value if isinstance(value, bytes) else Path(value)
     return files
+
+
+def _refuse_link_out(path: Path, folder: Path, repo_path: str) -> None:
+    """Refuse, rather than skip, a symlink whose target is outside `folder`: skipping would push a repo missing a file
+    the user put there on purpose (a weights file linked from a cache), and following it uploads whatever it names
+    (a `.env`). rglob does not descend into a linked folder, so the link itself is checked here."""
+    if path.is_symlink() and not path.resolve().is_relative_to(folder.resolve()):
+        raise EncoderizeError(f"{repo_path!r} is a symlink to {str(path.resolve())!r}, outside "
+                              f"{str(folder)!r}; push uploads files inside the folder only: copy the file in or "
+                              "remove the link")
 
 
 def _excluded(rel: Path) -> bool:
@@ -152,6 +175,55 @@ def _excluded(rel: Path) -> bool:
     if any(part.startswith(".") or part in EXCLUDED_DIRS for part in rel.parts):
         return True
     return any(fnmatch.fnmatch(rel.name, pattern) for pattern in EXCLUDED_NAMES)
+
+
+def strip_local_paths(files: dict[str, Path | bytes]) -> tuple[dict[str, Path | bytes], list[str]]:
+    """The upload set with every local path in its JSON files set to null (the base model's folder in config.json,
+    the data files in contrastive_run.json, ...), and the `file: field` names it nulled. Only the staged bytes change:
+    the user's files keep their paths. A path is absolute, home- or dot-relative, or a relative path that exists here;
+    a Hub id (`user/name`) is none of these. Vocabularies (tokenizer.json) are left alone: their tokens are text."""
+    cleaned, stripped = dict(files), []
+    for repo_path, value in files.items():
+        if not repo_path.endswith(".json") or Path(repo_path).name in UNSCANNED_JSON:
+            continue
+        raw = value if isinstance(value, bytes) else (value.read_bytes() if value.stat().st_size < 1 << 24 else b"")
+        try:
+            document = json.loads(raw)
+        except (UnicodeDecodeError, ValueError):
+            continue
+        fields: list[str] = []
+        if Path(repo_path).name in TOKEN_JSON and isinstance(document, dict):
+            document = {k: _null_paths(v, k, fields) if k.endswith("name_or_path") else v for k, v in document.items()}
+        else:
+            document = _null_paths(document, "", fields)
+        if fields:
+            cleaned[repo_path] = (json.dumps(document, indent=2) + "\n").encode()
+            stripped += [f"{repo_path}: {field}" for field in fields]
+    return cleaned, stripped
+
+
+def _null_paths(value, where: str, fields: list[str]):
+    if isinstance(value, dict):
+        return {k: _null_paths(v, f"{where}.{k}" if where else str(k), fields) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_null_paths(v, f"{where}[{i}]", fields) for i, v in enumerate(value)]
+    if isinstance(value, str) and _is_local_path(value):
+        fields.append(where)
+        return None
+    return value
+
+
+def _is_local_path(text: str) -> bool:
+    if len(text) < 2 or len(text) > 4096 or "\n" in text:
+        return False
+    if text.startswith(("/", "~", "./", "../", ".\\", "file:")) or re.match(r"[A-Za-z]:[\\/]", text):
+        return True
+    return ("/" in text or os.sep in text) and os.path.exists(text)
+
+
+def mask_credentials(text: str) -> str:
+    """`text` with the user:password of every URL in it masked (`http://***@host`): HF_ENDPOINT may carry them."""
+    return re.sub(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@", r"\1***@", text)
 
 
 def files_holding(files: dict[str, Path | bytes], secret: str) -> list[str]:
@@ -188,7 +260,9 @@ def push_folder(folder, repo_id: str, *, repo_type: str = "model", private: bool
         raise EncoderizeError(f"repo type {repo_type!r} is not one of {', '.join(REPO_TYPES)}")
     if create_pr and revision:
         raise EncoderizeError("a pull request is opened against main; drop the revision or create_pr")
-    files = upload_set(folder, extra_files)
+    files, stripped = strip_local_paths(upload_set(folder, extra_files))
+    if stripped:
+        print(f"local paths left out of the upload (set to null): {', '.join(stripped)}", flush=True)
     token = token or _saved_token()
     if token and len(token) >= 8 and (leaks := files_holding(files, token)):
         raise EncoderizeError(f"{leaks[0]!r} holds your Hub token; remove it from the file before pushing")
@@ -269,13 +343,14 @@ class _hub_errors:
             advice = {401: "the Hub rejected the token: run `hf auth login` or set HF_TOKEN to a valid token",
                       403: f"the token cannot write to {self.repo_id!r}: use a write token with access to it",
                       404: f"{self.repo_id!r} not found: check the repo id and revision"}.get(status)
-            message = advice or str(err).splitlines()[0]
+            message = advice or mask_credentials(str(err).splitlines()[0])
             raise EncoderizeError(f"push to {self.repo_id} failed (HTTP {status}): {message}") from None
         if isinstance(err, (OSError, ConnectionError)) or type(err).__module__.startswith(("httpx", "httpcore")):
-            raise EncoderizeError(f"cannot reach the Hub at {self.endpoint}: check the network or HF_ENDPOINT") \
-                from None
+            raise EncoderizeError(f"cannot reach the Hub at {mask_credentials(self.endpoint)}: check the network or "
+                                  "HF_ENDPOINT") from None
         if isinstance(err, ValueError):
-            raise EncoderizeError(f"push to {self.repo_id} refused: {str(err).splitlines()[0]}") from None
+            raise EncoderizeError(f"push to {self.repo_id} refused: {mask_credentials(str(err).splitlines()[0])}") \
+                from None
         return False
 
 

@@ -295,9 +295,9 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
         trainer.remove_callback(PrinterCallback)
     try:
         trainer.train(resume_from_checkpoint=True if config.resume else None)
-    except KeyboardInterrupt:
-        raise KeyboardInterrupt(f"interrupted; checkpoints are in {str(work)!r}: run the same command with --resume "
-                                "to continue") from None
+    except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM (the type says which); the CLI says "interrupted"
+        raise type(interrupt)(f"checkpoints are in {str(work)!r}: run the same command with --resume to continue") \
+            from None
     summary = {}
     if trainer.is_world_process_zero():
         summary = _write_output(trainer, model, source, config, adapter, dropout, len(rows), out, work)

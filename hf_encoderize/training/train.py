@@ -297,8 +297,9 @@ def train_until(run: Run, monitor, step: int, until: int) -> int:
             if step in train.exports and run.exporter is not None:
                 run.exporter(step)
         guard.check_all(monitor.flush())
-    except KeyboardInterrupt:  # Ctrl-C: checkpoints are written atomically, so the newest one is whole
-        raise KeyboardInterrupt(resume_hint(run.output_dir, train)) from None
+    except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM: checkpoints are written atomically, so the newest
+        monitor.close()  # end the progress bar's line now: the CLI's one line follows it, and tqdm never redraws it
+        raise type(interrupt)(resume_hint(run.output_dir, train)) from None  # is whole; the type says which signal
     finally:
         run.rows.close()  # stop the prefetching thread; the stream rewinds to the last batch trained on
         if profiler:
