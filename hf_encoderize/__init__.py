@@ -10,14 +10,14 @@ tree):
 - `data/`: text in, rows out: `sources`, `packing`, `prefetch`;
 - `objectives/`: what the model learns: `masking`, `phases`, `loss`, `loss_kernels`;
 - `training/`: the Accelerate engine: `train_config`, `train`, `batches`, `schedule`, `checkpoints`, `nonfinite`,
-  `monitor`, `profiling`, `flops`, `compiling`, `lora`, `exports`;
+  `monitor`, `profiling`, `flops`, `compiling`, `lora`, `exports`, and `runner` (the recipes' lockstep sequence);
 - `recipes/`: the commands that make a model: `convert`, `cpt`, `pretrain`, `contrastive`;
 - `evaluation/`: the paper's SC, TC, QA and IR suite: `loaders`, `synthetic`, `backbone`, `base`, `sc`, `tc`, `qa`,
   `ir`, `config`, `grid`, `summary`, `plots`, `compare`, `mteb_suite`;
 - `matrix/`: which model types encoderize and round-trip, and on this machine: `architectures`, `roundtrip`,
   `roundtrip_check`, `doctor`;
-- `publish/`: what leaves the machine: `card_facts`, `card_rows`, `card`, `licenses`, `hub`, `space`, plus the
-  `model_cards/` template and the Space app (`space_app/`);
+- `publish/`: what leaves the machine: `card_facts`, `card_rows`, `card`, `licenses`, `hub`, `space`, `export`,
+  `onnx_check`, plus the `model_cards/` template and the Space app (`space_app/`);
 - `pipeline/`: several stages in one command: `commands`, `run`, `quickstart`;
 - `cli`: the thin command-line map onto those functions.
 

@@ -45,6 +45,7 @@ from hf_encoderize.pipeline.commands import cpt_and_push, evaluate_and_push, pre
 from hf_encoderize.pipeline.quickstart import QuickstartConfig, quickstart
 from hf_encoderize.pipeline.run import RunConfig, run
 from hf_encoderize.publish.card import CardConfig, write_card
+from hf_encoderize.publish.export import ExportConfig, export
 from hf_encoderize.publish.hub import HubConfig, PushConfig, push
 from hf_encoderize.publish.space import PushSpaceConfig, SpaceConfig, launch_space, push_space
 from hf_encoderize.recipes.contrastive import ContrastiveConfig, contrastive
@@ -123,6 +124,8 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
             doctor, (DoctorConfig,), _print_text),
     Command("card", "(re)generate the model card (OUT/encoder/README.md) from the run's records",
             write_card, (CardConfig,), _print_result),
+    Command("export", "write ONNX (fp32, int8) of an encoder or embedding model, each checked on ONNX Runtime",
+            export, (ExportConfig,), _print_fields),
     Command("push", "upload the encoder, its card and plots to the Hub (never checkpoints)",
             push, (PushConfig,), _print_upload),
     Command("run", "cpt, eval, card and push in one output folder; a re-run skips finished stages",

@@ -287,8 +287,9 @@ def family_rows(facts: CardFacts) -> list[dict]:
             for task, mean in mine.items()]
 
 
-def render_card(facts: CardFacts) -> str:
-    """The README.md text: YAML front matter, then the template rendered from `facts`."""
+def render_card(facts: CardFacts, serve: dict | None = None) -> str:
+    """The README.md text: YAML front matter, then the template rendered from `facts` (and `serve`, the record
+    `export` wrote, for the "Serve it" section)."""
     import jinja2
 
     source = resources.files("hf_encoderize.publish").joinpath("model_cards/encoder.md.j2").read_text()
@@ -298,6 +299,7 @@ def render_card(facts: CardFacts) -> str:
     body = env.from_string(source).render(
         f=facts, done=done_rows(facts), rows=results_rows(facts), results_table=results_table(facts),
         family_table=family_table(facts), protocol=protocol_sentence(facts), marker=CARD_MARKER, arxiv=ARXIV_ID,
+        serve=serve,
     )
     return f"---\n{card_data(facts).to_yaml()}\n---\n{body}"
 
@@ -317,7 +319,7 @@ def write_card(config: CardConfig) -> Path:
     readme = encoder_dir(config.output_dir) / "README.md"
     if not config.overwrite and not is_generated_card(readme):
         raise EncoderizeError(f"{str(readme)!r} was not written by hf-encoderize; move it away or pass --overwrite")
-    readme.write_text(render_card(facts))
+    readme.write_text(render_card(facts, read_json(readme.parent / "export_record.json")))
     return readme
 
 

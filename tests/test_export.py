@@ -1,0 +1,96 @@
+"""`export --format onnx`: fp32 and int8 files that ONNX Runtime runs bidirectionally and that match PyTorch, checked
+in a process without hf_encoderize; a causal graph is kept out; gguf and bad input are one line."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import make_decoder, make_tokenizer
+
+pytest.importorskip("onnxruntime")
+
+from hf_encoderize.cli import main  # noqa: E402
+from hf_encoderize.model.bidirectional import encoderize  # noqa: E402
+from hf_encoderize.model.saving import save_encoder  # noqa: E402
+from hf_encoderize.publish import export as export_module  # noqa: E402
+from hf_encoderize.publish.card import CardConfig, write_card  # noqa: E402
+
+# Run by the test itself in a fresh process without our package: the ONNX files alone, as a user would run them.
+ORT_CHECK = """
+import json, sys
+sys.modules["hf_encoderize"] = None
+import numpy as np, onnxruntime
+out = sys.argv[1]
+report = {}
+for name in ("model.onnx", "model_qint8.onnx"):
+    session = onnxruntime.InferenceSession(f"{out}/onnx/{name}", providers=["CPUExecutionProvider"])
+    ids = np.array([[5, 6, 7, 8, 9, 10]], dtype=np.int64)
+    changed = ids.copy(); changed[0, -1] = 11
+    mask = np.ones_like(ids)
+    first, second = (session.run(None, {"input_ids": x, "attention_mask": mask})[0][0, 0] for x in (ids, changed))
+    report[name] = float(np.abs(first - second).max())
+print(json.dumps(report))
+"""
+
+
+def _encoder(root):
+    model, tokenizer = make_decoder(), make_tokenizer()
+    report = encoderize(model, tokenizer)
+    return save_encoder(model, tokenizer, root / "encoder", metadata=report.to_dict())
+
+
+@pytest.fixture
+def texts(tmp_path):
+    path = tmp_path / "texts.txt"
+    path.write_text("w1 w2 w3\nw4 w5 w6 w7 w8 w9 w10\nw11\nw12 w13 w14 w15\n")
+    return path
+
+
+def test_onnx_export_is_kept_verified_and_on_the_card(tmp_path, texts, capsys):
+    encoder = _encoder(tmp_path / "run")
+    write_card(CardConfig(str(tmp_path / "run")))
+    assert main(["export", str(tmp_path / "run"), "--check-texts", str(texts)]) == 0
+    assert "model.onnx: verified" in capsys.readouterr().out
+    assert (encoder / "onnx" / "model.onnx").is_file() and (encoder / "onnx" / "model_qint8.onnx").is_file()
+    record = json.loads((encoder / "export_record.json").read_text())
+    fp32, int8 = record["variants"]["model.onnx"], record["variants"]["model_qint8.onnx"]
+    assert fp32["min_cosine"] >= 0.999 and int8["min_cosine"] >= 0.99
+    assert fp32["bidirectional"] and int8["bidirectional"] and fp32["hf_encoderize_importable"] is False
+    assert len(fp32["padded_lengths"]) >= 3  # texts of several lengths, padded in one batch
+    card = (encoder / "README.md").read_text()
+    assert "## Serve it" in card and "| `onnx/model_qint8.onnx` | verified | yes |" in card
+    done = subprocess.run([sys.executable, "-c", ORT_CHECK, str(encoder)], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert all(moved > 1e-6 for moved in json.loads(done.stdout.strip().splitlines()[-1]).values())
+
+
+def test_a_causal_graph_is_kept_out_with_one_line(tmp_path, texts, monkeypatch):
+    encoder = _encoder(tmp_path)
+    causal = make_decoder().model.eval()  # the same weights before encoderize: causal attention
+    original = export_module._export_fp32
+
+    def export_causal(model, vocab_size, path, opset):
+        original(causal, vocab_size, path, opset)
+
+    monkeypatch.setattr(export_module, "_export_fp32", export_causal)
+    monkeypatch.setattr(export_module, "THRESHOLDS", {"model.onnx": 0.999})
+    result = export_module.export(export_module.ExportConfig(str(encoder), check_texts=str(texts)))
+    assert result["model.onnx"] == "not kept: ONNX Runtime runs it causally (a later token does not move position 0)"
+    assert not (encoder / "onnx" / "model.onnx").exists()
+    assert not list(encoder.glob(".onnx-export-*"))  # the staging folder is gone
+
+
+@pytest.mark.parametrize("extra, wording", [
+    (["--format", "gguf"], "--format gguf is not available: llama.cpp's converter is not installable here"),
+    (["--format", "tflite"], "error: --format must be one of onnx, gguf, not 'tflite'"),
+    (["--check-texts", "/nonexistent.txt"], "--check-texts: '/nonexistent.txt' is not a file"),
+])
+def test_bad_input_is_one_line(tmp_path, capsys, extra, wording):
+    encoder = _encoder(tmp_path)
+    before = sorted(p.name for p in encoder.iterdir())
+    assert main(["export", str(encoder), *extra]) == 2
+    err = capsys.readouterr().err
+    assert wording in err and "Traceback" not in err
+    assert sorted(p.name for p in encoder.iterdir()) == before
