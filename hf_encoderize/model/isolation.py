@@ -98,7 +98,7 @@ def _remap_positions(mask_function, position_ids: torch.Tensor):
 
     >>> window = lambda b, h, q, kv: abs(q - kv) <= 1
     >>> remapped = _remap_positions(window, torch.tensor([[0, 1, 2, 0, 1]]))
-    >>> bool(remapped(0, 0, 2, 3)), bool(remapped(0, 0, 0, 2))
+    >>> bool(remapped(0, 0, 3, 1)), bool(remapped(0, 0, 0, 2))  # indices 2 apart, positions 1 apart; then 2
     (True, False)
     """
 
