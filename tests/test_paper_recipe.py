@@ -55,7 +55,7 @@ def test_schedule_defaults_are_the_papers_2000_steps():
     assert TrainConfig(steps=12000, decay_fraction=0.05).decay == 600  # the fraction option is kept
     assert TrainConfig(steps=2000, warmup_steps=2000, decay_steps=2000).decay == 2000
     factors = [wsd_factor(s, 42000, 2000, 2000) for s in (0, 1999, 2000, 39999, 40000, 41999)]
-    assert factors == pytest.approx([1 / 2000, 1.0, 1.0, 1.0, 1999 / 2000, 0.0])
+    assert factors == pytest.approx([1 / 2000, 1.0, 1.0, 1.0, 1.0, 1 / 2000])  # zero only after the last step
     with pytest.raises(EncoderizeError, match="not both"):
         TrainConfig(decay_steps=100, decay_fraction=0.1)
     with pytest.raises(EncoderizeError, match="--decay-steps 5000 is more than --steps 2000"):

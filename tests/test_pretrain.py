@@ -76,7 +76,7 @@ def test_switch_at_the_right_step_with_one_wsd_curve(unbroken):
     records = _metrics(out)
     train = [r for r in records if r["kind"] == "train"]
     # One WSD curve over all 12 steps: no second warmup at the switch, decay only in the last 2 steps.
-    assert [r["lr"] for r in train] == pytest.approx([3e-3 * wsd_factor(s, 12, 4, 2) for s in range(1, 13)])
+    assert [r["lr"] for r in train] == pytest.approx([3e-3 * wsd_factor(s, 12, 4, 2) for s in range(12)])
     assert [r["lr"] for r in train[3:9]] == pytest.approx([3e-3] * 6)
     # At the switch: a CLM score of the first phase, and the state saved where a branch can start from.
     assert [(r["step"], sorted(r)[1]) for r in records if r["kind"] == "eval"] == [

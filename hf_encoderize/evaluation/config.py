@@ -11,7 +11,9 @@ Where the paper is silent we follow the authors' evaluation code (EncodEval, bra
 
 from __future__ import annotations
 
+import re
 from dataclasses import KW_ONLY, dataclass
+from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.validation import check_number
@@ -140,6 +142,12 @@ class EvalConfig:
         check_number("--weight-decay", self.weight_decay, minimum=0)
         for name in ("max_steps", "batch_size", "max_length", "max_eval_examples", "qa_stride"):
             check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=1, integer=True)
+        if self.name is not None and (self.name in ("", ".", "..") or Path(self.name).name != self.name
+                                      or "\\" in self.name):
+            raise EncoderizeError(f"--name {self.name!r} must be a plain folder name (no '/', '..' or drive): it names "
+                                  "the results folder inside --output-dir")
+        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", str(self.device)):
+            raise EncoderizeError(f"unknown --device {self.device!r}; use auto, cpu, cuda or cuda:N")
         for lr in self.grid().lrs:  # also refuses an unknown task/dataset or an empty grid before anything loads
             check_number("--lrs", lr, above=0)
 

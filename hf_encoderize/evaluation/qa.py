@@ -20,6 +20,7 @@ from typing import Literal
 
 import torch
 
+from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.evaluation.base import Prepared, Scores, Task, sorted_batches, to_device
 
 MAX_ANSWER_TOKENS = 30
@@ -118,8 +119,10 @@ class QuestionAnswering(Task):
     def windows(self, rows: list[dict]) -> list[dict]:
         """Tokenised windows: input ids, gold start/end token (0 when absent), and token offsets in the context."""
         stride = min(self.qa_stride, self.max_length // 4)
+        questions = self._questions(rows)
+        self._check_room(questions, stride)
         encoded = self.tokenizer(
-            self._questions(rows), [row["context"] for row in rows], truncation="only_second",
+            questions, [row["context"] for row in rows], truncation="only_second",
             max_length=self.max_length, stride=stride, return_overflowing_tokens=True, return_offsets_mapping=True,
             return_token_type_ids=self.uses_token_types,
         )
@@ -135,6 +138,16 @@ class QuestionAnswering(Task):
                 feature["token_type_ids"] = encoded["token_type_ids"][index]
             features.append(feature)
         return features
+
+    def _check_room(self, questions: list[str], stride: int) -> None:
+        """A window must hold the question, the special tokens and more context than the overlap; the fast tokenizer
+        panics (a Rust traceback) otherwise."""
+        longest = max((len(ids) for ids in self.tokenizer(questions, add_special_tokens=False)["input_ids"]), default=0)
+        room = self.max_length - longest - self.tokenizer.num_special_tokens_to_add(pair=True)
+        if room <= stride:
+            raise EncoderizeError(f"--max-length {self.max_length} leaves {max(room, 0)} context tokens per QA window "
+                                  f"(questions take up to {longest}), not more than the {stride}-token overlap; "
+                                  f"raise --max-length to at least {longest + stride + 8}")
 
     @staticmethod
     def _gold_tokens(answers: dict, offsets: list) -> tuple[int, int]:

@@ -121,6 +121,7 @@ def save_encoder(
     out = Path(output_dir) if overwrite and outputs.held_here(output_dir) else check_output_dir(output_dir, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it 0700; the encoder is an ordinary folder of the user's
     try:
         _write_encoder(model, tokenizer, tmp, metadata or {}, state_dict)
         outputs.write_marker(tmp, "encoder")  # what --overwrite may replace later: this folder and what it holds
@@ -223,3 +224,10 @@ def _version() -> str:
     from hf_encoderize.common.version import __version__
 
     return __version__
+
+
+def _umask() -> int:
+    """The process umask (reading it means setting it, so it is set straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

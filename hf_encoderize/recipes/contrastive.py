@@ -322,11 +322,24 @@ def check_peft_integration() -> None:
                               "transformers < 5.24, or drop --lora-r (a full fine-tune)")
 
 
+def _check_positions(source: Path, max_seq_length: int) -> None:
+    """Longer inputs than the model has positions for fail deep in the forward pass (an index error), so refuse them
+    before the load, from the folder's config."""
+    try:
+        positions = json.loads((Path(source) / "config.json").read_text()).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        return  # no readable config here: the load below reports the folder
+    if isinstance(positions, int) and max_seq_length > positions:
+        raise EncoderizeError(f"--max-seq-length {max_seq_length} is above the model's {positions} positions; pass "
+                              f"--max-seq-length {positions} or less")
+
+
 def build_model(source: Path, config: ContrastiveConfig, dropout: dict, adapter: AdapterConfig):
     """The encoder as a sentence-transformers model with the chosen pooling, LoRA adapters added when asked."""
     from peft import LoraConfig
     from sentence_transformers import SentenceTransformer, models
 
+    _check_positions(source, config.max_seq_length)
     master = None if adapter.lora_r else {"dtype": torch.float32}  # full fine-tune: fp32 master weights
     try:
         model = SentenceTransformer(str(source), device=None, config_kwargs=dropout or None, model_kwargs=master)

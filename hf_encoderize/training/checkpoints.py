@@ -317,6 +317,8 @@ def inherit_metrics(checkpoint: Path, output_dir: Path) -> None:
     step = claimed_step(checkpoint)
     source = RunFolder(Path(checkpoint).parent.parent).metrics
     if source.is_file():
-        lines = [line for line in source.read_text().splitlines() if (json.loads(line).get("step") or 0) <= step]
+        from hf_encoderize.training.monitor import json_line, read_metrics  # read_metrics drops a cut last line
+
+        kept = [r for r in read_metrics(source) if (r.get("step") or 0) <= step]
         Path(output_dir).mkdir(parents=True, exist_ok=True)
-        RunFolder(output_dir).metrics.write_text("".join(line + "\n" for line in lines))
+        RunFolder(output_dir).metrics.write_text("".join(json_line(r) for r in kept))

@@ -79,9 +79,23 @@ def apply_lora(model, cfg: AdapterConfig, mask_token_id: int, *, gradient_checkp
     if gradient_checkpointing:
         enable_checkpointing(model)
     targets = cfg.lora_targets if cfg.lora_targets == "all-linear" else [t.strip() for t in cfg.lora_targets.split(",")]
+    if targets != "all-linear":
+        _check_targets(model, targets)
     config = LoraConfig(r=int(cfg.lora_r), lora_alpha=int(cfg.lora_alpha), target_modules=targets, lora_dropout=0.0,
                         trainable_token_indices=[int(mask_token_id)])
     return get_peft_model(model, config)
+
+
+def _check_targets(model, targets: list[str]) -> None:
+    """peft adapts every module whose name ends in a target and passes over a target that matches none, so a typo
+    would train fewer adapters than asked, without a word."""
+    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules() if name}
+    missing = [t for t in targets if t not in names]
+    if missing:
+        linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                         if isinstance(module, torch.nn.Linear)})
+        raise EncoderizeError(f"--lora-targets: this model has no module named {', '.join(map(repr, missing))}; its "
+                              f"linear layers are {', '.join(linear)} (or pass all-linear)")
 
 
 def enable_checkpointing(model) -> None:

@@ -140,8 +140,10 @@ class TrainingMonitor:
         if not self.main:
             return
         self._write({"kind": "eval", "step": step, **metrics})
-        self.accelerator.log({f"eval/{k.removeprefix('eval_')}": v for k, v in metrics.items()}, step=step)
-        message = f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+        scored = {k: v for k, v in metrics.items() if v is not None}  # None: no labelled token to score
+        self.accelerator.log({f"eval/{k.removeprefix('eval_')}": v for k, v in scored.items()}, step=step)
+        message = f"step {step}: " + (", ".join(f"{k} {v:.4f}" for k, v in scored.items()) or
+                                      "no held-out token was masked, so no held-out score (raise --mask-ratio)")
         if self.bar is not None:
             self.bar.write(message)
         else:
@@ -166,7 +168,13 @@ def json_line(record: dict) -> str:
 def read_metrics(path: Path) -> list[dict]:
     if not Path(path).exists():
         return []
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
+    records = [json.loads(line) for line in lines[:-1]]
+    try:
+        records += [json.loads(line) for line in lines[-1:]]
+    except json.JSONDecodeError:
+        pass  # a last line cut by a kill mid-write: that step is past every checkpoint and is logged again on resume
+    return records
 
 
 def _truncate_after(path: Path, step: int) -> None:
@@ -188,7 +196,7 @@ def plot_loss_curve(metrics_path: Path, png_path: Path, title: str = "MLM contin
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
 
-    evals = [r for r in records if r["kind"] == "eval"]
+    evals = [r for r in records if r["kind"] == "eval" and r.get("eval_loss") is not None]
     figure, axis = plt.subplots(figsize=(7, 4), dpi=120)
     for objective in dict.fromkeys(r.get("objective", "mlm") for r in train):
         steps = [r for r in train if r.get("objective", "mlm") == objective]

@@ -45,20 +45,23 @@ def decay_steps_for(total_steps: int, decay_steps: int | None, decay_fraction: f
 
 
 def decay_start(total_steps: int, decay_steps: int) -> int:
-    """The first optimizer step whose learning rate is below the peak because of the decay."""
+    """The first optimizer step of the decay window: it still runs at the peak, each later step lower."""
     return total_steps - decay_steps
 
 
 def wsd_factor(step: int, total_steps: int, warmup_steps: int, decay_steps: int) -> float:
     """Multiplier of the peak LR at optimizer step `step` (0-based).
 
-    >>> [round(wsd_factor(s, 10, 2, 2), 2) for s in range(10)]
-    [0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5, 0.0]
+    The decay ramps linearly from the peak at its first step to zero at step `total_steps`, the step after the last
+    one, so every one of the run's steps updates the weights (a 1-step run trains at the peak, not at zero).
+
+    >>> [round(wsd_factor(s, 10, 2, 2), 2) for s in range(11)]
+    [0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5, 0.0]
     >>> [round(wsd_factor(s, 4, 4, 4), 2) for s in range(4)]  # warmup and decay overlap: the smaller ramp
-    [0.25, 0.5, 0.25, 0.0]
+    [0.25, 0.5, 0.5, 0.25]
     """
     warmup = (step + 1) / warmup_steps if step < warmup_steps else 1.0
-    decay = 1.0 if step < decay_start(total_steps, decay_steps) else max(0.0, (total_steps - step - 1) / decay_steps)
+    decay = 1.0 if step < decay_start(total_steps, decay_steps) else max(0.0, (total_steps - step) / decay_steps)
     return min(warmup, decay)
 
 

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import torch
 
+from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import world_size
 from hf_encoderize.data.packing import LaneStream, Packer, data_position, held_out_batches
 from hf_encoderize.data.prefetch import Prefetcher
@@ -189,6 +190,10 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
     `data.eval_documents` documents, never trained on.
 
     With LoRA, `model` already holds the injected adapters (peft patches in place), so only they train."""
+    backend = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if backend == "flex_attention" and accelerator.device.type == "cpu":  # torch has no flex backward on CPU
+        raise EncoderizeError("--attn-implementation flex_attention cannot train on CPU (torch has no backward pass "
+                              "for it there); use sdpa or auto, or train on a GPU")
     objective = ObjectiveModel(model)
     trainable = [p for p in model.parameters() if p.requires_grad]
     if train.master_weights == "fp32":
@@ -282,10 +287,11 @@ def train_until(run: Run, monitor, step: int, until: int) -> int:
     profiler = StepProfiler(run.output_dir / "profile", first=step + 3, count=3) if train.profile else None
     try:
         while step < until:
+            lr = run.scheduler.get_last_lr()[0]  # the LR this step applies; train_step moves the scheduler on
             with profiler.around(step) if profiler else contextlib.nullcontext():
                 stats = train_step(run, with_accuracy=(step + 1) % train.log_every == 0 or step + 1 == until)
             step += 1
-            guard.check_all(monitor.step(step, lr=run.scheduler.get_last_lr()[0], **stats))
+            guard.check_all(monitor.step(step, lr=lr, **stats))
             if train.eval_every and step % train.eval_every == 0 and step < train.steps:
                 guard.check_all(monitor.flush())
                 monitor.evaluation(step, evaluate_held_out(run))
@@ -393,7 +399,10 @@ def evaluate_held_out(run: Run) -> dict:
         loss_sum, correct, count = loss_sum + float(loss), correct + int(right), count + int(batch.counts[0])
     run.model.train()
     accuracy = "eval_next_token_accuracy" if run.masker.objective == "clm" else "eval_masked_accuracy"
-    return {"eval_loss": loss_sum / max(1, count), accuracy: correct / max(1, count)} if run.eval_batches else {}
+    if not run.eval_batches:
+        return {}
+    # No labelled token (a tiny --mask-ratio): there is no score, and 0.0 would read as a perfect one.
+    return {"eval_loss": loss_sum / count if count else None, accuracy: correct / count if count else None}
 
 
 def training_facts(data: DataConfig, masking: MaskingConfig, train: TrainConfig) -> dict:

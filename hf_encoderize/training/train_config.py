@@ -7,6 +7,7 @@ says what to do.
 
 from __future__ import annotations
 
+import json
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
@@ -125,7 +126,7 @@ class TrainConfig:
                                   "OUT/checkpoints/step-N (or pretrain's OUT/switch/step-N) of an earlier run")
         if self.from_checkpoint and self.resume:
             raise EncoderizeError("--from-checkpoint starts a new run and --resume continues one; pass one of them")
-        parse_export_steps(self.export_steps, self.steps)
+        self._check_exports_after_branch(parse_export_steps(self.export_steps, self.steps))
         for name in ("warmup_steps", "decay_steps"):
             if (getattr(self, name) or 0) > self.steps:
                 raise EncoderizeError(f"--{name.replace('_', '-')} {getattr(self, name)} is more than --steps "
@@ -142,6 +143,18 @@ class TrainConfig:
                                   f"{self.loss_implementation!r}")
         if self.master_weights not in ("fp32", "loaded"):
             raise EncoderizeError(f"--master-weights must be 'fp32' or 'loaded', got {self.master_weights!r}")
+
+    def _check_exports_after_branch(self, exports: tuple[int, ...]) -> None:
+        """A branch starts after its checkpoint's step, so an export at or before it would never be written."""
+        if not (self.from_checkpoint and exports):
+            return
+        try:
+            start = int(json.loads((Path(self.from_checkpoint) / "trainer_state.json").read_text())["step"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return  # an unreadable checkpoint is refused where it is loaded, with its own message
+        if exports[0] <= start:
+            raise EncoderizeError(f"--export-steps {exports[0]} is at or before the --from-checkpoint step {start}, "
+                                  "where this run starts; export only steps after it (or export from the source run)")
 
     def identity_value(self, name: str):
         """The value a setting runs with, for "same run?" (`common.identity`): an unset warmup or decay is its

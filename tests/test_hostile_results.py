@@ -1,0 +1,131 @@
+"""Issue 30, "wrong results" and "tracebacks" in the training and evaluation paths: every row is a case a careless or
+hostile user ran. A result row asserts the right number (never a fake one); a refusal row asserts exit 2, one
+`error:` line and no traceback."""
+
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+from conftest import write_corpus
+
+from hf_encoderize.cli import main
+from hf_encoderize.training.monitor import read_metrics
+from hf_encoderize.training.schedule import default_decay, default_warmup, wsd_factor
+
+LR = 1e-3
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return write_corpus(tmp_path_factory.mktemp("data") / "docs.jsonl", 120, lambda i: 4 + i % 9)
+
+
+def _cpt(decoder_dir, corpus, out, *extra) -> list[str]:
+    return ["cpt", str(decoder_dir), "--data-files", str(corpus), "--seq-len", "32", "--batch-size", "4",
+            "--lr", str(LR), "--eval-every", "0", "--no-progress", "--output-dir", str(out), *extra]
+
+
+@pytest.fixture(scope="module")
+def run6(decoder_dir, corpus, tmp_path_factory):
+    """Six steps, warmup 2, decay 2, a checkpoint every 2 steps (all kept)."""
+    out = tmp_path_factory.mktemp("runs") / "six"
+    assert main(_cpt(decoder_dir, corpus, out, "--steps", "6", "--warmup-steps", "2", "--decay-steps", "2",
+                     "--save-every", "2", "--keep-last", "5")) == 0
+    return out
+
+
+def _train_lrs(out: Path) -> list[float]:
+    return [r["lr"] for r in read_metrics(out / "metrics.jsonl") if r["kind"] == "train"]
+
+
+# ------------------------------------------------------------------------------------------------ wrong results
+def test_every_step_of_any_run_length_gets_a_nonzero_lr():
+    """A run of N steps applies N updates: the decay reaches zero after the last one, not on it."""
+    for steps in (1, 2, 3, 5, 10, 100, 12000):
+        warmup, decay = default_warmup(steps), default_decay(steps)
+        assert all(wsd_factor(s, steps, warmup, decay) > 0 for s in range(steps)), steps
+        assert wsd_factor(steps, steps, warmup, decay) == 0.0  # the step after the last would be at zero
+
+
+def test_cpt_steps_1_trains(decoder_dir, corpus, tmp_path):
+    out = tmp_path / "one"
+    assert main(_cpt(decoder_dir, corpus, out, "--steps", "1")) == 0
+    assert _train_lrs(out) == [pytest.approx(LR)]  # warmup 1 and decay 1 of a 1-step run: the peak, once
+
+
+def test_metrics_lr_is_the_lr_the_step_used(run6):
+    # warmup 2: steps 1, 2 at 1/2 and 1 x peak; decay 2: the last two at 1 and 1/2 x peak, zero after the run
+    assert _train_lrs(run6) == pytest.approx([LR / 2, LR, LR, LR, LR, LR / 2])
+
+
+def test_no_masked_token_in_the_held_out_rows_is_no_score(decoder_dir, corpus, tmp_path):
+    out = tmp_path / "tiny-ratio"
+    assert main(_cpt(decoder_dir, corpus, out, "--steps", "2", "--mask-ratio", "1e-6")) == 0
+    evals = [r for r in read_metrics(out / "metrics.jsonl") if r["kind"] == "eval"]
+    assert evals and all(r["eval_loss"] is None for r in evals), evals
+    assert json.loads((out / "run_record.json").read_text())["eval_loss"] is None
+
+
+def test_saved_encoder_folder_follows_the_umask(run6):
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE((run6 / "encoder").stat().st_mode) == 0o777 & ~umask
+
+
+def test_truncated_last_metrics_line_still_resumes(run6, decoder_dir, corpus, tmp_path):
+    """kill -9 mid-write leaves half a line at the end of metrics.jsonl; --resume drops it and goes on."""
+    out = tmp_path / "cut"
+    shutil.copytree(run6, out)
+    shutil.rmtree(out / "checkpoints" / "step-0000006")
+    shutil.rmtree(out / "encoder")
+    (out / "run_record.json").unlink(missing_ok=True)
+    text = (out / "metrics.jsonl").read_text()
+    (out / "metrics.jsonl").write_text(text[: len(text) - 20])
+    assert main(_cpt(decoder_dir, corpus, out, "--steps", "6", "--warmup-steps", "2", "--decay-steps", "2",
+                     "--save-every", "2", "--keep-last", "5", "--resume")) == 0
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl") if r["kind"] == "train"] == [1, 2, 3, 4, 5, 6]
+
+
+# ------------------------------------------------------------------------------------------------ refusals
+def _eval(decoder_dir, tmp, *extra) -> list[str]:
+    return ["eval", str(decoder_dir), "--profile", "smoke", "--datasets", "syn-sentiment", "--max-steps", "2",
+            "--batch-size", "4", "--max-length", "32", "--output-dir", str(tmp / "evals"), *extra]
+
+
+REFUSALS = {
+    "export at the branch point": (
+        lambda d, c, run, tmp: _cpt(d, c, tmp / "branch", "--steps", "6", "--warmup-steps", "2", "--decay-steps", "2",
+                                    "--from-checkpoint", str(run / "checkpoints" / "step-0000002"),
+                                    "--export-steps", "2,5"),
+        "--export-steps 2"),
+    "eval name with path parts": (lambda d, c, run, tmp: _eval(d, tmp, "--name", "../../x"), "--name"),
+    "eval name that is a path": (lambda d, c, run, tmp: _eval(d, tmp, "--name", "/tmp/x"), "--name"),
+    "unknown eval device": (lambda d, c, run, tmp: _eval(d, tmp, "--device", "tpu9"), "--device"),
+    "qa stride at a short max length": (
+        lambda d, c, run, tmp: [*_eval(d, tmp, "--datasets", "syn-qa"), "--max-length", "8"], "--max-length"),
+    "lora target typo": (lambda d, c, run, tmp: _cpt(d, c, tmp / "lora", "--steps", "2", "--lora-r", "4",
+                                                     "--lora-targets", "q_prjo,v_proj"), "q_prjo"),
+    "flex attention on cpu": (
+        lambda d, c, run, tmp: _cpt(d, c, tmp / "flex", "--steps", "2", "--attn-implementation", "flex_attention"),
+        "flex_attention"),
+    "contrastive seq length above the positions": (
+        lambda d, c, run, tmp: ["contrastive", str(run / "encoder"), "--data-files", str(c), "--output-dir",
+                                str(tmp / "con"), "--steps", "2", "--batch-size", "4", "--max-seq-length", "100000"],
+        "--max-seq-length"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_refused_in_one_line(case, decoder_dir, corpus, run6, tmp_path, capsys):
+    make_args, wording = REFUSALS[case]
+    capsys.readouterr()
+    code = main(make_args(decoder_dir, corpus, run6, tmp_path))
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and "Traceback" not in err, err[-3000:]
+    assert lines[-1].startswith("error:") and wording in lines[-1], err[-3000:]
+    assert sum(line.startswith("error:") for line in lines) == 1, err[-3000:]
+    assert not (tmp_path / "evals").exists() and not (tmp_path / "branch").exists()
