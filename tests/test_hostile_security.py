@@ -210,7 +210,7 @@ def _contrastive(folder: Path, root: Path) -> list[str]:
     data = root / "text.jsonl"
     data.write_text("".join(json.dumps({"text": f"w{i} w{i + 1} w{i + 2}"}) + "\n" for i in range(16)))
     return ["contrastive", str(folder), "--data-files", str(data), "--output-dir", str(root / "out"),
-            "--steps", "1", "--batch-size", "4"]
+            "--steps", "1", "--batch-size", "4", "--max-seq-length", "32"]
 
 
 def _mteb(folder: Path, root: Path) -> list[str]:
@@ -271,6 +271,28 @@ def test_the_floor_is_a_sentence_transformers_that_refuses_folder_code():
 
 # ------------------------------------------------------------------------------------------------ SIGTERM
 
+
+def _terminated():
+    from hf_encoderize.cli import Terminated
+
+    return Terminated()
+
+
+INTERRUPT_ROWS = {"Ctrl-C": (KeyboardInterrupt, 130, "interrupted"), "SIGTERM": (_terminated, 143, "terminated")}
+
+
+@pytest.mark.parametrize("raised, code, word", INTERRUPT_ROWS.values(), ids=INTERRUPT_ROWS.keys())
+def test_an_interrupted_contrastive_says_so_once(raised, code, word, run_dir, tmp_path, monkeypatch, capsys):
+    from sentence_transformers import SentenceTransformerTrainer
+
+    def interrupt(self, *args, **kwargs):  # where the signal lands: inside the trainer's loop
+        raise raised()
+
+    monkeypatch.setattr(SentenceTransformerTrainer, "train", interrupt)
+    assert main(_contrastive(run_dir / "encoder", tmp_path)) == code
+    line = one_error(capsys.readouterr().err, word, "--resume").replace(str(tmp_path), "TMP")
+    assert line.count("interrupted") + line.count("terminated") == 1, line  # issue 30: "interrupted; interrupted"
+
 CPT = """
 import sys
 from hf_encoderize.cli import main
@@ -300,6 +322,6 @@ def test_sigterm_during_cpt_says_where_it_stopped(decoder_dir, tmp_path):
             process.kill()
     assert process.returncode == 143, err[-2000:]
     newest = sorted((out / "checkpoints").glob("step-*"))[-1]
-    line = one_error(err, "--resume")
+    line = one_error(err, "--resume").replace(str(tmp_path), "TMP")
     assert line.count("interrupted") + line.count("terminated") == 1, line  # said once, not twice
     assert newest.name in line  # the newest whole checkpoint is named

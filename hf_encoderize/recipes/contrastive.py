@@ -296,8 +296,9 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
     try:
         trainer.train(resume_from_checkpoint=True if config.resume else None)
     except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM (the type says which); the CLI says "interrupted"
-        raise type(interrupt)(f"checkpoints are in {str(work)!r}: run the same command with --resume to continue") \
-            from None
+        saved = sorted(work.glob("trainer/checkpoint-*"), key=lambda path: int(path.name.rpartition("-")[2]))
+        where = f"the newest checkpoint is {str(saved[-1])!r}" if saved else f"checkpoints are in {str(work)!r}"
+        raise type(interrupt)(f"{where}; run the same command with --resume to continue") from None
     summary = {}
     if trainer.is_world_process_zero():
         summary = _write_output(trainer, model, source, config, adapter, dropout, len(rows), out, work)
