@@ -133,3 +133,20 @@ def test_contrastive_lora_is_refused_in_one_line_where_transformers_refuses_the_
     assert code == 2 and len(err) == 1 and not out.exists()
     assert err[0].startswith("error: contrastive --lora-r: transformers ") and "needs peft >= 99.0" in err[0]
     assert f"(installed: {metadata.version('peft')})" in err[0]
+
+
+def test_compatibility_cells():
+    """scripts/compatibility.py's pass / declared / fail, from the matrix's own cells (its doctests)."""
+    import doctest
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "compatibility.py"
+    spec = importlib.util.spec_from_file_location("compatibility", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert doctest.testmod(module).failed == 0
+    declared = {"backends": {"sdpa": "pass", "eager": "pass"},
+                "roundtrip": "plain transformers cannot: causal under eager, declared (AutoModel and ...)"}
+    assert module.cell(declared) == "declared"
+    assert module.cell({"backends": {"sdpa": "pass"}, "roundtrip": "default bidirectional: causal"}) == "fail"
