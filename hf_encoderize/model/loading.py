@@ -72,6 +72,12 @@ class LoadConfig:
     trust_remote_code: bool = field(default=False, metadata=identity(HARMLESS))
     """Run modelling code from the Hub repo. Off unless the user asks for it."""
 
+    @property
+    def input_path(self) -> str:
+        """What an output folder must never be, hold or sit in (`common.outputs`): the GGUF file itself when one is
+        named (its folder may hold other models and our outputs beside them), else the model folder or Hub id."""
+        return str(Path(self.source) / self.gguf_file) if self.gguf_file else self.source
+
     def __post_init__(self):
         backends = ("auto", "eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3")
         if self.attn_implementation not in backends:

@@ -358,7 +358,7 @@ def run(load, data, masking, train, adapter, run_cfg: RunConfig, hub) -> dict:
     # The output-folder policy first (cpt applies it again): without --overwrite a run continues in its folder, so
     # only an input, a file or a live run's folder is refused; with it, only a marked folder of ours is replaced.
     check_output_dir(out, overwrite=train.overwrite, resume=not train.overwrite,
-                     inputs=input_paths(load.source, data.data_files))
+                     inputs=input_paths(load.input_path, data.data_files))
     check_push_ready(hub)  # no token or offline mode fails now, not after hours of work
     train = dataclasses.replace(train, output_dir=str(out))  # the caller's config is left as it was
     stages = plan(load, data, masking, train, adapter, run_cfg, hub, out)

@@ -36,7 +36,7 @@ def convert(load: LoadConfig, out: ConvertConfig) -> dict:
     from hf_encoderize.model.saving import check_output_dir, save_encoder
     from hf_encoderize.model.where_it_trains import encoderize_where_it_trains
 
-    check_output_dir(out.output_dir, out.overwrite, inputs=input_paths(load.source))  # before any work
+    check_output_dir(out.output_dir, out.overwrite, inputs=input_paths(load.input_path))  # before any work
     if out.verify:
         model, tokenizer, report, _ = encoderize_where_it_trains(load, {}, None, False)
     else:

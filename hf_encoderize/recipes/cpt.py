@@ -70,7 +70,7 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
     output_dir = Path(train.output_dir) if train.output_dir else default_output_dir(load)
     return run_recipe(Recipe(
         command="cpt", output_dir=output_dir, data=data, masking=masking, train=train, extendable=True,
-        inputs=input_paths(load.source, data.data_files, train.from_checkpoint),
+        inputs=input_paths(load.input_path, data.data_files, train.from_checkpoint),
         check_launch=lambda accelerator: check_launch(accelerator, train, adapter),
         build=lambda accelerator: build(accelerator, load, data, masking, train, adapter),
         check_branch=lambda checkpoint, built: check_branch_settings(checkpoint, built.facts),
