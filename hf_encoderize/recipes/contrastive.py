@@ -45,6 +45,7 @@ from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD, ContrastiveRecor
 from hf_encoderize.common.validation import check_number
 from hf_encoderize.data.sources import dataset_patterns, diagnose_files, local_files
 from hf_encoderize.model.saving import MODELING_FILE, encoder_dir
+from hf_encoderize.recipes.contrastive_extras import check_hard_negatives, mine_negatives, parse_dims, with_matryoshka
 from hf_encoderize.training.lora import AdapterConfig
 
 OBJECTIVES = ("simcse", "supervised")
@@ -133,6 +134,11 @@ class ContrastiveConfig:
     (sentence-transformers' `gather_across_devices`): the in-batch negatives of the whole global batch."""
     progress: bool = field(default=True, metadata=identity(HARMLESS))
     """Show the trainer's progress bar."""
+    hard_negatives: int = 0
+    """supervised: mine K hard negatives per pair with the model before training (`mine_hard_negatives`; candidates
+    above 95% of the positive's score are dropped as likely false negatives). 0: in-batch negatives only."""
+    matryoshka_dims: str | None = None
+    """Embedding sizes the loss is also applied at, e.g. 768,512,256,128,64 (`MatryoshkaLoss`); at most the width."""
 
     def __post_init__(self):
         problems = []
@@ -156,6 +162,8 @@ class ContrastiveConfig:
         check_number("--learning-rate", self.learning_rate, above=0)
         check_number("--dropout", self.dropout, minimum=0, below=1)
         check_number("--warmup-ratio", self.warmup_ratio, minimum=0, below=1)
+        check_hard_negatives(self)
+        parse_dims(self.matryoshka_dims)  # a bad list is refused now; a size above the width once the model loads
 
 
 def _columns(config: ContrastiveConfig) -> list[str]:
@@ -275,7 +283,9 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
     dropout = _dropout_kwargs(source, config.dropout) if config.objective == "simcse" else {}
     model = build_model(source, config, dropout, adapter)
     prompts = saved_prompts(config, model.tokenizer)
-    roles = {"anchor": "query", "positive": "document", "negative": "document"}
+    rows = mine_negatives(model, rows, config, prompts)  # --hard-negatives: negative_1..negative_K columns
+    loss = with_matryoshka(_loss(model, config), model, config)  # --matryoshka-dims: the loss at each size
+    roles = {"anchor": "query", **{column: "document" for column in rows.column_names if column != "anchor"}}
     training = {column: prompts[roles[column]] for column in rows.column_names if roles[column] in prompts} \
         if config.lead_token else None
     args = _training_args(config, work, len(rows), training)  # sets up the processes of a distributed launch
@@ -288,7 +298,7 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
     if state.is_main_process:
         outputs.acquire_lock(work, "contrastive")  # removed with the work folder once the model is written
     state.wait_for_everyone()
-    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=rows, loss=_loss(model, config))
+    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=rows, loss=loss)
     if not config.progress:  # no progress bar and no printed log dicts either (the log is in contrastive_run.json)
         from transformers.trainer_callback import PrinterCallback
 

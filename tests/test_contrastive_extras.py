@@ -1,0 +1,89 @@
+"""contrastive --hard-negatives (mined with the model, false negatives filtered) and --matryoshka-dims (the loss at each
+truncated size), end to end through the CLI on the tiny model; bad values are one line."""
+
+import json
+import random
+
+import pytest
+from conftest import make_decoder, make_tokenizer
+from sentence_transformers.sentence_transformer.losses import multiple_negatives_ranking
+
+from hf_encoderize.cli import main
+from hf_encoderize.model.bidirectional import encoderize
+from hf_encoderize.model.saving import save_encoder
+from hf_encoderize.recipes import contrastive as contrastive_module
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory):
+    model, tokenizer = make_decoder(), make_tokenizer()
+    report = encoderize(model, tokenizer)
+    return save_encoder(model, tokenizer, tmp_path_factory.mktemp("enc") / "encoder", metadata=report.to_dict())
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory):
+    rng = random.Random(0)
+    rows = []
+    for _ in range(32):
+        anchor = [rng.randrange(100) for _ in range(6)]
+        rows.append({"q": " ".join(f"w{i}" for i in anchor), "pos": " ".join(f"w{i}" for i in reversed(anchor))})
+    path = tmp_path_factory.mktemp("data") / "pairs.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path, rows
+
+
+def _run(encoder, data, out, *extra):
+    return main(["contrastive", str(encoder), "--objective", "supervised", "--data-files", str(data),
+                 "--anchor-column", "q", "--positive-column", "pos", "--output-dir", str(out), "--steps", "2",
+                 "--batch-size", "8", "--max-seq-length", "32", "--no-progress", *extra])
+
+
+def test_hard_negatives_are_mined_into_columns_and_differ_from_the_positives(encoder, pairs, tmp_path, monkeypatch):
+    mined = []
+    original = contrastive_module.mine_negatives
+    monkeypatch.setattr(contrastive_module, "mine_negatives", lambda *args: mined.append(original(*args)) or mined[-1])
+    assert _run(encoder, pairs[0], tmp_path / "out", "--hard-negatives", "2") == 0
+    rows = mined[0]
+    assert rows.column_names == ["anchor", "positive", "negative_1", "negative_2"]
+    positives = {row["pos"] for row in pairs[1]}
+    for row in rows:
+        assert row["negative_1"] != row["positive"] and row["negative_2"] != row["positive"]
+        assert row["negative_1"] in positives and row["negative_2"] in positives  # the other pairs' positives
+    record = json.loads((tmp_path / "out" / "contrastive_run.json").read_text())
+    assert record["config"]["hard_negatives"] == 2 and record["losses"]
+
+
+def _dims_seen(monkeypatch):
+    seen = []
+    original = multiple_negatives_ranking.MultipleNegativesRankingLoss.compute_loss_from_embeddings
+
+    def recording(self, embeddings, labels):
+        seen.append(embeddings[0].shape[-1])
+        return original(self, embeddings, labels)
+
+    monkeypatch.setattr(multiple_negatives_ranking.MultipleNegativesRankingLoss, "compute_loss_from_embeddings",
+                        recording)
+    return seen
+
+
+def test_matryoshka_applies_the_loss_at_each_truncated_size(encoder, pairs, tmp_path, monkeypatch):
+    seen = _dims_seen(monkeypatch)
+    assert _run(encoder, pairs[0], tmp_path / "plain") == 0
+    assert set(seen) == {32}  # without the option: the full width only
+    seen.clear()
+    assert _run(encoder, pairs[0], tmp_path / "mrl", "--matryoshka-dims", "32,16,8") == 0
+    assert set(seen) == {32, 16, 8} and seen[:3] == [32, 16, 8]  # every step: each size, largest first
+
+
+@pytest.mark.parametrize("extra, wording", [
+    (["--matryoshka-dims", "64,32"], "--matryoshka-dims 64 is above the model's embedding width 32"),
+    (["--matryoshka-dims", "32,x"], "--matryoshka-dims must be comma-separated whole numbers"),
+    (["--hard-negatives", "-1"], "--hard-negatives"),
+    (["--hard-negatives", "2", "--negative-column", "pos"], "--hard-negatives mines the negatives itself"),
+])
+def test_bad_values_are_one_line(encoder, pairs, tmp_path, capsys, extra, wording):
+    assert _run(encoder, pairs[0], tmp_path / "out", *extra) == 2
+    err = capsys.readouterr().err
+    assert wording in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
