@@ -182,7 +182,7 @@ def strip_local_paths(files: dict[str, Path | bytes]) -> tuple[dict[str, Path | 
     the data files in contrastive_run.json, ...), and the `file: field` names it nulled. Only the staged bytes change:
     the user's files keep their paths. A path is absolute, home- or dot-relative, or a relative path that exists here;
     a Hub id (`user/name`) is none of these. Vocabularies (tokenizer.json) are left alone: their tokens are text."""
-    cleaned, stripped = dict(files), []
+    cleaned, stripped, paths = dict(files), [], set()
     for repo_path, value in files.items():
         if not repo_path.endswith(".json") or Path(repo_path).name in UNSCANNED_JSON:
             continue
@@ -191,24 +191,41 @@ def strip_local_paths(files: dict[str, Path | bytes]) -> tuple[dict[str, Path | 
             document = json.loads(raw)
         except (UnicodeDecodeError, ValueError):
             continue
-        fields: list[str] = []
+        fields: list[tuple[str, str]] = []  # (field, the path it held)
         if Path(repo_path).name in TOKEN_JSON and isinstance(document, dict):
             document = {k: _null_paths(v, k, fields) if k.endswith("name_or_path") else v for k, v in document.items()}
         else:
             document = _null_paths(document, "", fields)
         if fields:
             cleaned[repo_path] = (json.dumps(document, indent=2) + "\n").encode()
-            stripped += [f"{repo_path}: {field}" for field in fields]
-    return cleaned, stripped
+            stripped += [f"{repo_path}: {field}" for field, _ in fields]
+            paths.update(value for _, value in fields)
+    return _name_only_in_text(cleaned, paths, stripped), stripped
 
 
-def _null_paths(value, where: str, fields: list[str]):
+def _name_only_in_text(files: dict[str, Path | bytes], paths: set[str], stripped: list[str]) -> dict:
+    """The card (README.md, written from the same records) names those paths in prose: there each becomes its last
+    component, which still says which model it was."""
+    for repo_path, value in files.items():
+        if not repo_path.endswith(".md") or not paths:
+            continue
+        text = value if isinstance(value, bytes) else value.read_bytes()
+        cleaned = text
+        for path in sorted(paths, key=len, reverse=True):  # a longer path first: it may contain a shorter one
+            cleaned = cleaned.replace(path.encode(), Path(path.rstrip("/\\")).name.encode())
+        if cleaned != text:
+            files[repo_path] = cleaned
+            stripped.append(f"{repo_path}: the same paths in its text (last component kept)")
+    return files
+
+
+def _null_paths(value, where: str, fields: list[tuple[str, str]]):
     if isinstance(value, dict):
         return {k: _null_paths(v, f"{where}.{k}" if where else str(k), fields) for k, v in value.items()}
     if isinstance(value, list):
         return [_null_paths(v, f"{where}[{i}]", fields) for i, v in enumerate(value)]
     if isinstance(value, str) and _is_local_path(value):
-        fields.append(where)
+        fields.append((where, value))
         return None
     return value
 
@@ -262,7 +279,7 @@ def push_folder(folder, repo_id: str, *, repo_type: str = "model", private: bool
         raise EncoderizeError("a pull request is opened against main; drop the revision or create_pr")
     files, stripped = strip_local_paths(upload_set(folder, extra_files))
     if stripped:
-        print(f"local paths left out of the upload (set to null): {', '.join(stripped)}", flush=True)
+        print(f"local paths left out of the upload (JSON fields set to null): {', '.join(stripped)}", flush=True)
     token = token or _saved_token()
     if token and len(token) >= 8 and (leaks := files_holding(files, token)):
         raise EncoderizeError(f"{leaks[0]!r} holds your Hub token; remove it from the file before pushing")

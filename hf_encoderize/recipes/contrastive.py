@@ -306,7 +306,8 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
     try:
         trainer.train(resume_from_checkpoint=True if config.resume else None)
     except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM (the type says which); the CLI says "interrupted"
-        saved = sorted(work.glob("trainer/checkpoint-*"), key=lambda path: int(path.name.rpartition("-")[2]))
+        saved = sorted((p for p in work.glob("trainer/checkpoint-*") if p.name.rpartition("-")[2].isdigit()),
+                       key=lambda path: int(path.name.rpartition("-")[2]))  # the Trainer's checkpoint-STEP folders
         where = f"the newest checkpoint is {str(saved[-1])!r}" if saved else f"checkpoints are in {str(work)!r}"
         raise type(interrupt)(f"{where}; run the same command with --resume to continue") from None
     summary = {}
