@@ -28,10 +28,14 @@ def _good(n: int = 40) -> list[dict]:
 
 
 def _user_folder(tmp_path, run_file: str):
-    """A folder the user already has (one file in it): a refused run must leave it byte for byte."""
+    """An earlier run of ours the user already has (one file in it, and our marker, so --overwrite may replace it):
+    a run refused for its data must leave it byte for byte."""
+    from hf_encoderize.common.outputs import write_marker
+
     out = tmp_path / "user-out"
     out.mkdir()
     (out / run_file).write_bytes(b'{"step": 1, "loss": 2.5}\n')
+    write_marker(out, "cpt")
     return out
 
 
