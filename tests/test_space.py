@@ -402,8 +402,9 @@ def test_push_space_with_a_model_id_uploads_the_app_pinned(fake_hub, tiny_run, c
     assert repo["type"] == "space" and repo["sdk"] == "gradio"
     assert repo["commits"][0]["message"] == "Upload Space with hf-encoderize"
     files = fake_hub.files("someone/demo")
-    assert set(files) == {"README.md", "app.py", "requirements.txt", "space_config.json"}
+    assert set(files) == {"README.md", "app.py", "space_compute.py", "requirements.txt", "space_config.json"}
     assert files["app.py"] == (SPACE_DIR / "app.py").read_bytes()
+    assert files["space_compute.py"] == (SPACE_DIR / "space_compute.py").read_bytes()  # the app imports it
     meta = yaml.safe_load(files["README.md"].decode().split("---\n")[1])
     assert meta["sdk"] == "gradio" and meta["app_file"] == "app.py" and meta["sdk_version"] == gradio.__version__
     assert meta["models"] == ["someone/tiny-encoder", "someone/tiny-base"]
@@ -480,7 +481,7 @@ def test_push_space_points_to_a_hub_embedding_model_or_opts_out(fake_hub, contra
     push_space(PushSpaceConfig(str(contrastive_run), "someone/hub", model_id="someone/enc",
                                embedding_model_id="someone/emb"))
     files = fake_hub.files("someone/hub")
-    assert set(files) == {"README.md", "app.py", "requirements.txt", "space_config.json"}
+    assert set(files) == {"README.md", "app.py", "space_compute.py", "requirements.txt", "space_config.json"}
     assert json.loads(files["space_config.json"]) == {"encoder": "someone/enc", "embedding_model": "someone/emb"}
     assert yaml.safe_load(files["README.md"].decode().split("---\n")[1])["models"] == ["someone/enc", "someone/emb"]
 
