@@ -32,6 +32,7 @@ from typing import Any
 import torch.distributed
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.launch import is_main_process
 from hf_encoderize.data.sources import DataConfig
 from hf_encoderize.evaluation.compare import CompareConfig, compare_results
 from hf_encoderize.evaluation.config import EvalConfig
@@ -314,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         _on_sigterm(signal.SIG_IGN)  # a second SIGTERM (the scheduler's grace period) does not cut this line short
         said = str(interrupt)
         stopped = "terminated (SIGTERM)" if isinstance(interrupt, Terminated) else "interrupted"
-        print(f"error: {stopped}{f'; {said}' if said else ''}", file=sys.stderr)
+        if is_main_process():  # the launcher signals every process: one line, not one per process
+            print(f"error: {stopped}{f'; {said}' if said else ''}", file=sys.stderr)
         return 143 if isinstance(interrupt, Terminated) else 130  # 128 + the signal, as the shell reports it
     finally:
         _on_sigterm(previous)

@@ -327,3 +327,25 @@ def test_sigterm_during_cpt_says_where_it_stopped(decoder_dir, tmp_path):
     line = one_error(err, "--resume").replace(str(tmp_path), "TMP")
     assert line.count("interrupted") + line.count("terminated") == 1, line  # said once, not twice
     assert newest.name in line  # the newest whole checkpoint is named
+
+
+LAUNCH_ROWS = {"rank 0 says it": ({"WORLD_SIZE": "2", "RANK": "0"}, 1), "rank 1 stays quiet": ({"WORLD_SIZE": "2",
+                                                                                            "RANK": "1"}, 0)}
+
+
+@pytest.mark.parametrize("environ, lines", LAUNCH_ROWS.values(), ids=LAUNCH_ROWS.keys())
+def test_a_launched_run_says_it_was_interrupted_once(environ, lines, monkeypatch, capsys):
+    """torchrun / accelerate launch pass Ctrl-C or SIGTERM to every process; only the main one prints the line."""
+    import hf_encoderize.cli as cli
+
+    def interrupted(*args):
+        raise KeyboardInterrupt("the newest checkpoint is 'run/checkpoints/step-0000004'; run the same command with "
+                                "--resume to continue from it")
+
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(cli, "run_command", interrupted)
+    assert main(["doctor"]) == 130
+    err = capsys.readouterr().err
+    assert len([line for line in err.splitlines() if line.startswith("error: interrupted")]) == lines, err
+    assert "Traceback" not in err
