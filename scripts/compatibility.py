@@ -24,6 +24,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 # The kinds that get a row (`model.loading.ENCODERIZABLE`; restated: this script runs without importing the package).
@@ -69,7 +70,12 @@ def run_stack(python: str, model_types: list[str] | None) -> tuple[dict, dict, f
                           env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
     if done.returncode != 0:
         raise SystemExit(f"error: {python} architectures failed: {done.stderr.strip().splitlines()[-1:]}")
-    results = {r["model_type"]: r for r in json.loads(done.stdout)}
+    # The JSON list starts at the first line that is "[" alone: fresh processes of the round trip may print before it.
+    lines = done.stdout.splitlines()
+    start_line = next((i for i, line in enumerate(lines) if line == "["), None)
+    if start_line is None:
+        raise SystemExit(f"error: {python} architectures printed no JSON list: {done.stdout[-300:]!r}")
+    results = {r["model_type"]: r for r in json.loads("\n".join(lines[start_line:]))}
     return versions, results, time.monotonic() - start
 
 
@@ -115,11 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", default="docs/compatibility.md")
     args = parser.parse_args(argv)
     model_types = None if args.all else (args.model_types or SUBSET)
-    stacks = {}
-    for spec in args.stacks:
-        name, _, python = spec.partition("=")
-        print(f"running the matrix under {name} ({python})", file=sys.stderr, flush=True)
-        stacks[name] = run_stack(python, model_types)
+    specs = dict(spec.partition("=")[::2] for spec in args.stacks)
+    print(f"running the matrix under {', '.join(specs)} side by side", file=sys.stderr, flush=True)
+    with ThreadPoolExecutor(len(specs)) as pool:  # one process per stack: each waits on its own subprocess
+        futures = {name: pool.submit(run_stack, python, model_types) for name, python in specs.items()}
+        stacks = {name: future.result() for name, future in futures.items()}
     Path(args.write).write_text(render(stacks, subset=not args.all))
     print(f"wrote {args.write}", file=sys.stderr)
     return 0
