@@ -15,6 +15,7 @@ from hf_encoderize.model.bidirectional import encoderize  # noqa: E402
 from hf_encoderize.model.saving import save_encoder  # noqa: E402
 from hf_encoderize.publish import export as export_module  # noqa: E402
 from hf_encoderize.publish.card import CardConfig, write_card  # noqa: E402
+from hf_encoderize.publish.hub import upload_set  # noqa: E402
 
 # Run by the test itself in a fresh process without our package: the ONNX files alone, as a user would run them.
 ORT_CHECK = """
@@ -58,6 +59,7 @@ def test_onnx_export_is_kept_verified_and_on_the_card(tmp_path, texts, capsys):
     assert fp32["min_cosine"] >= 0.999 and int8["min_cosine"] >= 0.99
     assert fp32["bidirectional"] and int8["bidirectional"] and fp32["hf_encoderize_importable"] is False
     assert len(fp32["padded_lengths"]) >= 3  # texts of several lengths, padded in one batch
+    assert {"onnx/model.onnx", "onnx/model_qint8.onnx", "export_record.json"} <= set(upload_set(encoder))  # push
     card = (encoder / "README.md").read_text()
     assert "## Serve it" in card and "| `onnx/model_qint8.onnx` | verified | yes |" in card
     done = subprocess.run([sys.executable, "-c", ORT_CHECK, str(encoder)], capture_output=True, text=True,
