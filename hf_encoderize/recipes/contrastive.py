@@ -45,7 +45,7 @@ from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD, ContrastiveRecor
 from hf_encoderize.common.validation import check_number
 from hf_encoderize.data.sources import dataset_patterns, diagnose_files, local_files
 from hf_encoderize.model.saving import MODELING_FILE, encoder_dir
-from hf_encoderize.recipes.contrastive_extras import check_hard_negatives, mine_negatives, parse_dims, with_matryoshka
+from hf_encoderize.recipes.contrastive_extras import check_extras, mine_negatives, stage_loss
 from hf_encoderize.training.lora import AdapterConfig
 
 OBJECTIVES = ("simcse", "supervised")
@@ -135,8 +135,7 @@ class ContrastiveConfig:
     progress: bool = field(default=True, metadata=identity(HARMLESS))
     """Show the trainer's progress bar."""
     hard_negatives: int = 0
-    """supervised: mine K hard negatives per pair with the model before training (`mine_hard_negatives`; candidates
-    above 95% of the positive's score are dropped as likely false negatives). 0: in-batch negatives only."""
+    """supervised: mine K hard negatives per pair with the model first (`mine_hard_negatives`, false negatives out)."""
     matryoshka_dims: str | None = None
     """Embedding sizes the loss is also applied at, e.g. 768,512,256,128,64 (`MatryoshkaLoss`); at most the width."""
 
@@ -162,8 +161,7 @@ class ContrastiveConfig:
         check_number("--learning-rate", self.learning_rate, above=0)
         check_number("--dropout", self.dropout, minimum=0, below=1)
         check_number("--warmup-ratio", self.warmup_ratio, minimum=0, below=1)
-        check_hard_negatives(self)
-        parse_dims(self.matryoshka_dims)  # a bad list is refused now; a size above the width once the model loads
+        check_extras(self)  # --hard-negatives, --matryoshka-dims (a size above the width: once the model loads)
 
 
 def _columns(config: ContrastiveConfig) -> list[str]:
@@ -284,7 +282,7 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
     model = build_model(source, config, dropout, adapter)
     prompts = saved_prompts(config, model.tokenizer)
     rows = mine_negatives(model, rows, config, prompts)  # --hard-negatives: negative_1..negative_K columns
-    loss = with_matryoshka(_loss(model, config), model, config)  # --matryoshka-dims: the loss at each size
+    loss = stage_loss(model, config)  # with --matryoshka-dims, at each size
     roles = {"anchor": "query", **{column: "document" for column in rows.column_names if column != "anchor"}}
     training = {column: prompts[roles[column]] for column in rows.column_names if roles[column] in prompts} \
         if config.lead_token else None
@@ -368,19 +366,6 @@ def build_model(source: Path, config: ContrastiveConfig, dropout: dict, adapter:
         model.add_adapter(LoraConfig(r=int(adapter.lora_r), lora_alpha=int(adapter.lora_alpha),
                                      target_modules=targets, lora_dropout=0.0, task_type="FEATURE_EXTRACTION"))
     return model
-
-
-def _loss(model, config: ContrastiveConfig):
-    from sentence_transformers import losses
-
-    gather = config.cross_device_negatives and world_size() > 1  # one process: no gather
-
-    if config.loss == "cached_mnrl":
-        return losses.CachedMultipleNegativesRankingLoss(model, scale=config.scale,
-                                                         mini_batch_size=config.mini_batch_size,
-                                                         gather_across_devices=gather)
-    return losses.MultipleNegativesRankingLoss(model, scale=config.scale,
-                                               gather_across_devices=gather)
 
 
 def saved_prompts(config: ContrastiveConfig, tokenizer) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""The contrastive stage's two opt-in additions: hard negatives mined with the model, and Matryoshka dimensions.
+"""The contrastive stage's loss and its two opt-in additions: hard negatives mined with the model, Matryoshka sizes.
 
 Design choices:
 - Mining is sentence-transformers' `mine_hard_negatives`, run with the model about to be trained (the positives of the
@@ -14,6 +14,7 @@ Design choices:
 from __future__ import annotations
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.launch import world_size
 from hf_encoderize.common.validation import check_number
 
 RELATIVE_MARGIN = 0.05  # NV-Retriever's TopK-PercPos: a negative must score below 95% of the positive
@@ -37,8 +38,9 @@ def parse_dims(text: str | None) -> list[int]:
     return sorted(dims, reverse=True)
 
 
-def check_hard_negatives(config) -> None:
-    """`--hard-negatives` needs (anchor, positive) pairs and no negative column of the user's."""
+def check_extras(config) -> None:
+    """`--hard-negatives` needs (anchor, positive) pairs and no negative column of the user's; the dims must parse."""
+    parse_dims(config.matryoshka_dims)
     check_number("--hard-negatives", config.hard_negatives, minimum=0, integer=True)
     if config.hard_negatives and config.objective != "supervised":
         raise EncoderizeError("--hard-negatives mines negatives for (anchor, positive) pairs; add --objective "
@@ -62,6 +64,21 @@ def mine_negatives(model, rows, config, prompts: dict):
         raise EncoderizeError(f"--hard-negatives {config.hard_negatives}: only {len(mined)} pair(s) have that many "
                               "negatives below 95% of their positive's score; lower it or add pairs")
     return mined
+
+
+def stage_loss(model, config):
+    """The stage's InfoNCE loss (in-batch negatives, gathered across processes when asked), wrapped in `MatryoshkaLoss`
+    when `--matryoshka-dims` is given."""
+    from sentence_transformers import losses
+
+    gather = config.cross_device_negatives and world_size() > 1  # one process: no gather
+    if config.loss == "cached_mnrl":
+        loss = losses.CachedMultipleNegativesRankingLoss(model, scale=config.scale,
+                                                         mini_batch_size=config.mini_batch_size,
+                                                         gather_across_devices=gather)
+    else:
+        loss = losses.MultipleNegativesRankingLoss(model, scale=config.scale, gather_across_devices=gather)
+    return with_matryoshka(loss, model, config)
 
 
 def with_matryoshka(loss, model, config):
