@@ -45,7 +45,7 @@ def test_eval_on_the_real_loaders_through_the_cli(decoder_dir, tmp_path, capsys)
             "--data-dir", FIXTURES, "--dataset-source", "original", "--output-dir", str(tmp_path), *TINY]
     assert main(argv) == 0
     captured = capsys.readouterr()
-    assert "| sst2 | accuracy |" in captured.out and "| nq | ndcg@10 |" in captured.out
+    assert "| sst2 | accuracy |" in captured.out and "| nq | ndcg@10 (binary gains) |" in captured.out
     assert "labelled documents" in captured.out and "note: nq:" in captured.err
     assert "[4/4] ir/nq lr=5e-05 seed=0: validation" in captured.err
     summary = json.loads((tmp_path / "tiny-llama" / "summary.json").read_text())

@@ -23,6 +23,7 @@ ZERO_ALLOWED = {
     "seed": "0 is a seed like any other",
     "prefetch": "0 turns the background prefetch off",
     "lora_r": "0 trains the full model (no LoRA)",
+    "hard_negatives": "0 mines no hard negatives",
     "weight_decay": "no weight decay",
     "warmup_ratio": "no warmup",
     "dropout": "SimCSE without dropout noise (supervised pairs need none)",

@@ -413,7 +413,7 @@ def test_push_space_with_a_model_id_uploads_the_app_pinned(fake_hub, tiny_run, c
     config = json.loads(files["space_config.json"])
     assert config == {"encoder": "someone/tiny-encoder", "base_model": "someone/tiny-base"}
     assert all(TOKEN.encode() not in content for content in files.values())
-    assert "uploaded 4 files to Space someone/demo" in capsys.readouterr().out
+    assert "uploaded 5 files to Space someone/demo" in capsys.readouterr().out
 
 
 def _clone_and_load(files: dict[str, bytes], clone: Path, monkeypatch):

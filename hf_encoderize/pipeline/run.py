@@ -78,8 +78,8 @@ class RunConfig:
     """Optimizer steps of the contrastive stage."""
     contrastive_batch_size: int = 64
     """Rows per step of the contrastive stage (in-batch negatives: larger is better; lower it on a CPU)."""
-    contrastive_max_seq_length: int = 128
-    """Tokens per text in the contrastive stage."""
+    contrastive_max_seq_length: int | None = None
+    """Tokens per text in the contrastive stage; default 128, or the model's positions when it has fewer."""
 
     def __post_init__(self):
         if self.contrastive not in ("simcse", "supervised", "none"):

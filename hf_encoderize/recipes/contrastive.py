@@ -118,8 +118,8 @@ class ContrastiveConfig:
     """Peak learning rate (LLM2Vec's SimCSE and supervised runs use 3e-5 and 2e-4 with LoRA; full fine-tuning here)."""
     warmup_ratio: float = 0.1
     """Linear warmup over this share of the steps, then linear decay."""
-    max_seq_length: int = 128
-    """Tokens per text."""
+    max_seq_length: int | None = None
+    """Tokens per text; default 128, or the model's positions when it has fewer. A value above them is refused."""
     seed: int = 0
     """Seed for data order and dropout."""
     save_every: int = field(default=500, metadata=identity(HARMLESS))
@@ -157,6 +157,7 @@ class ContrastiveConfig:
         if self.objective == "simcse":
             check_number("--batch-size", self.batch_size, minimum=2, integer=True)  # in-batch negatives need two
         check_number("--seed", self.seed, minimum=0, maximum=2**32 - 1, integer=True)  # numpy's seed range
+        check_number("--hard-negatives", self.hard_negatives, minimum=0, integer=True)  # 0: none mined
         check_number("--scale", self.scale, above=0)  # 1 / temperature: 0 makes every similarity equal
         check_number("--learning-rate", self.learning_rate, above=0)
         check_number("--dropout", self.dropout, minimum=0, below=1)
@@ -332,16 +333,23 @@ def check_peft_integration() -> None:
                               "transformers < 5.24, or drop --lora-r (a full fine-tune)")
 
 
-def _check_positions(source: Path, max_seq_length: int) -> None:
-    """Longer inputs than the model has positions for fail deep in the forward pass (an index error), so refuse them
-    before the load, from the folder's config."""
+DEFAULT_MAX_SEQ_LENGTH = 128
+
+
+def _check_positions(source: Path, max_seq_length: int | None) -> int:
+    """The tokens per text: the one asked for, or the default capped at the model's positions. Longer inputs than
+    the model has positions for fail deep in the forward pass (an index error), so an explicit value above them is
+    refused before the load, from the folder's config."""
     try:
         positions = json.loads((Path(source) / "config.json").read_text()).get("max_position_embeddings")
     except (OSError, ValueError, AttributeError):
-        return  # no readable config here: the load below reports the folder
+        positions = None  # no readable config here: the load below reports the folder
+    if max_seq_length is None:
+        return min(DEFAULT_MAX_SEQ_LENGTH, positions) if isinstance(positions, int) else DEFAULT_MAX_SEQ_LENGTH
     if isinstance(positions, int) and max_seq_length > positions:
         raise EncoderizeError(f"--max-seq-length {max_seq_length} is above the model's {positions} positions; pass "
                               f"--max-seq-length {positions} or less")
+    return max_seq_length
 
 
 def build_model(source: Path, config: ContrastiveConfig, dropout: dict, adapter: AdapterConfig):
@@ -349,14 +357,14 @@ def build_model(source: Path, config: ContrastiveConfig, dropout: dict, adapter:
     from peft import LoraConfig
     from sentence_transformers import SentenceTransformer, models
 
-    _check_positions(source, config.max_seq_length)
+    max_seq_length = _check_positions(source, config.max_seq_length)
     master = None if adapter.lora_r else {"dtype": torch.float32}  # full fine-tune: fp32 master weights
     try:
         model = SentenceTransformer(str(source), device=None, config_kwargs=dropout or None, model_kwargs=master)
     except Exception as err:
         raise EncoderizeError(f"cannot load {str(source)!r} as an encoder: {type(err).__name__}: "
                               f"{' '.join(str(err).split())[:200]}") from None
-    model.max_seq_length = config.max_seq_length
+    model.max_seq_length = max_seq_length
     dim = model.get_embedding_dimension()
     pooling = models.Pooling(dim, pooling_mode=POOLINGS[config.pooling], include_prompt=not config.lead_token)
     model = SentenceTransformer(modules=[model[0], pooling], device=str(model.device))
