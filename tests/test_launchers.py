@@ -2,6 +2,7 @@
 objective wrapper, and a bf16 checkpoint trains with fp32 master weights."""
 
 import json
+import tempfile
 
 import pytest
 import torch
@@ -134,3 +135,31 @@ def test_deepspeed_runs_the_shipped_config(config, bf16_model, tmp_path):
     report = json.loads(check.stdout.strip().splitlines()[-1])
     assert report["is_causal"] is False and report["later_token_changes_first"]
     assert not report["hf_encoderize_importable"]
+
+
+def test_an_fsdp2_gradient_norm_is_reduced_as_a_plain_tensor():
+    """Under FSDP2, `clip_grad_norm_` over sharded parameters returns a replicated DTensor, and the step's
+    `accelerator.reduce` of it failed on an H200 ("c10d.allreduce_.default does not have a sharding strategy
+    registered"). The same happens here with gloo and one process; `plain_norm` gives the full value as a tensor."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from hf_encoderize.training.nonfinite import plain_norm
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already up in this process")
+    dist.init_process_group("gloo", init_method=f"file://{tempfile.mkdtemp()}/rendezvous", rank=0, world_size=1)
+    try:
+        layer = torch.nn.Linear(4, 4)
+        fully_shard(layer, mesh=init_device_mesh("cpu", (1,)))
+        layer(torch.randn(2, 4)).sum().backward()
+        norm = torch.nn.utils.clip_grad_norm_(layer.parameters(), 1.0)
+        with pytest.raises(NotImplementedError, match="sharding strategy"):
+            dist.all_reduce(norm.clone())  # what the engine did before
+        plain = plain_norm(norm)
+        assert type(plain) is torch.Tensor and float(plain) == pytest.approx(float(norm.full_tensor()))
+        dist.all_reduce(plain)
+        assert plain_norm(torch.tensor(3.0)).item() == 3.0 and plain_norm(2.5).item() == 2.5
+    finally:
+        dist.destroy_process_group()

@@ -59,7 +59,7 @@ from hf_encoderize.training.checkpoints import (
     save_checkpoint,
     state_of,
 )
-from hf_encoderize.training.nonfinite import NonFiniteGuard, check_finite_result
+from hf_encoderize.training.nonfinite import NonFiniteGuard, check_finite_result, plain_norm
 from hf_encoderize.training.profiling import section
 from hf_encoderize.training.schedule import wsd_scheduler
 from hf_encoderize.training.train_config import ADAMW_BETAS, TrainConfig  # noqa: F401 - re-exported: recipes import it here
@@ -70,8 +70,7 @@ class ObjectiveModel(torch.nn.Module):
 
     `forward` returns `(loss_sum, correct)`: the fp32 cross-entropy summed over labelled positions (the engine divides
     by the labelled tokens of the global batch) and, detached, how many of them the arg-max predicts right (a device
-    tensor, so the training step needs no extra host sync).
-    """
+    tensor, so the training step needs no extra host sync)."""
 
     def __init__(self, model):
         from hf_encoderize.model.loading import ENCODER, classify_config
@@ -377,9 +376,10 @@ def _finite_or_skip(grad_norm, run: Run):
     """With `--on-nonfinite skip`, drop a non-finite gradient so `optimizer.step()` leaves weights and moments as
     they were: gradients set to None make torch's AdamW pass over the parameters (a zero gradient would still
     apply weight decay and decay the moments). Under fp16 the GradScaler already skips overflowing steps."""
+    grad_norm = plain_norm(grad_norm)
     if run.train.on_nonfinite != "skip" or str(run.accelerator.mixed_precision) == "fp16":
         return grad_norm
-    if not bool(torch.isfinite(torch.as_tensor(grad_norm))):
+    if not bool(torch.isfinite(grad_norm)):
         run.optimizer.zero_grad(set_to_none=True)
     return grad_norm
 
