@@ -163,19 +163,21 @@ def test_wheels_plan_doctests():
 
 def test_wheels_plan_carries_what_the_lent_machine_has_too_old():
     """Against the committed description of the lent GPU machine (transformers 5.17) and this pyproject's
-    requirements (transformers >= 5.17 since the supported range replaced the 5.23 pin), the plan carries only what
-    the machine lacks (gguf), and nothing it has at a good version: not transformers any more."""
+    requirements (transformers >= 5.17 since the supported range replaced the 5.23 pin), the plan carries what the
+    machine lacks (gguf) and what it has too old (its peft 0.21.0, read by gpu_check on an H200, under our 0.21.2
+    floor), and nothing it has at a good version: not transformers any more."""
     plan = load_wheels_plan()
     machine = plan.read_machine((REPO / "scripts" / "gpu_machine.txt").read_text().splitlines())
-    assert machine["transformers"] == "5.17.0" and machine["torch"] == "2.11.0"
+    assert machine["transformers"] == "5.17.0" and machine["torch"] == "2.11.0" and machine["peft"] == "0.21.0"
     report = {"install": [{"metadata": {"name": name, "version": version, "requires_dist": needs}}
                           for name, version, needs in [
                               ("transformers", "5.23.0", ["huggingface-hub>=1.3,<2", "tokenizers>=0.22,<=0.24"]),
                               ("accelerate", "1.15.0", ["torch>=2.0"]), ("huggingface-hub", "1.34.0", []),
                               ("tokenizers", "0.23.3", []), ("gguf", "0.19.0", []), ("torch", "2.11.0", []),
+                              ("peft", "0.21.2", ["torch>=1.13"]),
                               ("nvidia-nccl-cu13", "2.28.9", [])]]}
     carry = plan.plan(report, machine, "3.12", load_gpu_check().runtime_requirements(), {"torch", "nvidia-nccl-cu13"})
-    assert carry == ["gguf==0.19.0"]
+    assert carry == ["gguf==0.19.0", "peft==0.21.2"]
 
 
 def test_wheel_folder_install_takes_the_newest_runnable_wheel_of_each_package(tmp_path):
