@@ -1,15 +1,19 @@
 """Put a results folder next to the paper's Appendix C tables and say, dataset by dataset, whether we reproduced them.
 
-    python examples/paper/check_against_paper.py runs/paper/610M [--json]
+    python examples/paper/check_against_paper.py runs/paper/610M [--size 610M] [--json]
 
 Design choices:
-- The paper's numbers live in `paper_tables.json`, transcribed once from Appendix C (Tables 6-17, 610M models, MLM at
-  40% masking) with each row's table number and printed labels; this script only reads it.
-- Runs are found by the names the recipes write (common.sh, pfs.sh, cpt.sh): PFS `mlm-12000`, `clm0.25-mlm0.75-42000`,
-  CPT `cpt-clm-42000-2000` (its '-' row is the base, `clm-42000`), and the data-efficiency checkpoints
+- The paper's numbers live in `paper_tables.json`, transcribed once from Appendix C (Tables 2-5: 210M, 610M and 1B
+  models, MLM at 20/30/40/50% masking and CLM; Tables 6-17: 610M models, MLM at 40% masking) with each row's table
+  number, model size and printed labels; this script only reads it.
+- One model size per call: the recipes write `RUNS/SIZE/NAME` (common.sh), so the size is the folder's name
+  (`runs/paper/1B`) unless `--size` says it; a folder named otherwise needs `--size`.
+- Runs are found by the names the recipes write (common.sh, pfs.sh, cpt.sh, masking.sh): the base runs `clm-42000`,
+  `mlm-42000` (40% masking) and `mlm-42000-mask0.2` (Tables 2-5), PFS `mlm-12000`, `clm0.25-mlm0.75-42000`, CPT
+  `cpt-clm-42000-2000` (its '-' row is the base, `clm-42000`), and the data-efficiency checkpoints
   `clm-42000/exports/step-0005000`. Each is read from its `eval/summary.json` (hf_encoderize/evaluation/summary.py).
-- A run that several tables share (`mlm-42000` is the 0K+42K PFS cell and the MLM CPT base) gets one line per dataset
-  when the tables print the same numbers.
+- A run that several tables share (610M `mlm-42000` is C.1's 40% row, the 0K+42K PFS cell and the MLM CPT base) gets
+  one line per dataset when the tables print the same numbers.
 - Verdict: a test, not an overlap of intervals. Welch's t-test at 5% of our per-seed scores (their SD recovered from
   summary.json's 95% Student t interval and seed count) against the paper's mean and 95% CI over its 5 seeds
   (`hf_encoderize.evaluation.compare.welch_verdict`): `above` or `below` when it rejects, else `no difference`; one
@@ -47,7 +51,9 @@ OUR_NAMES = {
     "MS MARCO": "msmarco",
     "MLDR": "mldr",
 }
-OTHER_SIZES = {"210M", "1B"}  # masking.sh's other sizes: Tables 6-17 hold no row for them
+SIZES = ("210M", "610M", "1B")  # masking.sh's sizes (examples/configs/); Tables 6-17 are 610M only
+# masking.sh's CLM+MLM runs at other ratios (section 4, Figure 7): the paper prints no table for them
+FIGURE_ONLY = "clm0.25-mlm0.75-42000-mask"
 
 
 class CheckError(Exception):
@@ -57,6 +63,10 @@ class CheckError(Exception):
 def run_name(row: dict) -> str:
     """The recipes' folder (relative to the runs root) for one row of the paper's tables."""
     setting = row["setting"]
+    if row["kind"] == "masking":  # masking.sh: the 40% MLM run is pfs.sh's mlm-42000, shared
+        if setting["objective"] == "clm":
+            return "clm-42000"
+        return "mlm-42000" if setting["mask"] == 0.4 else f"mlm-42000-mask{setting['mask']:g}"
     if row["kind"] == "efficiency":
         return f"{setting['objective']}-42000/exports/step-{setting['step']:07d}"
     if row["kind"] == "cpt":
@@ -69,11 +79,11 @@ def run_name(row: dict) -> str:
     return f"clm{share:g}-mlm{1 - share:g}-{total}"
 
 
-def paper_runs(tables: dict) -> dict[str, dict]:
+def paper_runs(tables: dict, size: str = "610M") -> dict[str, dict]:
     """Run name -> {"sources": where the paper prints it, "rows": its scores in table order, one per dataset unless
-    two tables print different numbers}."""
+    two tables print different numbers}, for the models of one size."""
     runs: dict[str, dict] = {}
-    for row in tables["rows"]:
+    for row in (r for r in tables["rows"] if r["size"] == size):
         run = runs.setdefault(run_name(row), {"sources": [], "rows": []})
         source = next(
             (s for s in run["sources"] if s["printed"] == row["printed"] and s["section"] == row["section"]), None
@@ -160,12 +170,12 @@ def compare_run(name: str, paper: dict, summary: dict) -> dict:
             "averages": averages}
 
 
-def compare(root: Path) -> dict:
-    """Every row of the paper's Tables 6-17 against the evaluated runs under `root`."""
+def compare(root: Path, size: str = "610M") -> dict:
+    """Every row of the paper's Tables 2-17 for `size` models against the evaluated runs under `root`."""
     tables = json.loads(TABLES.read_text())
     summaries = find_summaries(root)
     runs, missing_runs = [], []
-    for name, paper in paper_runs(tables).items():
+    for name, paper in paper_runs(tables, size).items():
         if name in summaries:
             runs.append(compare_run(name, paper, read_summary(summaries[name])))
         else:
@@ -178,6 +188,7 @@ def compare(root: Path) -> dict:
                 tally[row["verdict"]] += 1
     return {
         "source": tables["source"],
+        "size": size,
         "parentheses": tables["parentheses"],
         "counts": counts,
         "runs": runs,
@@ -222,7 +233,7 @@ def render_run(run: dict) -> list[str]:
 
 def render(report: dict) -> str:
     lines = [
-        f"Compared with {report['source']}.",
+        f"{report['size']} runs compared with {report['source']}.",
         "Paper and ours: mean ± 95% CI half-width over fine-tuning seeds (the paper's 5; see paper_tables.json). "
         "Verdict: Welch's t-test at 5% against the paper's 5 seeds: above or below when it rejects, else no "
         "difference; not testable with one seed. Family averages are tested too.",
@@ -234,45 +245,57 @@ def render(report: dict) -> str:
         lines += ["Missing here (not run or not evaluated):"]
         lines += [f"- {m['run']}: {_sources(m['sources'])}" for m in report["missing_runs"]] + [""]
     if report["not_in_tables"]:
-        lines += ["Evaluated here but in none of Tables 6-17: " + ", ".join(report["not_in_tables"]), ""]
+        lines += [f"Evaluated here but in none of the paper's {report['size']} rows (Tables 2-17): "
+                  + ", ".join(report["not_in_tables"]), ""]
+        if any(name.startswith(FIGURE_ONLY) for name in report["not_in_tables"]):
+            lines += [f"({FIGURE_ONLY}* runs are section 4's Figure 7: the paper prints no table for them.)", ""]
     for profile, kinds in sorted(report["counts"].items()):
         for kind, tally in kinds.items():
             what = "dataset scores" if kind == "rows" else "family averages"
             lines.append(f"Profile {profile}, {sum(tally.values())} {what}: "
                          + ", ".join(f"{n} {verdict}" for verdict, n in tally.items()) + ".")
     lines.append(
-        f"{len(report['missing_runs'])} of the paper's {len(report['runs']) + len(report['missing_runs'])} runs "
-        "missing."
+        f"{len(report['missing_runs'])} of the paper's {len(report['runs']) + len(report['missing_runs'])} "
+        f"{report['size']} runs missing."
     )
     return "\n".join(lines)
 
 
-def check(root: Path) -> dict:
+def model_size(root: Path, size: str | None) -> str:
+    """The size `root`'s runs have: `--size`, else the folder's name (the recipes write RUNS/SIZE/NAME)."""
+    named = root.name if root.name in SIZES else None
+    if size is not None and named is not None and size != named:
+        raise CheckError(f"--size {size} but {str(root)!r} is named for {named} runs; drop --size or pass the "
+                         f"{size} runs folder, e.g. runs/paper/{size}")
+    if size is None and named is None:
+        raise CheckError(f"cannot tell the model size of the runs in {str(root)!r} from its name; pass --size "
+                         f"({', '.join(SIZES)})")
+    return size or named
+
+
+def check(root: Path, size: str | None = None) -> dict:
     """The comparison for the runs folder `root`; CheckError when there is nothing to compare."""
     if not root.is_dir():
         raise CheckError(
             f"{str(root)!r} is not a folder; pass the runs folder of the paper recipes, e.g. runs/paper/610M"
         )
-    if root.name in OTHER_SIZES:
-        raise CheckError(
-            f"{str(root)!r} holds {root.name} runs, but the paper's Tables 6-17 are for 610M models; "
-            "pass the 610M runs folder, e.g. runs/paper/610M"
-        )
+    size = model_size(root, size)
     if not find_summaries(root):
         raise CheckError(
             f"no RUN/eval/summary.json under {str(root)!r}; evaluate the runs first with "
             f"python examples/paper/evaluate_and_plot.py {root}"
         )
-    return compare(root)
+    return compare(root, size)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("root", help="the folder holding the runs, e.g. runs/paper/610M")
+    parser.add_argument("root", help="the folder holding the runs of one model size, e.g. runs/paper/610M")
+    parser.add_argument("--size", choices=SIZES, help="their model size (default: the folder's name)")
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
     args = parser.parse_args(argv)
     try:
-        report = check(Path(args.root))
+        report = check(Path(args.root), args.size)
     except CheckError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
