@@ -271,6 +271,8 @@ def test_masking_runs_of_every_size_sit_next_to_tables_2_to_5(tmp_path, capsys):
     (row,) = [r for r in report["runs"][0]["rows"] if r["verdict"] != "missing"]
     assert (row["tables"], row["paper"], row["verdict"]) == ([5], {"mean": 53.76, "ci95": 0.9}, "no difference")
     assert report["size"] == "210M" and len(report["missing_runs"]) == 4
+    with pytest.raises(check.CheckError, match="no 2B models"):
+        check.check(tmp_path / "small", "2B")
 
 
 def test_json_output(tmp_path, capsys):

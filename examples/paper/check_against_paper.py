@@ -263,6 +263,8 @@ def render(report: dict) -> str:
 
 def model_size(root: Path, size: str | None) -> str:
     """The size `root`'s runs have: `--size`, else the folder's name (the recipes write RUNS/SIZE/NAME)."""
+    if size is not None and size not in SIZES:
+        raise CheckError(f"the paper's tables hold no {size} models; pass --size {', '.join(SIZES)}")
     named = root.name if root.name in SIZES else None
     if size is not None and named is not None and size != named:
         raise CheckError(f"--size {size} but {str(root)!r} is named for {named} runs; drop --size or pass the "
