@@ -90,7 +90,7 @@ def test_what_was_done_in_numbers(run_dir):
 def test_snippets_run_as_written_without_hf_encoderize(run_dir):
     text = (run_dir / "encoder" / "README.md").read_text()
     snippets = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    assert len(snippets) == 3 and all(str((run_dir / "encoder").resolve()) in s for s in snippets)
+    assert len(snippets) == 4 and all(str((run_dir / "encoder").resolve()) in s for s in snippets)
     # One clean interpreter, each snippet in its own namespace; `import hf_encoderize` fails there.
     program = "import sys\nsys.modules['hf_encoderize'] = None\nimport json\n" + "".join(
         f"exec(compile({s!r}, 'snippet{i}', 'exec'), {{}})\nprint('snippet{i} ok', flush=True)\n"
@@ -98,7 +98,7 @@ def test_snippets_run_as_written_without_hf_encoderize(run_dir):
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=600,
                           cwd=run_dir.parent)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert [line for line in done.stdout.splitlines() if line.endswith(" ok")] == [f"snippet{i} ok" for i in range(3)]
+    assert [line for line in done.stdout.splitlines() if line.endswith(" ok")] == [f"snippet{i} ok" for i in range(4)]
     assert "torch.Size([2, 32])" in done.stdout  # AutoModel mean pooling: 2 sentences x hidden 32
     assert "(2, 32)" in done.stdout  # SentenceTransformer embeddings
 
@@ -184,3 +184,45 @@ def test_card_options_survive_regeneration(tmp_path):
     assert main(["card", str(out)]) == 0  # e.g. `push` or `run` regenerating it later
     meta = front_matter(out / "encoder" / "README.md")
     assert meta["base_model"] == "HuggingFaceTB/SmolLM2-135M" and meta["license"] == "apache-2.0"
+
+
+def serve_commands_in(text: str) -> list[tuple[str, bool, str, str]]:
+    """(engine, marked verified, language, code) of each command in the card's "Serve it" section."""
+    section = text.split("## Serve it", 1)[1].split("\n## ", 1)[0]
+    found = re.findall(r"\*\*(.+?)\*\* \((verified|not verified)\)[^\n]*\n+```(\w+)\n(.*?)```", section, flags=re.S)
+    return [(engine, mark == "verified", language, code) for engine, mark, language, code in found]
+
+
+def test_serve_section_marks_only_what_a_test_runs(run_dir):
+    commands = serve_commands_in((run_dir / "encoder" / "README.md").read_text())
+    by_engine = {engine: (verified, code) for engine, verified, _, code in commands}
+    # The one command marked verified without an export is the PyTorch snippet that the snippets test above runs.
+    assert [engine for engine, verified, _, _ in commands if verified] == ["sentence-transformers (PyTorch)"]
+    assert "ONNX Runtime" not in by_engine  # no export, no ONNX command
+    tei, vllm = by_engine["Text Embeddings Inference"], by_engine["vLLM"]
+    assert tei == (False, f"text-embeddings-router --model-id {(run_dir / 'encoder').resolve()} --pooling mean\n")
+    assert not vllm[0] and "--runner pooling --convert embed" in vllm[1]
+    assert """--hf-overrides '{"is_causal": false}'""" in vllm[1] and """'{"pooling_type": "MEAN"}'""" in vllm[1]
+    assert "**llama.cpp** (not verified): no GGUF was exported" in (run_dir / "encoder" / "README.md").read_text()
+
+
+def test_matryoshka_sizes_and_truncation_on_the_card(tmp_path, capsys):
+    from conftest import make_decoder, make_tokenizer
+
+    from hf_encoderize.model.bidirectional import encoderize
+    from hf_encoderize.model.saving import save_encoder
+
+    model, tokenizer = make_decoder(), make_tokenizer()
+    report = encoderize(model, tokenizer)
+    encoder = save_encoder(model, tokenizer, tmp_path / "embedder", metadata=report.to_dict())
+    stage = {"objective": "supervised", "pooling": "mean", "loss": "mnrl", "steps": 2, "batch_size": 2,
+             "learning_rate": 1e-5, "scale": 20.0, "rows": 4, "final_loss": 1.0, "lead": ""}
+    (encoder / "contrastive_run.json").write_text(json.dumps(
+        {"source": str(encoder), "config": {"matryoshka_dims": "8,32,16"}, "stage": stage, "losses": [1.0]}))
+    text = write_card(CardConfig(str(encoder))).read_text()
+    assert "to each of 32, 16, 8\ndimensions" in text
+    assert "This run recorded no retrieval score at each dimension" in text  # none recorded: none invented
+    snippet = re.search(r"## Smaller embeddings.*?```python\n(.*?)```", text, flags=re.S).group(1)
+    assert "truncate_dim=16" in snippet
+    exec(compile(snippet, "matryoshka", "exec"), {})  # runs as printed
+    assert "(2, 16)" in capsys.readouterr().out

@@ -49,6 +49,8 @@ class CardFacts:
     """Width of the embeddings."""
     max_seq_length: int | None = None
     """sentence-transformers max_seq_length."""
+    pooling: str | None = None
+    """sentence-transformers pooling mode (`1_Pooling/config.json`): what a serving engine must be told."""
     plots: list[str] = field(default_factory=list)
     """Repo paths of plots pushed next to the card (shown only in a pushed card)."""
     contrastive: dict | None = None

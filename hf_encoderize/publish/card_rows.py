@@ -156,3 +156,84 @@ def _decay(run: dict) -> str:
     if run.get("decay_steps") is not None:
         return f"{thousands(run['decay_steps'])} steps"
     return f"{run.get('decay_fraction', 0):.0%} of steps"  # runs recorded before decay_steps existed
+
+
+# ------------------------------------------------------------------------------------------------ serving
+
+# Pooling names of the serving engines, per sentence-transformers pooling mode (TEI `--pooling`, vLLM `pooling_type`).
+TEI_POOLING = {"mean": "mean", "cls": "cls", "lasttoken": "last-token"}
+VLLM_POOLING = {"mean": "MEAN", "cls": "CLS", "lasttoken": "LAST"}
+
+
+def serve_commands(facts: CardFacts, serve: dict | None) -> list[dict]:
+    """The "Serve it" commands, each {engine, language, code, verified, note}. `verified` is True only for a command
+    a test of hf-encoderize runs as the card prints it (tests/test_card.py, tests/test_export.py run every one so
+    marked); the engines this project cannot install (optimum-onnx, TEI, vLLM) are marked not verified, with why."""
+    ref, pooling = facts.model_ref, pooling_mode(facts)
+    lead = (facts.contrastive or {}).get("stage", {}).get("lead") or ""
+    kept = [name for name, v in ((serve or {}).get("variants") or {}).items() if v.get("verdict") == "verified"]
+    commands = [{"engine": "sentence-transformers (PyTorch)", "language": "python", "verified": True, "note": "",
+                 "code": 'from sentence_transformers import SentenceTransformer\n\n'
+                         f'model = SentenceTransformer("{ref}")\n'
+                         'embeddings = model.encode(["A cat sits on the mat.", "Stock markets fell today."])\n'
+                         'print(embeddings.shape, model.similarity(embeddings, embeddings))'}]
+    if kept:
+        commands.append(_onnxruntime_command(ref, kept[0], pooling, lead))
+        int8 = (f'\nint8 = SentenceTransformer("{ref}", backend="onnx", model_kwargs={{"file_name": '
+                '"model_qint8.onnx"})' if "model_qint8.onnx" in kept else "")
+        commands.append({"engine": "sentence-transformers (ONNX backend)", "language": "python", "verified": False,
+                         "note": "`backend=\"onnx\"` loads through optimum-onnx (`pip install "
+                                 "'sentence-transformers[onnx]'`), whose release pins transformers < 4.58: it could "
+                                 "not be installed beside the transformers 5 this model was exported with, so no test "
+                                 "here runs it",
+                         "code": 'from sentence_transformers import SentenceTransformer\n\n'
+                                 f'model = SentenceTransformer("{ref}", backend="onnx")  # onnx/model.onnx{int8}'})
+    prompt = (f" Neither adds this model's lead `{lead}`: put it before every text yourself; both pool every token, "
+              "the lead's included, which sentence-transformers leaves out." if lead else "")
+    commands.append({"engine": "Text Embeddings Inference", "language": "bash", "verified": False,
+                     "code": f"text-embeddings-router --model-id {ref} --pooling {TEI_POOLING.get(pooling, pooling)}",
+                     "note": "TEI has no flag for the attention: it reads it from config.json, and only for some "
+                             "architectures (`is_causal` for qwen2, `use_bidirectional_attention` for qwen3); "
+                             f"check that TEI runs `{facts.model_type or 'this model type'}` bidirectionally before "
+                             "relying on it." + prompt})
+    commands.append({"engine": "vLLM", "language": "bash", "verified": False,
+                     "code": f"vllm serve {ref} --runner pooling --convert embed \\\n  --hf-overrides "
+                             f"'{{\"is_causal\": false}}' --pooler-config "
+                             f"'{{\"pooling_type\": \"{VLLM_POOLING.get(pooling, pooling)}\"}}'",
+                     "note": "vLLM >= 0.10 (older releases: `--task embed`, `--override-pooler-config`); "
+                             "`is_causal: false` switches to bidirectional attention only in the architectures whose "
+                             "vLLM code reads it (Llama, Qwen2/Qwen3 among them)." + prompt})
+    return commands
+
+
+def _onnxruntime_command(ref: str, file: str, pooling: str, lead: str) -> dict:
+    """ONNX Runtime alone (no sentence-transformers, no optimum): tokenizer, session, the model's pooling in numpy."""
+    pools = {"mean": "(hidden * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)", "cls": "hidden[:, 0]",
+             "lasttoken": "hidden[np.arange(len(hidden)), mask.sum(1) - 1]"}
+    local = ref.startswith("/")  # the local folder (no --repo-id): no download
+    download = "" if local else "from huggingface_hub import snapshot_download\n"
+    code = (f'import numpy as np, onnxruntime\n{download}from transformers import AutoTokenizer\n\n'
+            f'folder = {repr(ref) if local else f"snapshot_download({ref!r})"}\n'
+            f'tokenizer = AutoTokenizer.from_pretrained(folder)\n'
+            f'session = onnxruntime.InferenceSession(f"{{folder}}/onnx/{file}", providers=["CPUExecutionProvider"])\n'
+            f'batch = tokenizer(["A cat sits on the mat.", "Stock markets fell today."], padding=True, '
+            f'return_tensors="np")\nhidden = session.run(None, {{"input_ids": batch["input_ids"], '
+            f'"attention_mask": batch["attention_mask"]}})[0]  # (batch, tokens, hidden)\n'
+            f'mask = batch["attention_mask"]\nembeddings = {pools[pooling]}  # {pooling} pooling\n'
+            f'print(embeddings.shape)')
+    note = (f"prepend `{lead}` to every text as sentence-transformers does; it also leaves the lead out of the "
+            "pooling, which this snippet does not" if lead else "")
+    return {"engine": "ONNX Runtime", "language": "python", "verified": not lead, "note": note, "code": code}
+
+
+def pooling_mode(facts: CardFacts) -> str:
+    """The model's sentence-transformers pooling (what the serving engines must be told), mean when unknown."""
+    return facts.pooling or (facts.contrastive or {}).get("stage", {}).get("pooling") or "mean"
+
+
+def matryoshka(facts: CardFacts) -> dict | None:
+    """The Matryoshka sizes a contrastive stage trained (`--matryoshka-dims`), largest first, and a size to show."""
+    from hf_encoderize.recipes.contrastive_extras import parse_dims
+
+    dims = parse_dims(((facts.contrastive or {}).get("config") or {}).get("matryoshka_dims"))
+    return {"dims": dims, "example": dims[1] if len(dims) > 1 else dims[0]} if dims else None
