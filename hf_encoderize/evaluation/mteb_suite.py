@@ -14,12 +14,17 @@ Design choices:
   default prompt (the lead tokens), which mteb's wrapper leaves to sentence-transformers when a task has no prompt
   of its own; a plain encoder folder gets sentence-transformers' mean pooling.
 - Results are MTEB's own task-result JSON, one file per task in `OUTPUT_DIR/<name>/mteb/`, plus `summary.json`
-  with each task's main score. mteb's result cache (~/.cache/mteb) is not used: every call scores afresh.
+  with each task's main score. mteb's result cache (~/.cache/mteb) is not used: every call scores afresh. Two tasks
+  with one name (a/scifact, b/scifact) or a task named `summary` would share a file, so they are refused up front.
+- A later call adds its tasks to the summary's earlier ones only when the model is the same: `summary.json` records
+  the model's identity (`model_identity`: its files' contents, and the max length), and a model replaced in the same
+  folder (a rerun, `--overwrite`) or a changed --max-length drops the earlier scores and their files, saying so.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import re
 import sys
@@ -52,7 +57,7 @@ def evaluate_mteb(load: LoadConfig, cfg: EvalConfig, *, progress: Callable[[str]
 
     name = cfg.name or model_name(load, False)
     out = Path(cfg.output_dir) / name / "mteb"
-    earlier = _earlier_scores(out, load.source)
+    earlier = _earlier_summary(out, load.source)
     device = None if cfg.device == "auto" else cfg.device
     try:
         model = SentenceTransformer(load.source, device=device, revision=load.revision,
@@ -64,6 +69,8 @@ def evaluate_mteb(load: LoadConfig, cfg: EvalConfig, *, progress: Callable[[str]
         model.max_seq_length = cfg.max_length or 512
     progress(f"mteb: {len(tasks)} task(s) on {load.source} (pooling: {_pooling(model)}, "
              f"max length {model.max_seq_length})")
+    identity = model_identity(load.source, load.revision, model.max_seq_length, skip=Path(cfg.output_dir))
+    kept = _kept_scores(earlier, identity, out, progress)
     result = mteb.evaluate(model, tasks, cache=None, overwrite_strategy="always", show_progress_bar=False,
                            encode_kwargs={"batch_size": int(cfg.batch_size or 32)})
     main_scores = {task.metadata.name: task.metadata.main_score for task in tasks}
@@ -76,7 +83,7 @@ def evaluate_mteb(load: LoadConfig, cfg: EvalConfig, *, progress: Callable[[str]
         progress(f"mteb: {task_result.task_name}: {scores[task_result.task_name]['main_score']} "
                  f"{scores[task_result.task_name]['score']:.2f}")
     summary = {"model": load.source, "model_name": name, "mteb_version": mteb.__version__,
-               "tasks": {**earlier, **scores},
+               "tasks": {**kept, **scores}, "model_identity": identity,
                "pooling": _pooling(model), "max_length": model.max_seq_length}
     write_json_atomic(out / "summary.json", summary)
     return summary
@@ -92,19 +99,85 @@ def render_mteb(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _earlier_scores(out: Path, source: str) -> dict:
-    """The task scores already in `out/summary.json` (kept beside the new ones), refusing another model's folder."""
+def _earlier_summary(out: Path, source: str) -> dict:
+    """`out/summary.json` as it is ({} when there is none), refusing another model's folder."""
     path = out / "summary.json"
     if not path.is_file():
         return {}
     try:
-        earlier = json.loads(path.read_text())
-    except json.JSONDecodeError:
+        earlier = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
         raise EncoderizeError(f"{path} is not valid JSON; delete it to score afresh") from None
+    if not isinstance(earlier, dict):
+        raise EncoderizeError(f"{path} is not an MTEB summary of ours; delete it to score afresh")
     if earlier.get("model") != source:
         raise EncoderizeError(f"{out} holds MTEB results of another model ({earlier.get('model')!r}); pass --name or "
                               "--output-dir")
-    return dict(earlier.get("tasks") or {})
+    return earlier
+
+
+def _kept_scores(earlier: dict, identity: dict, out: Path, progress: Callable[[str], None]) -> dict:
+    """The earlier task scores when they were made with this very model and max length; otherwise none, and their
+    result files are deleted (they are ours: named in the summary) so no stale score stays beside the new ones."""
+    tasks = earlier.get("tasks") if isinstance(earlier.get("tasks"), dict) else {}
+    if not tasks:
+        return {}
+    before = earlier.get("model_identity") or {}
+    if before == identity and identity.get("files"):
+        return dict(tasks)
+    changed = [key for key in ("files", "revision", "max_length") if before.get(key) != identity.get(key)]
+    what = {"files": "the model's files", "revision": "the revision", "max_length": "the max length"}
+    reason = (", ".join(what[key] for key in changed) + " changed" if before and identity.get("files")
+              else "they cannot be tied to this model")
+    progress(f"mteb: the earlier scores in {out} ({', '.join(tasks)}) are dropped: {reason} since they were made")
+    for task in tasks:
+        stale = out / f"{task}.json"
+        if _is_task_name(task) and stale.is_file():
+            stale.unlink()
+    return {}
+
+
+def _is_task_name(name: str) -> bool:
+    """A plain file name that is not the summary: what a task result file of ours is called."""
+    return bool(name) and Path(name).name == name and name not in (".", "..") and name.casefold() != "summary"
+
+
+def model_identity(source: str, revision: str | None, max_length: int, *, skip: Path | None = None) -> dict:
+    """What makes two scorings comparable: the model's files (a digest; None when they cannot be found, which
+    never matches) and the max length."""
+    folder = Path(source).expanduser()
+    if not folder.is_dir():
+        folder = _hub_snapshot(source, revision)
+    return {"files": _files_digest(folder, skip) if folder else None, "revision": revision, "max_length": max_length}
+
+
+def _hub_snapshot(source: str, revision: str | None) -> Path | None:
+    """The local snapshot folder a Hub id was loaded from, or None."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(source, revision=revision, local_files_only=True))
+    except Exception:  # noqa: BLE001 - any failure means "no snapshot to fingerprint": the scores are not kept
+        return None
+
+
+def _files_digest(folder: Path, skip: Path | None) -> str | None:
+    """A digest of the files that define the model: every file's content when small; size, modification time and
+    first MiB for large ones (weights), so a digest costs seconds even for big models. Cards (*.md), hidden files
+    (our marker) and the results folder (when it lies inside the model folder) do not count."""
+    skip = skip.expanduser().resolve() if skip else None
+    digest, count = hashlib.sha256(), 0
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder)
+        if (not path.is_file() or path.suffix == ".md" or any(part.startswith(".") for part in relative.parts)
+                or (skip and path.resolve().is_relative_to(skip))):
+            continue
+        stat, count = path.stat(), count + 1
+        with path.open("rb") as handle:
+            head = handle.read(1 << 20)
+        tail = b"" if stat.st_size <= len(head) else f"{stat.st_size}:{stat.st_mtime_ns}".encode()
+        digest.update(f"{relative.as_posix()}\0".encode() + hashlib.sha256(head).digest() + tail + b"\n")
+    return digest.hexdigest() if count else None
 
 
 def _import_mteb():
@@ -159,7 +232,26 @@ def resolve_tasks(spec: str, progress: Callable[[str], None] = _say) -> list:
                     f"{str(error).splitlines()[0] if str(error) else 'no message'}); MTEB tasks load from the Hub, "
                     "so connect (HF_HUB_OFFLINE unset) or pass a local BEIR folder") from None
         tasks.extend(found)
+    _check_task_names(tasks)
     return tasks
+
+
+def _check_task_names(tasks: list) -> None:
+    """Each task's result is `<name>.json` beside `summary.json`: two tasks with one name (case-insensitively, as
+    some file systems compare) would overwrite each other, and one named `summary` the summary."""
+    seen: dict[str, str] = {}
+    for task in tasks:
+        name = task.metadata.name
+        where = task.metadata.dataset.get("path") if task.metadata.dataset else None
+        label = f"{name} ({where})" if where else name
+        if name.casefold() == "summary":
+            raise EncoderizeError(f"--mteb: a collection named {name!r} ({where}) would overwrite summary.json; "
+                                  "rename its folder")
+        if name.casefold() in seen:
+            raise EncoderizeError(f"--mteb: two tasks are named {name!r}: {seen[name.casefold()]} and {label}; their "
+                                  "results would overwrite each other: rename one folder, or score them in two calls "
+                                  "with different --name")
+        seen[name.casefold()] = label
 
 
 def read_beir(path: Path) -> dict:
@@ -179,25 +271,24 @@ def read_beir(path: Path) -> dict:
     splits = {}
     for qrels in sorted((path / "qrels").glob("*.tsv")):
         judged: dict[str, dict[str, int]] = {}
-        with qrels.open(newline="") as handle:
-            reader = csv.reader(handle, delimiter="\t")
-            header = next(reader, None)
-            if header is None or [h.strip() for h in header[:3]] != ["query-id", "corpus-id", "score"]:
-                raise EncoderizeError(f"--mteb: {qrels} must start with the header query-id, corpus-id, score "
-                                      "(tab-separated)")
-            for number, row in enumerate(reader, start=2):
-                if not row:
-                    continue
-                try:
-                    query, doc, grade = row[0], row[1], int(row[2])
-                except (IndexError, ValueError):
-                    raise EncoderizeError(f"--mteb: {qrels} line {number} is not 'query-id<TAB>corpus-id<TAB>"
-                                          "integer score'") from None
-                if query not in query_text or doc not in doc_ids:
-                    what = f"query {query!r}" if query not in query_text else f"document {doc!r}"
-                    raise EncoderizeError(f"--mteb: {qrels} line {number} judges {what}, which is not in "
-                                          f"{'queries' if query not in query_text else 'corpus'}.jsonl")
-                judged.setdefault(query, {})[doc] = grade
+        reader = csv.reader(_text_lines(qrels), delimiter="\t")
+        header = next(reader, None)
+        if header is None or [h.strip() for h in header[:3]] != ["query-id", "corpus-id", "score"]:
+            raise EncoderizeError(f"--mteb: {qrels} must start with the header query-id, corpus-id, score "
+                                  "(tab-separated)")
+        for number, row in enumerate(reader, start=2):
+            if not row:
+                continue
+            try:
+                query, doc, grade = row[0], row[1], int(row[2])
+            except (IndexError, ValueError):
+                raise EncoderizeError(f"--mteb: {qrels} line {number} is not 'query-id<TAB>corpus-id<TAB>"
+                                      "integer score'") from None
+            if query not in query_text or doc not in doc_ids:
+                what = f"query {query!r}" if query not in query_text else f"document {doc!r}"
+                raise EncoderizeError(f"--mteb: {qrels} line {number} judges {what}, which is not in "
+                                      f"{'queries' if query not in query_text else 'corpus'}.jsonl")
+            judged.setdefault(query, {})[doc] = grade
         if judged:
             splits[qrels.stem] = {"corpus": documents,
                                   "queries": [{"id": q, "text": query_text[q]} for q in judged],
@@ -209,21 +300,37 @@ def read_beir(path: Path) -> dict:
 
 def _read_jsonl(path: Path, keys: tuple[str, ...]) -> list[dict]:
     rows = []
-    with path.open() as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                raise EncoderizeError(f"--mteb: {path} line {number} is not JSON") from None
-            missing = [key for key in keys if not isinstance(row, dict) or key not in row]
-            if missing:
-                raise EncoderizeError(f"--mteb: {path} line {number} has no {', '.join(missing)} field")
-            rows.append(row)
+    for number, line in enumerate(_text_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            raise EncoderizeError(f"--mteb: {path} line {number} is not JSON") from None
+        missing = [key for key in keys if not isinstance(row, dict) or key not in row]
+        if missing:
+            raise EncoderizeError(f"--mteb: {path} line {number} has no {', '.join(missing)} field")
+        # str(None) would be scored as the text "None", and an id of null would become the id "None".
+        bad = [key for key in keys if not isinstance(row[key], str)
+               and (key == "text" or isinstance(row[key], bool) or not isinstance(row[key], int))]
+        if bad:
+            raise EncoderizeError(f"--mteb: {path} line {number}: {bad[0]} is {json.dumps(row[bad[0]])}, not "
+                                  f"{'a string' if bad[0] == 'text' else 'a string or integer'}; fix or drop that line")
+        rows.append(row)
     if not rows:
         raise EncoderizeError(f"--mteb: {path} is empty")
     return rows
+
+
+def _text_lines(path: Path) -> list[str]:
+    """The lines of a UTF-8 text file (a leading byte-order mark allowed); other bytes are one error naming the line."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig").splitlines(keepends=True)
+    except UnicodeDecodeError as error:
+        line = data[:error.start].count(b"\n") + 1
+        raise EncoderizeError(f"--mteb: {path} line {line} is not UTF-8 text (byte {data[error.start]:#04x}); "
+                              "save the file as UTF-8") from None
 
 
 def local_retrieval_task(path: Path):

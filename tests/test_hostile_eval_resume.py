@@ -1,0 +1,125 @@
+"""Issue 30, the evaluation, Space and resume cases: each refusal is exit 2 with one `error:` line and no traceback;
+each wrong result is shown right.
+
+1. `eval --mteb`: two collections with one folder name, a collection named `summary`, a null query, a replaced model.
+2. A BEIR file that is not UTF-8.
+3. The Space over a run folder whose run record is cut short.
+4. `--from-checkpoint` weights cut short or tampered with.
+5. The resume advice: the command a message advises works.
+6. `--shuffle-buffer` and `next_document`: a run and its continuation read no document twice.
+"""
+
+import json
+import shutil
+
+import pytest
+from conftest import make_decoder, make_tokenizer
+
+from hf_encoderize.cli import main
+
+
+def _jsonl(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def _snapshot(folder) -> dict:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _assert_one_line_error(code: int, err: str, expected: str) -> None:
+    lines = [line for line in err.strip().splitlines() if line.startswith("error:")]
+    assert code == 2, err
+    assert "Traceback" not in err, err
+    assert len(lines) == 1 and expected in lines[0], err
+
+
+# ---------------------------------------------------------------------------------------------- 1, 2: eval --mteb
+
+
+def _encoder(folder, shift: float = 0.0):
+    """A tiny encoder folder; `shift` moves every weight, so the same folder can hold another model."""
+    import torch
+
+    from hf_encoderize.model.bidirectional import encoderize
+    from hf_encoderize.model.saving import save_encoder
+
+    model, tokenizer = make_decoder(), make_tokenizer()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(shift)
+    return save_encoder(model, tokenizer, folder, metadata=encoderize(model, tokenizer).to_dict())
+
+
+def _beir(folder, queries=None):
+    _jsonl(folder / "corpus.jsonl", [{"_id": f"d{i}", "text": f"w{i} w{i + 1} w{i + 2}"} for i in range(8)])
+    _jsonl(folder / "queries.jsonl", queries or [{"_id": "q1", "text": "w3 w4"}, {"_id": "q2", "text": "w6"}])
+    (folder / "qrels").mkdir(exist_ok=True)
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td3\t1\nq2\td6\t1\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory):
+    pytest.importorskip("mteb")
+    return _encoder(tmp_path_factory.mktemp("mteb_enc") / "enc")
+
+
+def _same_folder_name(tmp_path):
+    return f"{_beir(tmp_path / 'a' / 'sci')},{_beir(tmp_path / 'b' / 'SCI')}", "two tasks are named"
+
+
+def _named_summary(tmp_path):
+    return str(_beir(tmp_path / "summary")), "would overwrite summary.json"
+
+
+def _null_query(tmp_path):
+    folder = _beir(tmp_path / "nulls", [{"_id": "q1", "text": "w3"}, {"_id": "q2", "text": None}])
+    return str(folder), "queries.jsonl line 2: text is null, not a string"
+
+
+def _null_document_id(tmp_path):
+    folder = _beir(tmp_path / "nullid")
+    _jsonl(folder / "corpus.jsonl", [{"_id": "d3", "text": "w1"}, {"_id": None, "text": "w2"}])
+    return str(folder), "corpus.jsonl line 2: _id is null"
+
+
+def _not_utf8(name):
+    def case(tmp_path):  # a Latin-1 byte in the first value of the file: corpus/queries line 1, qrels line 2
+        folder = _beir(tmp_path / "latin1")
+        path = folder / name
+        path.write_bytes(path.read_bytes().replace(b"d0" if "corpus" in name else b"q1", b"\xe9", 1))
+        return str(folder), f"{name} line {2 if name.startswith('qrels') else 1} is not UTF-8 text"
+    case.__name__ = f"not_utf8_{name.split('/')[0].split('.')[0]}"
+    return case
+
+
+@pytest.mark.parametrize("make_case", [
+    _same_folder_name, _named_summary, _null_query, _null_document_id,
+    _not_utf8("corpus.jsonl"), _not_utf8("queries.jsonl"), _not_utf8("qrels/test.tsv"),
+], ids=lambda case: case.__name__)
+def test_mteb_collection_refused_in_one_line(encoder, tmp_path, capsys, make_case):
+    spec, expected = make_case(tmp_path)
+    out = tmp_path / "out"
+    code = main(["eval", str(encoder), "--mteb", spec, "--output-dir", str(out)])
+    _assert_one_line_error(code, capsys.readouterr().err, expected)
+    assert not out.exists()
+
+
+def test_mteb_scores_of_a_replaced_model_are_not_kept(tmp_path, capsys):
+    pytest.importorskip("mteb")
+    model, out = _encoder(tmp_path / "enc"), tmp_path / "out"
+    first, second = str(_beir(tmp_path / "first")), str(_beir(tmp_path / "second"))
+    results = out / "enc" / "mteb"
+    assert main(["eval", str(model), "--mteb", first, "--output-dir", str(out)]) == 0
+    assert main(["eval", str(model), "--mteb", second, "--output-dir", str(out)]) == 0
+    # The same model: the second call's summary keeps the first task.
+    assert set(json.loads((results / "summary.json").read_text())["tasks"]) == {"first", "second"}
+    capsys.readouterr()
+    shutil.rmtree(model)
+    _encoder(model, shift=0.05)  # another model in the same folder, as a rerun or --overwrite leaves it
+    assert main(["eval", str(model), "--mteb", second, "--output-dir", str(out)]) == 0
+    assert set(json.loads((results / "summary.json").read_text())["tasks"]) == {"second"}
+    assert not (results / "first.json").exists()  # no stale result file beside the new summary either
+    assert "the earlier scores" in capsys.readouterr().err
