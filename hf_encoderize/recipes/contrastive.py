@@ -38,7 +38,7 @@ import torch
 
 from hf_encoderize.common import outputs
 from hf_encoderize.common.errors import EncoderizeError
-from hf_encoderize.common.identity import HARMLESS, identity, identity_of, settings_diff
+from hf_encoderize.common.identity import HARMLESS, identity
 from hf_encoderize.common.launch import world_size
 from hf_encoderize.common.outputs import releasing_locks
 from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD, ContrastiveRecord
@@ -46,6 +46,13 @@ from hf_encoderize.common.validation import check_number
 from hf_encoderize.data.sources import dataset_patterns, diagnose_files, local_files
 from hf_encoderize.model.saving import MODELING_FILE, encoder_dir
 from hf_encoderize.recipes.contrastive_extras import check_extras, mine_negatives, stage_loss
+from hf_encoderize.recipes.contrastive_resume import (
+    check_resume,
+    checkpoints,
+    set_aside,
+    settings_of,
+    work_dir,
+)
 from hf_encoderize.training.lora import AdapterConfig
 
 OBJECTIVES = ("simcse", "supervised")
@@ -228,35 +235,6 @@ def _dropout_kwargs(folder: Path, value: float) -> dict:
             and not isinstance(config.get(name), bool)}
 
 
-def work_dir(output_dir: str | os.PathLike) -> Path:
-    """`.NAME.work/` beside the output: the trainer's checkpoints while the stage runs (kept if it is interrupted)."""
-    out = Path(output_dir)
-    return out.parent / f".{out.name}.work"
-
-
-def check_resume(config: ContrastiveConfig, adapter: AdapterConfig, work: Path) -> None:
-    """Refuse --resume without a checkpoint or with other settings; refuse a fresh start over an interrupted run."""
-    checkpoints = sorted(work.glob("trainer/checkpoint-*"))
-    recorded = work / "settings.json"
-    if config.resume:
-        if not checkpoints or not recorded.is_file():
-            raise EncoderizeError(f"--resume: no checkpoint of an interrupted run in {str(work)!r}; run without "
-                                  "--resume to start")
-        changed = settings_diff(json.loads(recorded.read_text()), _settings(config, adapter))
-        if changed:
-            raise EncoderizeError(f"--resume with other settings than the run's ({'; '.join(changed)}); resume with "
-                                  "the same ones")
-    elif work.exists() and not config.overwrite:
-        raise EncoderizeError(f"{str(work)!r} holds an interrupted contrastive run; pass --resume to continue it or "
-                              "--overwrite to start over")
-
-
-def _settings(config: ContrastiveConfig, adapter: AdapterConfig) -> dict:
-    """What a resume must keep: every field of both configs that counts (`common.identity`), unprefixed as the
-    settings.json of runs before 0.2 recorded them (those hold no adapter fields: not compared then)."""
-    return identity_of(config, adapter, prefixed=False)
-
-
 @releasing_locks  # a run that fails gives its output folder's lock back
 def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None) -> dict:
     """Train the contrastive stage and save a sentence-transformers folder to `config.output_dir`. Returns a summary.
@@ -277,7 +255,7 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
     out = outputs.check_output_dir(config.output_dir, overwrite=config.overwrite, resumable=not config.resume,
                                    inputs=outputs.input_paths(source, config.data_files))
     outputs.check_unlocked(work)  # another contrastive run is live on this output: its work folder is not wiped
-    check_resume(config, adapter, work)
+    broken = check_resume(config, adapter, work)  # a checkpoint cut short while saving: resumed from the one before
     rows = load_rows(config)  # every input is checked before the output folder is touched
     dropout = _dropout_kwargs(source, config.dropout) if config.objective == "simcse" else {}
     model = build_model(source, config, dropout, adapter)
@@ -293,8 +271,9 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
     if state.is_main_process and not config.resume:
         shutil.rmtree(work, ignore_errors=True)
         (work / "trainer").mkdir(parents=True)
-        (work / "settings.json").write_text(json.dumps(_settings(config, adapter), indent=2) + "\n")
+        (work / "settings.json").write_text(json.dumps(settings_of(config, adapter), indent=2) + "\n")
     if state.is_main_process:
+        set_aside(broken, work)
         outputs.acquire_lock(work, "contrastive")  # removed with the work folder once the model is written
     state.wait_for_everyone()
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=rows, loss=loss)
@@ -305,8 +284,7 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
     try:
         trainer.train(resume_from_checkpoint=True if config.resume else None)
     except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM (the type says which); the CLI says "interrupted"
-        saved = sorted((p for p in work.glob("trainer/checkpoint-*") if p.name.rpartition("-")[2].isdigit()),
-                       key=lambda path: int(path.name.rpartition("-")[2]))  # the Trainer's checkpoint-STEP folders
+        saved = checkpoints(work)  # the Trainer's checkpoint-STEP folders
         where = f"the newest checkpoint is {str(saved[-1])!r}" if saved else f"checkpoints are in {str(work)!r}"
         raise type(interrupt)(f"{where}; run the same command with --resume to continue") from None
     summary = {}
@@ -356,6 +334,7 @@ def build_model(source: Path, config: ContrastiveConfig, dropout: dict, adapter:
     """The encoder as a sentence-transformers model with the chosen pooling, LoRA adapters added when asked."""
     from peft import LoraConfig
     from sentence_transformers import SentenceTransformer, models
+    from transformers import set_seed
 
     max_seq_length = _check_positions(source, config.max_seq_length)
     master = None if adapter.lora_r else {"dtype": torch.float32}  # full fine-tune: fp32 master weights
@@ -371,6 +350,7 @@ def build_model(source: Path, config: ContrastiveConfig, dropout: dict, adapter:
     if adapter.lora_r:  # sentence-transformers' own PEFT integration: its checkpoints save and resume the adapters
         targets = adapter.lora_targets if adapter.lora_targets == "all-linear" else \
             [t.strip() for t in adapter.lora_targets.split(",")]
+        set_seed(config.seed)  # LoRA's A matrices start random; the Trainer seeds only later, in its __init__
         model.add_adapter(LoraConfig(r=int(adapter.lora_r), lora_alpha=int(adapter.lora_alpha),
                                      target_modules=targets, lora_dropout=0.0, task_type="FEATURE_EXTRACTION"))
     return model

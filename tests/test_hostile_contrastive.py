@@ -1,0 +1,168 @@
+"""Issue 30's contrastive cases: a checkpoint cut mid-save, a resume with another LoRA setting, LoRA seeding, SimCSE
+without dropout, too few distinct texts for a batch, a `--lora-targets` typo, and the Hub corpus streamed by `run`.
+
+Each refusal is exit 2 with exactly one `error:` line and no traceback, before the output folder is touched."""
+
+import json
+import random
+
+import pytest
+import torch
+from conftest import make_decoder, make_tokenizer
+from safetensors.torch import load_file
+
+from hf_encoderize.cli import main
+from hf_encoderize.model.bidirectional import encoderize
+from hf_encoderize.model.saving import save_encoder
+from hf_encoderize.recipes.contrastive import ContrastiveConfig, check_peft_integration, contrastive, work_dir
+from hf_encoderize.training.lora import AdapterConfig
+
+
+def _peft_refused() -> str | None:
+    try:
+        check_peft_integration()
+    except Exception as err:  # EncoderizeError: transformers' PEFT integration refuses the installed peft
+        return str(err)
+    return None
+
+
+needs_peft_integration = pytest.mark.skipif(_peft_refused() is not None, reason=str(_peft_refused()))
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory):
+    model, tokenizer = make_decoder(), make_tokenizer()
+    report = encoderize(model, tokenizer)
+    return save_encoder(model, tokenizer, tmp_path_factory.mktemp("enc") / "encoder", metadata=report.to_dict())
+
+
+@pytest.fixture(scope="module")
+def text(tmp_path_factory):
+    rng, path = random.Random(0), tmp_path_factory.mktemp("data") / "text.jsonl"
+    path.write_text("".join(json.dumps({"text": " ".join(f"w{rng.randrange(100)}" for _ in range(8))}) + "\n"
+                            for _ in range(96)))
+    return path
+
+
+def _config(encoder, text, out, **extra):
+    settings = dict(data_files=str(text), output_dir=str(out), steps=6, batch_size=8, save_every=2,
+                    max_seq_length=16, progress=False)
+    return ContrastiveConfig(str(encoder), **{**settings, **extra})
+
+
+def _argv(encoder, text, out, *extra):
+    return ["contrastive", str(encoder), "--data-files", str(text), "--output-dir", str(out), "--steps", "6",
+            "--batch-size", "8", "--save-every", "2", "--max-seq-length", "16", "--no-progress", *extra]
+
+
+def _one_error_line(capsys, *words):
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def _interrupted(encoder, text, out, monkeypatch, adapter=None, at_call=5, **extra):
+    """A run stopped after its step-4 checkpoint (the fifth training step raises), as a kill would leave it."""
+    from sentence_transformers import SentenceTransformerTrainer
+
+    real_step, calls = SentenceTransformerTrainer.training_step, {"n": 0}
+
+    def dies(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == at_call:
+            raise KeyboardInterrupt
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(SentenceTransformerTrainer, "training_step", dies)
+    with pytest.raises(KeyboardInterrupt):
+        contrastive(_config(encoder, text, out, **extra), adapter)
+    monkeypatch.setattr(SentenceTransformerTrainer, "training_step", real_step)
+    return work_dir(out) / "trainer"
+
+
+def _cut_state(checkpoint):
+    (checkpoint / "trainer_state.json").unlink()  # the Trainer writes it last: killed before it
+
+
+def _cut_weights(checkpoint):
+    _cut_state(checkpoint)
+    weights = checkpoint / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+
+
+def _cut_optimizer(checkpoint):
+    optimizer = checkpoint / "optimizer.pt"
+    optimizer.write_bytes(optimizer.read_bytes()[:100])
+
+
+CUT_MID_SAVE = {"no trainer_state.json": _cut_state, "truncated weights": _cut_weights,
+                "truncated optimizer": _cut_optimizer}
+
+
+@pytest.fixture(scope="module")
+def unbroken(encoder, text, tmp_path_factory):
+    out = tmp_path_factory.mktemp("unbroken") / "out"
+    contrastive(_config(encoder, text, out))
+    return load_file(out / "model.safetensors")
+
+
+@pytest.mark.parametrize("cut", CUT_MID_SAVE.values(), ids=CUT_MID_SAVE.keys())
+def test_resume_after_a_cut_checkpoint_falls_back_to_the_one_before(cut, unbroken, encoder, text, tmp_path,
+                                                                     monkeypatch, capsys):
+    out = tmp_path / "broken"
+    trainer = _interrupted(encoder, text, out, monkeypatch)
+    cut(trainer / "checkpoint-4")
+    capsys.readouterr()
+    assert main(_argv(encoder, text, out, "--resume")) == 0
+    err = capsys.readouterr().err
+    assert "warning: checkpoint" in err and "checkpoint-4" in err and "Traceback" not in err
+    resumed = load_file(out / "model.safetensors")
+    for name, tensor in unbroken.items():
+        torch.testing.assert_close(resumed[name], tensor, msg=name)  # steps 3-6 retrained from checkpoint-2
+
+
+def test_resume_with_every_checkpoint_cut_is_one_line(encoder, text, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "broken"
+    trainer = _interrupted(encoder, text, out, monkeypatch)
+    for checkpoint in trainer.iterdir():
+        _cut_state(checkpoint)
+    capsys.readouterr()
+    assert main(_argv(encoder, text, out, "--resume")) == 2
+    _one_error_line(capsys, "no checkpoint", "is whole", "--overwrite")
+    assert sorted(p.name for p in trainer.iterdir()) == ["checkpoint-2", "checkpoint-4"]  # nothing moved or deleted
+
+
+@needs_peft_integration
+@pytest.mark.parametrize("changed", [["--lora-alpha", "32"], ["--lora-r", "8"], ["--lora-targets", "q_proj"]],
+                         ids=["lora_alpha", "lora_r", "lora_targets"])
+def test_resume_with_another_lora_setting_is_refused(changed, encoder, text, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "lora"
+    _interrupted(encoder, text, out, monkeypatch, AdapterConfig(lora_r=4), at_call=3)
+    before = sorted(p.name for p in (work_dir(out) / "trainer").iterdir())
+    capsys.readouterr()
+    base = {"--lora-r": "4", changed[0]: changed[1]}
+    assert main(_argv(encoder, text, out, "--resume", *[x for pair in base.items() for x in pair])) == 2
+    _one_error_line(capsys, changed[0][2:].replace("-", "_"), "resume with the same ones")
+    assert sorted(p.name for p in (work_dir(out) / "trainer").iterdir()) == before and not out.exists()
+
+
+@needs_peft_integration
+def test_the_same_seed_with_lora_gives_the_same_weights(encoder, text, tmp_path):
+    """LoRA's A matrices are drawn when the adapters are added, before the Trainer seeds: they are seeded too."""
+    adapters = []
+    for name in ("first", "second"):
+        out = tmp_path / name
+        contrastive(_config(encoder, text, out, steps=2, learning_rate=1e-2, seed=7),
+                    AdapterConfig(lora_r=4, save_adapter=True))
+        adapters.append(load_file(out / "adapter" / "adapter_model.safetensors"))
+        merged = load_file(out / "model.safetensors")
+        if name == "first":
+            first = merged
+    assert adapters[0].keys() == adapters[1].keys() and adapters[0]
+    for name, tensor in adapters[0].items():
+        assert torch.equal(adapters[1][name], tensor), name
+    for name, tensor in first.items():
+        assert torch.equal(merged[name], tensor), name
