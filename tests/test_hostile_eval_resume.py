@@ -123,3 +123,46 @@ def test_mteb_scores_of_a_replaced_model_are_not_kept(tmp_path, capsys):
     assert set(json.loads((results / "summary.json").read_text())["tasks"]) == {"second"}
     assert not (results / "first.json").exists()  # no stale result file beside the new summary either
     assert "the earlier scores" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------ 3: the Space
+
+
+@pytest.fixture
+def cut_record_run(tmp_path):
+    """A run folder whose run_record.json was cut short mid-write (a full disk, a kill)."""
+    from hf_encoderize.model.bidirectional import encoderize
+    from hf_encoderize.model.saving import save_encoder
+
+    model, tokenizer = make_decoder(), make_tokenizer()
+    save_encoder(model, tokenizer, tmp_path / "run" / "encoder",
+                 metadata={**encoderize(model, tokenizer).to_dict(), "base_model": "base/from-config"})
+    (tmp_path / "run" / "run_record.json").write_text('{"base_model": "base/from-rec')
+    return tmp_path / "run"
+
+
+def test_space_command_refuses_a_cut_run_record_in_one_line(cut_record_run):
+    pytest.importorskip("gradio")
+    from hf_encoderize.common.errors import EncoderizeError
+    from hf_encoderize.publish.space import SpaceConfig, app_settings
+
+    with pytest.raises(EncoderizeError, match="run_record.json' is not valid JSON"):
+        app_settings(SpaceConfig(str(cut_record_run), port=0))
+
+
+@pytest.mark.parametrize("record", [b'{"base_model": "base/from-rec', b'{"base_model": "\xff"}', b'[1, 2]'])
+def test_space_app_starts_and_says_the_run_record_could_not_be_read(cut_record_run, capsys, record):
+    """The app alone (a pushed Space runs `python app.py`), or `space --base-model`, reads the record itself."""
+    pytest.importorskip("gradio")
+    from hf_encoderize.publish.space import load_app
+
+    (cut_record_run / "run_record.json").write_bytes(record)
+    app = load_app()
+    models = app.Models(app.Settings(encoder=str(cut_record_run / "encoder")))
+    assert models.settings.base_model == "base/from-config"  # config.json's metadata instead
+    if record.startswith(b"{"):
+        assert "run_record.json could not be read" in models.record_note
+        assert "run_record.json could not be read" in capsys.readouterr().err
+        page = app.build_demo(models.settings).config
+        assert any("could not be read" in str(block.get("props", {}).get("value", ""))
+                   for block in page["components"])

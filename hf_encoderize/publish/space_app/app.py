@@ -228,9 +228,15 @@ class Models:
     def _recorded_base(self) -> dict:
         """A `cpt` run's run_record.json next to a local encoder folder (it names the GGUF file), else config.json."""
         record = Path(self.settings.encoder).parent / "run_record.json"
+        self.record_note = ""  # a record that cannot be read (cut short, edited) is said on the Compare tab
         if Path(self.settings.encoder).is_dir() and record.is_file():
-            facts = json.loads(record.read_text())
-            if facts.get("base_model"):
+            try:
+                facts = json.loads(record.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+                facts, self.record_note = {}, f"{record.name} could not be read ({type(error).__name__})"
+                print(f"warning: {record}: {self.record_note}; the base decoder comes from config.json",
+                      file=sys.stderr)
+            if isinstance(facts, dict) and facts.get("base_model"):
                 return facts
         return getattr(self.config, "hf_encoderize", None) or {}
 
@@ -466,6 +472,9 @@ def _compare_tab(space: EncoderSpace) -> None:
         reason = f"the recorded base {s.base_model!r} is not on this machine" if s.base_model else "none is recorded"
         gr.Markdown(f"**No base decoder available** ({reason}). Set the BASE_MODEL environment variable to a Hub "
                     "id or folder to compare the encoder with the decoder it came from.")
+    if space.models.record_note:
+        gr.Markdown(f"**Note:** {space.models.record_note}, so the base decoder comes from config.json.",
+                    elem_id="record-note")
     sentences = gr.Textbox(value=EXAMPLE_SENTENCES, lines=5, label="Sentences", elem_id="compare-input")
     run = gr.Button("Compare", variant="primary", elem_id="compare-button", interactive=space.models.base_available)
     with gr.Row():
