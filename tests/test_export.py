@@ -7,6 +7,7 @@ import sys
 
 import pytest
 from conftest import make_decoder, make_tokenizer
+from test_card import serve_commands_in
 
 pytest.importorskip("onnxruntime")
 
@@ -66,6 +67,16 @@ def test_onnx_export_is_kept_verified_and_on_the_card(tmp_path, texts, capsys):
                           timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert all(moved > 1e-6 for moved in json.loads(done.stdout.strip().splitlines()[-1]).values())
+    # Every command the "Serve it" section marks verified runs as printed, in a clean interpreter without our package.
+    commands = serve_commands_in(card)
+    verified = [(engine, code) for engine, ok, _, code in commands if ok]
+    assert [engine for engine, _ in verified] == ["sentence-transformers (PyTorch)", "ONNX Runtime"]
+    assert not dict((e, ok) for e, ok, _, _ in commands)["sentence-transformers (ONNX backend)"]  # needs optimum
+    program = "import sys\nsys.modules['hf_encoderize'] = None\n" + "".join(
+        f"exec(compile({code!r}, 'command{i}', 'exec'), {{}})\n" for i, (_, code) in enumerate(verified))
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("(2, 32)") == 2  # 2 sentences x hidden 32, from sentence-transformers and from ORT
 
 
 def test_a_causal_graph_is_kept_out_with_one_line(tmp_path, texts, monkeypatch):
