@@ -188,8 +188,8 @@ def serve_commands(facts: CardFacts, serve: dict | None) -> list[dict]:
                                  "here runs it",
                          "code": 'from sentence_transformers import SentenceTransformer\n\n'
                                  f'model = SentenceTransformer("{ref}", backend="onnx")  # onnx/model.onnx{int8}'})
-    prompt = (f" Neither adds this model's lead `{lead}`: put it before every text yourself; both pool every token, "
-              "the lead's included, which sentence-transformers leaves out." if lead else "")
+    prompt = (f" Neither adds this model's lead `{lead}`: put it before every text yourself; both then pool every "
+              "token, where sentence-transformers leaves lead tokens out of the pooling." if lead else "")
     commands.append({"engine": "Text Embeddings Inference", "language": "bash", "verified": False,
                      "code": f"text-embeddings-router --model-id {ref} --pooling {TEI_POOLING.get(pooling, pooling)}",
                      "note": "TEI has no flag for the attention: it reads it from config.json, and only for some "
@@ -221,8 +221,8 @@ def _onnxruntime_command(ref: str, file: str, pooling: str, lead: str) -> dict:
             f'"attention_mask": batch["attention_mask"]}})[0]  # (batch, tokens, hidden)\n'
             f'mask = batch["attention_mask"]\nembeddings = {pools[pooling]}  # {pooling} pooling\n'
             f'print(embeddings.shape)')
-    note = (f"prepend `{lead}` to every text as sentence-transformers does; it also leaves the lead out of the "
-            "pooling, which this snippet does not" if lead else "")
+    note = (f"prepend `{lead}` to every text as sentence-transformers does; it also leaves lead tokens out of the "
+            "pooling, which this snippet does not, so no test runs it on this model" if lead else "")
     return {"engine": "ONNX Runtime", "language": "python", "verified": not lead, "note": note, "code": code}
 
 
