@@ -183,9 +183,9 @@ def serve_commands(facts: CardFacts, serve: dict | None) -> list[dict]:
                 '"model_qint8.onnx"})' if "model_qint8.onnx" in kept else "")
         commands.append({"engine": "sentence-transformers (ONNX backend)", "language": "python", "verified": False,
                          "note": "`backend=\"onnx\"` loads through optimum-onnx (`pip install "
-                                 "'sentence-transformers[onnx]'`), whose release pins transformers < 4.58: it could "
-                                 "not be installed beside the transformers 5 this model was exported with, so no test "
-                                 "here runs it",
+                                 "'sentence-transformers[onnx]'`), whose release (0.1.0) pins transformers < 4.58 and "
+                                 "fails to import under transformers 5 (installed anyway, it stops at `from "
+                                 "transformers.modeling_utils import get_parameter_dtype`), so no test here runs it",
                          "code": 'from sentence_transformers import SentenceTransformer\n\n'
                                  f'model = SentenceTransformer("{ref}", backend="onnx")  # onnx/model.onnx{int8}'})
     prompt = (f" Neither adds this model's lead `{lead}`: put it before every text yourself; both then pool every "
