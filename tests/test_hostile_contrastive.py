@@ -166,3 +166,69 @@ def test_the_same_seed_with_lora_gives_the_same_weights(encoder, text, tmp_path)
         assert torch.equal(adapters[1][name], tensor), name
     for name, tensor in first.items():
         assert torch.equal(merged[name], tensor), name
+
+
+@pytest.mark.parametrize(("dropout", "warned"), [("0", True), ("0.3", False)])
+def test_simcse_without_dropout_says_so_in_one_line(dropout, warned, encoder, text, tmp_path, capsys):
+    assert main(_argv(encoder, text, tmp_path / "out", "--steps", "1", "--dropout", dropout)) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: simcse")]
+    assert len(lines) == int(warned)
+    if warned:
+        assert "identical" in lines[0] and "--dropout 0.1" in lines[0]
+
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+FEW_DISTINCT = {  # rows, extra options, words of the one error line
+    "simcse: 3 distinct texts in 12 rows, batch 8": (
+        [{"text": f"w{i % 3} w9"} for i in range(12)], [], ["3 distinct text", "batch of 8", "--batch-size 3"]),
+    "simcse: one text in 3 rows, fewer rows than a batch": (
+        [{"text": "w1 w2"}] * 3, [], ["1 distinct text", "add distinct texts"]),
+    "supervised: pairs sharing one anchor": (
+        [{"anchor": "w1 w2", "positive": f"w{i} w5"} for i in range(12)], ["--objective", "supervised"],
+        ["1 row(s) that share no text", "batch of 8"]),
+}
+
+
+@pytest.mark.parametrize(("rows", "extra", "words"), FEW_DISTINCT.values(), ids=FEW_DISTINCT.keys())
+def test_fewer_distinct_texts_than_a_batch_is_refused_before_training(rows, extra, words, encoder, tmp_path,
+                                                                      monkeypatch, capsys):
+    from hf_encoderize.recipes import contrastive as recipe
+
+    monkeypatch.setattr(recipe, "build_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    data, out = _jsonl(tmp_path / "few.jsonl", rows), tmp_path / "out"
+    assert main(_argv(encoder, data, out, *extra)) == 2  # it trained 0 steps and reported `steps: 6`
+    _one_error_line(capsys, *words)
+    assert not out.exists() and not work_dir(out).exists()
+
+
+@needs_peft_integration
+@pytest.mark.parametrize("skeleton", [True, False], ids=["before the load", "once loaded"])
+def test_a_lora_targets_typo_is_one_line(skeleton, encoder, text, tmp_path, monkeypatch, capsys):
+    from transformers import AutoModel
+
+    from hf_encoderize.recipes import contrastive as recipe
+
+    if skeleton:  # the check needs only the config: the load is never reached
+        monkeypatch.setattr(recipe, "build_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    else:  # a config that does not build on the meta device: checked on the loaded model, before peft
+        monkeypatch.setattr(AutoModel, "from_config", lambda *a, **k: (_ for _ in ()).throw(ValueError("no")))
+    out = tmp_path / "out"
+    assert main(_argv(encoder, text, out, "--lora-r", "4", "--lora-targets", "q_prj,v_proj")) == 2  # trained before
+    _one_error_line(capsys, "'q_prj'", "q_proj", "all-linear")
+    assert not out.exists() and not work_dir(out).exists()
+
+
+def test_a_lora_targets_typo_in_cpt_is_one_line(tmp_path, capsys):
+    model, tokenizer = make_decoder(), make_tokenizer()
+    model.save_pretrained(tmp_path / "decoder")
+    tokenizer.save_pretrained(tmp_path / "decoder")
+    corpus = _jsonl(tmp_path / "corpus.jsonl", [{"text": " ".join(f"w{i}" for i in range(20))}] * 8)
+    out = tmp_path / "out"
+    assert main(["cpt", str(tmp_path / "decoder"), "--output-dir", str(out), "--data-files", str(corpus),
+                 "--steps", "2", "--seq-len", "32", "--eval-documents", "0", "--lora-r", "4",
+                 "--lora-targets", "q_prj"]) == 2  # after cpt's load, before any training
+    _one_error_line(capsys, "'q_prj'", "q_proj", "all-linear")

@@ -45,7 +45,13 @@ from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD, ContrastiveRecor
 from hf_encoderize.common.validation import check_number
 from hf_encoderize.data.sources import dataset_patterns, diagnose_files, local_files
 from hf_encoderize.model.saving import MODELING_FILE, encoder_dir
-from hf_encoderize.recipes.contrastive_extras import check_extras, mine_negatives, stage_loss
+from hf_encoderize.recipes.contrastive_extras import (
+    check_distinct,
+    check_extras,
+    mine_negatives,
+    stage_loss,
+    warn_without_dropout,
+)
 from hf_encoderize.recipes.contrastive_resume import (
     check_resume,
     checkpoints,
@@ -53,7 +59,7 @@ from hf_encoderize.recipes.contrastive_resume import (
     settings_of,
     work_dir,
 )
-from hf_encoderize.training.lora import AdapterConfig
+from hf_encoderize.training.lora import AdapterConfig, check_targets, check_targets_before_load, target_modules
 
 OBJECTIVES = ("simcse", "supervised")
 BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".txt": "text"}
@@ -250,6 +256,7 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
     if adapter.lora_r:
         check_peft_integration()
     source = encoder_dir(config.encoder)
+    check_targets_before_load(source, adapter)  # a --lora-targets typo, from the config alone
     out, work = Path(config.output_dir), work_dir(config.output_dir)
     # --resume too: the output folder is written at the end, so what the user has there is checked now, not deleted then
     out = outputs.check_output_dir(config.output_dir, overwrite=config.overwrite, resumable=not config.resume,
@@ -257,8 +264,10 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
     outputs.check_unlocked(work)  # another contrastive run is live on this output: its work folder is not wiped
     broken = check_resume(config, adapter, work)  # a checkpoint cut short while saving: resumed from the one before
     rows = load_rows(config)  # every input is checked before the output folder is touched
+    check_distinct(rows, config)  # a batch holds no text twice: data that cannot fill one would train 0 steps
     dropout = _dropout_kwargs(source, config.dropout) if config.objective == "simcse" else {}
     model = build_model(source, config, dropout, adapter)
+    warn_without_dropout(model, config)  # SimCSE's two views of a text differ only by dropout
     prompts = saved_prompts(config, model.tokenizer)
     rows = mine_negatives(model, rows, config, prompts)  # --hard-negatives: negative_1..negative_K columns
     loss = stage_loss(model, config)  # with --matryoshka-dims, at each size
@@ -348,11 +357,11 @@ def build_model(source: Path, config: ContrastiveConfig, dropout: dict, adapter:
     pooling = models.Pooling(dim, pooling_mode=POOLINGS[config.pooling], include_prompt=not config.lead_token)
     model = SentenceTransformer(modules=[model[0], pooling], device=str(model.device))
     if adapter.lora_r:  # sentence-transformers' own PEFT integration: its checkpoints save and resume the adapters
-        targets = adapter.lora_targets if adapter.lora_targets == "all-linear" else \
-            [t.strip() for t in adapter.lora_targets.split(",")]
+        check_targets(model[0].auto_model, adapter)  # peft would pass over a target that matches nothing
         set_seed(config.seed)  # LoRA's A matrices start random; the Trainer seeds only later, in its __init__
         model.add_adapter(LoraConfig(r=int(adapter.lora_r), lora_alpha=int(adapter.lora_alpha),
-                                     target_modules=targets, lora_dropout=0.0, task_type="FEATURE_EXTRACTION"))
+                                     target_modules=target_modules(adapter), lora_dropout=0.0,
+                                     task_type="FEATURE_EXTRACTION"))
     return model
 
 
@@ -414,7 +423,7 @@ def _write_output(trainer, model, source: Path, config: ContrastiveConfig, adapt
         shutil.move(str(work / "adapter"), str(out / "adapter"))
     outputs.write_marker(out, "contrastive")  # what a later --overwrite may replace
     shutil.rmtree(work, ignore_errors=True)
-    return summary
+    return {**summary, "steps": trainer.state.global_step}  # the steps trained, not the ones asked for
 
 
 def source_dtype(source: Path) -> torch.dtype | None:

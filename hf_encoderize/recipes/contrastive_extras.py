@@ -6,6 +6,10 @@ Design choices:
   negatives: the "TopK-PercPos" filter NV-Retriever found best (Moreira et al., 2024, section 4), which
   sentence-transformers exposes as `relative_margin=0.05`. The K negatives become columns negative_1..negative_K
   (n-tuple rows), so every anchor keeps one row and in-batch negatives stay duplicate-free.
+- Batches hold no text twice (sentence-transformers' no-duplicates sampler: a repeat would be a false negative), so
+  data with fewer distinct texts than a batch trains no step at all; `check_distinct` refuses it before the load.
+- SimCSE without dropout trains two identical views of every text: `warn_without_dropout` says so in one line (a
+  warning, not a refusal: the other texts of a batch still teach the model, and `--dropout 0` is a valid setting).
 - Matryoshka is sentence-transformers' `MatryoshkaLoss` around the stage's loss: the same loss on the embeddings
   truncated to each dimension, weighted equally (Kusupati et al., 2022). Dimensions above the model's width are
   refused once the model is loaded, before any output is written.
@@ -13,8 +17,10 @@ Design choices:
 
 from __future__ import annotations
 
+import sys
+
 from hf_encoderize.common.errors import EncoderizeError
-from hf_encoderize.common.launch import world_size
+from hf_encoderize.common.launch import is_main_process, world_size
 from hf_encoderize.common.validation import check_number
 
 RELATIVE_MARGIN = 0.05  # NV-Retriever's TopK-PercPos: a negative must score below 95% of the positive
@@ -93,3 +99,40 @@ def with_matryoshka(loss, model, config):
     from sentence_transformers.sentence_transformer.losses import MatryoshkaLoss
 
     return MatryoshkaLoss(model, loss, matryoshka_dims=dims)
+
+
+def check_distinct(rows, config) -> None:
+    """Refuse rows that cannot fill one batch without a repeated text: the sampler would yield no batch, and the run
+    would train 0 steps. One greedy pass, stopped as soon as a batch fills."""
+    needed = config.batch_size if len(rows) >= config.batch_size else 2  # fewer rows: one short batch (no drop_last)
+    seen, fitting = set(), 0
+    for row in rows:
+        texts = set(row.values())
+        if texts & seen:
+            continue
+        seen |= texts
+        fitting += 1
+        if fitting >= needed:
+            return
+    what = "distinct text(s)" if config.objective == "simcse" else "row(s) that share no text"
+    advice = f"pass --batch-size {fitting} or less, or add texts" if fitting >= 2 else "add distinct texts"
+    raise EncoderizeError(f"the training data has {fitting} {what} for a batch of {config.batch_size} (a batch holds "
+                          f"no text twice: a repeat would be a false negative), so no step would train; {advice}")
+
+
+def warn_without_dropout(model, config) -> None:
+    """One warning line when SimCSE trains with no dropout anywhere: its two views of each text are then identical."""
+    import torch
+
+    if config.objective != "simcse" or not is_main_process():
+        return
+    transformer = model[0].auto_model
+    settings = transformer.config.to_dict()
+    dropped = [name for name, value in settings.items() if ("dropout" in name or "pdrop" in name) and
+               "classifier" not in name and isinstance(value, (int, float)) and value > 0]
+    if dropped or any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in transformer.modules()):
+        return
+    advice = "pass --dropout 0.1 or more (LLM2Vec uses 0.3)" if config.dropout == 0 else \
+        "this model's config has no dropout setting that --dropout turns on; train --objective supervised on pairs"
+    print(f"warning: simcse trains with no dropout, so the two views of each text are identical and only the other "
+          f"texts of the batch teach the model; {advice}", file=sys.stderr, flush=True)

@@ -78,12 +78,39 @@ def apply_lora(model, cfg: AdapterConfig, mask_token_id: int, *, gradient_checkp
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     if gradient_checkpointing:
         enable_checkpointing(model)
-    targets = cfg.lora_targets if cfg.lora_targets == "all-linear" else [t.strip() for t in cfg.lora_targets.split(",")]
+    targets = target_modules(cfg)
     if targets != "all-linear":
         _check_targets(model, targets)
     config = LoraConfig(r=int(cfg.lora_r), lora_alpha=int(cfg.lora_alpha), target_modules=targets, lora_dropout=0.0,
                         trainable_token_indices=[int(mask_token_id)])
     return get_peft_model(model, config)
+
+
+def target_modules(cfg: AdapterConfig) -> str | list[str]:
+    """`--lora-targets` as peft takes it: "all-linear" or the list of module names."""
+    return cfg.lora_targets if cfg.lora_targets == "all-linear" else [t.strip() for t in cfg.lora_targets.split(",")]
+
+
+def check_targets(model, cfg: AdapterConfig) -> None:
+    """Refuse `--lora-targets` naming a module `model` does not have, in one line (nothing to check for all-linear)."""
+    targets = target_modules(cfg)
+    if cfg.lora_r and targets != "all-linear":
+        _check_targets(model, targets)
+
+
+def check_targets_before_load(folder: str | Path, cfg: AdapterConfig) -> None:
+    """`check_targets` on the model's skeleton, built from `folder`'s config on the meta device (no weights read, no
+    memory), so a typo is refused before the load. A config that does not build that way is checked once loaded."""
+    if not cfg.lora_r or target_modules(cfg) == "all-linear":
+        return
+    from transformers import AutoConfig, AutoModel
+
+    try:
+        with torch.device("meta"):
+            skeleton = AutoModel.from_config(AutoConfig.from_pretrained(str(folder)))
+    except Exception:  # remote code, an unknown architecture: the loaded model is checked instead
+        return
+    check_targets(skeleton, cfg)
 
 
 def _check_targets(model, targets: list[str]) -> None:
