@@ -232,3 +232,34 @@ def test_a_lora_targets_typo_in_cpt_is_one_line(tmp_path, capsys):
                  "--steps", "2", "--seq-len", "32", "--eval-documents", "0", "--lora-r", "4",
                  "--lora-targets", "q_prj"]) == 2  # after cpt's load, before any training
     _one_error_line(capsys, "'q_prj'", "q_proj", "all-linear")
+
+
+def test_run_contrastive_streams_the_hub_corpus_and_reads_only_the_rows_it_uses(tmp_path, monkeypatch):
+    """`run --contrastive simcse` on the default Hub corpus (fineweb-edu, 10B tokens) downloaded all of it."""
+    import datasets
+
+    from hf_encoderize.data.sources import DataConfig
+    from hf_encoderize.pipeline.run import RunConfig, contrastive_config
+    from hf_encoderize.recipes.contrastive import load_rows
+
+    calls, read = [], {"rows": 0}
+
+    def corpus():  # a local stand-in for the Hub corpus, counting the rows read from it
+        for i in range(10_000):
+            read["rows"] += 1
+            yield {"text": f"w{i} w{i + 1} w{i + 2}", "url": "u"}
+
+    def load_dataset(*args, **kwargs):
+        calls.append((args, kwargs))
+        if not kwargs.get("streaming"):
+            raise AssertionError("the Hub corpus must be streamed, not downloaded")
+        return datasets.IterableDataset.from_generator(corpus)
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    run = RunConfig(contrastive="simcse", contrastive_steps=3, contrastive_batch_size=4, eval_profile="none")
+    config = contrastive_config(DataConfig(), run, tmp_path / "run")
+    assert config.dataset == "HuggingFaceFW/fineweb-edu"
+    rows = load_rows(config)
+    assert [args[:1] for args, _ in calls] == [("HuggingFaceFW/fineweb-edu",)] and calls[0][1]["streaming"] is True
+    assert len(rows) == 12 and rows[0]["anchor"] == rows[0]["positive"] == "w0 w1 w2"  # 3 steps x 4 rows
+    assert read["rows"] <= 12 + 1  # the generator may be asked for one row past the last one taken

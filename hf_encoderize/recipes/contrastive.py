@@ -87,7 +87,8 @@ class ContrastiveConfig:
     data_files: str | None = None
     """Local JSON/JSONL, CSV, Parquet or .txt file(s) (a glob works; .txt: one text per line, column `text`)."""
     dataset: str | None = None
-    """A Hub dataset id instead of `data_files`."""
+    """A Hub dataset id instead of `data_files`; streamed: only the first `max_rows` rows (default: steps x batch
+    size) are read."""
     dataset_config: str | None = None
     """The Hub dataset's configuration name."""
     split: str = "train"
@@ -200,8 +201,9 @@ def load_rows(config: ContrastiveConfig):
                 rows = datasets.load_dataset(builder.pop(), data_files=dataset_patterns(files), split="train")
             except Exception as err:  # a bad line: name its file and line, as cpt does
                 raise EncoderizeError(diagnose_files(files, err)) from None
-        else:
-            rows = datasets.load_dataset(config.dataset, config.dataset_config, split=config.split)
+        else:  # streamed, as cpt reads it: only the rows the stage uses are read (run's default corpus is 10B tokens)
+            stream = datasets.load_dataset(config.dataset, config.dataset_config, split=config.split, streaming=True)
+            rows = datasets.Dataset.from_list(list(stream.take(rows_used(config))), features=stream.features)
     except EncoderizeError:
         raise
     except Exception as err:  # unreadable file, unknown Hub dataset, offline Hub
@@ -232,6 +234,12 @@ def load_rows(config: ContrastiveConfig):
         renamed[config.negative_column] = "negative"
     rows = rows.rename_columns({k: v for k, v in renamed.items() if k != v})
     return rows.map(lambda row: {key: (query if key == "anchor" else document) + value for key, value in row.items()})
+
+
+def rows_used(config: ContrastiveConfig) -> int:
+    """How many rows a Hub dataset gives the stage: `--max-rows`, else one epoch of the run's steps (every process's
+    batch), what the trainer would draw before repeating."""
+    return config.max_rows or config.steps * config.batch_size * world_size()
 
 
 def _dropout_kwargs(folder: Path, value: float) -> dict:
