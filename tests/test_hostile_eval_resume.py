@@ -166,3 +166,66 @@ def test_space_app_starts_and_says_the_run_record_could_not_be_read(cut_record_r
         page = app.build_demo(models.settings).config
         assert any("could not be read" in str(block.get("props", {}).get("value", ""))
                    for block in page["components"])
+
+
+# ----------------------------------------------------------------------------------- 4: --from-checkpoint files
+
+CPT_ARGS = ["--seq-len", "32", "--batch-size", "4", "--lr", "1e-3", "--eval-every", "0", "--no-progress"]
+
+
+def _cpt(decoder_dir, corpus, out, *extra) -> list[str]:
+    return ["cpt", str(decoder_dir), "--data-files", str(corpus), *CPT_ARGS, "--output-dir", str(out), *extra]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    from conftest import write_corpus
+
+    return write_corpus(tmp_path_factory.mktemp("data") / "docs.jsonl", 120, lambda i: 4 + i % 9)
+
+
+@pytest.fixture(scope="module")
+def run4(decoder_dir, corpus, tmp_path_factory):
+    """Four steps with a checkpoint every 2 (both kept): a source to branch from."""
+    out = tmp_path_factory.mktemp("runs") / "four"
+    assert main(_cpt(decoder_dir, corpus, out, "--steps", "4", "--warmup-steps", "1", "--decay-steps", "1",
+                     "--save-every", "2", "--keep-last", "5")) == 0
+    return out
+
+
+def _cut(path):
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _other_shape(path):
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(path)
+    name = next(key for key, value in weights.items() if value.dim() == 2)
+    weights[name] = weights[name][:-1]  # one row short: a tampered file, or another model's
+    save_file(weights, path, metadata={"format": "pt"})
+
+
+BRANCH_DAMAGE = {
+    "weights cut short": ("model.safetensors", _cut),
+    "weights of another shape": ("model.safetensors", _other_shape),
+    "optimizer cut short": ("optimizer.bin", _cut),
+    "trainer state cut short": ("trainer_state.json", _cut),
+    "run settings cut short": ("../../run_settings.json", _cut),
+}
+
+
+@pytest.mark.parametrize("case", list(BRANCH_DAMAGE))
+def test_damaged_from_checkpoint_is_one_line_naming_the_file(run4, decoder_dir, corpus, tmp_path, capsys, case):
+    import shutil as _shutil
+
+    source = _shutil.copytree(run4, tmp_path / "source")
+    checkpoint = source / "checkpoints" / "step-0000002"
+    name, damage = BRANCH_DAMAGE[case]
+    damage(checkpoint / name)
+    before = _snapshot(source)
+    out = tmp_path / "branch"
+    code = main(_cpt(decoder_dir, corpus, out, "--steps", "4", "--warmup-steps", "1", "--decay-steps", "1",
+                     "--from-checkpoint", str(checkpoint)))
+    _assert_one_line_error(code, capsys.readouterr().err, (checkpoint / name).resolve().name)
+    assert not out.exists() and _snapshot(source) == before

@@ -73,7 +73,7 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
         inputs=input_paths(load.input_path, data.data_files, train.from_checkpoint),
         check_launch=lambda accelerator: check_launch(accelerator, train, adapter),
         build=lambda accelerator: build(accelerator, load, data, masking, train, adapter),
-        check_branch=lambda checkpoint, built: check_branch_settings(checkpoint, built.facts),
+        check_branch=lambda checkpoint, built: check_branch_settings(checkpoint, built.facts, built.model),
         train_phases=lambda run, monitor, step: train_until(run, monitor, step, train.steps),
         save=lambda run, built, weights: final_model(run, built, weights, load, adapter)))
 

@@ -31,14 +31,15 @@ from hf_encoderize.common.identity import HARMLESS, identity, identity_of
 from hf_encoderize.common.launch import world_size
 from hf_encoderize.common.outputs import input_paths, releasing_locks
 from hf_encoderize.common.precision import attention_dtype
+from hf_encoderize.common.run_folder import read_json
 from hf_encoderize.data.sources import DataConfig
 from hf_encoderize.objectives.loss import CHUNK_ELEMENTS
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.objectives.phases import Phase, parse_schedule
 from hf_encoderize.training.checkpoints import (
     IDENTITY,
+    check_checkpoint_files,
     checkpoint_dir,
-    checkpoint_step,
     recorded_decay_steps,
     save_checkpoint,
 )
@@ -217,13 +218,14 @@ def _branch_facts(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig
 
 
 def check_branch(checkpoint: Path, phases: list[Phase], facts: dict, train: TrainConfig) -> int:
-    """Refuse a branch point the unbroken run would not pass through; return its step."""
-    step = checkpoint_step(checkpoint)
+    """Refuse a branch point the unbroken run would not pass through, or whose files cannot be read; return its
+    step."""
+    step = check_checkpoint_files(checkpoint)
     record = checkpoint.parent.parent / SCHEDULE_FILE
     if not record.is_file():
         raise EncoderizeError(f"--from-checkpoint {str(checkpoint)!r} has no {SCHEDULE_FILE} beside it; "
                               "branch only from checkpoints of `hf-encoderize pretrain` runs")
-    source = json.loads(record.read_text())
+    source = read_json(record)
     for key, value in facts.items():
         if key != "masking" or any(p.objective == "mlm" and p.start < step for p in phases):
             if json.loads(json.dumps(value)) != source["facts"].get(key):
@@ -308,6 +310,7 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
         command="pretrain", output_dir=output_dir, data=data, masking=masking, train=train,
         inputs=input_paths(spec.model_config, spec.tokenizer, data.data_files, train.from_checkpoint),
         build=build, on_start=on_start, train_phases=train_phases, end_training=end_training, save=save,
+        check_branch=lambda checkpoint, built: check_checkpoint_files(checkpoint, built.model),  # shapes, once built
         summary_extra={"schedule": spec.schedule, "phases": [p.to_dict() for p in phases]}))
 
 

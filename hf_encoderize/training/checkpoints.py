@@ -28,7 +28,7 @@ import torch
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, LENGTH, names_of, settings_diff
 from hf_encoderize.common.outputs import check_output_dir, clear_for_run
-from hf_encoderize.common.run_folder import RunFolder
+from hf_encoderize.common.run_folder import RunFolder, read_json
 from hf_encoderize.training.train_config import TrainConfig
 
 STATE_FILE = "trainer_state.json"
@@ -183,7 +183,19 @@ def claimed_step(path: Path) -> int:
 
 
 def load_checkpoint(accelerator, path: Path) -> int:
-    """Restore everything registered with `accelerator` from `path`; return the step it was taken at."""
+    """Restore everything registered with `accelerator` from the branch point `path`; return the step it was taken
+    at. A file that cannot be read (cut short, tampered with: another model's shapes) is one line naming it."""
+    try:
+        return _load_checkpoint(accelerator, path)
+    except EncoderizeError:
+        raise
+    except Exception as err:  # noqa: BLE001 - safetensors, torch and accelerate raise many types; all mean "unreadable"
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise EncoderizeError(f"--from-checkpoint {str(path)!r} could not be loaded ({reason}); pass a checkpoint that "
+                              "was written whole, such as the one before it") from None
+
+
+def _load_checkpoint(accelerator, path: Path) -> int:
     path = Path(path)
     saved = json.loads((path / STATE_FILE).read_text())
     registered = _REGISTERED.get(accelerator, {})
@@ -197,6 +209,48 @@ def load_checkpoint(accelerator, path: Path) -> int:
     return int(saved["step"])
 
 
+def check_checkpoint_files(path: Path, model=None) -> int:
+    """Read a branch point's files before anything is written, without loading them into the model: its step from
+    trainer_state.json, every safetensors header (a file cut short does not cover its tensors) and its shapes against
+    `model`'s, every torch file's archive. One line names the first file that cannot be read; returns the step."""
+    from safetensors import safe_open
+
+    path = Path(path)
+
+    def refuse(file: Path, reason: str):
+        return EncoderizeError(f"--from-checkpoint: {str(file)!r} {reason}; the checkpoint was cut short or "
+                               "edited: pass another checkpoint (such as the one before it)")
+
+    try:
+        saved = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
+        step = int(saved["step"])
+        if not isinstance(saved.get("states", {}), dict):
+            raise TypeError("states is not an object")
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise refuse(path / STATE_FILE, f"cannot be read ({type(err).__name__}: {str(err)[:120]})") from None
+    shapes = {name: tuple(value.shape) for name, value in model.state_dict().items()} if model is not None else {}
+    for file in sorted(path.rglob("*.safetensors")):
+        try:
+            with safe_open(str(file), framework="pt") as weights:
+                found = {key: tuple(weights.get_slice(key).get_shape()) for key in weights.keys()}
+        except Exception as err:  # noqa: BLE001 - SafetensorError and OSError: the file is not whole
+            raise refuse(file, f"cannot be read ({str(err).splitlines()[0][:120] if str(err) else type(err).__name__})"
+                         ) from None
+        # The file holds the training wrapper's keys (`model.` + the model's own); a key neither way is not compared.
+        wanted = {key: shapes.get(key, shapes.get(key.removeprefix("model."))) for key in found}
+        wrong = [key for key, shape in found.items() if wanted[key] is not None and shape != wanted[key]]
+        if wrong:
+            raise refuse(file, f"holds {wrong[0]} of shape {list(found[wrong[0]])}, not this model's "
+                               f"{list(wanted[wrong[0]])}")
+    for file in sorted(path.rglob("*.bin")):
+        try:
+            torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+        except Exception as err:  # noqa: BLE001 - a cut archive or a pickle that weights_only refuses
+            raise refuse(file, f"cannot be read ({str(err).splitlines()[0][:120] if str(err) else type(err).__name__})"
+                         ) from None
+    return step
+
+
 def resume_newest(accelerator, output_dir: Path) -> int:
     """Load the newest checkpoint under `OUT/checkpoints` that loads; return its step.
 
@@ -206,7 +260,7 @@ def resume_newest(accelerator, output_dir: Path) -> int:
 
     for path in reversed(list_checkpoints(output_dir)):
         try:
-            return load_checkpoint(accelerator, path)
+            return _load_checkpoint(accelerator, path)
         except EncoderizeError:
             raise
         except Exception as err:  # any failure to read it means: try the one before
@@ -285,23 +339,24 @@ def _check_new_length(before: dict, now: dict, step: int, extendable: bool) -> N
                               f"with --steps {old}, or branch a new run")
 
 
-def check_branch_settings(checkpoint: Path, settings: dict) -> int:
+def check_branch_settings(checkpoint: Path, settings: dict, model=None) -> int:
     """Refuse a branch point the unbroken run would not pass through; return its step.
 
     The source run's recorded settings must equal this run's but for the length (`steps`, `decay_steps`), and the
-    checkpoint must lie before both runs' decays: up to it, the two runs took the same updates on the same data."""
+    checkpoint must lie before both runs' decays: up to it, the two runs took the same updates on the same data. Its
+    files must be readable (`check_checkpoint_files`, against `model`'s shapes)."""
     checkpoint = Path(checkpoint)
     record = checkpoint.parent.parent / SETTINGS_FILE
     if not record.is_file():
         raise EncoderizeError(f"--from-checkpoint {str(checkpoint)!r} has no {SETTINGS_FILE} beside its checkpoints/ "
                               "folder; branch only from checkpoints of an hf-encoderize run")
-    before = _as_now(json.loads(record.read_text()))
+    step = check_checkpoint_files(checkpoint, model)
+    before = _as_now(read_json(record))
     now = json.loads(json.dumps(settings, default=str))
     changed = _changed(before, now, ("steps", "decay_steps"))
     if changed:
         raise EncoderizeError(f"--from-checkpoint: the source run differs ({'; '.join(changed)}); branch with the "
                               "same settings")
-    step = claimed_step(checkpoint)
     if step >= now["steps"]:
         raise EncoderizeError(f"--from-checkpoint is at step {step}, not before --steps {now['steps']}; nothing to do")
     earliest = min(before["steps"] - recorded_decay_steps(before), now["steps"] - now["decay_steps"])
