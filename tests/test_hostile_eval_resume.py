@@ -229,3 +229,26 @@ def test_damaged_from_checkpoint_is_one_line_naming_the_file(run4, decoder_dir, 
                      "--from-checkpoint", str(checkpoint)))
     _assert_one_line_error(code, capsys.readouterr().err, (checkpoint / name).resolve().name)
     assert not out.exists() and _snapshot(source) == before
+
+
+# ------------------------------------------------------------------------------------------- 5: resume advice
+
+
+def test_resume_advice_never_loops(run4, decoder_dir, corpus, tmp_path, capsys):
+    """A run folder of ours that holds a run record and metrics but no checkpoint (stopped before its first one, or
+    its checkpoints deleted): the advice of each refusal is a command that works."""
+    import shutil as _shutil
+
+    out = _shutil.copytree(run4, tmp_path / "stopped")
+    _shutil.rmtree(out / "checkpoints")
+    args = _cpt(decoder_dir, corpus, out, "--steps", "2")
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "is not empty" in err and "--resume" not in err  # no checkpoint: --resume is not advised
+    assert main([*args, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "no checkpoint under" in err and "--overwrite" in err  # what it advises ...
+    assert main([*args, "--overwrite"]) == 0  # ... works
+    # With a checkpoint, --resume is advised, and works.
+    assert main(args) == 2 and "--resume" in capsys.readouterr().err
+    assert main([*args, "--resume"]) == 0

@@ -56,11 +56,15 @@ def prepare_output_dir(output_dir: Path, *, resume: bool, overwrite: bool, input
     call `clear_output_dir` once the model, data and options have been validated, so a typo never costs a folder.
     `inputs`: the command's local inputs (`outputs.input_paths`); `main_process`: the one that looks at the lock."""
     out = Path(output_dir)
-    check_output_dir(out, overwrite=overwrite, resume=resume, inputs=inputs, check_lock=main_process)
+    found = list_checkpoints(out) if out.is_dir() else []
+    # --resume is advised only where it works: a run stopped before its first checkpoint (a run record, metrics, no
+    # checkpoint) is started over, and the --resume refusal says so, so the two messages never send the user in a loop.
+    check_output_dir(out, overwrite=overwrite, resume=resume, inputs=inputs, check_lock=main_process,
+                     resumable=bool(found))
     if resume:
-        found = list_checkpoints(out)
         if not found:
-            raise EncoderizeError(f"--resume: no checkpoint under {str(out / 'checkpoints')!r}")
+            raise EncoderizeError(f"--resume: no checkpoint under {str(out / 'checkpoints')!r} (the run stopped before "
+                                  "its first one); start over with --overwrite, or pick a new --output-dir")
         return found[-1]
     return None
 
