@@ -7,7 +7,7 @@ tree):
   `validation`, `version`;
 - `model/`: load, encoderize (patch and probe), save: `loading`, `load_errors`, `tiny`, `plain_attention`,
   `bidirectional`, `tokens`, `isolation`, `where_it_trains`, `saving`, plus the `remote_code/` shipped in every encoder;
-- `data/`: text in, rows out: `sources`, `packing`, `prefetch`;
+- `data/`: text in, rows out: `sources`, `budget`, `packing`, `prefetch`;
 - `objectives/`: what the model learns: `masking`, `phases`, `loss`, `loss_kernels`;
 - `training/`: the Accelerate engine: `train_config`, `train`, `batches`, `schedule`, `checkpoints`, `nonfinite`,
   `monitor`, `profiling`, `flops`, `compiling`, `lora`, `exports`, and `runner` (the recipes' lockstep sequence);

@@ -22,7 +22,10 @@ MASK="${MASK:-0.4}"                            # section 3: the 40% compromise u
 LR="${LR:-5e-4}"
 EXPORTS="${EXPORTS:-1000,2000,5000,10000,20000,40000}"  # Appendix C.2's intermediate steps (Tables 6-9, Figure 4)
 LAUNCH="${LAUNCH:-accelerate launch --config_file examples/accelerate/multi_gpu_ddp.yaml -m hf_encoderize.cli}"
-DATA=(${DATA:---dataset HuggingFaceFW/fineweb-edu --dataset-config sample-100BT})  # section 2: FineWeb-Edu
+# Section 2: FineWeb-Edu, unique tokens. sample-350BT (about 350B GPT-2 tokens) holds a 42k base run (99.1B) and the
+# 22k CPT run after it (about 52B more); sample-100BT did not (issue 31 point 4). Every run estimates its need
+# against the source before it starts and warns in one line if it would repeat tokens (hf_encoderize/data/budget.py).
+DATA=(${DATA:---dataset HuggingFaceFW/fineweb-edu --dataset-config sample-350BT})
 
 common_flags() {
   echo --tokenizer "$TOKENIZER" --seq-len 2048 --batch-size "$BATCH" --grad-accum "$ACCUM" --lr "$LR" \

@@ -18,6 +18,7 @@ Collectives (every process calls them, or the launch hangs): `clear_output_dir`'
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
@@ -27,6 +28,7 @@ import torch
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.outputs import finish_run
+from hf_encoderize.data.budget import check_token_budget
 from hf_encoderize.data.sources import DataConfig, open_documents
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.training.checkpoints import (
@@ -129,6 +131,10 @@ def run_recipe(recipe: Recipe) -> dict:
     built = recipe.build(accelerator)
     if branch_point and recipe.check_branch:
         recipe.check_branch(branch_point, built)
+    if accelerator.is_main_process:  # a run that will repeat tokens says so now, not hours in when the pass begins
+        check_token_budget(built.data, documents, built.tokenizer,
+                           train.batch_size * train.grad_accum * accelerator.num_processes, train.steps,
+                           say=lambda line: print(line, file=sys.stderr, flush=True))
     # Everything is validated (options, data, model): only now may --overwrite delete the earlier run.
     clear_output_dir(output_dir, overwrite=train.overwrite and not train.resume,
                      main_process=accelerator.is_main_process, command=recipe.command, resume=train.resume)

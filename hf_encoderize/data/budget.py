@@ -1,0 +1,100 @@
+"""How many tokens a run needs against how many its source holds, said before training starts.
+
+The paper trains on unique tokens (section 2: "unique English tokens"), and `examples/paper/` continues CPT on the
+documents after the base run's. A run that will start a second pass over its data used to say so only when the pass
+began, hours in; `check_token_budget` says it in one `warning:` line before the first step.
+
+Design choices:
+- Need: steps x global rows per step (batch x accumulation x processes) x --seq-len. Packed rows are full, so this is
+  the tokens the run reads; padded rows (`--no-pack`) read at least as many documents, so the warning errs on the
+  quiet side there.
+- Holding, after the held-out and skipped documents:
+  - FineWeb-Edu's published subsets by their size on the dataset card (GPT-2 tokens: sample-10BT, sample-100BT,
+    sample-350BT, the whole set about 1.3T); another tokenizer counts somewhat differently, so the line says "about".
+    The skipped documents (`--skip-documents`, CPT after a base run) count at the sampled tokens per document.
+  - A local source by its text: counted through when its files are at most `PRECHECK_BYTES` (what `open_documents`
+    reads through anyway), else its files' size in bytes; either times the tokens per text byte of its first
+    `SAMPLE_DOCUMENTS` documents after the held-out ones, under the run's tokenizer.
+  - Another Hub dataset is streamed and its size is not known here: no estimate, no line.
+- A warning, not a refusal: repeating a small corpus is often what a smoke run or a fine-tune wants. The line says
+  what to change for unique tokens.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hf_encoderize.data.sources import PRECHECK_BYTES, DataConfig, Documents, local_files
+
+SAMPLE_DOCUMENTS = 256  # documents tokenized to measure tokens per byte / per document
+# Dataset card sizes (GPT-2 tokens) of the paper's corpus, section 2. None is the whole set ("default").
+KNOWN_SOURCES = {
+    ("HuggingFaceFW/fineweb-edu", "sample-10BT"): 10e9,
+    ("HuggingFaceFW/fineweb-edu", "sample-100BT"): 100e9,
+    ("HuggingFaceFW/fineweb-edu", "sample-350BT"): 350e9,
+    ("HuggingFaceFW/fineweb-edu", "default"): 1.3e12,
+    ("HuggingFaceFW/fineweb-edu", None): 1.3e12,
+}
+
+
+@dataclass
+class TokenBudget:
+    """A run's token need against its source's training tokens (both estimates)."""
+
+    need: int
+    holds: int
+    source: str
+
+    @property
+    def passes(self) -> float:
+        return self.need / max(self.holds, 1)
+
+
+def estimate_budget(cfg: DataConfig, documents: Documents, tokenizer, rows_per_step: int,
+                    steps: int) -> TokenBudget | None:
+    """The estimate (module docstring), or None for a source whose size is not known here."""
+    need = int(steps) * int(rows_per_step) * int(cfg.seq_len)
+    first = cfg.eval_documents + cfg.skip_documents
+    # Sampled right after the held-out documents, not after the skipped ones: a stream is never read 95M documents
+    # deep just to measure tokens per byte.
+    sample = list(itertools.islice(iter(documents), cfg.eval_documents, cfg.eval_documents + SAMPLE_DOCUMENTS))
+    if not sample:
+        return None
+    tokens = sum(len(ids) for ids in tokenizer(sample, add_special_tokens=False)["input_ids"])
+    text_bytes = sum(len(text.encode("utf-8")) for text in sample)
+    if cfg.data_files:
+        files = local_files(cfg.data_files)
+        size = sum(os.path.getsize(f) for f in files)
+        if size <= PRECHECK_BYTES:  # small: count the training documents' text exactly
+            size = sum(len(text.encode("utf-8")) for text in itertools.islice(iter(documents), first, None))
+        holds = int(size * tokens / max(text_bytes, 1))
+        return TokenBudget(need, holds, cfg.data_files)
+    total = KNOWN_SOURCES.get((cfg.dataset, cfg.dataset_config))
+    if total is None:
+        return None
+    per_document = tokens / len(sample)
+    holds = int(max(total - (cfg.eval_documents + cfg.skip_documents) * per_document, 0))
+    return TokenBudget(need, holds, f"{cfg.dataset} ({cfg.dataset_config or 'default'})")
+
+
+def check_token_budget(cfg: DataConfig, documents: Documents, tokenizer, rows_per_step: int, steps: int,
+                       say: Callable[[str], None]) -> TokenBudget | None:
+    """Estimate, and say in one `warning:` line when the run needs more tokens than its source holds."""
+    budget = estimate_budget(cfg, documents, tokenizer, rows_per_step, steps)
+    if budget is not None and budget.need > budget.holds:
+        say(f"warning: this run reads about {_count(budget.need)} tokens ({steps} steps x {rows_per_step} rows x "
+            f"{cfg.seq_len}) but {budget.source} holds about {_count(budget.holds)} after the held-out and skipped "
+            f"documents, so it makes about {budget.passes:.1f} passes and repeats tokens (the paper trains on unique "
+            "ones); for unique tokens use a larger source (e.g. --dataset-config sample-350BT) or fewer --steps")
+    return budget
+
+
+def _count(tokens: float) -> str:
+    """1234 -> '1.2K', 99.1e9 -> '99.1B'."""
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if tokens >= size:
+            return f"{tokens / size:.1f}{unit}"
+    return str(int(tokens))
