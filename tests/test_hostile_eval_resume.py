@@ -252,3 +252,36 @@ def test_resume_advice_never_loops(run4, decoder_dir, corpus, tmp_path, capsys):
     # With a checkpoint, --resume is advised, and works.
     assert main(args) == 2 and "--resume" in capsys.readouterr().err
     assert main([*args, "--resume"]) == 0
+
+
+# ------------------------------------------------------------------------------ 6: --shuffle-buffer continuation
+
+
+def _documents_trained(stream, steps: int) -> set[str]:
+    """The documents whose tokens the first `steps` steps of `stream` trained on (document i is the word w<i>)."""
+    tokenizer, seen = stream.tokenizer, set()
+    for _ in range(steps):
+        input_ids, _, _ = stream.take()
+        seen |= {t for t in tokenizer.convert_ids_to_tokens(input_ids.flatten().tolist()) if t.startswith("w")}
+    return seen
+
+
+@pytest.mark.parametrize("shuffle_buffer, lanes", [(0, 4), (16, 4), (50, 3), (7, 1)])
+def test_a_continuation_after_next_document_reads_no_document_twice(shuffle_buffer, lanes):
+    """A run reads some documents (the shuffle buffer reads ahead of them); its record's next_document, passed as
+    --skip-documents to the continuation, must start after every one it trained on."""
+    from hf_encoderize.data.packing import LaneStream, data_position
+
+    documents, held_out = [f"w{i}" for i in range(120)], 4
+
+    def stream(skip_documents: int):
+        return LaneStream(make_tokenizer(), 8, True, documents, held_out + skip_documents, lanes=list(range(lanes)),
+                          total_lanes=lanes, shuffle_buffer=shuffle_buffer, seed=3)
+
+    run = stream(0)
+    first = _documents_trained(run, 5)
+    position = data_position(run.state_dict(), lanes, 0)
+    continuation = stream(position["next_document"])
+    second = _documents_trained(continuation, 5)
+    assert first and second and not first & second, sorted(first & second)
+    assert {f"w{i}" for i in range(held_out)}.isdisjoint(first | second)  # held-out documents never trained on

@@ -123,7 +123,9 @@ def collate(rows: list[Row]) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _fresh_lane() -> dict:
     empty = np.zeros(0, dtype=np.int64)
-    return {"pass": 0, "documents": 0, "rows": 0, "pass_rows": 0, "carry": empty, "carry_doc": empty}
+    # furthest: the source position (after --skip-documents) of the furthest document this lane read in this pass;
+    # under --shuffle-buffer it runs ahead of the shuffled order, and `data_position` continues after it.
+    return {"pass": 0, "documents": 0, "rows": 0, "pass_rows": 0, "furthest": -1, "carry": empty, "carry_doc": empty}
 
 
 class LaneStream:
@@ -136,8 +138,9 @@ class LaneStream:
     holds it: N processes produce exactly the rows of one. Every row comes with its key `(lane, row number)`, which
     seeds its mask (`objectives.row_seed`).
 
-    The state (per lane: pass, documents consumed, rows made, tokens carried) is small; `snapshot()` is a cheap
-    copy for the prefetching thread (carries are numpy arrays never changed in place) and `state_dict()` its JSON.
+    The state (per lane: pass, documents consumed, the furthest one in the source's order, rows made, tokens carried)
+    is small; `snapshot()` is a cheap copy for the prefetching thread (carries are numpy arrays never changed in
+    place) and `state_dict()` its JSON.
     On resume, the reader re-reads from the earliest document any lane still needs, so nothing is skipped or repeated.
     """
 
@@ -179,7 +182,7 @@ class LaneStream:
     def _add_document(self, lane: int, state: dict) -> None:
         while not self.queues[lane]:
             self._read_more(lane)
-        passes, tokens = self.queues[lane].popleft()
+        passes, origin, tokens = self.queues[lane].popleft()
         if passes != state["pass"]:  # this lane's documents ran out: a new pass, its partial row dropped
             if state["pass_rows"] == 0:
                 raise EncoderizeError(f"the training documents do not fill one row of {self.seq_len} tokens per lane "
@@ -187,9 +190,11 @@ class LaneStream:
                                       "or lower --seq-len or --batch-size")
             self._announce(passes)
             empty = state["carry"][:0]
-            state.update({"pass": passes, "documents": 0, "pass_rows": 0, "carry": empty, "carry_doc": empty})
+            state.update({"pass": passes, "documents": 0, "pass_rows": 0, "furthest": -1, "carry": empty,
+                          "carry_doc": empty})
         first = int(state["carry_doc"][-1]) + 1 if len(state["carry_doc"]) else 0
         state["documents"] += 1
+        state["furthest"] = max(int(state.get("furthest", -1)), origin)
         state["carry"] = np.concatenate([state["carry"], tokens])
         state["carry_doc"] = np.concatenate([state["carry_doc"], np.full(len(tokens), first, dtype=np.int64)])
 
@@ -206,30 +211,32 @@ class LaneStream:
         """Read documents in order until `lane` has one queued, tokenizing the owned ones in one batch."""
         if self._reader is None:
             self._reader = self._read()
-        owned: list[tuple[int, int, str]] = []
-        for passes, index, text in self._reader:
-            owned.append((passes, index % self.total_lanes, text))
+        owned: list[tuple[int, int, int, str]] = []
+        for passes, index, origin, text in self._reader:
+            owned.append((passes, index % self.total_lanes, origin, text))
             if index % self.total_lanes == lane:
                 break
-        encoded = self.tokenizer([text for _, _, text in owned], add_special_tokens=False)["input_ids"]
-        for (passes, owner, _), ids in zip(owned, encoded, strict=True):
+        encoded = self.tokenizer([text for *_, text in owned], add_special_tokens=False)["input_ids"]
+        for (passes, owner, origin, _), ids in zip(owned, encoded, strict=True):
             tokens = np.asarray(ids + [self.tokenizer.eos_token_id], dtype=np.int64)
-            self.queues[owner].append((passes, tokens if self.pack else tokens[: self.seq_len]))
+            self.queues[owner].append((passes, origin, tokens if self.pack else tokens[: self.seq_len]))
 
-    def _read(self) -> Iterator[tuple[int, int, str]]:
-        """Owned documents `(pass, index, text)` from the earliest one a lane still needs, pass after pass."""
+    def _read(self) -> Iterator[tuple[int, int, int, str]]:
+        """Owned documents `(pass, index, origin, text)` from the earliest one a lane still needs, pass after pass:
+        `index` in the pass's (shuffled) order, which deals them to the lanes; `origin` in the source's order."""
         needed = {lane: (s["pass"], lane + s["documents"] * self.total_lanes) for lane, s in self.lanes.items()}
         passes, start = min(needed.values())
         while True:
             count = 0
             source = itertools.islice(iter(self.documents), self.skip, None)
             # a seeded order per pass; a resumed reader re-reads its pass in the same order
-            for index, text in enumerate(shuffled(source, self.shuffle_buffer, (self.seed, passes))):
+            for index, (origin, text) in enumerate(shuffled(enumerate(source), self.shuffle_buffer,
+                                                            (self.seed, passes))):
                 count = index + 1
                 if index < start or index % self.total_lanes not in needed:
                     continue
                 if (passes, index) >= needed[index % self.total_lanes]:
-                    yield passes, index, text
+                    yield passes, index, origin, text
             self._check_pass(count)
             passes, start = passes + 1, 0
 
@@ -272,10 +279,14 @@ def held_out_batches(documents: Iterable[str], packer: Packer, count: int, max_r
 def data_position(lanes: dict, total_lanes: int, skipped: int) -> dict:
     """Where the training stream stands, from every lane's state (`LaneStream.state_dict`, gathered): the passes
     completed over the training documents and, in the first pass, the `--skip-documents` value that continues the
-    stream after every document read so far (documents a lagging lane had not reached yet are skipped, not repeated).
+    stream after every document read so far: after the furthest one in the source's order, which under
+    --shuffle-buffer lies ahead of the shuffled order. Documents not read by then (a lagging lane's, those still in the
+    shuffle buffer) are skipped, never repeated.
     """
     passes = max(int(s["pass"]) for s in lanes.values())
-    read = [int(lane) + (int(s["documents"]) - 1) * total_lanes for lane, s in lanes.items()
-            if int(s["pass"]) == passes and int(s["documents"])]
+    # A lane state saved before `furthest` existed (-1 or missing) read in the source's order (its formula).
+    read = [int(s.get("furthest", -1)) if int(s.get("furthest", -1)) >= 0 else
+            int(lane) + (int(s["documents"]) - 1) * total_lanes
+            for lane, s in lanes.items() if int(s["pass"]) == passes and int(s["documents"])]
     following = skipped + max(read) + 1 if read else skipped
     return {"passes_completed": passes, "next_document": following if passes == 0 else None}
