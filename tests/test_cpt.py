@@ -239,3 +239,19 @@ def test_qlora_of_a_gguf_file_is_one_line_before_any_work(corpus, tmp_path, caps
     err = capsys.readouterr().err
     assert code == 2 and "--load-in-4bit cannot quantise a GGUF file" in err and err.count("\n") == 1, err
     assert not (tmp_path / "q").exists()
+
+
+def test_a_lora_target_typo_is_refused_before_the_load(decoder_dir, corpus, tmp_path, capsys, monkeypatch):
+    """The skeleton (config on the meta device) names the modules: a typo costs no weight load and no output folder."""
+    import hf_encoderize.recipes.cpt as cpt_recipe
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded before --lora-targets was checked")
+
+    monkeypatch.setattr(cpt_recipe, "load_encoderized", no_load)
+    out = tmp_path / "o"
+    code = main(["cpt", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(out), "--seq-len", "32",
+                 "--lora-r", "4", "--lora-targets", "q_proj,v_prj"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: --lora-targets") and "'v_prj'" in err and "q_proj" in err, err
+    assert err.count("\n") == 1 and not out.exists()

@@ -37,6 +37,7 @@ from hf_encoderize.training.lora import (
     AdapterConfig,
     apply_lora,
     check_qlora_available,
+    check_targets_before_load,
     enable_checkpointing,
     merge_full_precision,
     merged_model,
@@ -71,16 +72,18 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
     return run_recipe(Recipe(
         command="cpt", output_dir=output_dir, data=data, masking=masking, train=train, extendable=True,
         inputs=input_paths(load.input_path, data.data_files, train.from_checkpoint),
-        check_launch=lambda accelerator: check_launch(accelerator, train, adapter),
+        check_launch=lambda accelerator: check_launch(accelerator, train, adapter, load),
         build=lambda accelerator: build(accelerator, load, data, masking, train, adapter),
         check_branch=lambda checkpoint, built: check_branch_settings(checkpoint, built.facts, built.model),
         train_phases=lambda run, monitor, step: train_until(run, monitor, step, train.steps),
         save=lambda run, built, weights: final_model(run, built, weights, load, adapter)))
 
 
-def check_launch(accelerator, train: TrainConfig, adapter: AdapterConfig) -> None:
-    """What this launch cannot do, refused before any work."""
+def check_launch(accelerator, train: TrainConfig, adapter: AdapterConfig, load: LoadConfig) -> None:
+    """What this launch cannot do, refused before any work (a `--lora-targets` typo too, on the model's skeleton)."""
     check_launcher(accelerator, adapter)
+    if not load.gguf_file and not load.trust_remote_code:
+        check_targets_before_load(load.source, adapter)
     if train.exports and adapter.lora_r:
         raise EncoderizeError("--export-steps saves full encoders; with --lora-r the adapters would need merging at "
                               "every export: export from a full fine-tune, or drop --export-steps")
