@@ -171,7 +171,7 @@ def check_wheels(ctx: Context, folder: str) -> tuple[str, dict]:
     """Install the folder's wheels that this interpreter can run (the newest version of each) into OUT/site with
     `pip install --no-index --no-deps --target`, as the lent GPU machines want (their image is not ours to change), and
     put OUT/site first on this process's path and every command's PYTHONPATH, so a carried package wins over an older
-    one of the image (peft 0.21.2 over its 0.21.0). Then every runtime requirement must be met: a miss fails this
+    one of the image (say, a newer peft over its 0.21.0). Then every runtime requirement must be met: a miss fails this
     row and names it (make the folder again with scripts/gpu_wheels.sh, from this machine's `pip freeze`)."""
     wheels = runnable_wheels(Path(folder))
     if not wheels:

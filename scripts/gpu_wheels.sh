@@ -8,8 +8,8 @@
 #
 # What goes in: hf-encoderize itself and seqeval (an sdist upstream), both built here as pure-Python wheels with
 # --no-deps; then every package that hf-encoderize's runtime (and the gguf extra) resolves to and the GPU machine
-# lacks *or has at a version the resolution refuses* (scripts/gpu_wheels_plan.py: the lent machine's peft 0.21.0 is
-# older than the 0.21.2 hf-encoderize needs), downloaded --no-deps as linux x86_64 wheels for each
+# lacks *or has at a version the resolution refuses* (scripts/gpu_wheels_plan.py: a package the machine has older than
+# our floor travels), downloaded --no-deps as linux x86_64 wheels for each
 # GPU_WHEELS_PYTHON version (default 3.12, the lent machine's; e.g. GPU_WHEELS_PYTHON="3.11 3.12"). Never torch or what
 # it pulls: the GPU machine's own CUDA build stays, and the resolution keeps to its torch version.
 # The `kernels` extra (liger-kernel, cut-cross-entropy: pure Python on the machine's own triton) always goes in, so

@@ -163,9 +163,9 @@ def test_wheels_plan_doctests():
 
 def test_wheels_plan_carries_what_the_lent_machine_has_too_old():
     """Against the committed description of the lent GPU machine (transformers 5.17) and this pyproject's
-    requirements (transformers >= 5.17 since the supported range replaced the 5.23 pin), the plan carries what the
-    machine lacks (gguf) and what it has too old (its peft 0.21.0, read by gpu_check on an H200, under our 0.21.2
-    floor), and nothing it has at a good version: not transformers any more."""
+    requirements (transformers >= 5.17 since the supported range replaced the 5.23 pin; peft >= 0.21 since gpu_check
+    read the machine's peft 0.21.0 on an H200), the plan carries only what the machine lacks (gguf), and nothing it has
+    at a good version: not transformers or peft. A requirement above the machine's version would carry it."""
     plan = load_wheels_plan()
     machine = plan.read_machine((REPO / "scripts" / "gpu_machine.txt").read_text().splitlines())
     assert machine["transformers"] == "5.17.0" and machine["torch"] == "2.11.0" and machine["peft"] == "0.21.0"
@@ -177,7 +177,9 @@ def test_wheels_plan_carries_what_the_lent_machine_has_too_old():
                               ("peft", "0.21.2", ["torch>=1.13"]),
                               ("nvidia-nccl-cu13", "2.28.9", [])]]}
     carry = plan.plan(report, machine, "3.12", load_gpu_check().runtime_requirements(), {"torch", "nvidia-nccl-cu13"})
-    assert carry == ["gguf==0.19.0", "peft==0.21.2"]
+    assert carry == ["gguf==0.19.0"]
+    raised = [r.replace("peft>=0.21", "peft>=0.21.2") for r in load_gpu_check().runtime_requirements()]
+    assert plan.plan(report, machine, "3.12", raised, {"torch", "nvidia-nccl-cu13"}) == ["gguf==0.19.0", "peft==0.21.2"]
 
 
 def test_wheel_folder_install_takes_the_newest_runnable_wheel_of_each_package(tmp_path):
