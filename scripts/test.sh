@@ -6,7 +6,14 @@ bash scripts/setup.sh
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 python3 -m ruff check hf_encoderize tests
 lint-imports  # the layers of pyproject.toml: each stage imports only the stages below it
-python3 -m pytest -q -p no:cacheprovider  # tests/ and the package's doctests (pyproject.toml)
+# tests/ and the package's doctests (pyproject.toml), on two workers (pytest-xdist; a test file stays on one worker, so
+# its module fixtures are built once), each with one intra-op thread (tests/conftest.py); the 25 slowest are listed.
+# PYTEST_WORKERS=0 runs them in this process.
+workers=(-n "${PYTEST_WORKERS:-2}" --dist loadfile)
+[ "${PYTEST_WORKERS:-2}" = 0 ] && workers=()
+start=$SECONDS
+python3 -m pytest -q -p no:cacheprovider "${workers[@]}" --durations=25
+echo "main environment: $((SECONDS - start)) s"
 # The other end of the supported range: a second environment pinned to constraints/floor.txt (the oldest
 # transformers, accelerate, peft, sentence-transformers and huggingface_hub that pyproject.toml allows; the same CPU
 # torch), installed by the same setup.sh, kept between runs while the pins are unchanged. It runs the not-slow tests
@@ -21,7 +28,7 @@ if [ "$(cat "$floor/.pins" 2>/dev/null)" != "$pins" ]; then
 fi
 "$floor/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e .  # this checkout, wherever it is
 start=$SECONDS
-"$floor/bin/python" -m pytest -q -p no:cacheprovider -m "not slow" tests/test_compat.py tests/test_isolation.py \
+"$floor/bin/python" -m pytest -q -p no:cacheprovider "${workers[@]}" -m "not slow" tests/test_compat.py tests/test_isolation.py \
     tests/test_roundtrip.py tests/test_saving.py tests/test_bidirectional.py tests/test_cpt.py \
     tests/test_contrastive_training.py tests/test_doctor.py
 echo "floor environment ($(cat constraints/floor.txt | grep -v '^#' | tr '\n' ' ')): $((SECONDS - start)) s"

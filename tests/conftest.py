@@ -6,6 +6,10 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # scripts/test.sh runs two workers on a two-core machine: one intra-op thread each (torch reads this at import,
+    # and the processes a test starts inherit it), not two each fighting for both cores.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # Scripts run in subprocesses, not modules to import for doctests (ddp_cpt.py trains at import).
 collect_ignore = ["scripts", "clean_env_check.py"]
