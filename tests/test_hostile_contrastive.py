@@ -263,3 +263,17 @@ def test_run_contrastive_streams_the_hub_corpus_and_reads_only_the_rows_it_uses(
     assert [args[:1] for args, _ in calls] == [("HuggingFaceFW/fineweb-edu",)] and calls[0][1]["streaming"] is True
     assert len(rows) == 12 and rows[0]["anchor"] == rows[0]["positive"] == "w0 w1 w2"  # 3 steps x 4 rows
     assert read["rows"] <= 12 + 1  # the generator may be asked for one row past the last one taken
+
+
+def test_the_resume_advice_never_loops_before_a_first_checkpoint(encoder, text, tmp_path, monkeypatch, capsys):
+    """Stopped at step 1 (no checkpoint yet): without --resume the line must not send the user to --resume, and with
+    it the line must send them to --overwrite, which then works. Before, each message named the other flag."""
+    out = tmp_path / "early"
+    _interrupted(encoder, text, out, monkeypatch, at_call=1)
+    capsys.readouterr()
+    assert main(_argv(encoder, text, out)) == 2
+    assert "--resume" not in _one_error_line(capsys, "--overwrite")
+    assert main(_argv(encoder, text, out, "--resume")) == 2
+    _one_error_line(capsys, "no checkpoint", "--overwrite")
+    assert main(_argv(encoder, text, out, "--overwrite")) == 0
+    assert (out / "model.safetensors").is_file()

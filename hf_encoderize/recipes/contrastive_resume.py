@@ -49,14 +49,19 @@ def check_resume(config, adapter, work: Path) -> list[Path]:
     """Refuse --resume without a whole checkpoint or with other settings; refuse a fresh start over an interrupted
     run. Returns the broken checkpoints above the newest whole one (`set_aside` moves them before training)."""
     saved, recorded = checkpoints(work), work / "settings.json"
+    # The advice never loops: --resume is offered only where a checkpoint is, and without one both messages send
+    # the user to --overwrite, which starts over (and works).
     if not config.resume:
         if work.exists() and not config.overwrite:
-            raise EncoderizeError(f"{str(work)!r} holds an interrupted contrastive run; pass --resume to continue it "
-                                  "or --overwrite to start over")
+            if saved and recorded.is_file():
+                raise EncoderizeError(f"{str(work)!r} holds an interrupted contrastive run; pass --resume to continue "
+                                      "it or --overwrite to start over")
+            raise EncoderizeError(f"{str(work)!r} holds a contrastive run stopped before its first checkpoint; pass "
+                                  "--overwrite to start over")
         return []
     if not saved or not recorded.is_file():
-        raise EncoderizeError(f"--resume: no checkpoint of an interrupted run in {str(work)!r}; run without "
-                              "--resume to start")
+        start = "without --resume and with --overwrite to start over" if work.exists() else "without --resume to start"
+        raise EncoderizeError(f"--resume: no checkpoint of an interrupted run in {str(work)!r}; run {start}")
     try:
         before = json.loads(recorded.read_text())
     except (OSError, ValueError):
