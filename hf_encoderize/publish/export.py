@@ -36,10 +36,20 @@ ExportFormat = Literal["onnx", "gguf"]
 EXPORT_RECORD = "export_record.json"
 # Lowest cosine to our PyTorch embeddings a variant must reach (fp32 differs only in kernel order; int8 rounds weights).
 THRESHOLDS = {"model.onnx": 0.999, "model_qint8.onnx": 0.99}
-# Texts of several lengths, padded in one batch by the check, so padding must not move the real tokens' outputs.
+# Texts of several lengths, padded in one batch by the check, so padding must not move the real tokens' outputs. 24 of
+# them, short ones many: with the first 4 alone the SmolLM2-135M int8 export passed at 0.9928, while
+# benchmarks/serving.py found 0.966 on other short texts; on these 24 it reads 0.9889 and is kept out, as it should be.
 DEFAULT_TEXTS = ("Hi.", "A cat sits on the mat.", "Stock markets fell sharply today after the announcement.",
                  "The committee met on Tuesday to discuss the budget, the schedule and the new members who joined "
-                 "this year, and agreed to meet again next month.")
+                 "this year, and agreed to meet again next month.", "Questions on banjo.", "Lime as well as papaya.",
+                 "Our guide covers peas and zucchini.", "Where is the station?", "Thanks!",
+                 "Read the manual before you start.", "How do I reset my password?", "Apples, pears and plums.",
+                 "The river floods every spring.", "A kitten rests on a rug.", "Interest rates rose again.",
+                 "Call me tomorrow morning.", "Solar panels convert sunlight into electricity.",
+                 "The museum opens at nine.", "Bring an umbrella.",
+                 "Photosynthesis turns light, water and carbon dioxide into sugar and oxygen in the leaves of green "
+                 "plants.", "Guitar lessons for beginners.", "The recipe needs two eggs and a cup of flour.",
+                 "Error 404: page not found.", "Paris is the capital of France.")
 POOLING_MODES = ("mean", "cls", "lasttoken")  # the ones onnx_check.py pools as sentence-transformers does
 
 
