@@ -57,12 +57,13 @@ class NonFiniteGuard:
                                   f"{MAX_SKIPPED_SHARE:.0%}) up to step {step}; {where}; lower --lr or check the data")
 
 
-def plain_norm(grad_norm) -> torch.Tensor:
-    """The gradient norm as a plain tensor. Under FSDP2 `clip_grad_norm_` returns a replicated DTensor, and the
-    step's `accelerator.reduce` of it fails ("c10d.allreduce_.default does not have a sharding strategy", seen on an
-    H200 with torch 2.11); its full value is the same global norm on every process."""
+def plain_norm(grad_norm):
+    """The gradient norm as `clip_grad_norm_` gave it, except a DTensor: under FSDP2 it returns a replicated DTensor,
+    and the step's `accelerator.reduce` of it fails ("c10d.allreduce_.default does not have a sharding strategy",
+    seen on an H200 with torch 2.11); its full value is the same global norm on every process. Anything else is left
+    where it is (no copy: a default-device context must not move it)."""
     full = getattr(grad_norm, "full_tensor", None)
-    return full() if callable(full) else torch.as_tensor(grad_norm)
+    return full() if callable(full) else grad_norm
 
 
 def check_finite_result(model, state_dict: dict | None, final_eval: dict) -> None:

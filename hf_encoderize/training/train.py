@@ -379,7 +379,7 @@ def _finite_or_skip(grad_norm, run: Run):
     grad_norm = plain_norm(grad_norm)
     if run.train.on_nonfinite != "skip" or str(run.accelerator.mixed_precision) == "fp16":
         return grad_norm
-    if not bool(torch.isfinite(grad_norm)):
+    if not bool(torch.isfinite(torch.as_tensor(grad_norm))):
         run.optimizer.zero_grad(set_to_none=True)
     return grad_norm
 
