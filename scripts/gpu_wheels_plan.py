@@ -7,8 +7,9 @@ line, as `pip freeze` there prints it (`scripts/gpu_machine.txt` is the lent mac
 
 A package is carried when the machine lacks it, or has a version that some requirement in the resolution refuses:
 the lent machine had peft 0.21.0 when hf-encoderize needed >= 0.21.2 (read there on 2026-11-26; the floor is 0.21.0
-since), so a plan that only looked at names would carry nothing and the requirement check there would fail. A package the machine has at a version every requirement accepts
-stays as it is (its own build, its own pins), and so does one listed without a version. Never torch or anything
+since), so a plan that only looked at names would carry nothing and the requirement check there would fail. A
+package the machine has at a version every requirement accepts stays as it is (its own build, its own pins), and so
+does one listed without a version. Never torch or anything
 torch pulls (CUDA libraries, triton): `always_there` names them, and the machine's own CUDA build stays.
 """
 
