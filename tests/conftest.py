@@ -73,6 +73,50 @@ def decoder_dir(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory):
+    """A tiny encoderized Llama saved as an encoder folder: the contrastive stage's input."""
+    from hf_encoderize.model.bidirectional import encoderize
+    from hf_encoderize.model.saving import save_encoder
+
+    model, tokenizer = make_decoder(), make_tokenizer()
+    report = encoderize(model, tokenizer)
+    return save_encoder(model, tokenizer, tmp_path_factory.mktemp("enc") / "encoder", metadata=report.to_dict())
+
+
+@pytest.fixture(scope="module")
+def text(tmp_path_factory):
+    """96 JSONL rows of 8 random words: unlabelled text for SimCSE."""
+    import json
+    import random
+
+    rng, path = random.Random(0), tmp_path_factory.mktemp("data") / "text.jsonl"
+    path.write_text("".join(json.dumps({"text": " ".join(f"w{rng.randrange(100)}" for _ in range(8))}) + "\n"
+                            for _ in range(96)))
+    return path
+
+
+def contrastive_config(encoder, text, out, **extra):
+    """A 6-step SimCSE run over `text`, checkpointing every 2 steps."""
+    from hf_encoderize.recipes.contrastive import ContrastiveConfig
+
+    settings = dict(data_files=str(text), output_dir=str(out), steps=6, batch_size=8, save_every=2,
+                    max_seq_length=16, progress=False)
+    return ContrastiveConfig(str(encoder), **{**settings, **extra})
+
+
+def peft_integration_refused() -> str | None:
+    """Why transformers' PEFT integration refuses the installed peft (5.24 refuses peft 0.21), or None."""
+    from hf_encoderize.common.errors import EncoderizeError
+    from hf_encoderize.recipes.contrastive import check_peft_integration
+
+    try:
+        check_peft_integration()
+    except EncoderizeError as err:
+        return str(err)
+    return None
+
+
 def on_meta_default(function):
     """`function` run with meta as the default device: a tensor it builds without naming a device lands on meta and
     fails where it is used. With the model on the CPU this stands in for a GPU run, where the model is on CUDA and the

@@ -33,13 +33,6 @@ print(json.dumps({"shape": list(emb.shape), "finite": bool(torch.isfinite(emb).a
 """
 
 
-@pytest.fixture(scope="module")
-def encoder(tmp_path_factory):
-    model, tokenizer = make_decoder(), make_tokenizer()
-    report = encoderize(model, tokenizer)
-    return save_encoder(model, tokenizer, tmp_path_factory.mktemp("enc") / "encoder", metadata=report.to_dict())
-
-
 def _write(path, rows):
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path

@@ -5,20 +5,10 @@ import json
 import random
 
 import pytest
-from conftest import make_decoder, make_tokenizer
 from sentence_transformers.sentence_transformer.losses import multiple_negatives_ranking
 
 from hf_encoderize.cli import main
-from hf_encoderize.model.bidirectional import encoderize
-from hf_encoderize.model.saving import save_encoder
 from hf_encoderize.recipes import contrastive as contrastive_module
-
-
-@pytest.fixture(scope="module")
-def encoder(tmp_path_factory):
-    model, tokenizer = make_decoder(), make_tokenizer()
-    report = encoderize(model, tokenizer)
-    return save_encoder(model, tokenizer, tmp_path_factory.mktemp("enc") / "encoder", metadata=report.to_dict())
 
 
 @pytest.fixture(scope="module")

@@ -4,50 +4,19 @@ without dropout, too few distinct texts for a batch, a `--lora-targets` typo, an
 Each refusal is exit 2 with exactly one `error:` line and no traceback, before the output folder is touched."""
 
 import json
-import random
 
 import pytest
 import torch
-from conftest import make_decoder, make_tokenizer
+from conftest import contrastive_config, make_decoder, make_tokenizer, peft_integration_refused
 from safetensors.torch import load_file
 
 from hf_encoderize.cli import main
-from hf_encoderize.model.bidirectional import encoderize
-from hf_encoderize.model.saving import save_encoder
-from hf_encoderize.recipes.contrastive import ContrastiveConfig, check_peft_integration, contrastive, work_dir
+from hf_encoderize.recipes.contrastive import contrastive, work_dir
 from hf_encoderize.training.lora import AdapterConfig
 
-
-def _peft_refused() -> str | None:
-    try:
-        check_peft_integration()
-    except Exception as err:  # EncoderizeError: transformers' PEFT integration refuses the installed peft
-        return str(err)
-    return None
-
-
-needs_peft_integration = pytest.mark.skipif(_peft_refused() is not None, reason=str(_peft_refused()))
-
-
-@pytest.fixture(scope="module")
-def encoder(tmp_path_factory):
-    model, tokenizer = make_decoder(), make_tokenizer()
-    report = encoderize(model, tokenizer)
-    return save_encoder(model, tokenizer, tmp_path_factory.mktemp("enc") / "encoder", metadata=report.to_dict())
-
-
-@pytest.fixture(scope="module")
-def text(tmp_path_factory):
-    rng, path = random.Random(0), tmp_path_factory.mktemp("data") / "text.jsonl"
-    path.write_text("".join(json.dumps({"text": " ".join(f"w{rng.randrange(100)}" for _ in range(8))}) + "\n"
-                            for _ in range(96)))
-    return path
-
-
-def _config(encoder, text, out, **extra):
-    settings = dict(data_files=str(text), output_dir=str(out), steps=6, batch_size=8, save_every=2,
-                    max_seq_length=16, progress=False)
-    return ContrastiveConfig(str(encoder), **{**settings, **extra})
+needs_peft_integration = pytest.mark.skipif(peft_integration_refused() is not None,
+                                            reason=str(peft_integration_refused()))
+_config = contrastive_config
 
 
 def _argv(encoder, text, out, *extra):
