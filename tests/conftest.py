@@ -117,6 +117,37 @@ def peft_integration_refused() -> str | None:
     return None
 
 
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, decoder_dir):
+    """A `cpt`-style run folder: OUT/encoder (tiny Llama encoder) and OUT/run_record.json naming its base."""
+    import json
+
+    from hf_encoderize.model.bidirectional import encoderize
+    from hf_encoderize.model.saving import save_encoder
+
+    out = tmp_path_factory.mktemp("run")
+    model, tokenizer = make_decoder(), make_tokenizer()
+    report = encoderize(model, tokenizer)
+    save_encoder(model, tokenizer, out / "encoder", metadata={**report.to_dict(), "base_model": "gone/elsewhere"})
+    (out / "run_record.json").write_text(json.dumps({"base_model": str(decoder_dir), "gguf_file": None}))
+    return out
+
+
+@pytest.fixture(scope="module")
+def contrastive_run(tmp_path_factory, tiny_run):
+    """`tiny_run` plus OUT/contrastive as `run --contrastive simcse` leaves it: two SimCSE steps with last-token
+    pooling and a "query" prompt, so its embeddings cannot pass for the encoder's mean-pooled ones."""
+    import shutil
+
+    from hf_encoderize.recipes.contrastive import ContrastiveConfig, contrastive
+
+    out = shutil.copytree(tiny_run, tmp_path_factory.mktemp("contrastive") / "run")
+    corpus = write_corpus(out.parent / "text.jsonl", 16, lambda index: 6)
+    contrastive(ContrastiveConfig(str(out / "encoder"), output_dir=str(out / "contrastive"), data_files=str(corpus),
+                                  steps=2, batch_size=4, pooling="lasttoken", query_prefix="w90 ", progress=False))
+    return out
+
+
 def on_meta_default(function):
     """`function` run with meta as the default device: a tensor it builds without naming a device lands on meta and
     fails where it is used. With the model on the CPU this stands in for a GPU run, where the model is on CUDA and the
