@@ -17,8 +17,8 @@ tree):
   `ir`, `config`, `grid`, `summary`, `plots`, `compare`, `mteb_suite`;
 - `matrix/`: which model types encoderize and round-trip, and on this machine: `architectures`, `roundtrip`,
   `roundtrip_check`, `doctor`;
-- `publish/`: what leaves the machine: `card_facts`, `card_rows`, `card`, `licenses`, `hub`, `space`, `export`,
-  `onnx_check`, plus the `model_cards/` template and the Space app (`space_app/`);
+- `publish/`: what leaves the machine: `card_facts`, `card_rows`, `card`, `licenses`, `hub`, `space`, `paraphrases`,
+  `export`, `onnx_check`, plus the `model_cards/` template and the Space app (`space_app/`);
 - `pipeline/`: several stages in one command: `commands`, `run`, `quickstart`;
 - `cli`: the thin command-line map onto those functions.
 
