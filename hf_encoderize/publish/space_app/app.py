@@ -10,6 +10,8 @@ Design choices:
   EMBEDDING_MODEL (Hub id or folder), else space_config.json's `embedding_model` when the encoder comes from there too,
   else the encoder itself. That is the `contrastive` stage's sentence-transformers folder when a run has one (it has no
   MLM head), so Fill-mask always uses the encoder. EMBEDDING_MODEL=encoder opts out: the encoder makes the embeddings.
+- An embedding model trained with Matryoshka sizes (`contrastive --matryoshka-dims`) gets a size picker on each
+  embedding tab: the full vector and each trained size, no other (space_compute.py says where the sizes come from).
 - Embeddings are sentence-transformers' vectors with the model's own pooling (mean for an encoder as `save_encoder`
   writes it) and, in Semantic search, its saved "query"/"document" prompts. The Compare tab runs the base decoder
   (BASE_MODEL, else the `hf_encoderize` metadata in the encoder's config.json) as it was trained, causally, with mean
@@ -41,7 +43,21 @@ import gradio as gr
 
 # The sibling module of pure computations (no gradio), found next to this file also when it is imported by path.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from space_compute import causal_embeddings, cosine_matrix, encode, first_token_shift, heatmap_html  # noqa: E402
+from space_compute import (  # noqa: E402
+    APP_CSS,
+    base_label,
+    causal_embeddings,
+    cosine_matrix,
+    embedding_sizes,
+    encode,
+    first_line,
+    first_token_shift,
+    heatmap_html,
+    matryoshka_dims,
+    reachable,
+    run_record,
+    size_note,
+)
 
 # The quickstart's outputs: `hf-encoderize quickstart` (a run folder) and examples/quickstart.sh (a converted encoder).
 DEFAULT_ENCODERS = ("runs/quickstart/encoder", "encoders/smollm2-135m-encoder")
@@ -147,7 +163,7 @@ def checked_modeling_source(settings: Settings) -> tuple[bytes, Path, bool]:
         path = modeling_file(settings.encoder)
         source = path.read_bytes()
     except Exception as err:  # a missing file, no network, a 404...
-        raise FillMaskOff(f"Could not read {MODELING_FILE} of {settings.encoder} to check it ({_first_line(err)}), "
+        raise FillMaskOff(f"Could not read {MODELING_FILE} of {settings.encoder} to check it ({first_line(err)}), "
                           "so fill-mask is off.") from err
     shipped = modeling_sha256(source) in TRUSTED_MODELING_SHA256
     if not (shipped or settings.trust_remote_code):
@@ -185,23 +201,7 @@ def masked_lm_head(settings: Settings, config) -> tuple[str | None, str]:
                   "hf-encoderize ships: you trusted it (--trust-remote-code or ENCODER_TRUST_REMOTE_CODE=1).")
 
 
-def _first_line(err: Exception) -> str:
-    return (str(err).strip().splitlines() or [type(err).__name__])[0]
-
-
 # ------------------------------------------------------------------------------------------------ models
-
-
-def base_label(settings: Settings) -> str | None:
-    """How the base decoder is named on screen: the GGUF file name, else the Hub id or folder."""
-    return settings.base_gguf_file or settings.base_model
-
-
-def reachable(name: str | None) -> bool:
-    """A folder on this machine or something shaped like a Hub id; a recorded path from another machine is not."""
-    if not name:
-        return False
-    return Path(name).exists() or re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?", name) is not None
 
 
 class Models:
@@ -216,7 +216,12 @@ class Models:
         # The contrastive stage's record (objective, pooling...); {} for the encoder or another embedding model.
         self.contrastive = (getattr(embedding_config, "hf_encoderize", None) or {}).get("contrastive") or {}
         self.embedding_name = settings.embedding_model or settings.encoder
-        recorded = self._recorded_base()
+        self.width = getattr(embedding_config or self.config, "hidden_size", None)  # the full embedding size
+        self.sizes = embedding_sizes(matryoshka_dims(self.embedding_name, self.contrastive), self.width)
+        # The base decoder: a `cpt` run's run_record.json next to a local encoder (it names the GGUF file), else
+        # config.json's metadata. A record that cannot be read (cut short, edited) is said on the Compare tab.
+        recorded, self.record_note = run_record(settings.encoder)
+        recorded = recorded if recorded.get("base_model") else getattr(self.config, "hf_encoderize", None) or {}
         if settings.base_model is None and recorded.get("base_model"):
             settings.base_model = recorded["base_model"]
             settings.base_gguf_file = settings.base_gguf_file or recorded.get("gguf_file")
@@ -224,21 +229,6 @@ class Models:
         self.mlm, self.mlm_note = masked_lm_head(settings, self.config)
         self._lock = threading.Lock()
         self._cache = {}
-
-    def _recorded_base(self) -> dict:
-        """A `cpt` run's run_record.json next to a local encoder folder (it names the GGUF file), else config.json."""
-        record = Path(self.settings.encoder).parent / "run_record.json"
-        self.record_note = ""  # a record that cannot be read (cut short, edited) is said on the Compare tab
-        if Path(self.settings.encoder).is_dir() and record.is_file():
-            try:
-                facts = json.loads(record.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-                facts, self.record_note = {}, f"{record.name} could not be read ({type(error).__name__})"
-                print(f"warning: {record}: {self.record_note}; the base decoder comes from config.json",
-                      file=sys.stderr)
-            if isinstance(facts, dict) and facts.get("base_model"):
-                return facts
-        return getattr(self.config, "hf_encoderize", None) or {}
 
     @property
     def base_available(self) -> bool:
@@ -252,10 +242,16 @@ class Models:
         objective = self.contrastive.get("objective")
         return f"contrastive ({objective}) on top of the MLM encoder" if objective else "a sentence-transformers model"
 
-    @property
-    def embedding_title(self) -> str:
-        """Heading of the embedding heatmaps: "Encoder", or "Embedding model, contrastive (simcse) on top of ..."."""
-        return f"Embedding model, {self.embedding_label}" if self.settings.embedding_model else "Encoder"
+    def embedding_title(self, dim: int = 0) -> str:
+        """Heading of the embedding heatmaps ("Encoder", "Embedding model, ..."), with the size if there is a choice."""
+        title = f"Embedding model, {self.embedding_label}" if self.settings.embedding_model else "Encoder"
+        return f"{title} ({size_note(dim, self.width)})" if len(self.sizes) > 1 else title
+
+    def size(self, dim) -> int:
+        """`dim` when the model was trained at that size (0: the full vector); any other size is refused."""
+        if int(dim or 0) not in [value for _, value in self.sizes]:
+            raise gr.Error(f"Pick an embedding size this model was trained at: {', '.join(dict(self.sizes))}.")
+        return int(dim or 0)
 
     def _once(self, key, load):
         with self._lock:
@@ -318,14 +314,6 @@ def check_length(texts: list[str], what: str) -> None:
             raise gr.Error(f"{what.capitalize()} {number} has {len(text)} characters; the limit is {MAX_CHARS}.")
 
 
-APP_CSS = """
-.heatmap table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
-.heatmap td, .heatmap th { border: 1px solid #ddd; padding: 6px 10px; text-align: center; }
-.heatmap th.row-label { text-align: left; font-weight: normal; max-width: 28em; }
-.heatmap .legend { font-size: 0.85em; color: #666; }
-"""
-
-
 # ------------------------------------------------------------------------------------------------ the tabs
 
 
@@ -335,14 +323,15 @@ class EncoderSpace:
     def __init__(self, models: Models):
         self.models = models
 
-    def similarity(self, text: str):
+    def similarity(self, text: str, dim: int = 0):
         sentences = parse_lines(text, "sentence", MAX_TEXTS)
-        matrix = cosine_matrix(encode(self.models.embedder(), sentences))
+        dim = self.models.size(dim)
+        matrix = cosine_matrix(encode(self.models.embedder(), sentences, truncate_dim=dim))
         name = self.models.embedding_name
-        title = f"{self.models.embedding_title}: {name}"
-        return heatmap_html(sentences, matrix, title), {"sentences": sentences, "similarity": matrix, "model": name}
+        scores = {"sentences": sentences, "similarity": matrix, "model": name, "dimensions": dim or self.models.width}
+        return heatmap_html(sentences, matrix, f"{self.models.embedding_title(dim)}: {name}"), scores
 
-    def search(self, corpus: str, query: str):
+    def search(self, corpus: str, query: str, dim: int = 0):
         passages = parse_lines(corpus, "passage", MAX_PASSAGES)
         query = (query or "").strip()
         if not query:
@@ -350,8 +339,8 @@ class EncoderSpace:
         check_length([query], "query")
         import torch
 
-        model = self.models.embedder()
-        vectors = torch.cat([encode(model, [query], "query"), encode(model, passages, "document")])  # (1 + n, dim)
+        model, dim = self.models.embedder(), self.models.size(dim)
+        vectors = torch.cat([encode(model, [query], "query", dim), encode(model, passages, "document", dim)])
         scores = cosine_matrix(vectors)[0][1:]
         ranked = sorted(zip(scores, passages, strict=True), key=lambda pair: -pair[0])
         return [[rank, round(score, 4), passage] for rank, (score, passage) in enumerate(ranked, 1)]
@@ -370,7 +359,7 @@ class EncoderSpace:
         predictions = fill(text, top_k=max(1, min(int(top_k), MAX_TOP_K)))
         return {p["token_str"].strip() or repr(p["token_str"]): float(p["score"]) for p in predictions}
 
-    def compare(self, text: str):
+    def compare(self, text: str, dim: int = 0):
         if not self.models.base_available:
             raise gr.Error("No base decoder is available for this encoder; set BASE_MODEL to a Hub id or folder.")
         sentences = parse_lines(text, "sentence", MAX_TEXTS)
@@ -378,20 +367,19 @@ class EncoderSpace:
             base_model, base_tokenizer = self.models.base()
         except Exception as err:  # a Hub id that does not exist, no network, a GGUF without the gguf package...
             raise gr.Error(f"Could not load the base decoder {base_label(self.models.settings)}: "
-                           f"{_first_line(err)}") from err
-        encoder = self.models.embedder()
+                           f"{first_line(err)}") from err
+        encoder, dim = self.models.embedder(), self.models.size(dim)
         base_matrix = cosine_matrix(causal_embeddings(base_model, base_tokenizer, sentences))
-        encoder_matrix = cosine_matrix(encode(encoder, sentences))
+        encoder_matrix = cosine_matrix(encode(encoder, sentences, truncate_dim=dim))
         shifts = (first_token_shift(base_model, base_tokenizer, sentences[0]),
                   first_token_shift(encoder[0].auto_model, encoder.tokenizer, sentences[0]))
         note = (f"Change the last word of sentence 1 and the first word's hidden state moves by **{shifts[0]:.4f}** "
                 f"in the base decoder (causal: it cannot see ahead) and by **{shifts[1]:.4f}** in the "
                 f"{'embedding model' if self.models.settings.embedding_model else 'encoder'}.")
         return (heatmap_html(sentences, base_matrix, f"Base decoder, causal: {base_label(self.models.settings)}"),
-                heatmap_html(sentences, encoder_matrix, f"{self.models.embedding_title}, bidirectional: "
+                heatmap_html(sentences, encoder_matrix, f"{self.models.embedding_title(dim)}, bidirectional: "
                                                         f"{self.models.embedding_name}"),
                 note)
-
 
 
 # ------------------------------------------------------------------------------------------------ layout
@@ -423,27 +411,40 @@ def _intro(models: Models) -> str:
     pooling = models.contrastive.get("pooling") or "its own"
     return (f"# Encoder demo\n**embedding model: {models.embedding_label}** ({models.settings.embedding_model}) "
             f"makes the embeddings of Similarity, Semantic search and Compare ({pooling} pooling, cosine similarity). "
-            f"Fill-mask uses the MLM encoder **{models.settings.encoder}**, {origin}.")
+            f"Fill-mask uses the MLM encoder **{models.settings.encoder}**, {origin}." + _sizes_line(models))
+
+
+def _sizes_line(models: Models) -> str:
+    trained = ", ".join(label for label, _ in models.sizes[1:])
+    return f"\n\nTrained with Matryoshka sizes {trained} as well: pick one on each embedding tab." if trained else ""
 
 
 def _similarity_tab(space: EncoderSpace) -> None:
     gr.Markdown(f"Several sentences, one per line (at most {MAX_TEXTS}, {MAX_CHARS} characters each).")
     sentences = gr.Textbox(value=EXAMPLE_SENTENCES, lines=5, label="Sentences", elem_id="sim-input")
+    size = _size_picker(space, "sim-size")
     run = gr.Button("Compute similarity", variant="primary", elem_id="sim-button")
     heatmap = gr.HTML(elem_id="sim-heatmap")
     with gr.Accordion("Scores as JSON", open=False):
         scores = gr.JSON(label="Cosine similarity")
-    run.click(space.similarity, sentences, [heatmap, scores], api_name="similarity")
+    run.click(space.similarity, [sentences, size], [heatmap, scores], api_name="similarity")
+
+
+def _size_picker(space: EncoderSpace, elem_id: str) -> gr.Dropdown:
+    """The Matryoshka size of the embeddings, shown only when the model was trained at sizes below its full one."""
+    return gr.Dropdown(space.models.sizes, value=0, label="Embedding size (dimensions)", elem_id=elem_id,
+                       visible=len(space.models.sizes) > 1, info="Matryoshka: the first D dimensions, renormalised.")
 
 
 def _search_tab(space: EncoderSpace) -> None:
     gr.Markdown(f"A small corpus, one passage per line (at most {MAX_PASSAGES}), and a query.")
     corpus = gr.Textbox(value=EXAMPLE_CORPUS, lines=6, label="Passages", elem_id="search-corpus")
     query = gr.Textbox(value="a cat napping in the sun", label="Query", elem_id="search-query")
+    size = _size_picker(space, "search-size")
     run = gr.Button("Search", variant="primary", elem_id="search-button")
     results = gr.Dataframe(headers=["rank", "score", "passage"], label="Ranked passages", interactive=False,
                            elem_id="search-results", wrap=True)
-    run.click(space.search, [corpus, query], results, api_name="search")
+    run.click(space.search, [corpus, query, size], results, api_name="search")
 
 
 def _fill_mask_tab(space: EncoderSpace) -> None:
@@ -476,12 +477,13 @@ def _compare_tab(space: EncoderSpace) -> None:
         gr.Markdown(f"**Note:** {space.models.record_note}, so the base decoder comes from config.json.",
                     elem_id="record-note")
     sentences = gr.Textbox(value=EXAMPLE_SENTENCES, lines=5, label="Sentences", elem_id="compare-input")
+    size = _size_picker(space, "compare-size")
     run = gr.Button("Compare", variant="primary", elem_id="compare-button", interactive=space.models.base_available)
     with gr.Row():
         base = gr.HTML(elem_id="compare-base")
         encoder = gr.HTML(elem_id="compare-encoder")
     note = gr.Markdown(elem_id="compare-note")
-    run.click(space.compare, sentences, [base, encoder, note], api_name="compare")
+    run.click(space.compare, [sentences, size], [base, encoder, note], api_name="compare")
 
 
 def theme():

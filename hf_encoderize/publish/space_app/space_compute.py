@@ -1,16 +1,110 @@
-"""The Space's computations and rendering, free of gradio: embeddings, cosine matrices, the causal-vs-bidirectional
-shift and the similarity heatmap. `app.py` imports it from the same folder (the Space uploads both files).
+"""The Space's computations and rendering, free of gradio: embeddings (at a Matryoshka size too), cosine matrices,
+the causal-vs-bidirectional shift, the similarity heatmap and its CSS. `app.py` imports it from the same folder (the
+Space uploads both files).
+
+Matryoshka: an embedding model trained with `contrastive --matryoshka-dims` is offered at each trained size. The size
+comes from the stage's record (config.json's `hf_encoderize.contrastive`, else `contrastive_run.json` beside the
+model), never guessed: a size it was not trained at would give meaningless scores. Truncation is sentence-transformers'
+own `encode(..., truncate_dim=D)` (the first D dimensions), and `cosine_matrix` normalises again afterwards.
 """
 
 from __future__ import annotations
 
 import html
+import json
+import re
+import sys
+from pathlib import Path
+
+CONTRASTIVE_RECORD = "contrastive_run.json"  # written by `hf-encoderize contrastive` next to the model
+APP_CSS = """
+.heatmap table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+.heatmap td, .heatmap th { border: 1px solid #ddd; padding: 6px 10px; text-align: center; }
+.heatmap th.row-label { text-align: left; font-weight: normal; max-width: 28em; }
+.heatmap .legend { font-size: 0.85em; color: #666; }
+"""
 
 
-def encode(model, texts: list[str], prompt: str | None = None):
-    """`model.encode` with its saved prompt of that name (a contrastive stage's --query-prefix) when it has one."""
+def encode(model, texts: list[str], prompt: str | None = None, truncate_dim: int | None = None):
+    """`model.encode` with its saved prompt of that name (a contrastive stage's --query-prefix) when it has one, cut
+    to the first `truncate_dim` dimensions when given (a Matryoshka size; None or 0: the full vector)."""
     named = {"prompt_name": prompt} if prompt and prompt in (model.prompts or {}) else {}
-    return model.encode(texts, convert_to_tensor=True, **named)
+    return model.encode(texts, convert_to_tensor=True, truncate_dim=truncate_dim or None, **named)
+
+
+def matryoshka_dims(model: str, stage: dict) -> list[int]:
+    """The sizes the embedding model `model` (folder or Hub id) was trained at, largest first; [] without Matryoshka.
+
+    `stage` is config.json's `hf_encoderize.contrastive` record: {} for a model no contrastive stage made, which is
+    never asked for a record file (an arbitrary Hub model has none).
+    """
+    if not stage:
+        return []
+    text = stage.get("matryoshka_dims") or (_contrastive_record(model).get("config") or {}).get("matryoshka_dims")
+    dims = {int(part) for part in re.findall(r"\d+", str(text or ""))}  # "768,512,256", as the flag takes it
+    return sorted((dim for dim in dims if dim > 0), reverse=True)
+
+
+def _contrastive_record(model: str) -> dict:
+    try:
+        if Path(model).is_dir():
+            path = Path(model) / CONTRASTIVE_RECORD
+        else:
+            from huggingface_hub import hf_hub_download
+
+            path = Path(hf_hub_download(model, CONTRASTIVE_RECORD))
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except Exception:  # no record (an older model, a repo without it), no network, a file cut short: no sizes
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def run_record(encoder: str) -> tuple[dict, str]:
+    """A `cpt` run's run_record.json next to a local encoder folder, as (its facts, "") or, when it cannot be read (cut
+    short, edited), ({}, why): the app then warns on stderr and takes the base from config.json. ({}, "") for none."""
+    record = Path(encoder).parent / "run_record.json"
+    if not (Path(encoder).is_dir() and record.is_file()):
+        return {}, ""
+    try:
+        facts = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        note = f"{record.name} could not be read ({type(error).__name__})"
+        print(f"warning: {record}: {note}; the base decoder comes from config.json", file=sys.stderr)
+        return {}, note
+    return (facts if isinstance(facts, dict) else {}), ""
+
+
+def embedding_sizes(dims: list[int], width: int | None) -> list[tuple[str, int]]:
+    """The size picker's choices, (label, value): the full vector (value 0) and each trained size below `width`.
+
+    >>> embedding_sizes([32, 16, 8], 32)
+    [('32 (full size)', 0), ('16', 16), ('8', 8)]
+    """
+    full = f"{width} (full size)" if width else "full size"
+    return [(full, 0)] + [(str(dim), dim) for dim in dims if not width or dim < width]
+
+
+def size_note(dim: int | None, width: int | None) -> str:
+    """How a heading names the size: "first 16 of 32 dimensions", or "all 32 dimensions" for the full vector."""
+    if dim:
+        return f"first {dim} of {width} dimensions" if width else f"first {dim} dimensions"
+    return f"all {width} dimensions" if width else "full size"
+
+
+def first_line(err: Exception) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+def base_label(settings) -> str | None:
+    """How the base decoder is named on screen: the GGUF file name, else the Hub id or folder."""
+    return settings.base_gguf_file or settings.base_model
+
+
+def reachable(name: str | None) -> bool:
+    """A folder on this machine or something shaped like a Hub id; a recorded path from another machine is not."""
+    if not name:
+        return False
+    return Path(name).exists() or re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?", name) is not None
 
 
 def cosine_matrix(embeddings) -> list[list[float]]:
