@@ -1,21 +1,24 @@
-"""Serving speed, memory and agreement: PyTorch (sentence-transformers) against ONNX Runtime fp32 and int8.
+"""Serving speed, memory and agreement: PyTorch (sentence-transformers) against ONNX Runtime fp32 and int8 and
+llama.cpp (llama-cpp-python) GGUF f32 and q8_0.
 
     python benchmarks/serving.py                          # a tiny random encoder built in-process (seconds)
     python benchmarks/serving.py --model smollm2          # the quickstart's SmolLM2-135M (embedded GGUF), converted
     python benchmarks/serving.py --model PATH             # an encoder or embedding-model folder (copied, then exported)
 
-The ONNX files are the ones `hf-encoderize export` ships: it is run as a command (its own process, so its PyTorch
-reference run leaves no memory behind in this one) on a copy of the model under `--work`, and only variants that
-passed its out-of-process check exist. Then all three backends are loaded side by side in this process and timed
-on the same texts (the offline synthetic retrieval set's queries and passages, several lengths):
+The ONNX and GGUF files are the ones `hf-encoderize export` ships: it is run as a command (its own process, so its
+PyTorch reference run leaves no memory behind in this one) on a copy of the model under `--work`, once per format
+(GGUF when llama-cpp-python is installed), and only variants that passed its out-of-process check exist. Then the
+backends are loaded side by side in this process and timed on the same texts (the offline synthetic retrieval set's
+queries and passages, several lengths):
 - `pytorch`: `SentenceTransformer.encode` in fp32 (it sorts texts by length to pad less; the ONNX path does the same);
 - `onnx_fp32` / `onnx_int8`: the tokenizer, an ONNX Runtime session, and the model's pooling in numpy, as a user
-  without our package runs `onnx/model.onnx` / `onnx/model_qint8.onnx`.
+  without our package runs `onnx/model.onnx` / `onnx/model_qint8.onnx`;
+- `gguf_f32` / `gguf_q8_0`: `Llama(..., embedding=True).embed(texts)` on `model-f32.gguf` / `model-q8_0.gguf`, with
+  the file's own tokenizer and pooling (llama.cpp packs the texts of a batch as separate sequences: no padding).
 Timing rounds alternate the backends (A, B, C, A, B, C, ...) so that a noisy 2-core machine slows them alike; the
 figure is the median round. Peak memory is the highest resident set size (sampled every 2 ms) while a backend loads
 and encodes the texts once, minus the RSS just before it loaded: what that backend adds to a serving process.
-Agreement is the cosine of each text's embedding to PyTorch's (mean and min). GGUF is not measured: llama.cpp's
-converter is not installed here (`export --format gguf` is refused).
+Agreement is the cosine of each text's embedding to PyTorch's (mean and min).
 
 Prints one JSON object.
 """
@@ -35,8 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
-GGUF = "not available (llama.cpp converter not installed)"
-VARIANTS = {"onnx_fp32": "model.onnx", "onnx_int8": "model_qint8.onnx"}
+# Backend name -> (export format, file under the model folder).
+VARIANTS = {"onnx_fp32": ("onnx", "onnx/model.onnx"), "onnx_int8": ("onnx", "onnx/model_qint8.onnx"),
+            "gguf_f32": ("gguf", "model-f32.gguf"), "gguf_q8_0": ("gguf", "model-q8_0.gguf")}
 
 
 class PeakRSS:
@@ -109,21 +113,32 @@ def smollm2_encoder(folder: Path) -> Path:
 
 
 def exported(model: Path, work: Path) -> tuple[Path, dict]:
-    """A copy of `model` under `work` with `hf-encoderize export`'s ONNX files (exported again when the model is newer
-    than the copy's export record)."""
+    """A copy of `model` under `work` with `hf-encoderize export`'s ONNX and GGUF files (exported again when the model
+    is newer than the copy's export record). Returns the copy and its record (format -> part)."""
+    import importlib.util
+
     from hf_encoderize.model.saving import encoder_dir
+    from hf_encoderize.publish.export_record import EXPORT_RECORD, read_export_record
 
     source = encoder_dir(model)
     copy = work / "exported" / source.resolve().parent.name / source.name
-    record = copy / "export_record.json"
+    record, refused = copy / EXPORT_RECORD, copy.parent / "gguf_refused.txt"
     if not record.is_file() or record.stat().st_mtime < (source / "config.json").stat().st_mtime:
-        shutil.rmtree(copy, ignore_errors=True)
-        shutil.copytree(source, copy, ignore=shutil.ignore_patterns("onnx", "export_record.json"))
-        done = subprocess.run([sys.executable, "-m", "hf_encoderize.cli", "export", str(copy)], capture_output=True,
-                              text=True)
-        if done.returncode != 0:
-            sys.exit(f"export failed: {(done.stderr.strip().splitlines() or ['no output'])[-1]}")
-    return copy, json.loads(record.read_text())
+        shutil.rmtree(copy.parent, ignore_errors=True)
+        shutil.copytree(source, copy, ignore=shutil.ignore_patterns("onnx", "*.gguf", EXPORT_RECORD))
+        formats = ["onnx"] + (["gguf"] if importlib.util.find_spec("llama_cpp") else [])
+        for fmt in formats:
+            done = subprocess.run([sys.executable, "-m", "hf_encoderize.cli", "export", str(copy), "--format", fmt],
+                                  capture_output=True, text=True)
+            why = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            if done.returncode != 0 and fmt == "onnx":
+                sys.exit(f"export failed: {why}")
+            if done.returncode != 0:  # e.g. the tiny model's word-level tokenizer, which llama.cpp's converter refuses
+                refused.write_text(why)
+    parts = read_export_record(copy)
+    if refused.is_file():
+        parts["gguf"] = {"refused": refused.read_text()}
+    return copy, parts
 
 
 # ------------------------------------------------------------------------------------------------ the backends
@@ -171,6 +186,19 @@ def onnx_backend(folder: Path, file: str, threads: int, batch_size: int, pooling
     return encode
 
 
+def gguf_backend(folder: Path, file: str, threads: int):
+    from llama_cpp import Llama
+
+    # One context for a batch of texts, each its own sequence; a non-causal model needs the batch in one ubatch.
+    llm = Llama(str(folder / file), embedding=True, n_ctx=4096, n_batch=4096, n_ubatch=4096, n_threads=threads,
+                n_threads_batch=threads, verbose=False)
+
+    def encode(texts):
+        return np.array(llm.embed(texts), dtype=np.float32)  # (texts, hidden), pooled as the file says
+
+    return encode
+
+
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
@@ -185,11 +213,13 @@ def measure(folder: Path, record: dict, texts: list[str], args) -> dict:
         encoders["pytorch"], max_length = pytorch_backend(folder, args.threads, args.batch_size)
         embeddings["pytorch"] = encoders["pytorch"](texts)
     memory["pytorch"] = rss.added_mib
-    for name, file in VARIANTS.items():
-        if not (folder / "onnx" / file).is_file():
-            continue  # kept out by export's check: its verdict is reported instead
+    for name, (fmt, file) in VARIANTS.items():
+        if not (folder / file).is_file():
+            continue  # kept out by export's check (or not exported): its verdict is reported instead
         with PeakRSS() as rss:
-            encoders[name] = onnx_backend(folder, file, args.threads, args.batch_size, record["pooling"], max_length)
+            encoders[name] = (onnx_backend(folder, Path(file).name, args.threads, args.batch_size,
+                                           record[fmt]["pooling"], max_length) if fmt == "onnx"
+                              else gguf_backend(folder, file, args.threads))
             embeddings[name] = encoders[name](texts)
         memory[name] = rss.added_mib
     seconds = {name: [] for name in encoders}
@@ -201,7 +231,7 @@ def measure(folder: Path, record: dict, texts: list[str], args) -> dict:
     results = {}
     for name in ("pytorch", *VARIANTS):
         if name not in encoders:
-            results[name] = {"export_check": record["variants"][VARIANTS[name]]["verdict"]}
+            results[name] = {"export_check": _verdict(record, name)}
             continue
         rate = len(texts) / statistics.median(seconds[name])
         agree = cosines(embeddings[name], embeddings["pytorch"])
@@ -210,24 +240,33 @@ def measure(folder: Path, record: dict, texts: list[str], args) -> dict:
                          "min_cosine_to_pytorch": round(float(agree.min()), 5),
                          "speed_vs_pytorch": None, "file_mib": None}
         if name != "pytorch":
-            results[name]["export_check"] = record["variants"][VARIANTS[name]]["verdict"]
-            results[name]["file_mib"] = round((folder / "onnx" / VARIANTS[name]).stat().st_size / 2**20, 1)
+            results[name]["export_check"] = _verdict(record, name)
+            results[name]["file_mib"] = round((folder / VARIANTS[name][1]).stat().st_size / 2**20, 1)
     for row in results.values():
         if "sentences_per_s" in row:
             row["speed_vs_pytorch"] = round(row["sentences_per_s"] / results["pytorch"]["sentences_per_s"], 2)
-    results["gguf"] = GGUF
     return results
+
+
+def _verdict(record: dict, name: str) -> str:
+    fmt, file = VARIANTS[name]
+    if fmt not in record:
+        return "not exported"
+    if "refused" in record[fmt]:
+        return f"not exported: {record[fmt]['refused']}"
+    return record[fmt]["variants"][Path(file).name]["verdict"]
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="smollm2 (the embedded SmolLM2-135M, converted), or an encoder / embedding "
                                         "model folder; default: a tiny random encoder built in-process")
-    parser.add_argument("--work", default="/tmp/serving-bench", help="folder for the model copy and its ONNX files")
+    parser.add_argument("--work", default="/tmp/serving-bench", help="folder for the model copy and its exports")
     parser.add_argument("--texts", type=int, default=256, help="how many texts each backend encodes per round")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per backend (the median is reported)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads of torch and of ORT")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                        help="threads of torch, ORT and llama.cpp")
     args = parser.parse_args(argv)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -242,7 +281,7 @@ def main(argv: list[str] | None = None) -> dict:
     folder, record = exported(model, work)
     results = measure(folder, record, texts, args)
     report = {"model": str(model), "texts": len(texts), "batch_size": args.batch_size, "rounds": args.rounds,
-              "threads": args.threads, "pooling": record["pooling"],
+              "threads": args.threads, "pooling": record["onnx"]["pooling"],
               "load_average_1m": round(os.getloadavg()[0], 2),  # other work on the 2 cores slows every backend alike
               "results": results,
               "wall_time_s": round(time.time() - started, 1)}

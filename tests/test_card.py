@@ -203,7 +203,7 @@ def test_serve_section_marks_only_what_a_test_runs(run_dir):
     assert tei == (False, f"text-embeddings-router --model-id {(run_dir / 'encoder').resolve()} --pooling mean\n")
     assert not vllm[0] and "--runner pooling --convert embed" in vllm[1]
     assert """--hf-overrides '{"is_causal": false}'""" in vllm[1] and """'{"pooling_type": "MEAN"}'""" in vllm[1]
-    assert "**llama.cpp** (not verified): no GGUF was exported" in (run_dir / "encoder" / "README.md").read_text()
+    assert "No GGUF export yet: `hf-encoderize export" in (run_dir / "encoder" / "README.md").read_text()
 
 
 def test_matryoshka_sizes_and_truncation_on_the_card(tmp_path, capsys):

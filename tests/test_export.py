@@ -1,5 +1,5 @@
 """`export --format onnx`: fp32 and int8 files that ONNX Runtime runs bidirectionally and that match PyTorch, checked
-in a process without hf_encoderize; a causal graph is kept out; gguf and bad input are one line."""
+in a process without hf_encoderize; a causal graph is kept out; bad input is one line (GGUF: test_export_gguf.py)."""
 
 import json
 import subprocess
@@ -55,7 +55,7 @@ def test_onnx_export_is_kept_verified_and_on_the_card(tmp_path, texts, capsys):
     assert main(["export", str(tmp_path / "run"), "--check-texts", str(texts)]) == 0
     assert "model.onnx: verified" in capsys.readouterr().out
     assert (encoder / "onnx" / "model.onnx").is_file() and (encoder / "onnx" / "model_qint8.onnx").is_file()
-    record = json.loads((encoder / "export_record.json").read_text())
+    record = json.loads((encoder / "export_record.json").read_text())["onnx"]
     fp32, int8 = record["variants"]["model.onnx"], record["variants"]["model_qint8.onnx"]
     assert fp32["min_cosine"] >= 0.999 and int8["min_cosine"] >= 0.99
     assert fp32["bidirectional"] and int8["bidirectional"] and fp32["hf_encoderize_importable"] is False
@@ -96,7 +96,7 @@ def test_a_causal_graph_is_kept_out_with_one_line(tmp_path, texts, monkeypatch):
 
 
 @pytest.mark.parametrize("extra, wording", [
-    (["--format", "gguf"], "--format gguf is not available: llama.cpp's converter is not installable here"),
+    (["--format", "gguf", "--llama-cpp", "/nonexistent"], "--llama-cpp: '/nonexistent' does not exist"),
     (["--format", "tflite"], "error: --format must be one of onnx, gguf, not 'tflite'"),
     (["--check-texts", "/nonexistent.txt"], "--check-texts: '/nonexistent.txt' is not a file"),
 ])

@@ -171,7 +171,7 @@ def serve_commands(facts: CardFacts, serve: dict | None) -> list[dict]:
     marked); the engines this project cannot install (optimum-onnx, TEI, vLLM) are marked not verified, with why."""
     ref, pooling = facts.model_ref, pooling_mode(facts)
     lead = (facts.contrastive or {}).get("stage", {}).get("lead") or ""
-    kept = [name for name, v in ((serve or {}).get("variants") or {}).items() if v.get("verdict") == "verified"]
+    kept = _kept((serve or {}).get("onnx"))
     commands = [{"engine": "sentence-transformers (PyTorch)", "language": "python", "verified": True, "note": "",
                  "code": 'from sentence_transformers import SentenceTransformer\n\n'
                          f'model = SentenceTransformer("{ref}")\n'
@@ -188,6 +188,9 @@ def serve_commands(facts: CardFacts, serve: dict | None) -> list[dict]:
                                  "transformers.modeling_utils import get_parameter_dtype`), so no test here runs it",
                          "code": 'from sentence_transformers import SentenceTransformer\n\n'
                                  f'model = SentenceTransformer("{ref}", backend="onnx")  # onnx/model.onnx{int8}'})
+    gguf = _kept((serve or {}).get("gguf"))
+    if gguf:
+        commands += _llama_cpp_commands(ref, gguf[-1], pooling, lead)  # q8_0 when kept: a quarter of f32's size
     prompt = (f" Neither adds this model's lead `{lead}`: put it before every text yourself; both then pool every "
               "token, where sentence-transformers leaves lead tokens out of the pooling." if lead else "")
     commands.append({"engine": "Text Embeddings Inference", "language": "bash", "verified": False,
@@ -224,6 +227,36 @@ def _onnxruntime_command(ref: str, file: str, pooling: str, lead: str) -> dict:
     note = (f"prepend `{lead}` to every text as sentence-transformers does; it also leaves lead tokens out of the "
             "pooling, which this snippet does not, so no test runs it on this model" if lead else "")
     return {"engine": "ONNX Runtime", "language": "python", "verified": not lead, "note": note, "code": code}
+
+
+def _kept(part: dict | None) -> list[str]:
+    """The files of one export format that passed their check, in the record's order."""
+    return [name for name, v in ((part or {}).get("variants") or {}).items() if v.get("verdict") == "verified"]
+
+
+# llama.cpp's pooling names (`llama-server --pooling`), per sentence-transformers pooling mode.
+LLAMA_CPP_POOLING = {"mean": "mean", "cls": "cls", "lasttoken": "last"}
+
+
+def _llama_cpp_commands(ref: str, file: str, pooling: str, lead: str) -> list[dict]:
+    """llama-cpp-python (what `export`'s check runs, and tests/test_export_gguf.py runs as printed) and llama-server.
+    Both read the attention (`attention.causal = false`) and the pooling type from the file."""
+    local = ref.startswith("/")
+    path = repr(f"{ref}/{file}") if local else f"hf_hub_download({ref!r}, {file!r})"
+    download = "" if local else "from huggingface_hub import hf_hub_download\n"
+    code = (f"{download}from llama_cpp import Llama\n\n"
+            f"model = Llama({path}, embedding=True, verbose=False)  # {pooling} pooling, read from the file\n"
+            'embeddings = model.embed(["A cat sits on the mat.", "Stock markets fell today."])\n'
+            "print((len(embeddings), len(embeddings[0])))")
+    note = f"prepend `{lead}` to every text yourself, so no test runs it on this model" if lead else ""
+    server = (f"llama-server -m {ref}/{file}" if local else f"llama-server -hf {ref} --hf-file {file}") + \
+        f" --embedding --pooling {LLAMA_CPP_POOLING.get(pooling, pooling)}"
+    return [{"engine": "llama.cpp (llama-cpp-python)", "language": "python", "verified": not lead, "note": note,
+             "code": code},
+            {"engine": "llama.cpp server", "language": "bash", "verified": False, "code": server,
+             "note": "llama-server is a binary of the llama.cpp release llama-cpp-python vendors; the package "
+                     "installed here builds the library only, so no test runs the server (`--pooling` repeats what "
+                     "the file says; `curl localhost:8080/v1/embeddings -d '{\"input\": \"...\"}'` queries it)"}]
 
 
 def pooling_mode(facts: CardFacts) -> str:

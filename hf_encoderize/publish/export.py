@@ -7,13 +7,14 @@ Design choices:
   whose only release pins transformers < 4.58, so it cannot be installed beside the transformers 5 we need; the files
   are laid out where that path reads them (`onnx/model.onnx`, `onnx/model_qint8.onnx`, input names `input_ids` and
   `attention_mask`, output `last_hidden_state`).
-- Every variant is checked where it will run: `onnx_check.py` runs in a fresh process that cannot import
-  hf_encoderize, on ONNX Runtime, for (a) bidirectionality on token-level outputs and (b) cosine against our PyTorch
-  embeddings on texts of several lengths padded in one batch (>= 0.999 fp32, >= 0.99 int8). A variant that fails is
-  kept out of `onnx/` and its one-line reason is recorded; the record (`export_record.json`) feeds the card's "Serve
-  it" section, and a card hf-encoderize wrote is regenerated with it.
-- GGUF is refused: llama.cpp's converter (`convert_hf_to_gguf.py`) ships only in the llama.cpp source tree, and
-  `llama-cpp-python` compiles llama.cpp on install, which this project's test machines cannot do in minutes.
+- GGUF through llama.cpp's own converter (`gguf_export`): f32 and q8_0 files beside the weights, marked non-causal,
+  with the model's pooling type.
+- Every variant is checked where it will run, in a fresh process that cannot import hf_encoderize: `onnx_check.py`
+  on ONNX Runtime, `gguf_check.py` on llama.cpp (llama-cpp-python), for (a) bidirectionality on token-level outputs
+  and (b) cosine against our PyTorch embeddings (`export_reference`) on texts of several lengths (>= 0.999 fp32,
+  >= 0.99 int8 / q8_0). A variant that fails is kept out of the folder and its one-line reason is recorded; the
+  record (`export_record.json`, one part per format) feeds the card's "Serve it" section, and a card hf-encoderize
+  wrote is regenerated with it.
 """
 
 from __future__ import annotations
@@ -28,29 +29,15 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from hf_encoderize.common.errors import EncoderizeError
-from hf_encoderize.common.files import write_json_atomic
 from hf_encoderize.model.saving import encoder_dir
 from hf_encoderize.publish.card import CardConfig, is_generated_card, write_card
+from hf_encoderize.publish.export_record import write_export_part
+from hf_encoderize.publish.export_reference import check_texts, load_model, write_reference
+from hf_encoderize.publish.gguf_export import export_gguf
 
 ExportFormat = Literal["onnx", "gguf"]
-EXPORT_RECORD = "export_record.json"
 # Lowest cosine to our PyTorch embeddings a variant must reach (fp32 differs only in kernel order; int8 rounds weights).
 THRESHOLDS = {"model.onnx": 0.999, "model_qint8.onnx": 0.99}
-# Texts of several lengths, padded in one batch by the check, so padding must not move the real tokens' outputs. 24 of
-# them, short ones many: with the first 4 alone the SmolLM2-135M int8 export passed at 0.9928, while
-# benchmarks/serving.py found 0.966 on other short texts; on these 24 it reads 0.9889 and is kept out, as it should be.
-DEFAULT_TEXTS = ("Hi.", "A cat sits on the mat.", "Stock markets fell sharply today after the announcement.",
-                 "The committee met on Tuesday to discuss the budget, the schedule and the new members who joined "
-                 "this year, and agreed to meet again next month.", "Questions on banjo.", "Lime as well as papaya.",
-                 "Our guide covers peas and zucchini.", "Where is the station?", "Thanks!",
-                 "Read the manual before you start.", "How do I reset my password?", "Apples, pears and plums.",
-                 "The river floods every spring.", "A kitten rests on a rug.", "Interest rates rose again.",
-                 "Call me tomorrow morning.", "Solar panels convert sunlight into electricity.",
-                 "The museum opens at nine.", "Bring an umbrella.",
-                 "Photosynthesis turns light, water and carbon dioxide into sugar and oxygen in the leaves of green "
-                 "plants.", "Guitar lessons for beginners.", "The recipe needs two eggs and a cup of flour.",
-                 "Error 404: page not found.", "Paris is the capital of France.")
-POOLING_MODES = ("mean", "cls", "lasttoken")  # the ones onnx_check.py pools as sentence-transformers does
 
 
 @dataclass
@@ -61,91 +48,63 @@ class ExportConfig:
     """A cpt/run output folder (holding encoder/), an encoder folder, or a contrastive (embedding) model folder."""
     _: KW_ONLY
     format: ExportFormat = "onnx"
-    """Serving format: onnx (fp32 and dynamic int8, checked on ONNX Runtime). gguf is refused (see docs)."""
+    """Serving format: onnx (fp32 and int8, checked on ONNX Runtime) or gguf (f32 and q8_0 through llama.cpp's
+    converter, checked on llama.cpp; needs pip install 'hf-encoderize[gguf-export]')."""
     check_texts: str | None = None
-    """Text file, one text per line, for the embedding check. Default: four English sentences of different lengths."""
+    """Text file, one text per line, for the embedding check. Default: 24 English texts of different lengths."""
     opset: int = 17
     """ONNX opset of the exported graph (17 holds the LayerNorm op ONNX Runtime fuses)."""
+    llama_cpp: str | None = None
+    """--format gguf: where llama.cpp's converter is, a llama.cpp checkout or a llama-cpp-python sdist (.tar.gz) of
+    the installed version. Default: $HF_ENCODERIZE_LLAMA_CPP, else a cache filled from PyPI's sdist."""
 
     def __post_init__(self):
         if self.format not in get_args(ExportFormat):
             raise EncoderizeError(f"--format must be one of {', '.join(get_args(ExportFormat))}, not {self.format!r}")
-        if self.format == "gguf":
-            raise EncoderizeError("--format gguf is not available: llama.cpp's converter is not installable here "
-                                  "(it ships only with the llama.cpp sources); export onnx, or run llama.cpp's "
-                                  "convert_hf_to_gguf.py on the encoder folder yourself")
         if self.check_texts is not None and not Path(self.check_texts).is_file():
             raise EncoderizeError(f"--check-texts: {self.check_texts!r} is not a file; pass a text file, one per line")
         if not 11 <= self.opset <= 21:
             raise EncoderizeError(f"--opset must be between 11 and 21, not {self.opset}")
+        if self.llama_cpp is not None and not Path(self.llama_cpp).exists():
+            raise EncoderizeError(f"--llama-cpp: {self.llama_cpp!r} does not exist; pass a llama.cpp checkout or a "
+                                  "llama-cpp-python sdist (.tar.gz)")
 
 
 def export(config: ExportConfig) -> dict:
-    """Export the model to ONNX (fp32 and int8), check each variant out of process, keep those that pass in onnx/."""
+    """Export the model, check each variant out of process, keep those that pass; regenerate our card with the result.
+    ONNX: onnx/model.onnx (fp32) and onnx/model_qint8.onnx; GGUF: model-f32.gguf and model-q8_0.gguf."""
     model_dir = encoder_dir(config.output_dir)
-    texts = _check_texts(config.check_texts)
-    try:
-        import onnx  # noqa: F401  (imported here so a missing extra fails before any work)
-        import onnxruntime.quantization  # noqa: F401
-    except ImportError:
-        raise EncoderizeError("export needs ONNX Runtime: pip install 'hf-encoderize[onnx]'") from None
-    st, pooling = _load(model_dir)
-    staging = Path(tempfile.mkdtemp(prefix=".onnx-export-", dir=model_dir))
-    try:
-        reference = _reference(st, pooling, texts, staging / "reference.json")
-        _export_fp32(st[0].auto_model, len(st.tokenizer), staging / "model.onnx", config.opset)
-        _export_int8(staging / "model.onnx", staging / "model_qint8.onnx")
-        variants = {name: _check(model_dir, staging / name, reference, threshold) for name, threshold in
-                    THRESHOLDS.items()}
-        _keep_passing(model_dir, staging, variants)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    record = {"format": "onnx", "pooling": pooling, "texts": len(texts), "variants": variants}
-    write_json_atomic(model_dir / EXPORT_RECORD, record)
+    texts = check_texts(config.check_texts)
+    if config.format == "gguf":
+        variants = export_gguf(model_dir, texts, config.llama_cpp)
+    else:
+        variants = _export_onnx(model_dir, texts, config.opset)
     card = model_dir / "README.md"
     if card.is_file() and is_generated_card(card):  # a hand-written card is the user's: left as it is
         write_card(CardConfig(str(model_dir)))
     return {"model": str(model_dir), **{name: v["verdict"] for name, v in variants.items()}}
 
 
-def _check_texts(path: str | None) -> list[str]:
-    if path is None:
-        return list(DEFAULT_TEXTS)
-    texts = [line.strip() for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines()]
-    texts = [text for text in texts if text]
-    if len(texts) < 2:
-        raise EncoderizeError(f"--check-texts: {path!r} has {len(texts)} non-empty line(s); give at least 2 texts")
-    return texts
-
-
-def _load(model_dir: Path):
-    """The model as sentence-transformers loads it, in fp32 (the graph is exported in fp32), and its pooling mode."""
-    import torch
-    from sentence_transformers import SentenceTransformer
-
-    # trust_remote_code: our own encoders ship their modeling code (remote_code/) beside the weights.
-    st = SentenceTransformer(str(model_dir), device="cpu", trust_remote_code=True,
-                             model_kwargs={"dtype": torch.float32}).eval()
-    pooling = getattr(st[1], "pooling_mode", None) if len(st) > 1 else None
-    if pooling not in POOLING_MODES:
-        raise EncoderizeError(f"pooling {pooling!r} of {str(model_dir)!r} cannot be checked after export; "
-                              f"export supports {', '.join(POOLING_MODES)}")
-    return st, pooling
-
-
-def _reference(st, pooling: str, texts: list[str], path: Path) -> Path:
-    """Our PyTorch embeddings of `texts` and a token probe, written for the out-of-process check."""
-    tokenizer = st.tokenizer
-    probe = tokenizer(" ".join(texts[-2:]))["input_ids"][:16]
-    if len(probe) < 2:
-        raise EncoderizeError("the check texts tokenize to fewer than 2 tokens; give longer --check-texts")
-    # prompt="": the check feeds the graph the raw texts; a default prompt (lead tokens) is added outside the graph.
-    embeddings = st.encode(texts, batch_size=len(texts), convert_to_numpy=True, prompt="")
-    path.write_text(json.dumps({
-        "texts": texts, "embeddings": embeddings.tolist(), "pooling": pooling, "max_length": st.max_seq_length,
-        "probe_ids": probe, "probe_other_id": (probe[-1] + 1) % len(tokenizer),
-    }))
-    return path
+def _export_onnx(model_dir: Path, texts: list[str], opset: int) -> dict:
+    """fp32 and int8 graphs, each checked on ONNX Runtime; those that pass go to onnx/. Returns the variants' record."""
+    try:
+        import onnx  # noqa: F401  (imported here so a missing extra fails before any work)
+        import onnxruntime.quantization  # noqa: F401
+    except ImportError:
+        raise EncoderizeError("export needs ONNX Runtime: pip install 'hf-encoderize[onnx]'") from None
+    st, pooling = load_model(model_dir)
+    staging = Path(tempfile.mkdtemp(prefix=".onnx-export-", dir=model_dir))
+    try:
+        reference = write_reference(st, pooling, texts, staging / "reference.json")
+        _export_fp32(st[0].auto_model, len(st.tokenizer), staging / "model.onnx", opset)
+        _export_int8(staging / "model.onnx", staging / "model_qint8.onnx")
+        variants = {name: _check(model_dir, staging / name, reference, threshold) for name, threshold in
+                    THRESHOLDS.items()}
+        _keep_passing(model_dir, staging, variants)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    write_export_part(model_dir, "onnx", {"pooling": pooling, "texts": len(texts), "variants": variants})
+    return variants
 
 
 def _export_fp32(model, vocab_size: int, path: Path, opset: int) -> None:

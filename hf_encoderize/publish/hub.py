@@ -32,6 +32,7 @@ from hf_encoderize.common.launch import is_main_process
 from hf_encoderize.common.outputs import LOCK, MARKER
 from hf_encoderize.common.run_folder import RunFolder
 from hf_encoderize.model.saving import encoder_dir
+from hf_encoderize.publish.export_record import read_export_record
 
 # Never uploaded: training state and local clutter. Matched against each path component / the file name.
 EXCLUDED_DIRS = {"checkpoints", "__pycache__", "adapter-checkpoints"}
@@ -389,7 +390,8 @@ def encoder_upload(output_dir: str | os.PathLike, repo_id: str, card_config=None
     encoder = encoder_dir(output_dir)
     extra: dict[str, Path | bytes] = {}
     if card.is_generated_card(encoder / "README.md"):
-        extra["README.md"] = card.render_card(card.gather_facts(config)).encode()
+        # With the export record, so the Hub's card lists the checked ONNX / GGUF files that this push carries.
+        extra["README.md"] = card.render_card(card.gather_facts(config), read_export_record(encoder)).encode()
     if encoder != Path(output_dir):
         extra.update({f"plots/{p}": Path(output_dir) / p for p in card.plot_files(Path(output_dir))})
     for results in filter(None, (config.results_dir, config.base_results_dir)):

@@ -1,0 +1,52 @@
+"""Check one GGUF export where it will run: llama.cpp (llama-cpp-python) in a fresh process without hf_encoderize.
+
+Run as `python gguf_check.py MODEL.gguf REFERENCE.json`; prints one JSON object. REFERENCE.json holds the texts, the
+PyTorch embeddings `export` computed for them and two probe texts that differ only after their first word. This file
+imports nothing from the package (it is run as a script, with `hf_encoderize` made unimportable), and it feeds
+llama.cpp text, not token ids: the GGUF's own tokenizer, its pooling type and its attention flag are what is checked.
+
+Checks: (a) bidirectional on token-level outputs: with pooling "none", changing a later word moves position 0's
+output (in a causal model it cannot); (b) the texts, embedded in one batch with the pooling the GGUF names, match
+PyTorch's embeddings (lowest cosine reported). The GGUF must name the model's pooling: llama.cpp pools as it says.
+"""
+
+import json
+import sys
+
+POOLING = {0: "none", 1: "mean", 2: "cls", 3: "lasttoken", 4: "rank"}  # llama.h's enum llama_pooling_type
+
+
+def main(model_file: str, reference_file: str) -> dict:
+    # Imported here: pytest imports every package module for doctests, and the gguf-export extra may be absent.
+    import llama_cpp
+    import numpy as np
+
+    reference = json.loads(open(reference_file).read())
+
+    def load(pooling: int):
+        return llama_cpp.Llama(model_file, embedding=True, pooling_type=pooling, n_ctx=reference["n_ctx"],
+                               n_batch=reference["n_ctx"], n_ubatch=reference["n_ctx"], n_threads=2, verbose=False)
+
+    tokens = load(llama_cpp.LLAMA_POOLING_TYPE_NONE)
+    # embed(text) with pooling none: one row per token; [0] is position 0's output, (dim,)
+    first, changed = (np.array(tokens.embed(text)[0]) for text in reference["probe_texts"])
+    moved = float(np.abs(first - changed).max() / max(np.abs(first).max(), 1e-12))
+    del tokens
+
+    pooled_model = load(llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED)  # the pooling type the GGUF names
+    named = POOLING.get(int(pooled_model.pooling_type()), "unknown")
+    result = {"position_0_moved": moved, "bidirectional": moved > 1e-4, "gguf_pooling": named,
+              "token_counts": sorted({len(pooled_model.tokenize(t.encode())) for t in reference["texts"]}),
+              "llama_cpp_python": llama_cpp.__version__, "hf_encoderize_importable": False}
+    if named != reference["pooling"]:
+        return {**result, "min_cosine": None}
+    # All texts in one call, as a server batches them: one sequence each, which must not see the others.
+    pooled = np.array(pooled_model.embed(reference["texts"]), dtype=np.float32)  # (texts, dim)
+    torch_side = np.array(reference["embeddings"], dtype=np.float32)
+    cosines = (pooled * torch_side).sum(1) / (np.linalg.norm(pooled, axis=1) * np.linalg.norm(torch_side, axis=1))
+    return {**result, "min_cosine": float(cosines.min())}
+
+
+if __name__ == "__main__":
+    sys.modules["hf_encoderize"] = None  # any `import hf_encoderize` now raises ImportError
+    print(json.dumps(main(*sys.argv[1:3])))

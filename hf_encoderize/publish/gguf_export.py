@@ -1,0 +1,197 @@
+"""`export --format gguf`: llama.cpp's own converter, f32 and q8_0 files, each checked on llama.cpp before it is kept.
+
+Design choices:
+- The converter is llama.cpp's `convert_hf_to_gguf.py` (with its `conversion/` package and its own `gguf-py`), of the
+  llama.cpp that the installed llama-cpp-python was built from: that package's sdist vendors it. It comes from
+  `--llama-cpp` (a llama.cpp checkout, or that sdist), else $HF_ENCODERIZE_LLAMA_CPP, else a cache folder
+  (`converter_cache`) filled from the sdist on PyPI with `pip download` (scripts/setup.sh fills it from the sdist it
+  builds). Offline with nothing cached is one error line naming the command to run.
+- It runs in a subprocess (`gguf_convert.py`) beside its own gguf-py, never the PyPI `gguf` this package loads GGUF
+  files with. config.json's `is_causal: false` becomes `<arch>.attention.causal = false`; the sentence-transformers
+  Pooling module becomes the GGUF pooling type (the wrapper makes every architecture's class write it).
+- A model type the converter has no class for is refused in one line before anything is written: its architecture
+  is looked up in the converter's own registrations (its `@ModelBase.register` decorators, read as text).
+- f32, not f16: the file the check compares at >= 0.999; q8_0 (>= 0.99) is the one to serve (a quarter of the size).
+  Each is checked by `gguf_check.py` in a fresh process on llama-cpp-python; a file that fails is not left in the
+  folder (a stale one from an earlier export is removed), and its one-line reason is recorded.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.publish.export_record import write_export_part
+from hf_encoderize.publish.export_reference import load_model, write_reference
+
+LLAMA_CPP_ENV = "HF_ENCODERIZE_LLAMA_CPP"
+# File -> (the converter's --outtype, lowest cosine to our PyTorch embeddings it must reach).
+VARIANTS = {"model-f32.gguf": ("f32", 0.999), "model-q8_0.gguf": ("q8_0", 0.99)}
+# What the converter needs of llama.cpp's tree (the rest of the 76 MB sdist is C++ that the wheel already built).
+CONVERTER_PARTS = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/", "LICENSE")
+EXTRA = "pip install 'hf-encoderize[gguf-export]'"
+
+
+def export_gguf(model_dir: Path, texts: list[str], llama_cpp: str | None) -> dict:
+    """Convert to every VARIANTS file, check each on llama.cpp, keep those that pass. Returns the variants' record."""
+    version = llama_cpp_version()
+    converter = find_converter(llama_cpp or os.environ.get(LLAMA_CPP_ENV), version)
+    refuse_unsupported(model_dir, converter, version)
+    st, pooling = load_model(model_dir)
+    staging = Path(tempfile.mkdtemp(prefix=".gguf-export-", dir=model_dir))
+    try:
+        reference = write_reference(st, pooling, texts, staging / "reference.json")
+        del st
+        _convert(converter, model_dir, staging)
+        variants = {name: _check(staging / name, reference, threshold) for name, (_, threshold) in VARIANTS.items()}
+        _keep_passing(model_dir, staging, variants)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    write_export_part(model_dir, "gguf", {"pooling": pooling, "texts": len(texts), "llama_cpp_python": version,
+                                          "variants": variants})
+    return variants
+
+
+def llama_cpp_version() -> str:
+    try:
+        return importlib.metadata.version("llama-cpp-python")
+    except importlib.metadata.PackageNotFoundError:
+        raise EncoderizeError(f"--format gguf checks each file on llama.cpp through llama-cpp-python: {EXTRA} "
+                              "(it compiles llama.cpp; bash scripts/setup.sh shows how in minutes)") from None
+
+
+def converter_cache(version: str) -> Path:
+    """Where the converter of llama-cpp-python `version` is kept: $HF_ENCODERIZE_CACHE, else
+    $XDG_CACHE_HOME/hf-encoderize, else ~/.cache/hf-encoderize; then llama.cpp-converter/<version>."""
+    root = os.environ.get("HF_ENCODERIZE_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache",
+                                                          "hf-encoderize")
+    return Path(root) / "llama.cpp-converter" / version
+
+
+def find_converter(source: str | None, version: str) -> Path:
+    """The folder holding convert_hf_to_gguf.py: `source` (a checkout or an sdist), else the cache, else PyPI."""
+    if source is not None:
+        path = Path(source)
+        if path.is_file() and path.name.endswith((".tar.gz", ".tgz")):
+            return unpack_converter(path, converter_cache(version))
+        for candidate in (path, path / "vendor" / "llama.cpp"):
+            if (candidate / "convert_hf_to_gguf.py").is_file():
+                return candidate
+        raise EncoderizeError(f"{str(path)!r} holds no convert_hf_to_gguf.py; pass a llama.cpp checkout or a "
+                              "llama-cpp-python sdist (.tar.gz)")
+    cached = converter_cache(version)
+    if (cached / "convert_hf_to_gguf.py").is_file():
+        return cached
+    return unpack_converter(_download_sdist(version, cached.parent), cached)
+
+
+def _download_sdist(version: str, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--retries", "1",
+               "--timeout", "20", "-d", str(folder), f"llama-cpp-python=={version}"]
+    done = subprocess.run(command, capture_output=True, text=True)
+    found = sorted(folder.glob(f"llama_cpp_python-{version}.tar.gz"))
+    if done.returncode != 0 or not found:
+        why = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise EncoderizeError(
+            f"llama.cpp's converter for llama-cpp-python {version} is not cached in {str(folder / version)!r} and "
+            f"could not be downloaded ({why}); on a machine online run: pip download --no-deps --no-binary :all: "
+            f"llama-cpp-python=={version} -d DIR, then pass --llama-cpp DIR/llama_cpp_python-{version}.tar.gz")
+    return found[0]
+
+
+def unpack_converter(sdist: Path, target: Path) -> Path:
+    """Copy the converter's files out of a llama-cpp-python sdist into `target` (replaced whole, atomically)."""
+    if (target / "convert_hf_to_gguf.py").is_file():
+        return target
+    staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=_mkdir(target.parent)))
+    try:
+        with tarfile.open(sdist) as archive:
+            for member in archive.getmembers():
+                parts = Path(member.name).parts  # llama_cpp_python-X/vendor/llama.cpp/<rel>
+                rel = "/".join(parts[3:])
+                if (member.isfile() and parts[1:3] == ("vendor", "llama.cpp") and ".." not in parts
+                        and any(rel == p or (p.endswith("/") and rel.startswith(p)) for p in CONVERTER_PARTS)):
+                    out = staging / rel
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    out.write_bytes(archive.extractfile(member).read())
+        if not (staging / "convert_hf_to_gguf.py").is_file():
+            raise EncoderizeError(f"{str(sdist)!r} vendors no llama.cpp converter; pass a llama-cpp-python sdist")
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def refuse_unsupported(model_dir: Path, converter: Path, version: str) -> None:
+    """One line when the converter has no class for the model's architecture (config.json `architectures[0]`)."""
+    config = json.loads((model_dir / "config.json").read_text())
+    architecture = (config.get("architectures") or [None])[0]
+    if architecture not in supported_architectures(converter):
+        raise EncoderizeError(f"--format gguf: llama.cpp's converter (llama-cpp-python {version}) does not support "
+                              f"model type {config.get('model_type')!r} (architecture {architecture}); export onnx "
+                              "instead")
+
+
+def supported_architectures(converter: Path) -> set[str]:
+    """The architectures named in the converter's `@ModelBase.register(...)` decorators (in conversion/*.py since
+    2026, in convert_hf_to_gguf.py before), read as text: importing the converter costs torch's import."""
+    sources = [converter / "convert_hf_to_gguf.py", *sorted((converter / "conversion").glob("*.py"))]
+    decorators = (re.findall(r"@ModelBase\.register\((.*?)\)", path.read_text(encoding="utf-8"), flags=re.S)
+                  for path in sources if path.is_file())
+    return {name for found in decorators for args in found for name in re.findall(r"[\"']([\w.-]+)[\"']", args)}
+
+
+def _convert(converter: Path, model_dir: Path, staging: Path) -> None:
+    script = Path(__file__).with_name("gguf_convert.py")
+    outputs = [f"{outtype}={staging / name}" for name, (outtype, _) in VARIANTS.items()]
+    done = subprocess.run([sys.executable, str(script), str(converter), str(model_dir), *outputs],
+                          capture_output=True, text=True, timeout=3600, cwd=staging)
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.strip().splitlines() if line.strip()] or ["no output"]
+        raise EncoderizeError(f"llama.cpp's converter failed on {str(model_dir)!r}: {lines[-1].strip()}")
+
+
+def _check(model_file: Path, reference: Path, threshold: float) -> dict:
+    """Run gguf_check.py in a fresh process; the verdict is 'verified' or one line saying why not."""
+    script = Path(__file__).with_name("gguf_check.py")
+    done = subprocess.run([sys.executable, str(script), str(model_file), str(reference)], capture_output=True,
+                          text=True, timeout=900, cwd=model_file.parent)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"verdict": f"not kept: llama.cpp could not run it ({last})", "threshold": threshold}
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result["threshold"] = threshold
+    pooling = json.loads(reference.read_text())["pooling"]
+    if not result["bidirectional"]:
+        result["verdict"] = "not kept: llama.cpp runs it causally (a later token does not move position 0)"
+    elif result["gguf_pooling"] != pooling:
+        result["verdict"] = f"not kept: the GGUF's pooling type is {result['gguf_pooling']!r}, the model's {pooling!r}"
+    elif result["min_cosine"] < threshold:
+        result["verdict"] = f"not kept: cosine to PyTorch {result['min_cosine']:.4f} < {threshold}"
+    else:
+        result["verdict"] = "verified"
+    return result
+
+
+def _keep_passing(model_dir: Path, staging: Path, variants: dict) -> None:
+    """Move verified files next to the weights; remove a stale file of a failed variant (it no longer matches)."""
+    for name, result in variants.items():
+        if result["verdict"] == "verified":
+            shutil.move(str(staging / name), str(model_dir / name))
+        elif (model_dir / name).is_file():
+            (model_dir / name).unlink()
