@@ -148,6 +148,21 @@ def contrastive_run(tmp_path_factory, tiny_run):
     return out
 
 
+@pytest.fixture(scope="module")
+def matryoshka_run(tmp_path_factory, tiny_run):
+    """`tiny_run` plus OUT/contrastive trained two SimCSE steps with MatryoshkaLoss (`--matryoshka-dims`) at 32 (the
+    full width), 16 and 8: the Space offers those sizes."""
+    import shutil
+
+    from hf_encoderize.recipes.contrastive import ContrastiveConfig, contrastive
+
+    out = shutil.copytree(tiny_run, tmp_path_factory.mktemp("matryoshka") / "run")
+    corpus = write_corpus(out.parent / "text.jsonl", 16, lambda index: 6)
+    contrastive(ContrastiveConfig(str(out / "encoder"), output_dir=str(out / "contrastive"), data_files=str(corpus),
+                                  steps=2, batch_size=4, matryoshka_dims="8,32,16", progress=False))
+    return out
+
+
 def on_meta_default(function):
     """`function` run with meta as the default device: a tensor it builds without naming a device lands on meta and
     fails where it is used. With the model on the CPU this stands in for a GPU run, where the model is on CUDA and the

@@ -447,3 +447,20 @@ def test_browser_similarity_ranks_held_out_paraphrases_first(page, minilm_embedd
     for anchor, paraphrase, unrelated, _, _ in shown:
         assert paraphrase > unrelated, f"{anchor!r}: paraphrase {paraphrase} <= unrelated {unrelated} on the page"
     assert [row[3:] for row in shown] == [pytest.approx(score[1:], abs=1e-3) for score in expected]
+
+
+def test_browser_matryoshka_size_picker(page, matryoshka_run, screenshots):
+    demo, url = launch_space(SpaceConfig(str(matryoshka_run), port=0), block=False)
+    try:
+        page.goto(url)
+        page.locator("#sim-size input").click()
+        options = [text.replace("✓", "").strip() for text in page.get_by_role("option").all_inner_texts()]
+        assert options == ["32 (full size)", "16", "8"]  # the trained sizes, no other (the first one ticked)
+        page.get_by_role("option", name="16", exact=True).click()
+        page.locator("#sim-button").click()
+        heading = page.locator("#sim-heatmap b")
+        heading.wait_for(timeout=60_000)
+        assert "(first 16 of 32 dimensions)" in heading.inner_text()
+        page.screenshot(path=screenshots / "space_matryoshka.png", full_page=True)
+    finally:
+        demo.close()

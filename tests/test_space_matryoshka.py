@@ -4,8 +4,6 @@ renormalised (what `SentenceTransformer(..., truncate_dim=D)` gives); a model wi
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import torch
 
@@ -18,20 +16,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy ke
 
 SENTENCES = ["w1 w2 w3", "w4 w5 w6 w7", "w1 w2 w8", "w9 w3 w5"]
 PICKERS = ("sim-size", "search-size", "compare-size")
-
-
-@pytest.fixture(scope="module")
-def matryoshka_run(tmp_path_factory, tiny_run):
-    """`tiny_run` plus OUT/contrastive trained two SimCSE steps with MatryoshkaLoss at 32 (the full width), 16 and 8."""
-    from conftest import write_corpus
-
-    from hf_encoderize.recipes.contrastive import ContrastiveConfig, contrastive
-
-    out = shutil.copytree(tiny_run, tmp_path_factory.mktemp("matryoshka") / "run")
-    corpus = write_corpus(out.parent / "text.jsonl", 16, lambda index: 6)
-    contrastive(ContrastiveConfig(str(out / "encoder"), output_dir=str(out / "contrastive"), data_files=str(corpus),
-                                  steps=2, batch_size=4, matryoshka_dims="8,32,16", progress=False))
-    return out
 
 
 def _space(run):
