@@ -1,9 +1,9 @@
 """`hf-encoderize space OUTPUT_DIR` and `hf-encoderize push-space OUTPUT_DIR SPACE_ID`: the Gradio demo of an encoder.
 
 Design choices:
-- The app is one self-contained file, `publish/space_app/app.py`, shipped as package data: on the Hub it
-  runs without hf_encoderize (its requirements are torch, transformers and sentence-transformers; gradio comes
-  from the Space's `sdk_version`).
+- The app is `publish/space_app/app.py` and its gradio-free sibling `space_compute.py`, shipped as package data and
+  uploaded together: on the Hub it runs without hf_encoderize (its requirements are torch, transformers and
+  sentence-transformers; gradio comes from the Space's `sdk_version`).
   `space` imports that very file, so what runs on a laptop is what `push-space` uploads.
 - OUTPUT_DIR is a `cpt` run folder (OUT, holding encoder/ and run_record.json) or an encoder folder itself, resolved
   by `saving.encoder_dir` as `card` and `push` resolve it (`mlm_encoder`).
