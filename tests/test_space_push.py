@@ -111,6 +111,16 @@ def test_push_space_bundles_the_contrastive_model_too(fake_hub, contrastive_run,
     assert app.settings_from_env().embedding_model is None
 
 
+def test_pushed_space_offers_the_matryoshka_sizes(fake_hub, matryoshka_run, tmp_path, monkeypatch):  # noqa: F811
+    push_space(PushSpaceConfig(str(matryoshka_run), "someone/mrl"))
+    files = fake_hub.files("someone/mrl")
+    assert "contrastive/contrastive_run.json" in files  # the record the sizes are read from goes with the model
+    app = _clone_and_load(files, tmp_path / "space-clone", monkeypatch)
+    space = app.EncoderSpace(app.Models(app.settings_from_env()))
+    assert space.models.sizes == [("32 (full size)", 0), ("16", 16), ("8", 8)]
+    assert "(first 8 of 32 dimensions)" in space.similarity("w1 w2\nw3 w4", 8)[0]
+
+
 def test_push_space_points_to_a_hub_embedding_model_or_opts_out(fake_hub, contrastive_run):  # noqa: F811
     import yaml
 
