@@ -13,8 +13,8 @@ tree):
   `monitor`, `profiling`, `flops`, `compiling`, `lora`, `exports`, and `runner` (the recipes' lockstep sequence);
 - `recipes/`: the commands that make a model: `convert`, `cpt`, `pretrain`, `contrastive` (its extras and resume:
   `contrastive_extras`, `contrastive_resume`);
-- `evaluation/`: the paper's SC, TC, QA and IR suite: `loaders`, `synthetic`, `backbone`, `base`, `sc`, `tc`, `qa`,
-  `ir`, `config`, `grid`, `summary`, `plots`, `compare`, `mteb_suite`;
+- `evaluation/`: the paper's SC, TC, QA and IR suite: `loaders`, `synthetic`, `backbone`, `base`, `frozen`, `sc`, `tc`,
+  `qa`, `ir`, `config`, `grid`, `summary`, `plots`, `compare`, `mteb_suite`;
 - `matrix/`: which model types encoderize and round-trip, and on this machine: `architectures`, `roundtrip`,
   `roundtrip_check`, `doctor`;
 - `publish/`: what leaves the machine: `card_facts`, `card_rows`, `card`, `licenses`, `hub`, `space`, `paraphrases`,

@@ -52,3 +52,40 @@ def test_it_is_scipys_welch_test_on_the_seed_scores():
 def test_sd_from_ci95_inverts_the_student_t_interval():
     scores = np.array([1.0, 2.0, 4.0, 8.0, 3.0])
     assert sd_from_ci95(_summarise(scores)["ci95"], 5) == pytest.approx(scores.std(ddof=1))
+
+
+# ------------------------------------------------------------------------------ bold only what the test calls a win
+
+
+def _cell(scores):
+    from hf_encoderize.evaluation.summary import ci95
+
+    return (sum(scores) / len(scores), ci95(scores), len(scores))
+
+
+def test_the_comparison_bolds_only_a_significant_best():
+    from hf_encoderize.evaluation.compare import _cells, significantly_best
+
+    apart = [_cell([70, 71, 72, 70.5, 71.5]), _cell([60, 61, 62, 60.5, 61.5])]
+    assert significantly_best(apart) == 0 and _cells(apart)[0].startswith("**71.00 ±")
+    overlapping = [_cell([70, 75, 65, 72, 68]), _cell([69, 74, 66, 70, 67])]  # means 70 and 69.2, SD about 4
+    assert significantly_best(overlapping) is None and not any(c.startswith("**") for c in _cells(overlapping))
+    one_seed = [(90.0, None, 1), _cell([10, 11, 12])]
+    assert significantly_best(one_seed) is None
+    three = [_cell([80, 81, 82]), _cell([60, 61, 62]), _cell([79, 80, 81.5])]  # best, but not above the third
+    assert significantly_best(three) is None
+    assert significantly_best([_cell([1, 2, 3]), None]) is None  # one cell has nothing to beat
+
+
+def test_bolding_at_no_true_difference_is_rare():
+    """Simulated: two columns of 5 seeds drawn from one distribution. A bold cell is a false alarm; Welch at 5% makes
+    about 5% of them (both directions together), where "the larger mean" alone would bold every row."""
+    import random
+
+    from hf_encoderize.evaluation.compare import significantly_best
+
+    rng = random.Random(0)
+    trials = 2000
+    bold = sum(significantly_best([_cell([rng.gauss(50, 1) for _ in range(5)]) for _ in range(2)]) is not None
+               for _ in range(trials))
+    assert 0.03 < bold / trials < 0.07

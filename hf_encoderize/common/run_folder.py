@@ -173,6 +173,9 @@ class RunRecord(_Record):
     encoderize: dict | None = None
     """What the attention patch and the token set-up did."""
     eval_loss: float | None = None
+    """Held-out MLM loss of the trained model."""
+    initial_eval_loss: float | None = None
+    """The same held-out loss of the starting model, before the first step (recorded since 0.3)."""
     tokens_seen: int | None = None
     hf_encoderize_version: str | None = None
 

@@ -89,8 +89,9 @@ class Task:
     name: str = ""
 
     def __init__(self, spec: DatasetSpec, tokenizer, max_length: int, *, qa_stride: int = 128,
-                 ndcg_gains: str = "binary"):
+                 ndcg_gains: str = "binary", frozen: bool = False):
         self.spec = spec
+        self.frozen = frozen  # the backbone does not train (`evaluation.frozen`): IR then trains a projection
         self.ndcg_gains = ndcg_gains  # IR only: which NDCG is the headline score (`ir.NdcgGains`)
         self.tokenizer = tokenizer
         self.max_length = max_length
@@ -183,11 +184,19 @@ def make_optimizer(modules: list[torch.nn.Module], lr: float, settings: AdamWSet
 
 
 def finetune(task: Task, backbone, head: torch.nn.Module, features: list[dict], *, lr: float, seed: int,
-             max_steps: int, batch_size: int, warmup_ratio: float, adamw: AdamWSettings = AdamWSettings()) -> dict:
-    """Fine-tune the backbone (reset to its pretrained weights) and `head` on `features`. Returns training facts."""
+             max_steps: int, batch_size: int, warmup_ratio: float, adamw: AdamWSettings = AdamWSettings(),
+             epochs: int = 1) -> dict:
+    """Fine-tune the backbone (reset to its pretrained weights) and `head` on `features`, for at most `epochs` passes
+    (each in its own seeded order) and `max_steps` steps. Returns training facts."""
     model = backbone.fresh()
     head.to(backbone.device).train()
-    batches = length_grouped_batches([task.length(f) for f in features], batch_size, seed)[:max_steps]
+    lengths = [task.length(f) for f in features]
+    batches = []
+    for epoch in range(epochs):
+        if len(batches) >= max_steps:
+            break
+        batches += length_grouped_batches(lengths, batch_size, seed + 1_000_003 * epoch)
+    batches = batches[:max_steps]
     params = [p for p in list(model.parameters()) + list(head.parameters()) if p.requires_grad]
     optimizer = make_optimizer([model, head], lr, adamw)
     warmup = math.ceil(warmup_ratio * len(batches))

@@ -1,8 +1,10 @@
 """`compare`: several models' summaries side by side, as one Markdown table and one plot.
 
 Rows are datasets (then the family means), columns are models; each cell is the test mean ± 95% CI at the model's
-own selected learning rate, and the best score of each row is in bold. Models evaluated on different datasets are
-allowed: missing cells read "-".
+own selected learning rate. The best score of a row is in bold only when it is significantly above every other cell
+of the row: Welch's t-test at 5% (`welch_verdict`) on the seeds behind each cell. One-seed cells and family means
+(an average over datasets, with no spread of its own) are never bold: there is nothing to test. Models evaluated on
+different datasets are allowed: missing cells read "-".
 
 `welch_verdict` is the test that says whether one mean over seeds differs from another reported as mean ± 95% CI
 half-width (the paper's tables): each side's standard deviation is recovered from its interval (half-width x sqrt(n)
@@ -82,24 +84,43 @@ def comparison_table(summaries: list[dict], labels: list[str]) -> str:
         cells = []
         for summary in summaries:
             found = next((r for r in summary["results"] if r["dataset"] == dataset), None)
-            cells.append((found["test_mean"], found["test_ci95"]) if found else None)
+            cells.append((found["test_mean"], found["test_ci95"], found.get("n_seeds") or 1) if found else None)
         lines.append(f"| {task} | {dataset} | {metric} | " + " | ".join(_cells(cells)) + " |")
     for task in TASKS:
-        means = [(s["family_means"][task], None) if task in s.get("family_means", {}) else None for s in summaries]
+        means = [(s["family_means"][task], None, 1) if task in s.get("family_means", {}) else None for s in summaries]
         if any(means):
             lines.append(f"| {task} | **family mean** | | " + " | ".join(_cells(means)) + " |")
     return "\n".join(lines) + "\n"
 
 
-def _cells(values: list[tuple[float, float | None] | None]) -> list[str]:
-    best = max((v[0] for v in values if v), default=None)
+def significantly_best(values: list[tuple[float, float | None, int] | None], alpha: float = 0.05) -> int | None:
+    """Index of the (mean, ci95, n_seeds) cell that Welch's t-test puts above every other cell at `alpha`, else None
+    (a single cell, a tie, a one-seed cell, or any difference the test cannot tell from noise)."""
+    present = [(k, v) for k, v in enumerate(values) if v is not None]
+    if len(present) < 2:
+        return None
+    best, top = max(present, key=lambda item: item[1][0])
+    for k, other in present:
+        if k == best:
+            continue
+        if min(top[2], other[2]) < 2 or top[1] is None or other[1] is None:
+            return None
+        verdict = welch_verdict({"mean": top[0], "ci95": top[1], "n_seeds": top[2]},
+                                {"mean": other[0], "ci95": other[1]}, paper_n=other[2], alpha=alpha)
+        if verdict["verdict"] != "above":
+            return None
+    return best
+
+
+def _cells(values: list[tuple[float, float | None, int] | None]) -> list[str]:
+    bold = significantly_best(values)
     cells = []
-    for value in values:
+    for k, value in enumerate(values):
         if value is None:
             cells.append("-")
             continue
         text = f"{value[0]:.2f}" + (f" ± {value[1]:.2f}" if value[1] is not None else "")
-        cells.append(f"**{text}**" if len([v for v in values if v]) > 1 and value[0] == best else text)
+        cells.append(f"**{text}**" if k == bold else text)
     return cells
 
 

@@ -117,6 +117,11 @@ class EvalConfig:
     dataset_source: str = "authors"
     """authors (the Hub copies the authors' EncodEval loads: hgissbkh/conll2003-en, BeIR/msmarco, ...) or original
     (the upstream repos: eriktks/conll2003, microsoft/ms_marco, Tevatron/wikipedia-nq, Shitao/MLDR, ...)."""
+    frozen: bool = False
+    """Train only the task head on the model's frozen last hidden states (a linear probe; retrieval trains a linear
+    map of the pooled embedding), for `--max-steps` steps over as many epochs as that takes. Each input is encoded
+    once and shared by every seed and learning rate, so seeds cost almost nothing. Not the paper's protocol (it
+    fine-tunes the whole model); the quickstart uses it to afford several seeds on a CPU."""
     causal: bool = False
     """Fine-tune a decoder with its causal mask kept, an ablation outside the paper's protocol: the paper fine-tunes
     every model, CLM-pretrained ones included, with bidirectional attention (section 2, "Fine-tuning protocol")."""
@@ -203,7 +208,8 @@ class EvalConfig:
                           "eps": float(self.adam_epsilon), "weight_decay": float(self.weight_decay),
                           "no_decay": "biases and norm weights"},
             "dataset_source": self.dataset_source,
-            "epochs": "at most one", "max_length": grid.max_length or "model limit (0.99 x positions)",
+            "epochs": "as many as max_steps takes" if self.frozen else "at most one",
+            "frozen": bool(self.frozen), "max_length": grid.max_length or "model limit (0.99 x positions)",
             "qa_stride": int(self.qa_stride), "ndcg_gains": self.ndcg_gains,
             "max_eval_examples": grid.max_eval_examples,
             "synthetic_sizes": SMOKE_SIZES if self.profile == "smoke" else None,

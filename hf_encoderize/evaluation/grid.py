@@ -23,6 +23,7 @@ import torch
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.files import write_json_atomic
 from hf_encoderize.evaluation.config import SMOKE_SIZES, EvalConfig, lr_key, model_limit
+from hf_encoderize.evaluation.frozen import FrozenBackbone
 from hf_encoderize.evaluation.loaders import DatasetSpec, dataset_spec, load_splits
 from hf_encoderize.model.loading import LoadConfig
 
@@ -43,7 +44,8 @@ def task_class(task: str):
 def fingerprint(load: LoadConfig, cfg: EvalConfig) -> dict:
     protocol = cfg.protocol()
     return {"model": load.source, "gguf_file": load.gguf_file, "revision": load.revision,
-            "mode": "causal" if cfg.causal else "bidirectional", **{k: protocol[k] for k in FINGERPRINT_KEYS}}
+            "mode": "causal" if cfg.causal else "bidirectional", **{k: protocol[k] for k in FINGERPRINT_KEYS},
+            **({"frozen": True} if cfg.frozen else {})}  # only when set: runs recorded before the option still match
 
 
 def run_dir(results_dir: Path, spec: DatasetSpec, lr: float, seed: int) -> Path:
@@ -59,7 +61,8 @@ def is_finished(path: Path, expected: dict) -> bool:
         found = json.loads(results.read_text()).get("fingerprint", {})
     except json.JSONDecodeError:
         raise EncoderizeError(f"{results} is not valid JSON; delete that run folder to redo it") from None
-    differing = sorted(k for k in expected if found.get(k) != expected[k])
+    differing = sorted({k for k in expected if found.get(k) != expected[k]} |
+                       ({"frozen"} if bool(found.get("frozen")) != bool(expected.get("frozen")) else set()))
     if differing:
         raise EncoderizeError(
             f"{path} holds a finished run made with another protocol or model ({', '.join(differing)} differ); "
@@ -96,6 +99,8 @@ def evaluate(load: LoadConfig, cfg: EvalConfig, *, progress: Callable[[str], Non
               for spec in specs if pending[spec.name]}
     if splits and backbone is None:
         backbone = load_backbone(load, causal=cfg.causal, device=cfg.device)
+    if splits and cfg.frozen:
+        backbone = FrozenBackbone(backbone)
     position = 0
     for group in training_groups(specs):
         for spec in group:
@@ -137,7 +142,7 @@ def _prepare(spec: DatasetSpec, backbone, cfg: EvalConfig, splits: dict, progres
     """Tokenise the dataset once for all its runs."""
     length = input_length(cfg, spec, backbone.max_positions)
     task = task_class(spec.task)(spec, backbone.tokenizer, length, qa_stride=int(cfg.qa_stride),
-                                 ndcg_gains=cfg.ndcg_gains)
+                                 ndcg_gains=cfg.ndcg_gains, frozen=bool(cfg.frozen))
     started = time.perf_counter()
     prepared = task.prepare(splits)
     progress(f"tokenised {spec.name} once for all runs (max length {length}, {time.perf_counter() - started:.1f} s)")
@@ -177,7 +182,8 @@ def run_shared(task, backbone, train, targets: list[tuple], *, lr: float, seed: 
     head = task.make_head(backbone.hidden_size)
     started = time.perf_counter()
     facts = finetune(task, backbone, head, train, lr=lr, seed=seed, max_steps=grid.max_steps,
-                     batch_size=grid.batch_size, warmup_ratio=float(cfg.warmup_ratio), adamw=cfg.adamw())
+                     batch_size=grid.batch_size, warmup_ratio=float(cfg.warmup_ratio), adamw=cfg.adamw(),
+                     epochs=grid.max_steps if cfg.frozen else 1)
     train_time = time.perf_counter() - started
     records = []
     for target, prepared in targets:

@@ -21,18 +21,19 @@ import torch
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.evaluation.base import Prepared, Scores, Task, mean_pool, pad, sorted_batches, to_device
+from hf_encoderize.evaluation.frozen import IdentityProjection
 
 
 class _Embedder(torch.nn.Module):
     """What sentence-transformers' losses call: features in, `{"sentence_embedding": (B, H)}` out."""
 
-    def __init__(self, task: Retrieval, model: torch.nn.Module):
+    def __init__(self, task: Retrieval, model: torch.nn.Module, head: torch.nn.Module):
         super().__init__()
-        self.task, self.model = task, model
+        self.task, self.model, self.head = task, model, head
 
     def forward(self, features: dict) -> dict:
         hidden = self.task.hidden(self.model, features)
-        return {"sentence_embedding": mean_pool(hidden, features["attention_mask"])}
+        return {"sentence_embedding": self.task.project(self.head, mean_pool(hidden, features["attention_mask"]))}
 
 
 NdcgGains = Literal["binary", "graded"]
@@ -96,7 +97,13 @@ class Retrieval(Task):
                         self.eval_set(splits["test"], corpus))
 
     def make_head(self, hidden_size: int) -> torch.nn.Module:
+        if self.frozen:  # nothing else would train: a linear map of the pooled embedding, from the identity
+            return IdentityProjection(hidden_size)
         return torch.nn.ModuleList()  # no head: the pooled embedding is the output
+
+    @staticmethod
+    def project(head: torch.nn.Module | None, pooled: torch.Tensor) -> torch.Tensor:
+        return head(pooled) if isinstance(head, IdentityProjection) else pooled
 
     def length(self, feature: dict) -> int:
         return len(feature["query"]) + len(feature["doc"])
@@ -111,26 +118,26 @@ class Retrieval(Task):
     def loss(self, model, head, batch: dict) -> torch.Tensor:
         from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
-        if getattr(self, "_loss_model", None) is not model:  # one loss object per backbone, built on first use
-            self._loss_model = model
-            self._loss = MultipleNegativesRankingLoss(_Embedder(self, model))  # scale 20, cosine similarity
+        if getattr(self, "_loss_for", None) != (model, head):  # one loss object per backbone and head
+            self._loss_for = (model, head)
+            self._loss = MultipleNegativesRankingLoss(_Embedder(self, model, head))  # scale 20, cosine similarity
         return self._loss([batch["query"], batch["doc"]], labels=None)
 
     @torch.inference_mode()
-    def embed(self, backbone, model, ids: list[list[int]]) -> torch.Tensor:
+    def embed(self, backbone, model, ids: list[list[int]], head: torch.nn.Module | None = None) -> torch.Tensor:
         """Unit-normalised mean-pooled embeddings, (N, H), in input order."""
         out = torch.empty(len(ids), backbone.hidden_size, device=backbone.device)
         for indices in sorted_batches([len(i) for i in ids], 64):
             batch = to_device({"input_ids": pad([ids[i] for i in indices], self.pad_id),
                                "attention_mask": pad([[1] * len(ids[i]) for i in indices], 0)}, backbone.device)
             with backbone.autocast():
-                out[indices] = mean_pool(self.hidden(model, batch), batch["attention_mask"])
+                out[indices] = self.project(head, mean_pool(self.hidden(model, batch), batch["attention_mask"]))
         return torch.nn.functional.normalize(out, dim=-1)
 
     @torch.inference_mode()
     def score(self, backbone, model, head, eval_set: dict) -> Scores:
-        queries = self.embed(backbone, model, eval_set["queries"])
-        docs = self.embed(backbone, model, eval_set["docs"])
+        queries = self.embed(backbone, model, eval_set["queries"], head)
+        docs = self.embed(backbone, model, eval_set["docs"], head)
         k = min(100, docs.shape[0])
         per_example = []
         for start in range(0, queries.shape[0], 1024):

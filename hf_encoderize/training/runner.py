@@ -18,6 +18,7 @@ Collectives (every process calls them, or the launch hangs): `clear_output_dir`'
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -28,6 +29,7 @@ import torch
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.outputs import finish_run
+from hf_encoderize.common.run_folder import RunFolder
 from hf_encoderize.data.budget import check_token_budget
 from hf_encoderize.data.sources import DataConfig, open_documents
 from hf_encoderize.objectives.masking import MaskingConfig
@@ -157,6 +159,11 @@ def run_recipe(recipe: Recipe) -> dict:
             inherit_metrics(branch_point, output_dir)
     monitor = TrainingMonitor(accelerator, output_dir, train.steps, start_step=step, show=train.progress,
                               label=recipe.command, log_every=train.log_every, trackers=trackers, facts=built.facts)
+    # The starting model's held-out score, on the rows the final one is scored on: what training changed is then the
+    # difference of two figures of one measurement (the base's MLM loss before cpt, the encoder's after).
+    initial_eval = evaluate_held_out(run) if step == 0 and not branch_point else {}
+    if initial_eval:
+        monitor.evaluation(0, initial_eval)
     started = time.time()
     step = recipe.train_phases(run, monitor, step)
     if recipe.end_training:
@@ -175,8 +182,26 @@ def run_recipe(recipe: Recipe) -> dict:
                   "data_position": position, "loss_implementation": run.loss_implementation,
                   "num_processes": accelerator.num_processes, "hardware": hardware_facts(accelerator),
                   "wall_time_s": round(summary["wall_time_s"], 2), "eval_loss": summary.get("eval_loss"),
-                  "eval_masked_accuracy": summary.get("eval_masked_accuracy"), "started_at": started_at}
+                  "eval_masked_accuracy": summary.get("eval_masked_accuracy"), "started_at": started_at,
+                  "initial_eval_loss": initial_eval.get("eval_loss") if initial_eval else
+                  first_eval_loss(output_dir)}
         save_run(model, built.tokenizer, output_dir, record, state_dict=weights)
         finish_run(output_dir)  # the marker lists what the run wrote; the lock goes
     finish_processes(accelerator)
     return summary
+
+
+def first_eval_loss(output_dir: Path) -> float | None:
+    """The held-out loss logged at step 0 (before the first step) in OUT/metrics.jsonl, for a resumed run; None when
+    the run started from a checkpoint or before this was logged."""
+    path = RunFolder(output_dir).metrics
+    if not path.is_file():
+        return None
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if record.get("kind") == "eval" and record.get("step") == 0:
+            return record.get("eval_loss")
+    return None
