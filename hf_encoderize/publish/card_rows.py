@@ -190,7 +190,7 @@ def serve_commands(facts: CardFacts, serve: dict | None) -> list[dict]:
                                  f'model = SentenceTransformer("{ref}", backend="onnx")  # onnx/model.onnx{int8}'})
     gguf = _kept((serve or {}).get("gguf"))
     if gguf:
-        commands += _llama_cpp_commands(ref, gguf[-1], pooling, lead)  # q8_0 when kept: a quarter of f32's size
+        commands += _llama_cpp_commands(ref, gguf[-1], pooling, lead)  # q8_0 when kept: half f16's size
     prompt = (f" Neither adds this model's lead `{lead}`: put it before every text yourself; both then pool every "
               "token, where sentence-transformers leaves lead tokens out of the pooling." if lead else "")
     commands.append({"engine": "Text Embeddings Inference", "language": "bash", "verified": False,
