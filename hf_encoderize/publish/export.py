@@ -11,10 +11,10 @@ Design choices:
   with the model's pooling type.
 - Every variant is checked where it will run, in a fresh process that cannot import hf_encoderize: `onnx_check.py`
   on ONNX Runtime, `gguf_check.py` on llama.cpp (llama-cpp-python), for (a) bidirectionality on token-level outputs
-  and (b) cosine against our PyTorch embeddings (`export_reference`) on texts of several lengths (>= 0.999 fp32,
-  >= 0.99 int8 / q8_0; f16 counts as full precision). A variant that fails is kept out of the folder and its one-line reason is recorded; the
-  record (`export_record.json`, one part per format) feeds the card's "Serve it" section, and a card hf-encoderize
-  wrote is regenerated with it.
+  and (b) cosine against our PyTorch embeddings (`export_reference`) on texts of several lengths (>= 0.999 fp32 and
+  f16, >= 0.99 int8 and q8_0). A variant that fails is kept out of the folder and its one-line reason is recorded;
+  the record (`export_record.json`, one part per format) feeds the card's "Serve it" section, and a card
+  hf-encoderize wrote is regenerated with it.
 """
 
 from __future__ import annotations
