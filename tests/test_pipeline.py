@@ -69,6 +69,14 @@ def test_run_all_stages_then_a_rerun_skips_them(decoder_dir, corpus, tmp_path, f
     assert f"| syn-sentiment | accuracy | {score['test_mean']:.2f} |" in card  # encoder column, then the base's
     assert "| base | encoder |" in first and str(out / "eval" / "comparison.md") in first  # final table + places
     record = (out / "run_record.json").read_text()
+    # The base's held-out loss before the first step and the encoder's after: one measurement (rows, masks), logged
+    # at step 0 in metrics.jsonl, recorded, and printed beside the table.
+    facts = json.loads(record)
+    step0 = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    step0 = [x for x in step0 if x["kind"] == "eval" and x["step"] == 0]
+    assert len(step0) == 1 and step0[0]["eval_loss"] == facts["initial_eval_loss"] != facts["eval_loss"]
+    assert f"held-out MLM loss (same rows and masks, lower is better): base {facts['initial_eval_loss']:.3f} -> " \
+           f"encoder {facts['eval_loss']:.3f}" in first
 
     assert main(args) == 0  # everything is there: nothing is redone, nothing pushed again
     second = banners(capsys.readouterr().out)
@@ -128,12 +136,23 @@ def test_quickstart_wiring_on_a_tiny_decoder(decoder_dir, tmp_path, monkeypatch,
     import hf_encoderize.pipeline.quickstart as quickstart_module
 
     monkeypatch.setattr(quickstart_module, "embedded_gguf", lambda: decoder_dir)  # the real GGUF is too slow here
-    assert main(["quickstart", "--output-dir", str(tmp_path / "qs"), "--steps", "2", "--no-evaluate"]) == 0
+    assert main(["quickstart", "--output-dir", str(tmp_path / "qs"), "--steps", "2", "--contrastive-steps", "2",
+                 "--eval-seeds", "2", "--eval-max-steps", "3"]) == 0
     printed = capsys.readouterr().out
     assert "pydoc_topics.jsonl" in printed and "model card" in printed
     card = (tmp_path / "qs" / "encoder" / "README.md").read_text()
     assert "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card
     assert (tmp_path / "qs-corpus" / "pydoc_topics.jsonl").is_file()
+    sentences = (tmp_path / "qs-corpus" / "pydoc_sentences.jsonl").read_text().splitlines()
+    assert len(sentences) > 1000 and len(set(sentences)) == len(sentences)
+    # The embedding model exists (what `space` shows) and was trained on the sentences, not on the cpt documents.
+    record = json.loads((tmp_path / "qs" / "contrastive" / "contrastive_run.json").read_text())
+    assert record["config"]["data_files"].endswith("pydoc_sentences.jsonl") and record["config"]["dropout"] == 0.1
+    # The comparison is over seeds, frozen, with the held-out loss of both models from one measurement.
+    base = json.loads((tmp_path / "qs" / "eval" / "base" / "summary.json").read_text())
+    assert base["protocol"]["frozen"] is True and base["protocol"]["seeds"] == [0, 1]
+    assert all(r["n_seeds"] == 2 and r["test_ci95"] is not None for r in base["results"])
+    assert " ± " in printed and "paraphrase first on" in printed
 
 
 def test_quickstart_without_the_wheel(monkeypatch):

@@ -65,6 +65,12 @@ class RunConfig:
     """Comma-separated datasets to evaluate (default: the profile's)."""
     eval_max_steps: int | None = None
     """Most fine-tuning steps per evaluation run (default: the profile's)."""
+    eval_lrs: str | None = None
+    """Comma-separated fine-tuning learning rates (default: the profile's)."""
+    eval_seeds: str | None = None
+    """Comma-separated fine-tuning seeds (default: the profile's)."""
+    eval_frozen: bool = False
+    """Train only the task heads on frozen hidden states (`eval --frozen`): a probe cheap enough for several seeds."""
     eval_data_dir: str | None = None
     """Local copies of the evaluation datasets (see `eval --data-dir`)."""
     base_model_id: str | None = None
@@ -73,13 +79,20 @@ class RunConfig:
     """After cpt, make the encoder an embedding model in OUT/contrastive: simcse (on cpt's own text source),
     supervised (on `contrastive_data_files`), or none."""
     contrastive_data_files: str | None = None
-    """supervised: JSON/JSONL/CSV/Parquet pairs or triplets with anchor, positive[, negative] columns."""
+    """supervised: JSON/JSONL/CSV/Parquet pairs or triplets with anchor, positive[, negative] columns; simcse: texts
+    (a `text` column) to train on instead of cpt's own source."""
     contrastive_steps: int = 1000
     """Optimizer steps of the contrastive stage."""
     contrastive_batch_size: int = 64
     """Rows per step of the contrastive stage (in-batch negatives: larger is better; lower it on a CPU)."""
     contrastive_max_seq_length: int | None = None
     """Tokens per text in the contrastive stage; default 128, or the model's positions when it has fewer."""
+    contrastive_dropout: float | None = None
+    """simcse: dropout during the stage (default: the `contrastive` command's, 0.3)."""
+    contrastive_lr: float | None = None
+    """Learning rate of the contrastive stage (default: the `contrastive` command's, 3e-5)."""
+    eval_contrastive: bool = True
+    """With --contrastive and an eval profile, evaluate the embedding model too."""
 
     def __post_init__(self):
         if self.contrastive not in ("simcse", "supervised", "none"):
@@ -89,6 +102,8 @@ class RunConfig:
         check_number("--contrastive-steps", self.contrastive_steps, minimum=1, integer=True)
         check_number("--contrastive-batch-size", self.contrastive_batch_size, minimum=2, integer=True)
         check_number("--contrastive-max-seq-length", self.contrastive_max_seq_length, minimum=1, integer=True)
+        check_number("--contrastive-dropout", self.contrastive_dropout, minimum=0, below=1)
+        check_number("--contrastive-lr", self.contrastive_lr, above=0)
         if self.eval_profile not in ("paper", "quick", "smoke", "none"):
             raise EncoderizeError(f"--eval-profile must be paper, quick, smoke or none, got {self.eval_profile!r}")
         if self.eval_base not in ("bidirectional", "causal", "none"):
@@ -102,7 +117,7 @@ class RunConfig:
 
         return EvalConfig(profile=self.eval_profile, tasks=self.eval_tasks, datasets=self.eval_datasets,
                           max_steps=self.eval_max_steps, data_dir=self.eval_data_dir, output_dir=output_dir,
-                          name=name, causal=causal)
+                          name=name, causal=causal, lrs=self.eval_lrs, seeds=self.eval_seeds, frozen=self.eval_frozen)
 
 
 def banner(index: int, total: int, title: str, note: str = "") -> None:
@@ -158,7 +173,7 @@ def contrastive_config(data, run_cfg: RunConfig, out: Path, resume: bool = False
     """The `contrastive` stage's config: OUT/encoder into OUT/contrastive; SimCSE reads cpt's own text source."""
     from hf_encoderize.recipes.contrastive import ContrastiveConfig
 
-    if run_cfg.contrastive == "supervised":
+    if run_cfg.contrastive_data_files:  # supervised always; simcse when given texts of its own
         source = {"data_files": run_cfg.contrastive_data_files}
     elif data.data_files:
         source = {"data_files": data.data_files, "text_column": data.text_column}
@@ -169,7 +184,11 @@ def contrastive_config(data, run_cfg: RunConfig, out: Path, resume: bool = False
     return ContrastiveConfig(str(folder.encoder), output_dir=str(folder.contrastive), overwrite=not resume,
                              resume=resume, objective=run_cfg.contrastive, steps=run_cfg.contrastive_steps,
                              batch_size=run_cfg.contrastive_batch_size,
-                             max_seq_length=run_cfg.contrastive_max_seq_length, **source)
+                             max_seq_length=run_cfg.contrastive_max_seq_length, **source,
+                             **({"dropout": run_cfg.contrastive_dropout} if run_cfg.contrastive_dropout is not None
+                                else {}),
+                             **({"learning_rate": run_cfg.contrastive_lr} if run_cfg.contrastive_lr is not None
+                                else {}))
 
 
 def contrastive_done(data, run_cfg: RunConfig, out: Path) -> str | None:
@@ -207,7 +226,9 @@ def eval_done(results: Path, load, config) -> bool:
     if summary is None:
         return False
     wanted = fingerprint(load, config)
-    same_protocol = all(summary.protocol.get(key) == wanted[key] for key in FINGERPRINT_KEYS if key in summary.protocol)
+    protocol = summary.protocol
+    same_protocol = all(protocol.get(key) == wanted[key] for key in FINGERPRINT_KEYS if key in protocol) and \
+        bool(protocol.get("frozen")) == bool(config.frozen)
     return (summary.model, summary.mode, summary.profile) == (load.source, wanted["mode"], config.profile) and \
         same_protocol
 
@@ -326,7 +347,7 @@ def plan(load, data, masking, train, adapter, run_cfg: RunConfig, hub, out: Path
                             lambda: stage_contrastive(data, run_cfg, out)))
     if run_cfg.eval_profile != "none":
         stages.append(eval_stage(LoadConfig(str(RunFolder(out).encoder)), "encoder", False, run_cfg, out))
-        if run_cfg.contrastive != "none":
+        if run_cfg.contrastive != "none" and run_cfg.eval_contrastive:
             stages.append(eval_stage(LoadConfig(str(RunFolder(out).contrastive)), "contrastive", False, run_cfg, out))
         if run_cfg.eval_base != "none":
             stages.append(eval_stage(load, "base", run_cfg.eval_base == "causal", run_cfg, out))
@@ -391,9 +412,20 @@ def report(out: Path, table: str | None, repo_id: str | None, seconds: float) ->
     print(f"\n{'=' * 8} done in {seconds / 60:.1f} min {'=' * 80}", flush=True)
     if table:
         print(table)
+    if (loss := held_out_losses(out)):
+        print(loss + "\n")
     width = max(len(k) for k in places)
     for key, value in places.items():
         print(f"{key:<{width}}  {value}")
     print(f'\nLoad it: AutoModel.from_pretrained("{encoder}") or SentenceTransformer("{encoder}")', flush=True)
     sys.stdout.flush()
     return {"output_dir": str(out), "places": places, "table": table, "wall_time_s": seconds}
+
+
+def held_out_losses(out: Path) -> str | None:
+    """The held-out MLM loss of the starting model and of the encoder (same rows, same masks), in one line."""
+    record = RunRecord.from_json(RunFolder(out).run_record)
+    if record is None or record.eval_loss is None:
+        return None
+    before = f"base {record.initial_eval_loss:.3f} -> " if record.initial_eval_loss is not None else ""
+    return f"held-out MLM loss (same rows and masks, lower is better): {before}encoder {record.eval_loss:.3f}"
