@@ -1,5 +1,5 @@
 """Serving speed, memory and agreement: PyTorch (sentence-transformers) against ONNX Runtime fp32 and int8 and
-llama.cpp (llama-cpp-python) GGUF f16 and q8_0.
+llama.cpp (llama-cpp-python) GGUF f32 and q8_0.
 
     python benchmarks/serving.py                          # a tiny random encoder built in-process (seconds)
     python benchmarks/serving.py --model smollm2          # the quickstart's SmolLM2-135M (embedded GGUF), converted
@@ -13,7 +13,7 @@ queries and passages, several lengths):
 - `pytorch`: `SentenceTransformer.encode` in fp32 (it sorts texts by length to pad less; the ONNX path does the same);
 - `onnx_fp32` / `onnx_int8`: the tokenizer, an ONNX Runtime session, and the model's pooling in numpy, as a user
   without our package runs `onnx/model.onnx` / `onnx/model_qint8.onnx`;
-- `gguf_f16` / `gguf_q8_0`: `Llama(..., embedding=True).embed(texts)` on `model-f16.gguf` / `model-q8_0.gguf`, with
+- `gguf_f32` / `gguf_q8_0`: `Llama(..., embedding=True).embed(texts)` on `model-f32.gguf` / `model-q8_0.gguf`, with
   the file's own tokenizer and pooling (llama.cpp packs the texts of a batch as separate sequences: no padding).
 Timing rounds alternate the backends (A, B, C, A, B, C, ...) so that a noisy 2-core machine slows them alike; the
 figure is the median round. Peak memory is the highest resident set size (sampled every 2 ms) while a backend loads
@@ -40,7 +40,7 @@ import numpy as np
 
 # Backend name -> (export format, file under the model folder).
 VARIANTS = {"onnx_fp32": ("onnx", "onnx/model.onnx"), "onnx_int8": ("onnx", "onnx/model_qint8.onnx"),
-            "gguf_f16": ("gguf", "model-f16.gguf"), "gguf_q8_0": ("gguf", "model-q8_0.gguf")}
+            "gguf_f32": ("gguf", "model-f32.gguf"), "gguf_q8_0": ("gguf", "model-q8_0.gguf")}
 
 
 class PeakRSS:
@@ -190,8 +190,9 @@ def gguf_backend(folder: Path, file: str, threads: int):
     from llama_cpp import Llama
 
     # One context for a batch of texts, each its own sequence; a non-causal model needs the batch in one ubatch.
+    # An f32 KV cache, as the card says (llama.cpp's default f16 cache moves short texts of a decoder-born model).
     llm = Llama(str(folder / file), embedding=True, n_ctx=4096, n_batch=4096, n_ubatch=4096, n_threads=threads,
-                n_threads_batch=threads, verbose=False)
+                n_threads_batch=threads, type_k=0, type_v=0, verbose=False)  # 0: GGML_TYPE_F32
 
     def encode(texts):
         return np.array(llm.embed(texts), dtype=np.float32)  # (texts, hidden), pooled as the file says

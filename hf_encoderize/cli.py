@@ -125,7 +125,7 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
             doctor, (DoctorConfig,), _print_text),
     Command("card", "(re)generate the model card (OUT/encoder/README.md) from the run's records",
             write_card, (CardConfig,), _print_result),
-    Command("export", "write ONNX (fp32, int8) or GGUF (f16, q8_0) of an encoder or embedding model, each checked "
+    Command("export", "write ONNX (fp32, int8) or GGUF (f32, q8_0) of an encoder or embedding model, each checked "
             "where it runs (ONNX Runtime, llama.cpp)",
             export, (ExportConfig,), _print_fields),
     Command("push", "upload the encoder, its card and plots to the Hub (never checkpoints)",

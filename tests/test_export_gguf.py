@@ -1,4 +1,4 @@
-"""`export --format gguf`: llama.cpp's own converter writes f16 and q8_0 files that llama.cpp (llama-cpp-python) runs
+"""`export --format gguf`: llama.cpp's own converter writes f32 and q8_0 files that llama.cpp (llama-cpp-python) runs
 bidirectionally, with the model's pooling, matching PyTorch, checked in a process without hf_encoderize; a causal
 model is kept out; an unsupported model type and a converter that is neither given, cached nor downloadable are one
 line, before anything is written.
@@ -21,7 +21,7 @@ from hf_encoderize.publish import gguf_export  # noqa: E402
 from hf_encoderize.publish.card import CardConfig, write_card  # noqa: E402
 from hf_encoderize.publish.hub import upload_set  # noqa: E402
 
-FILES = ("model-f16.gguf", "model-q8_0.gguf")
+FILES = ("model-f32.gguf", "model-q8_0.gguf")
 # Run by the test itself in a fresh process without our package: the q8_0 file's metadata, as llama.cpp reads it.
 METADATA = """
 import json, sys
@@ -75,11 +75,11 @@ def test_gguf_export_is_kept_verified_marked_bidirectional_and_on_the_card(smol_
     assert main(["export", str(smol_encoder), "--format", "gguf"]) == 0
     assert "model-q8_0.gguf: verified" in capsys.readouterr().out
     record = json.loads((encoder / "export_record.json").read_text())["gguf"]
-    f16, q8 = (record["variants"][name] for name in FILES)
-    assert f16["min_cosine"] >= 0.999 and q8["min_cosine"] >= 0.99 and q8["min_cosine"] < 1.0  # q8_0 is rounded
-    assert f16["bidirectional"] and q8["bidirectional"] and f16["hf_encoderize_importable"] is False
-    assert f16["gguf_pooling"] == q8["gguf_pooling"] == record["pooling"] == "mean"
-    assert len(f16["token_counts"]) >= 3  # texts of several lengths
+    f32, q8 = (record["variants"][name] for name in FILES)
+    assert f32["min_cosine"] >= 0.999 and q8["min_cosine"] >= 0.99 and q8["min_cosine"] < 1.0  # q8_0 is rounded
+    assert f32["bidirectional"] and q8["bidirectional"] and f32["hf_encoderize_importable"] is False
+    assert f32["gguf_pooling"] == q8["gguf_pooling"] == record["pooling"] == "mean"
+    assert len(f32["token_counts"]) >= 3  # texts of several lengths
     assert {*FILES, "export_record.json"} <= set(upload_set(encoder))  # push carries them
     done = subprocess.run([sys.executable, "-c", METADATA, str(encoder / FILES[1])], capture_output=True, text=True,
                           timeout=120, cwd=smol_encoder)
@@ -92,7 +92,8 @@ def test_gguf_export_is_kept_verified_marked_bidirectional_and_on_the_card(smol_
     marks = {engine: ok for engine, ok, _, _ in commands}
     assert marks["llama.cpp (llama-cpp-python)"] and not marks["llama.cpp server"]
     server = next(code for engine, _, _, code in commands if engine == "llama.cpp server")
-    assert server.strip() == f"llama-server -m {encoder.resolve()}/model-q8_0.gguf --embedding --pooling mean"
+    model = encoder.resolve() / "model-q8_0.gguf"
+    assert server.strip() == f"llama-server -m {model} --embedding --pooling mean -ctk f32 -ctv f32"
     # Every command marked verified runs as printed, in a clean interpreter without our package.
     verified = [code for _, ok, _, code in commands if ok]
     program = "import sys\nsys.modules['hf_encoderize'] = None\n" + "".join(
@@ -112,7 +113,7 @@ def test_a_model_llama_cpp_runs_causally_is_kept_out_with_one_line(smol_encoder,
     del config["is_causal"]
     (encoder / "config.json").write_text(json.dumps(config))
     (encoder / FILES[0]).write_bytes(b"stale")  # from an earlier export: it no longer matches the model
-    monkeypatch.setattr(gguf_export, "VARIANTS", {FILES[0]: ("f16", 0.999)})  # one conversion and check suffice
+    monkeypatch.setattr(gguf_export, "VARIANTS", {FILES[0]: ("f32", 0.999)})  # one conversion and check suffice
     result = gguf_export.export_gguf(encoder, ["A cat sits on the mat.", "Stock markets fell sharply today."], None)
     why = "not kept: llama.cpp runs it causally (a later token does not move position 0)"
     assert {name: v["verdict"] for name, v in result.items()} == {FILES[0]: why}

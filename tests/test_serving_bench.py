@@ -40,7 +40,7 @@ def test_backends_side_by_side_agree_and_report_what_export_kept_out(tmp_path):
     args = argparse.Namespace(threads=1, batch_size=8, rounds=1)
 
     results = bench.measure(encoder, record, texts, args)
-    assert results["gguf_f16"] == results["gguf_q8_0"] == {"export_check": "not exported"}
+    assert results["gguf_f32"] == results["gguf_q8_0"] == {"export_check": "not exported"}
     assert results["pytorch"]["speed_vs_pytorch"] == 1.0 and results["pytorch"]["min_cosine_to_pytorch"] >= 0.9999
     fp32, int8 = results["onnx_fp32"], results["onnx_int8"]
     assert fp32["min_cosine_to_pytorch"] >= 0.999 and int8["min_cosine_to_pytorch"] >= 0.99
@@ -66,4 +66,4 @@ def test_the_script_end_to_end_through_export(tmp_path):
     assert report["texts"] == 16 and report["pooling"] == "mean"
     assert report["results"]["onnx_fp32"]["export_check"] == "verified"  # checked out of process by `export`
     assert report["results"]["onnx_int8"]["min_cosine_to_pytorch"] >= 0.99
-    assert report["results"]["gguf_f16"]["export_check"].startswith("not exported")
+    assert report["results"]["gguf_f32"]["export_check"].startswith("not exported")

@@ -190,7 +190,7 @@ def serve_commands(facts: CardFacts, serve: dict | None) -> list[dict]:
                                  f'model = SentenceTransformer("{ref}", backend="onnx")  # onnx/model.onnx{int8}'})
     gguf = _kept((serve or {}).get("gguf"))
     if gguf:
-        commands += _llama_cpp_commands(ref, gguf[-1], pooling, lead)  # q8_0 when kept: half f16's size
+        commands += _llama_cpp_commands(ref, gguf[-1], pooling, lead)  # q8_0 when kept: a quarter of f32's size
     prompt = (f" Neither adds this model's lead `{lead}`: put it before every text yourself; both then pool every "
               "token, where sentence-transformers leaves lead tokens out of the pooling." if lead else "")
     commands.append({"engine": "Text Embeddings Inference", "language": "bash", "verified": False,
@@ -244,19 +244,23 @@ def _llama_cpp_commands(ref: str, file: str, pooling: str, lead: str) -> list[di
     local = ref.startswith("/")
     path = repr(f"{ref}/{file}") if local else f"hf_hub_download({ref!r}, {file!r})"
     download = "" if local else "from huggingface_hub import hf_hub_download\n"
-    code = (f"{download}from llama_cpp import Llama\n\n"
-            f"model = Llama({path}, embedding=True, verbose=False)  # {pooling} pooling, read from the file\n"
+    code = (f"{download}from llama_cpp import GGML_TYPE_F32, Llama\n\n"
+            f"# {pooling} pooling and bidirectional attention come from the file; the f32 KV cache keeps short texts "
+            "exact\n"
+            f"model = Llama({path}, embedding=True, type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32, verbose=False)\n"
             'embeddings = model.embed(["A cat sits on the mat.", "Stock markets fell today."])\n'
             "print((len(embeddings), len(embeddings[0])))")
     note = f"prepend `{lead}` to every text yourself, so no test runs it on this model" if lead else ""
     server = (f"llama-server -m {ref}/{file}" if local else f"llama-server -hf {ref} --hf-file {file}") + \
-        f" --embedding --pooling {LLAMA_CPP_POOLING.get(pooling, pooling)}"
+        f" --embedding --pooling {LLAMA_CPP_POOLING.get(pooling, pooling)} -ctk f32 -ctv f32"
     return [{"engine": "llama.cpp (llama-cpp-python)", "language": "python", "verified": not lead, "note": note,
              "code": code},
             {"engine": "llama.cpp server", "language": "bash", "verified": False, "code": server,
              "note": "llama-server is a binary of the llama.cpp release llama-cpp-python vendors; the package "
                      "installed here builds the library only, so no test runs the server (`--pooling` repeats what "
-                     "the file says; `curl localhost:8080/v1/embeddings -d '{\"input\": \"...\"}'` queries it)"}]
+                     "the file says; `-ctk f32 -ctv f32` is the f32 KV cache the check ran with: the default f16 "
+                     "cache moved a short text of the SmolLM2-135M encoder to cosine 0.996; `curl "
+                     "localhost:8080/v1/embeddings -d '{\"input\": \"...\"}'` queries it)"}]
 
 
 def pooling_mode(facts: CardFacts) -> str:

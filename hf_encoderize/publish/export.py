@@ -7,12 +7,12 @@ Design choices:
   whose only release pins transformers < 4.58, so it cannot be installed beside the transformers 5 we need; the files
   are laid out where that path reads them (`onnx/model.onnx`, `onnx/model_qint8.onnx`, input names `input_ids` and
   `attention_mask`, output `last_hidden_state`).
-- GGUF through llama.cpp's own converter (`gguf_export`): f16 and q8_0 files beside the weights, marked non-causal,
+- GGUF through llama.cpp's own converter (`gguf_export`): f32 and q8_0 files beside the weights, marked non-causal,
   with the model's pooling type.
 - Every variant is checked where it will run, in a fresh process that cannot import hf_encoderize: `onnx_check.py`
   on ONNX Runtime, `gguf_check.py` on llama.cpp (llama-cpp-python), for (a) bidirectionality on token-level outputs
   and (b) cosine against our PyTorch embeddings (`export_reference`) on texts of several lengths (>= 0.999 fp32 and
-  f16, >= 0.99 int8 and q8_0). A variant that fails is kept out of the folder and its one-line reason is recorded;
+  f32, >= 0.99 int8 and q8_0). A variant that fails is kept out of the folder and its one-line reason is recorded;
   the record (`export_record.json`, one part per format) feeds the card's "Serve it" section, and a card
   hf-encoderize wrote is regenerated with it.
 """
@@ -48,7 +48,7 @@ class ExportConfig:
     """A cpt/run output folder (holding encoder/), an encoder folder, or a contrastive (embedding) model folder."""
     _: KW_ONLY
     format: ExportFormat = "onnx"
-    """Serving format: onnx (fp32 and int8, checked on ONNX Runtime) or gguf (f16 and q8_0 through llama.cpp's
+    """Serving format: onnx (fp32 and int8, checked on ONNX Runtime) or gguf (f32 and q8_0 through llama.cpp's
     converter, checked on llama.cpp; needs pip install 'hf-encoderize[gguf-export]')."""
     check_texts: str | None = None
     """Text file, one text per line, for the embedding check. Default: 24 English texts of different lengths."""
@@ -72,7 +72,7 @@ class ExportConfig:
 
 def export(config: ExportConfig) -> dict:
     """Export the model, check each variant out of process, keep those that pass; regenerate our card with the result.
-    ONNX: onnx/model.onnx (fp32) and onnx/model_qint8.onnx; GGUF: model-f16.gguf and model-q8_0.gguf."""
+    ONNX: onnx/model.onnx (fp32) and onnx/model_qint8.onnx; GGUF: model-f32.gguf and model-q8_0.gguf."""
     model_dir = encoder_dir(config.output_dir)
     texts = check_texts(config.check_texts)
     if config.format == "gguf":
