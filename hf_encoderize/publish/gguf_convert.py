@@ -18,7 +18,11 @@ import sys
 def main(converter: str, model: str, outputs: list[str]) -> None:
     sys.path.insert(0, converter)
     import convert_hf_to_gguf  # inserts the converter's gguf-py on sys.path; defines main()
-    from conversion import TextModel
+
+    try:
+        from conversion import TextModel  # llama.cpp since 2026: the architectures' classes live in conversion/
+    except ImportError:
+        TextModel = convert_hf_to_gguf.TextModel  # a checkout from before: all in convert_hf_to_gguf.py
 
     set_parameters = TextModel.set_gguf_parameters
 
