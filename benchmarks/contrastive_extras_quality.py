@@ -16,6 +16,7 @@ Every model is scored zero-shot with `contrastive_quality.py`'s sets: NDCG@10 on
 full width and at each Matryoshka size: the full embedding is truncated to its first D values and renormalised, which
 is what `SentenceTransformer(path, truncate_dim=D)` with `normalize_embeddings=True` gives (the test checks that), so
 the texts are encoded once per model. Without `--encoder`, the quickstart's MLM encoder is made first (about 4 min).
+`--arms matryoshka` (say) trains and scores only some arms: two processes with other `--work` folders split the run.
 Prints one JSON object.
 """
 
@@ -82,7 +83,7 @@ def train_arms(encoder: Path, pairs: Path, work: Path, args) -> dict[str, dict]:
     extras = {"supervised": {}, "hard_negatives": {"hard_negatives": args.hard_negatives},
               "matryoshka": {"matryoshka_dims": args.matryoshka_dims}}
     arms = {}
-    for name in ARMS:
+    for name in args.arms.split(","):
         started = time.time()
         summary = contrastive(ContrastiveConfig(str(encoder), output_dir=str(work / name), **common, **extras[name]))
         arms[name] = {**{k: summary[k] for k in ("output_dir", "rows", "first_loss", "final_loss")},
@@ -114,12 +115,15 @@ def parse_args(argv: list[str] | None = None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hard-negatives", type=int, default=1, help="K mined negatives per pair")
     parser.add_argument("--matryoshka-dims", default="576,288,144,64", help="sizes (SmolLM2-135M is 576 wide)")
+    parser.add_argument("--arms", default=",".join(ARMS), help="arms to train, comma-separated (default: all)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is kind to a shared machine)")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if not args.arms or set(args.arms.split(",")) - set(ARMS):
+        raise SystemExit(f"--arms takes some of {','.join(ARMS)} (got {args.arms!r})")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     work = Path(args.work)
