@@ -96,3 +96,20 @@ def test_the_frozen_grid_is_reproducible_by_seed(encoder, tmp_path):
     first = evaluate(LoadConfig(str(encoder)), frozen_config(tmp_path / "a", max_steps=30))
     second = evaluate(LoadConfig(str(encoder)), frozen_config(tmp_path / "b", max_steps=30))
     assert [r["test_mean"] for r in first["results"]] == [r["test_mean"] for r in second["results"]]
+
+
+def test_the_summary_and_the_card_say_the_backbone_was_frozen(tmp_path):
+    from hf_encoderize.evaluation.summary import render_markdown
+    from hf_encoderize.publish.card import protocol_sentence
+    from hf_encoderize.publish.card_facts import CardFacts
+
+    protocol = {"lrs": ["0.001"], "seeds": [0, 1], "batch_size": 16, "max_steps": 200, "warmup_ratio": 0.1,
+                "selection": "best validation"}
+    for frozen in (True, False):
+        summary = {"model_name": "m", "model": "m", "mode": "bidirectional", "profile": "smoke", "results": [],
+                   "family_means": {}, "protocol": {**protocol, "frozen": frozen}}
+        facts = CardFacts(model_name="m", model_ref="m", base_model="b", results=summary)
+        text, sentence = render_markdown(summary), protocol_sentence(facts)
+        assert ("frozen hidden states" in text) is frozen and ("or one epoch" in text) is not frozen
+        assert ("frozen hidden states" in sentence) is frozen
+        assert ("the paper's fine-tuning protocol (section 2):" in sentence) is not frozen

@@ -106,7 +106,10 @@ def render_markdown(summary: dict) -> str:
     lines = [f"# Evaluation of {summary['model_name']}", "",
              f"Model `{summary['model']}`, {summary['mode']} attention, profile `{summary['profile']}`. "
              f"Learning rates {', '.join(protocol.get('lrs', []))}; seeds {protocol.get('seeds')}; batch size "
-             f"{protocol.get('batch_size')}; at most {protocol.get('max_steps')} steps or one epoch; "
+             f"{protocol.get('batch_size')}; "
+             + (f"frozen hidden states (only the task head trains; retrieval: a linear map from the identity), "
+                f"{protocol.get('max_steps')} steps over as many epochs as that takes; " if protocol.get("frozen")
+                else f"at most {protocol.get('max_steps')} steps or one epoch; ") +
              f"{100 * protocol.get('warmup_ratio', 0):.0f}% warmup then linear decay. The learning rate is chosen on "
              "validation; test scores are means ± 95% CI over seeds (0-100). LR spread: standard deviation of the "
              "test mean across learning rates (population SD over the learning rates run; our measure of the "

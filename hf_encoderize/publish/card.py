@@ -272,10 +272,14 @@ def protocol_sentence(facts: CardFacts) -> str:
     results, protocol = facts.results or {}, (facts.results or {}).get("protocol") or {}
     seeds = protocol.get("seeds")
     seeds = len(seeds) if isinstance(seeds, list) else seeds
+    how = ("with frozen hidden states (`--frozen`: only the task head trains, a probe of the representation; the "
+           "paper fine-tunes the whole model, section 2)" if protocol.get("frozen")
+           else "following the paper's fine-tuning protocol (section 2)")
     text = (f"Evaluated with `hf-encoderize eval` (profile `{results.get('profile')}`, {results.get('mode')} "
-            f"attention) following the paper's fine-tuning protocol (section 2): learning rates "
+            f"attention) {how}: learning rates "
             f"{', '.join(str(lr) for lr in protocol.get('lrs') or [])}, {seeds} seed(s), batch size "
-            f"{protocol.get('batch_size')}, at most {protocol.get('max_steps')} steps, "
+            f"{protocol.get('batch_size')}, {'' if protocol.get('frozen') else 'at most '}"
+            f"{protocol.get('max_steps')} steps, "
             f"{100 * float(protocol.get('warmup_ratio') or 0):.0f}% warmup. Selection: {protocol.get('selection')}. "
             "Scores are on a 0-100 scale; ± is the 95% confidence interval over seeds (none with one seed).")
     if facts.base_results:
