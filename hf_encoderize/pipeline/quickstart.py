@@ -24,7 +24,8 @@ Design choices:
   benchmarks/contrastive_quality.py and the triples of publish/paraphrases.py). 40 steps of 16 sentences of at most
   24 tokens, dropout 0.1, learning rate 1e-4, with the lead tokens: paraphrase recall@1 0.667 -> 0.967, every
   held-out triple ranked right (the MLM encoder: 2 of 4), "cat"/"kitten" 0.80 above "cat"/"stocks" 0.61 (1.00
-  before). 100 steps of 32 x 32 tokens, the earlier setting, cost 30 minutes on 2 cores. The `contrastive` command's own defaults stay LLM2Vec's.
+  before). 100 steps of 32 x 32 tokens, the earlier setting, cost 30 minutes on 2 cores. The `contrastive`
+  command's own defaults stay LLM2Vec's.
 - The corpus is written next to the run folder (`<output_dir>-corpus/`): one JSON line per group of paragraphs (cpt),
   and one per sentence (SimCSE).
 - Re-running resumes or skips finished stages, like `run`; `--overwrite` starts over.
