@@ -104,6 +104,7 @@ def test_gguf_export_is_kept_verified_marked_bidirectional_and_on_the_card(smol_
     assert done.stdout.count("(2, 32)") == 2  # sentence-transformers and llama-cpp-python: 2 texts x hidden 32
 
 
+@pytest.mark.slow  # ~20 s: a conversion and a llama.cpp check
 def test_a_model_llama_cpp_runs_causally_is_kept_out_with_one_line(smol_encoder, tmp_path, monkeypatch):
     """config.json without `is_causal: false`: PyTorch (our shipped modelling code) stays bidirectional, but the
     converter writes no non-causal flag, so llama.cpp runs it causally; the check must catch it."""
