@@ -132,6 +132,7 @@ def unpack_converter(sdist: Path, target: Path) -> Path:
                     out.write_bytes(archive.extractfile(member).read())
         if not (staging / "convert_hf_to_gguf.py").is_file():
             raise EncoderizeError(f"{str(sdist)!r} vendors no llama.cpp converter; pass a llama-cpp-python sdist")
+        staging.chmod(0o755)  # mkdtemp's 0700 would keep the shared cache from other users
         staging.rename(target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
