@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-ARMS = ("supervised", "hard_negatives", "matryoshka")
+ARMS = ("supervised", "hard_negatives", "matryoshka", "supervised+plain", "supervised+hard_negatives")
 
 
 def quality_module():
@@ -73,33 +73,57 @@ def score_sizes(model_path: str, dims: list[int]) -> dict[str, dict]:
     return results
 
 
+def arm_plan(encoder: Path, work: Path, args) -> dict[str, tuple[Path, int, dict]]:
+    """{arm: (the model it starts from, its steps, its extra contrastive settings)}."""
+    supervised = work / "supervised"
+    return {"supervised": (encoder, args.steps, {}),
+            "hard_negatives": (encoder, args.steps, {"hard_negatives": args.hard_negatives}),
+            "matryoshka": (encoder, args.steps, {"matryoshka_dims": args.matryoshka_dims}),
+            "supervised+plain": (supervised, args.continue_steps, {}),
+            "supervised+hard_negatives": (supervised, args.continue_steps, {"hard_negatives": args.hard_negatives})}
+
+
 def train_arms(encoder: Path, pairs: Path, work: Path, args) -> dict[str, dict]:
-    """Train the three arms; {arm: its output folder, rows trained on, losses, wall time (mining included)}."""
+    """Train the asked arms, in ARMS order; {arm: its output folder, rows trained on, losses, wall time (mining
+    included)}, or {arm: {"refused": the one-line error}} when the recipe refuses it (the miner finds no negative)."""
+    from hf_encoderize.common.errors import EncoderizeError
     from hf_encoderize.recipes.contrastive import ContrastiveConfig, contrastive
 
-    common = dict(objective="supervised", data_files=str(pairs), steps=args.steps, batch_size=args.batch_size,
+    common = dict(objective="supervised", data_files=str(pairs), batch_size=args.batch_size,
                   max_seq_length=args.max_seq_length, learning_rate=args.learning_rate, seed=args.seed,
                   overwrite=True, progress=False, save_every=10**6)
-    extras = {"supervised": {}, "hard_negatives": {"hard_negatives": args.hard_negatives},
-              "matryoshka": {"matryoshka_dims": args.matryoshka_dims}}
-    arms = {}
-    for name in args.arms.split(","):
+    plan, asked, arms = arm_plan(encoder, work, args), args.arms.split(","), {}
+    for name in (arm for arm in ARMS if arm in asked):
+        start, steps, extra = plan[name]
         started = time.time()
-        summary = contrastive(ContrastiveConfig(str(encoder), output_dir=str(work / name), **common, **extras[name]))
+        try:
+            summary = contrastive(ContrastiveConfig(str(start), output_dir=str(work / name), steps=steps, **common,
+                                                    **extra))
+        except EncoderizeError as error:
+            arms[name] = {"refused": str(error), "wall_time_s": round(time.time() - started, 1)}
+            continue
         arms[name] = {**{k: summary[k] for k in ("output_dir", "rows", "first_loss", "final_loss")},
+                      "start": "supervised" if start != encoder else "encoder", "steps": steps,
                       "wall_time_s": round(time.time() - started, 1)}
     return arms
 
 
 def run(encoder: Path, work: Path, args, pairs: Path | None = None) -> dict:
-    """The benchmark: train every arm, score each at every size. `pairs` defaults to contrastive_quality's 4,000."""
+    """The benchmark: train the arms, score each at every size (and the supervised model the continued arms start
+    from, when an earlier run in `work` trained it). `pairs` defaults to contrastive_quality's 4,000, written once."""
     from hf_encoderize.recipes.contrastive_extras import RELATIVE_MARGIN, parse_dims
 
     started = time.time()
-    pairs = pairs or quality_module().supervised_pairs(work / "pairs.jsonl", 4000)
+    if pairs is None:  # two processes splitting the arms over one `work` read the same file; neither rewrites it
+        pairs = work / "pairs.jsonl"
+        if not pairs.is_file():
+            quality_module().supervised_pairs(pairs, 4000)
     arms = train_arms(encoder, pairs, work, args)
+    scored = {name: arm["output_dir"] for name, arm in arms.items() if "output_dir" in arm}
+    if any(name.startswith("supervised+") for name in scored) and "supervised" not in scored:
+        scored = {"supervised": str(work / "supervised"), **scored}
     dims = parse_dims(args.matryoshka_dims)
-    results = {name: score_sizes(arm["output_dir"], dims) for name, arm in arms.items()}
+    results = {name: score_sizes(path, dims) for name, path in scored.items()}
     return {"encoder": str(encoder), "settings": {**vars(args), "relative_margin": RELATIVE_MARGIN},
             "arms": arms, "results": results, "wall_time_s": round(time.time() - started, 1)}
 
@@ -113,6 +137,8 @@ def parse_args(argv: list[str] | None = None):
     parser.add_argument("--max-seq-length", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=3e-5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--continue-steps", type=int, default=50,
+                        help="steps of the two arms that continue from the supervised model")
     parser.add_argument("--hard-negatives", type=int, default=1, help="K mined negatives per pair")
     parser.add_argument("--matryoshka-dims", default="576,288,144,64", help="sizes (SmolLM2-135M is 576 wide)")
     parser.add_argument("--arms", default=",".join(ARMS), help="arms to train, comma-separated (default: all)")
