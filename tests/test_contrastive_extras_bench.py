@@ -1,10 +1,12 @@
-"""benchmarks/contrastive_extras_quality.py: every arm trains and is scored at every size, on the tiny encoder."""
+"""benchmarks/contrastive_extras_quality.py: every arm trains (the continued ones from the supervised one) and is scored
+at every size, on the tiny encoder."""
 
 import importlib.util
 import json
 import random
 from pathlib import Path
 
+import pytest
 import torch
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "contrastive_extras_quality.py"
@@ -30,13 +32,15 @@ def word_pairs(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow  # five 2-step trainings and their scoring: 12-30 s on a shared 2-core CPU
 def test_every_arm_is_scored_at_every_size(encoder, tmp_path):
     bench = load_benchmark()
-    args = bench.parse_args(["--steps", "2", "--batch-size", "8", "--max-seq-length", "16",
+    args = bench.parse_args(["--steps", "2", "--continue-steps", "2", "--batch-size", "8", "--max-seq-length", "16",
                              "--matryoshka-dims", "32,16,8", "--work", str(tmp_path)])
     report = bench.run(Path(encoder), tmp_path, args, pairs=word_pairs(tmp_path / "pairs.jsonl"))
     json.dumps(report)  # what main prints
-    assert set(report["arms"]) == set(report["results"]) == {"supervised", "hard_negatives", "matryoshka"}
+    assert set(report["arms"]) == set(report["results"]) == set(bench.ARMS)
+    assert report["arms"]["supervised+hard_negatives"]["start"] == "supervised"
     assert report["settings"]["relative_margin"] == 0.05
     for name, arm in report["arms"].items():
         assert arm["wall_time_s"] > 0 and arm["final_loss"] is not None
