@@ -77,3 +77,21 @@ def test_bad_values_are_one_line(encoder, pairs, tmp_path, capsys, extra, wordin
     err = capsys.readouterr().err
     assert wording in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_pairs_left_without_negatives_are_reported_and_none_left_says_what_to_do(monkeypatch, capsys):
+    import types
+
+    import sentence_transformers.util as st_util
+
+    from hf_encoderize.common.errors import EncoderizeError
+    from hf_encoderize.recipes.contrastive_extras import mine_negatives
+
+    config = types.SimpleNamespace(hard_negatives=1, batch_size=4)
+    rows = [{"anchor": f"a{i}", "positive": f"p{i}"} for i in range(10)]
+    monkeypatch.setattr(st_util, "mine_hard_negatives", lambda rows, *a, **k: rows[:6])
+    assert len(mine_negatives(None, rows, config, {})) == 6
+    assert "6 of 10 pairs have that many negatives" in capsys.readouterr().err
+    monkeypatch.setattr(st_util, "mine_hard_negatives", lambda rows, *a, **k: rows[:1])
+    with pytest.raises(EncoderizeError, match="train a stage without --hard-negatives first"):
+        mine_negatives(None, rows, config, {})
