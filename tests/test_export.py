@@ -107,3 +107,20 @@ def test_bad_input_is_one_line(tmp_path, capsys, extra, wording):
     err = capsys.readouterr().err
     assert wording in err and "Traceback" not in err
     assert sorted(p.name for p in encoder.iterdir()) == before
+
+
+def test_the_reference_embeds_whole_texts_even_when_the_model_keeps_a_short_training_length(encoder, tmp_path):
+    """A contrastive model saves its training length as max_seq_length (the quickstart's: 24 tokens); the exported
+    files embed every token, so the reference must too (it cut the texts and a faithful GGUF read 0.96)."""
+    import numpy as np
+
+    from hf_encoderize.publish.export_reference import load_model, write_reference
+
+    st, pooling = load_model(encoder)
+    texts = ["w1 w2 w3 w4 w5 w6 w7 w8 w9", "w3 w4", "w5 w6 w7 w8 w9 w10 w11"]
+    st.max_seq_length = 3
+    reference = json.loads(write_reference(st, pooling, texts, tmp_path / "reference.json").read_text())
+    assert st.max_seq_length == 3  # the model is left as it was
+    st.max_seq_length = 64
+    whole = st.encode(texts, convert_to_numpy=True, prompt="")
+    assert np.allclose(reference["embeddings"], whole, atol=1e-5) and reference["max_length"] >= 9

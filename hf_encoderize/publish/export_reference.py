@@ -67,10 +67,20 @@ def write_reference(st, pooling: str, texts: list[str], path: Path) -> Path:
     changed = words[:-1] + ["zebra" if words[-1] != "zebra" else "violin"] if len(words) > 1 else [*words, "zebra"]
     # llama.cpp embeds all texts in one batch (one sequence each, in one context): room for every token, plus BOS/EOS.
     tokens = sum(len(tokenizer(text)["input_ids"]) + 2 for text in texts)
-    # prompt="": the checks feed the raw texts; a default prompt (lead tokens) is added outside the exported model.
-    embeddings = st.encode(texts, batch_size=len(texts), convert_to_numpy=True, prompt="")
+    # Whole texts: the exported files have no truncation of their own (llama.cpp embeds every token), while a
+    # contrastive model may keep its training length as `max_seq_length` (the quickstart's: 24 tokens), which cut
+    # the longer check texts and made a faithful GGUF read 0.96. Within the model's positions.
+    longest = max(len(tokenizer(text)["input_ids"]) for text in texts)
+    positions = getattr(st[0].auto_model.config.get_text_config(), "max_position_embeddings", None) or longest
+    saved, st.max_seq_length = st.max_seq_length, max(st.max_seq_length or 0, min(longest, positions))
+    try:
+        # prompt="": the checks feed the raw texts; a default prompt (lead tokens) is added outside the exported model.
+        embeddings = st.encode(texts, batch_size=len(texts), convert_to_numpy=True, prompt="")
+        max_length = st.max_seq_length
+    finally:
+        st.max_seq_length = saved
     path.write_text(json.dumps({
-        "texts": texts, "embeddings": embeddings.tolist(), "pooling": pooling, "max_length": st.max_seq_length,
+        "texts": texts, "embeddings": embeddings.tolist(), "pooling": pooling, "max_length": max_length,
         "probe_ids": probe, "probe_other_id": (probe[-1] + 1) % len(tokenizer),
         "probe_texts": [" ".join(words), " ".join(changed)], "n_ctx": max(64, tokens + 16),
     }))
