@@ -49,11 +49,13 @@ def test_loss_goes_down_and_encoder_is_saved(decoder_dir, corpus, tmp_path):
     logged = [r["masked_accuracy"] for r in train if r["step"] % 10 == 0]
     assert all(0 <= a <= 1 for a in logged) and logged[-1] > logged[0]
     assert all(r["masked_accuracy"] is None for r in train if r["step"] % 10)
-    assert [r["step"] for r in records if r["kind"] == "eval"] == [40, 80]
+    assert [r["step"] for r in records if r["kind"] == "eval"] == [0, 40, 80]  # 0: the base, before the first step
     assert (tmp_path / "run" / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     record = json.loads((tmp_path / "run" / "run_record.json").read_text())
     assert record["tokens_seen"] == sum(r["tokens"] for r in train) and record["tokens_seen"] <= 80 * 4 * 32
     assert record["eval_loss"] == pytest.approx(summary["eval_loss"])
+    first_eval = next(r for r in records if r["kind"] == "eval")
+    assert record["initial_eval_loss"] == first_eval["eval_loss"] > record["eval_loss"]  # the same rows, before
     assert record["final_train_loss"] == train[-1]["loss"]
     assert record["base_model"] == str(decoder_dir) and record["schedule"] == "wsd" and record["steps"] == 80
     assert record["hardware"]["device"] == "cpu" and record["encoderize"]["mask_token"]
@@ -98,7 +100,8 @@ def test_resume_after_kill_equals_unbroken_run(decoder_dir, corpus, tmp_path, mo
     assert [p.name for p in (tmp_path / "broken" / "checkpoints").iterdir()] == ["step-0000003"]
     _run(decoder_dir, corpus, tmp_path / "broken", resume=True)
     steps = [json.loads(line)["step"] for line in (tmp_path / "broken" / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [1, 2, 3, 4, 5, 6, 6]  # the killed run's lines after step 3 are gone; 6 twice: train + eval
+    assert steps == [0, 1, 2, 3, 4, 5, 6, 6]  # 0: the base's eval; the killed run's lines after step 3 are gone; 6
+    # twice: train + eval
     unbroken = load_file(tmp_path / "unbroken" / "encoder" / "model.safetensors")
     resumed = load_file(tmp_path / "broken" / "encoder" / "model.safetensors")
     for name, tensor in unbroken.items():

@@ -74,7 +74,8 @@ def test_cpt_branch_equals_the_unbroken_shorter_run(decoder_dir, corpus, tmp_pat
          from_checkpoint=str(tmp_path / "long" / "checkpoints" / "step-0000004"))
     _assert_same(_weights(tmp_path / "short" / "encoder"), _weights(tmp_path / "branch" / "encoder"))
     steps = [json.loads(line)["step"] for line in (tmp_path / "branch" / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [1, 2, 3, 4, 5, 6, 6]  # the source's first 4 steps, then its own (6 twice: train + eval)
+    assert steps == [0, 1, 2, 3, 4, 5, 6, 6]  # the source's eval before its first step and its first 4 steps, then
+    # its own (6 twice: train + eval)
     record = json.loads((tmp_path / "branch" / "run_record.json").read_text())
     assert record["from_checkpoint"].endswith("step-0000004") and record["decay_steps"] == 2
 

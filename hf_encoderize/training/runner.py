@@ -160,8 +160,9 @@ def run_recipe(recipe: Recipe) -> dict:
     monitor = TrainingMonitor(accelerator, output_dir, train.steps, start_step=step, show=train.progress,
                               label=recipe.command, log_every=train.log_every, trackers=trackers, facts=built.facts)
     # The starting model's held-out score, on the rows the final one is scored on: what training changed is then the
-    # difference of two figures of one measurement (the base's MLM loss before cpt, the encoder's after).
-    initial_eval = evaluate_held_out(run) if step == 0 and not branch_point else {}
+    # difference of two figures of one measurement (the base's MLM loss before cpt, the encoder's after). Not for
+    # pretrain: its starting model is random weights, and its objective at step 0 is the first phase's.
+    initial_eval = evaluate_held_out(run) if step == 0 and not branch_point and recipe.command != "pretrain" else {}
     if initial_eval:
         monitor.evaluation(0, initial_eval)
     started = time.time()
