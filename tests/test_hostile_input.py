@@ -137,6 +137,8 @@ def test_skipped_steps_are_bounded_and_metrics_stay_json(decoder_dir, corpus, tm
 
     def nan_every_other_call(self, *args):
         loss, correct = real_forward(self, *args)
+        if not self.training:  # the held-out evaluations (before the first step, at the end) are not steps
+            return loss, correct
         self.calls = getattr(self, "calls", 0) + 1
         return (loss * float("nan"), correct) if self.calls % 2 == 0 else (loss, correct)
 

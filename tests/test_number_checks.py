@@ -27,6 +27,8 @@ ZERO_ALLOWED = {
     "weight_decay": "no weight decay",
     "warmup_ratio": "no warmup",
     "dropout": "SimCSE without dropout noise (supervised pairs need none)",
+    "contrastive_dropout": "run's SimCSE stage without dropout noise",
+    "contrastive_steps": "quickstart: 0 makes no embedding model (run refuses 0: it has --contrastive none)",
     "adam_beta1": "Adam without momentum",
     "adam_beta2": "the AdamW bound allows [0, 1)",
     "port": "0 asks the OS for any free port",
@@ -35,7 +37,8 @@ ZERO_ALLOWED = {
 INF_ALLOWED: dict[str, str] = {}
 # Values just past the top of a bounded range (the generic rows only probe the bottom and overflow).
 ABOVE_THE_TOP = {
-    "mask_ratio": 1.0, "dropout": 1.0, "warmup_ratio": 1.0, "decay_fraction": 1.5, "adam_beta1": 1.0,
+    "mask_ratio": 1.0, "dropout": 1.0, "contrastive_dropout": 1.0, "warmup_ratio": 1.0, "decay_fraction": 1.5,
+    "adam_beta1": 1.0,
     "adam_beta2": 1.0, "port": 65536, "seed": 2**32,
 }
 _DUMMY_POSITIONALS = {"source": "no-such-model-dir", "output_dir": "no-such-out", "encoder": "no-such-encoder",
