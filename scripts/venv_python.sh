@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Print the Python that set-up installs into and the commands run with; make the project's `.venv` first if needed.
+# A system Python is never installed into: on Debian 12+/Ubuntu 24.04 it refuses (PEP 668, "externally managed"), and
+# elsewhere it would mix this project's pins into the system's packages. So:
+#   - the interpreter (PYTHON, default python3) already runs inside a virtual environment (sys.prefix differs from
+#     sys.base_prefix: an activated venv, or the floor environment scripts/test.sh puts first on PATH) -> that one;
+#   - otherwise -> the project environment HF_ENCODERIZE_VENV (default .venv at the repository root), made from
+#     PYTHON with `-m venv` when it does not exist yet.
+# Only the chosen path goes to stdout; what was decided goes to stderr, so `py="$(bash scripts/venv_python.sh)"` works.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+base="${PYTHON:-python3}"
+venv="${HF_ENCODERIZE_VENV:-$root/.venv}"
+if ! command -v "$base" >/dev/null 2>&1; then
+    echo "error: no $base on PATH; install Python 3.10 or later, or set PYTHON=/path/to/python3" >&2
+    exit 2
+fi
+if [ "$("$base" -c 'import sys; print(sys.prefix != sys.base_prefix)')" = True ]; then
+    py="$("$base" -c 'import sys; print(sys.executable)')"
+    echo "venv_python.sh: using $py (the active virtual environment)" >&2
+    echo "$py"
+    exit 0
+fi
+if [ ! -x "$venv/bin/python" ]; then
+    echo "venv_python.sh: $("$base" -c 'import sys; print(sys.executable)') is not a virtual environment;" \
+        "making the project environment $venv" >&2
+    if ! "$base" -m venv "$venv"; then
+        rm -rf "$venv"
+        echo "error: $base could not make a virtual environment at $venv; on Debian/Ubuntu install the" \
+            "python3-venv package (apt install python3-venv), or activate a virtual environment of your own" >&2
+        exit 2
+    fi
+fi
+echo "venv_python.sh: using $venv/bin/python (the project environment; activate it with: source $venv/bin/activate)" >&2
+echo "$venv/bin/python"
