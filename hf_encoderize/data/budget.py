@@ -18,12 +18,16 @@ Design choices:
   - Another Hub dataset is streamed and its size is not known here: no estimate, no line.
 - A warning, not a refusal: repeating a small corpus is often what a smoke run or a fine-tune wants. The line says
   what to change for unique tokens.
+- Short documents get their own line (`check_document_length`): packed documents are isolated from each other, so a
+  median document under an eighth of --seq-len gives each token little context (a .txt read one line per document
+  trained ~25-token fragments); measured on the same `SAMPLE_DOCUMENTS`.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -88,8 +92,36 @@ def check_token_budget(cfg: DataConfig, documents: Documents, tokenizer, rows_pe
         say(f"warning: this run reads about {_count(budget.need)} tokens ({steps} steps x {rows_per_step} rows x "
             f"{cfg.seq_len}) but {budget.source} holds about {_count(budget.holds)} after the held-out and skipped "
             f"documents, so it makes about {budget.passes:.1f} passes and repeats tokens (the paper trains on unique "
-            "ones); for unique tokens use a larger source (e.g. --dataset-config sample-350BT) or fewer --steps")
+            f"ones); for unique tokens {_larger_source(cfg)} or fewer --steps")
     return budget
+
+
+def _larger_source(cfg: DataConfig) -> str:
+    if cfg.data_files:
+        return "add text to --data-files"
+    return "use a larger source (e.g. --dataset-config sample-350BT)"
+
+
+SHORT_DOCUMENT_FRACTION = 1 / 8  # below this share of --seq-len, the median document is a fragment of a row
+
+
+def check_document_length(cfg: DataConfig, documents: Documents, tokenizer,
+                          say: Callable[[str], None]) -> float | None:
+    """Say in one `warning:` line when the median training document (of the first `SAMPLE_DOCUMENTS` after the
+    held-out ones) is under an eighth of --seq-len; return that median in tokens (None: no document to measure)."""
+    sample = list(itertools.islice(iter(documents), cfg.eval_documents, cfg.eval_documents + SAMPLE_DOCUMENTS))
+    if not sample:
+        return None
+    median = statistics.median(len(ids) for ids in tokenizer(sample, add_special_tokens=False)["input_ids"])
+    if median < cfg.seq_len * SHORT_DOCUMENT_FRACTION:
+        text = cfg.reads_text_files()
+        longer = {"line": "--text-unit paragraph (or file) keeps text that runs on across lines whole",
+                  "paragraph": "--text-unit file makes each file one document"}.get(cfg.text_unit)
+        hint = f"the .txt files are read one {cfg.text_unit} per document; {longer}" if text and longer else \
+            "if one text was split into several rows or files, join them into whole documents"
+        say(f"warning: the median training document is {median:g} tokens, under an eighth of --seq-len "
+            f"{cfg.seq_len}: each is attention-isolated in its packed row, so tokens see little context; {hint}")
+    return median
 
 
 def _count(tokens: float) -> str:

@@ -3,6 +3,9 @@
 Design choices:
 - Hub datasets are streamed by default; local `.txt/.jsonl/.json/.parquet` files (globs or a folder) go through the
   same `datasets.load_dataset` call with the matching builder.
+- A `.txt` document is a paragraph by default (`--text-unit`, the text builder's `sample_by`): every document is
+  attention-isolated in a packed row, so the builder's default of one line per document trained wrapped prose as
+  ~25-token fragments. transformers' run_mlm.py also joins lines unless asked for `--line_by_line`.
 - A bad source, an empty one or a wrong text column is a one-line error before any model weight is loaded.
 - The first `eval_documents` documents are held out and never trained on; a source with nothing after them is refused.
 - Bad contents are one-line errors too: reading goes through `_guarded`, which turns any read/parse error into an
@@ -24,6 +27,7 @@ import os
 import random
 from collections.abc import Iterable, Iterator
 from dataclasses import KW_ONLY, dataclass, field
+from typing import Literal, get_args
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, identity
@@ -31,6 +35,8 @@ from hf_encoderize.common.validation import check_number
 
 PRECHECK_BYTES = 64 << 20  # local sources up to this size are read through (not tokenized) before training
 _BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+TextUnit = Literal["line", "paragraph", "file"]
+_SAMPLE_BY = {"line": "line", "paragraph": "paragraph", "file": "document"}  # datasets' text builder's names
 
 
 @dataclass
@@ -48,6 +54,10 @@ class DataConfig:
     """Local .txt/.jsonl/.parquet files: a path, a glob or a folder. Overrides `dataset`."""
     text_column: str = "text"
     """Column holding the document text (`.txt` files always use `text`)."""
+    text_unit: TextUnit = "paragraph"
+    """What one document of a .txt file is: paragraph (the text between empty lines), line, or file (the whole
+    file). Documents are isolated from each other in a packed row, so `line` makes wrapped prose into fragments of a
+    few dozen tokens; use it for one-sentence-per-line corpora. (datasets' text builder calls this `sample_by`.)"""
     seq_len: int = 512
     """Tokens per packed row."""
     pack: bool | None = None
@@ -71,11 +81,38 @@ class DataConfig:
     """Stream Hub datasets instead of downloading them first."""
 
     def __post_init__(self):
+        if self.text_unit not in get_args(TextUnit):
+            raise EncoderizeError(f"--text-unit must be one of {', '.join(get_args(TextUnit))}, not "
+                                  f"{self.text_unit!r}")
         check_number("--seq-len", self.seq_len, minimum=8, integer=True)
         check_number("--eval-documents", self.eval_documents, minimum=0, integer=True)
         check_number("--skip-documents", self.skip_documents, minimum=0, integer=True)
         check_number("--shuffle-buffer", self.shuffle_buffer, minimum=0, integer=True)
         check_number("--eval-max-rows", self.eval_max_rows, minimum=1, integer=True)
+
+    def reads_text_files(self) -> bool:
+        """Whether the source is local .txt files, the one kind `text_unit` cuts into documents."""
+        try:
+            return bool(self.data_files) and all(path.endswith(".txt") for path in local_files(self.data_files))
+        except EncoderizeError:  # no such files: said where the source is opened
+            return False
+
+    def identity_value(self, name: str):
+        """The value a setting runs with, for "same run?" (`common.identity`): `text_unit` only for .txt files."""
+        if name == "text_unit" and not self.reads_text_files():
+            return None
+        return getattr(self, name)
+
+
+def data_facts(data: DataConfig) -> dict:
+    """Where the text came from, as the run record and the card say it: a --data-files run names its files only (the
+    Hub default `dataset` it did not read is not recorded), a .txt one its --text-unit."""
+    local = bool(data.data_files)
+    return {"dataset": None if local else data.dataset, "dataset_config": None if local else data.dataset_config,
+            "split": data.split, "data_files": data.data_files, "text_column": data.text_column,
+            "text_unit": data.identity_value("text_unit"), "seq_len": data.seq_len, "pack": data.pack,
+            "eval_documents": data.eval_documents, "skip_documents": data.skip_documents,
+            "shuffle_buffer": data.shuffle_buffer}
 
 
 def local_files(spec: str, builders: dict[str, str] = _BUILDERS) -> list[str]:
@@ -120,7 +157,7 @@ def load_documents(cfg: DataConfig):
             builders = {_BUILDERS[os.path.splitext(f)[1]] for f in files}
             if len(builders) > 1:
                 raise EncoderizeError("--data-files mixes file types; pass one kind (.txt, .jsonl or .parquet)")
-            source = LocalFiles(files, builders.pop())
+            source = LocalFiles(files, builders.pop(), text_unit=cfg.text_unit)
         else:
             source = datasets.load_dataset(cfg.dataset, cfg.dataset_config, split=cfg.split, streaming=cfg.streaming)
     except EncoderizeError:
@@ -145,8 +182,8 @@ def load_documents(cfg: DataConfig):
 class LocalFiles:
     """Local files streamed one after the other, so an error can name the file (and row) it comes from."""
 
-    def __init__(self, files: list[str], builder: str):
-        self.files, self.builder = files, builder
+    def __init__(self, files: list[str], builder: str, text_unit: TextUnit = "paragraph"):
+        self.files, self.builder, self.text_unit = files, builder, text_unit
 
     def located(self) -> Iterator[tuple[str, int, dict]]:
         """`(file, row number from 1, row)` for every row of every file."""
@@ -156,8 +193,9 @@ class LocalFiles:
         logging.getLogger("datasets.packaged_modules").setLevel(logging.CRITICAL)
         for path in self.files:
             try:
+                options = {"sample_by": _SAMPLE_BY[self.text_unit]} if self.builder == "text" else {}
                 rows = datasets.load_dataset(self.builder, data_files=dataset_patterns([path]), split="train",
-                                             streaming=True)
+                                             streaming=True, **options)
             except StopIteration:  # the streaming builders read a first row to infer the columns: an empty file
                 continue
             except Exception as err:

@@ -82,6 +82,12 @@ def plain_loading(verdicts: dict) -> str | None:
             f"{verified}")
 
 
+def _text_unit(data: dict) -> str:
+    """How a .txt corpus was cut into documents (`--text-unit`; records before it was recorded say nothing)."""
+    unit = data.get("text_unit")
+    return f" (one document per {unit})" if unit else ""
+
+
 def _training_rows(run: dict) -> list[tuple[str, str]]:
     data, lora, hardware = run.get("data") or {}, run.get("lora"), run.get("hardware") or {}
     source = data.get("data_files") or " ".join(filter(None, [data.get("dataset"), data.get("dataset_config")]))
@@ -94,7 +100,8 @@ def _training_rows(run: dict) -> list[tuple[str, str]]:
     accuracy = run.get("eval_masked_accuracy")
     return [
         ("Objective", f"{objective}, mask ratio {run.get('mask_ratio', 0):.0%}, {replacement}"),
-        ("Data", f"`{source}`, rows of {data.get('seq_len')} tokens, {'packed' if data.get('pack') else 'padded'}"),
+        ("Data", f"`{source}`{_text_unit(data)}, rows of {data.get('seq_len')} tokens, "
+                 f"{'packed' if data.get('pack') else 'padded'}"),
         ("Steps", f"{thousands(run.get('steps'))} optimizer steps, {thousands(run.get('tokens_seen'))} tokens seen"),
         ("Schedule", f"{(run.get('schedule') or 'wsd').upper()}: peak lr {run.get('lr', 0):.1e}, "
                      f"{thousands(run.get('warmup_steps'))} warmup steps, "

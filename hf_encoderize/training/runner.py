@@ -30,7 +30,7 @@ import torch
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.outputs import finish_run
 from hf_encoderize.common.run_folder import RunFolder
-from hf_encoderize.data.budget import check_token_budget
+from hf_encoderize.data.budget import check_document_length, check_token_budget
 from hf_encoderize.data.sources import DataConfig, open_documents
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.training.checkpoints import (
@@ -137,6 +137,7 @@ def run_recipe(recipe: Recipe) -> dict:
         check_token_budget(built.data, documents, built.tokenizer,
                            train.batch_size * train.grad_accum * accelerator.num_processes, train.steps,
                            say=lambda line: print(line, file=sys.stderr, flush=True))
+        check_document_length(built.data, documents, built.tokenizer, say=lambda line: print(line, file=sys.stderr))
     # Everything is validated (options, data, model): only now may --overwrite delete the earlier run.
     clear_output_dir(output_dir, overwrite=train.overwrite and not train.resume,
                      main_process=accelerator.is_main_process, command=recipe.command, resume=train.resume)

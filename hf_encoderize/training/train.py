@@ -44,7 +44,7 @@ from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import world_size
 from hf_encoderize.data.packing import LaneStream, Packer, data_position, held_out_batches
 from hf_encoderize.data.prefetch import Prefetcher
-from hf_encoderize.data.sources import DataConfig, Documents
+from hf_encoderize.data.sources import DataConfig, Documents, data_facts
 from hf_encoderize.model.isolation import packed_forward
 from hf_encoderize.objectives.loss import mlm_loss
 from hf_encoderize.objectives.loss_kernels import choose_loss_kernel
@@ -409,9 +409,7 @@ def training_facts(data: DataConfig, masking: MaskingConfig, train: TrainConfig)
     """The settings every run records (run record, trackers); recipes add theirs. No secrets: configs hold none."""
     return {
         "objective": masking.objective, "mask_ratio": masking.mask_ratio, "replacement": masking.replacement,
-        "data": {k: getattr(data, k) for k in ("dataset", "dataset_config", "split", "data_files", "text_column",
-                                               "seq_len", "pack", "eval_documents", "skip_documents",
-                                               "shuffle_buffer")},
+        "data": data_facts(data),
         "steps": train.steps, "lr": train.lr, "schedule": "wsd", "warmup_steps": train.warmup,
         "decay_steps": train.decay, "weight_decay": train.weight_decay, "betas": list(ADAMW_BETAS),
         "adam_eps": train.adam_eps,
