@@ -299,6 +299,7 @@ def run(args: argparse.Namespace) -> int:
         ctx = gpu_check.Context(out, args.smoke, args.budget_s, started + args.budget_s, "")
         ctx.logs.mkdir(parents=True, exist_ok=True)
         gpu_check.check_wheels(ctx, args.wheels)
+        sys.path.insert(0, str(REPO))  # this checkout's hf_encoderize before the carried wheel's
     import torch
 
     cuda = torch.cuda.is_available()
