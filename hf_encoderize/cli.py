@@ -282,6 +282,11 @@ def build_configs(command: Command, args: argparse.Namespace, yaml_values: dict)
         guess = f"did you mean {close[0]!r}? " if close else ""
         raise EncoderizeError(f"{where} sets {', '.join(map(repr, unknown))}, which `{command.name}` has no option "
                               f"for; {guess}see `hf-encoderize {command.name} --help`")
+    # A comma-separated option takes a YAML list too (`lrs: [1e-5, 2e-5]`), as its flag takes `1e-5,2e-5`.
+    listed = {name for cls in command.configs for name, doc in field_docs(cls).items() if doc.startswith("Comma-sep")}
+    yaml_values = {key: ",".join(map(str, value)) if key in listed and isinstance(value, list)
+                   and all(isinstance(item, str | int | float) and not isinstance(item, bool) for item in value)
+                   else value for key, value in yaml_values.items()}
     yaml_values = {key: _yaml_value(where, key, value, fields[key]) for key, value in yaml_values.items()}
     return [build_config(cls, args, yaml_values) for cls in command.configs]
 

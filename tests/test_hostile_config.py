@@ -120,3 +120,26 @@ FLOAT_OPTIONS = {  # id: (command, extra flags, expected text)
 def test_a_non_finite_or_negative_number_is_one_line(case, decoder_dir, corpus, user_dir, capsys):
     command, extra, message = FLOAT_OPTIONS[case]
     _assert_refused([*_command(command, decoder_dir, corpus, user_dir), *extra], message, user_dir, capsys)
+
+
+# ------------------------------------------------------------------------------------------------ YAML lists
+
+YAML_LISTS = {  # id: (command, file content, the option, the comma-separated text its flag would give)
+    "eval lrs": ("eval", "lrs: [1e-5, 2.0e-5]\n", "lrs", "1e-5,2e-05"),
+    "eval seeds": ("eval", "seeds: [0, 1, 2]\n", "seeds", "0,1,2"),
+    "eval datasets": ("eval", "datasets: [syn-sentiment, syn-qa]\n", "datasets", "syn-sentiment,syn-qa"),
+    "run eval seeds": ("run", "eval_seeds: [3, 4]\n", "eval_seeds", "3,4"),
+}
+
+
+@pytest.mark.parametrize("case", list(YAML_LISTS))
+def test_a_yaml_list_is_a_comma_separated_option(case, decoder_dir, corpus, user_dir, tmp_path):
+    """The flag takes `1e-5,2e-5`; the file took only that text and refused the list (issue 41)."""
+    import yaml
+
+    from hf_encoderize.cli import COMMANDS, build_configs, build_parser
+
+    command, content, option, text = YAML_LISTS[case]
+    argv = _command(command, decoder_dir, corpus, user_dir)
+    configs = build_configs(COMMANDS[command], build_parser().parse_args(argv), yaml.safe_load(content))
+    assert [getattr(c, option) for c in configs if hasattr(c, option)] == [text]

@@ -95,7 +95,83 @@ def _eval(decoder_dir, tmp, *extra) -> list[str]:
             "--batch-size", "4", "--max-length", "32", "--output-dir", str(tmp / "evals"), *extra]
 
 
+def _a_file(tmp: Path) -> str:
+    (tmp / "a-file").write_text("mine")
+    return str(tmp / "a-file")
+
+
+def _rejected_config(decoder_dir, tmp: Path) -> str:
+    """A copy of the tiny decoder whose config transformers' validators reject: 5 heads for hidden 64."""
+    folder = tmp / "five-heads"
+    shutil.copytree(decoder_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.update(hidden_size=64, num_attention_heads=5, num_key_value_heads=5)
+    config.pop("head_dim", None)
+    (folder / "config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
+def _custom_code(decoder_dir, tmp: Path) -> str:
+    """A copy of the tiny decoder whose config.json names a module of its own (auto_map)."""
+    folder = tmp / "custom"
+    shutil.copytree(decoder_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.update(model_type="mything", auto_map={"AutoConfig": "configuration_x.MyConfig",
+                                                  "AutoModelForCausalLM": "modeling_x.MyModel"})
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "configuration_x.py").write_text("from transformers import LlamaConfig\n\n\nclass MyConfig(LlamaConfig):"
+                                               "\n    model_type = 'mything'\n")
+    (folder / "modeling_x.py").write_text("raise SystemExit('folder code ran')\n")
+    return str(folder)
+
+
+def _beir(tmp: Path) -> str:
+    """A one-query local BEIR folder: `eval --mteb` reads it offline."""
+    beir = tmp / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "corpus.jsonl").write_text(json.dumps({"_id": "d1", "title": "", "text": "w1 w2"}) + "\n")
+    (beir / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "w1"}) + "\n")
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    return str(beir)
+
+
+def _empty(tmp: Path, content: str = "") -> str:
+    (tmp / "empty.jsonl").write_text(content)
+    return str(tmp / "empty.jsonl")
+
+
+def _contrastive(source, data, tmp, *extra) -> list[str]:
+    return ["contrastive", str(source), "--data-files", str(data), "--output-dir", str(tmp / "con"), "--steps", "2",
+            "--batch-size", "4", *extra]
+
+
+REJECTED = "is rejected by transformers: The hidden size (64) is not a multiple of the number of attention heads (5)"
+CUSTOM = "ships its own model code (configuration_x.MyConfig, modeling_x.MyModel)"
+
 REFUSALS = {
+    # issue 41, round 2's leftovers and round 3's tracebacks
+    "eval seed overflowing": (lambda d, c, run, tmp: _eval(d, tmp, "--seeds", "99999999999999999999999"),
+                              "--seeds must be at least 0 and at most 4294967295"),
+    "eval output dir that is a file": (lambda d, c, run, tmp: _eval(d, tmp, "--output-dir", _a_file(tmp)),
+                                       "is a file; pass a folder"),
+    "eval output dir under a file": (lambda d, c, run, tmp: _eval(d, tmp, "--output-dir", f"{_a_file(tmp)}/x"),
+                                     "is a file; pass a folder"),
+    "eval mteb on a GPU this machine lacks": (
+        lambda d, c, run, tmp: ["eval", str(run / "encoder"), "--mteb", _beir(tmp), "--device", "cuda:7",
+                                "--output-dir", str(tmp / "evals")], "--device cuda:7"),
+    "convert of a config transformers rejects": (
+        lambda d, c, run, tmp: ["convert", _rejected_config(d, tmp), str(tmp / "conv")], REJECTED),
+    "cpt of a config transformers rejects": (
+        lambda d, c, run, tmp: _cpt(_rejected_config(d, tmp), c, tmp / "cpt", "--steps", "1"), REJECTED),
+    "eval of a config transformers rejects": (lambda d, c, run, tmp: _eval(_rejected_config(d, tmp), tmp), REJECTED),
+    "convert of folder code without the flag": (
+        lambda d, c, run, tmp: ["convert", _custom_code(d, tmp), str(tmp / "conv")], f"{CUSTOM}, which runs only "
+        "with --trust-remote-code"),
+    "contrastive of folder code": (lambda d, c, run, tmp: _contrastive(_custom_code(d, tmp), c, tmp), CUSTOM),
+    "contrastive on an empty JSONL": (lambda d, c, run, tmp: _contrastive(run / "encoder", _empty(tmp), tmp),
+                                      "holds no rows (empty or blank file)"),
+    "contrastive on a blank JSONL": (lambda d, c, run, tmp: _contrastive(run / "encoder", _empty(tmp, "\n\n"), tmp),
+                                     "holds no rows (empty or blank file)"),
     "export at the branch point": (
         lambda d, c, run, tmp: _cpt(d, c, tmp / "branch", "--steps", "6", "--warmup-steps", "2", "--decay-steps", "2",
                                     "--from-checkpoint", str(run / "checkpoints" / "step-0000002"),
@@ -129,3 +205,12 @@ def test_refused_in_one_line(case, decoder_dir, corpus, run6, tmp_path, capsys):
     assert lines[-1].startswith("error:") and wording in lines[-1], err[-3000:]
     assert sum(line.startswith("error:") for line in lines) == 1, err[-3000:]
     assert not (tmp_path / "evals").exists() and not (tmp_path / "branch").exists()
+    assert not any((tmp_path / name).exists() for name in ("conv", "cpt", "con"))
+
+
+def test_doctor_says_a_rejected_config_does_not_convert(decoder_dir, tmp_path, capsys):
+    """doctor reports a verdict (exit 0), not a traceback."""
+    code = main(["doctor", "--model", _rejected_config(decoder_dir, tmp_path)])
+    captured = capsys.readouterr()
+    assert code == 0 and "Traceback" not in captured.err, captured.err[-3000:]
+    assert f"does not convert: config.json of {str(tmp_path / 'five-heads')!r} {REJECTED}" in captured.out

@@ -133,6 +133,12 @@ def local_files(spec: str, builders: dict[str, str] = _BUILDERS) -> list[str]:
     return files
 
 
+def blank_file(path: str) -> bool:
+    """An empty file, or a small one of whitespace only (datasets' JSON builder reads one as a bare StopIteration)."""
+    size = os.path.getsize(path)
+    return size == 0 or (size < 1 << 16 and not open(path, "rb").read().strip())
+
+
 def dataset_patterns(files: list[str]) -> list[str]:
     """`files` as `datasets.load_dataset`'s data_files, which it globs: `[` in a name is escaped to stay a name."""
     return [glob.escape(path) for path in files]

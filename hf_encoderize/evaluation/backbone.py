@@ -67,6 +67,9 @@ def pick_device(name: str = "auto") -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise EncoderizeError(f"--device {name} needs a CUDA or ROCm GPU; use --device cpu")
+    if name.startswith("cuda:") and int(name.split(":")[1]) >= torch.cuda.device_count():
+        raise EncoderizeError(f"--device {name}: this machine has {torch.cuda.device_count()} GPU(s), numbered from "
+                              "0; pass one of them, or --device cuda")
     return torch.device(name)
 
 

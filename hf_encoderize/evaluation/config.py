@@ -153,8 +153,11 @@ class EvalConfig:
                                   "the results folder inside --output-dir")
         if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", str(self.device)):
             raise EncoderizeError(f"unknown --device {self.device!r}; use auto, cpu, cuda or cuda:N")
-        for lr in self.grid().lrs:  # also refuses an unknown task/dataset or an empty grid before anything loads
+        grid = self.grid()  # also refuses an unknown task/dataset or an empty grid before anything loads
+        for lr in grid.lrs:
             check_number("--lrs", lr, above=0)
+        for seed in grid.seeds:
+            check_number("--seeds", seed, minimum=0, maximum=2**32 - 1, integer=True)  # numpy's seed range
 
     def grid(self) -> Grid:
         """The profile's defaults with the flags applied."""

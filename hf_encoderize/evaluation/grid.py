@@ -80,6 +80,13 @@ def evaluate(load: LoadConfig, cfg: EvalConfig, *, progress: Callable[[str], Non
 
     `backbone` (from `backbone.load_backbone`) reuses an already loaded model instead of loading `load.source`.
     With `cfg.mteb`, scores the sentence embeddings on those MTEB tasks instead (`mteb_suite.evaluate_mteb`)."""
+    from hf_encoderize.common.outputs import check_output_dir
+    from hf_encoderize.evaluation.backbone import pick_device
+
+    # Before any model or data loads: a results path that is (or runs through) a file, and a device this machine
+    # lacks, are one line each, not a traceback after the first fine-tuning.
+    check_output_dir(cfg.output_dir, overwrite=False, resume=True, check_lock=False)
+    pick_device(cfg.device)
     if cfg.mteb:
         from hf_encoderize.evaluation.mteb_suite import evaluate_mteb
 

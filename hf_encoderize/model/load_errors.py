@@ -16,10 +16,22 @@ import pickle
 import struct
 from pathlib import Path
 
+
+def _config_validation_error() -> type[Exception]:
+    """huggingface_hub's error for a config transformers' validators reject (5 heads for hidden 64): not a
+    ValueError, so it needs naming."""
+    try:
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:  # an older huggingface_hub: no validators, no such error
+        return ValueError
+    return StrictDataclassError
+
+
 # Errors a load can raise for a bad source (safetensors' own error is neither an OSError nor a ValueError; torch.load
-# of a garbage pytorch_model.bin raises pickle's UnpicklingError).
+# of a garbage pytorch_model.bin raises pickle's UnpicklingError; a config the validators reject raises
+# huggingface_hub's StrictDataclassError).
 LOAD_ERRORS = (OSError, ValueError, KeyError, RuntimeError, EOFError, TypeError, AttributeError, ImportError,
-                pickle.UnpicklingError)
+               pickle.UnpicklingError, _config_validation_error())
 _TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model", "tokenizer_config.json",
 )
@@ -29,6 +41,11 @@ _JSON_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tok
 def load_error_message(cfg, err: Exception) -> str:
     """The one-line message for `err`, raised while loading `cfg` (a `loading.LoadConfig`)."""
     text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    if isinstance(err, _config_validation_error()) and err.__cause__ is not None:  # the validator's own words
+        reason = _first_line(err.__cause__).rstrip(".")
+        return f"config.json of {cfg.source!r} is rejected by transformers: {reason}; fix it or pass another model"
+    if is_remote_code_refusal(err):
+        return remote_code_message(cfg.source)
     if cfg.gguf_file:
         if "gguf" in text.lower() and ("install" in text.lower() or "not available" in text.lower()):
             return "reading GGUF files needs the gguf package: pip install 'hf-encoderize[gguf]'"
@@ -43,6 +60,33 @@ def load_error_message(cfg, err: Exception) -> str:
         return (f"model {cfg.source!r} not found: no local folder of that name, and the Hub id is not in the local "
                 "cache while HF_HUB_OFFLINE is set; check the name, or unset HF_HUB_OFFLINE to download it")
     return f"cannot load {cfg.source!r}: not a local model folder or a reachable Hub model id ({text})"
+
+
+def is_remote_code_refusal(err: BaseException) -> bool:
+    """transformers refused to run a model's own code because trust_remote_code was not set."""
+    return "contains custom code which must be executed" in str(err)
+
+
+def remote_code_message(source: str, flag: str | None = "--trust-remote-code") -> str:
+    """Ours, not transformers' (which names a keyword argument the CLI user never sees): what the folder ships and
+    what to do."""
+    names = ""
+    config = Path(str(source)) / "config.json"
+    if config.is_file():
+        try:
+            auto_map = json.loads(config.read_bytes()).get("auto_map") or {}
+            names = f" ({', '.join(sorted({str(v).split('--')[-1] for v in auto_map.values()}))})" if auto_map else ""
+        except (ValueError, AttributeError):
+            names = ""
+    if flag is None:
+        return (f"{str(source)!r} ships its own model code{names}, which this command never runs; pass an encoder "
+                "saved by hf-encoderize (convert or cpt)")
+    return (f"{str(source)!r} ships its own model code{names}, which runs only with {flag}; pass {flag} if you "
+            "trust that code, or use a model transformers supports natively")
+
+
+def _first_line(err: BaseException) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
 def _hub_offline() -> bool:

@@ -43,7 +43,8 @@ from hf_encoderize.common.launch import world_size
 from hf_encoderize.common.outputs import releasing_locks
 from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD, ContrastiveRecord
 from hf_encoderize.common.validation import check_number
-from hf_encoderize.data.sources import dataset_patterns, diagnose_files, local_files
+from hf_encoderize.data.sources import blank_file, dataset_patterns, diagnose_files, local_files
+from hf_encoderize.model.load_errors import is_remote_code_refusal, remote_code_message
 from hf_encoderize.model.saving import MODELING_FILE, encoder_dir
 from hf_encoderize.recipes.contrastive_extras import (
     check_distinct,
@@ -197,6 +198,9 @@ def load_rows(config: ContrastiveConfig):
             builder = {BUILDERS[Path(f).suffix] for f in files}
             if len(builder) > 1:
                 raise EncoderizeError("--data-files mixes file types; pass one kind (JSON/JSONL, CSV, Parquet or .txt)")
+            if all(blank_file(f) for f in files):  # datasets' JSON builder raises a bare StopIteration for these
+                raise EncoderizeError(f"--data-files {config.data_files!r} holds no rows (empty or blank file"
+                                      f"{'s' if len(files) > 1 else ''}); point it at your training data")
             try:
                 rows = datasets.load_dataset(builder.pop(), data_files=dataset_patterns(files), split="train")
             except Exception as err:  # a bad line: name its file and line, as cpt does
@@ -358,6 +362,8 @@ def build_model(source: Path, config: ContrastiveConfig, dropout: dict, adapter:
     try:
         model = SentenceTransformer(str(source), device=None, config_kwargs=dropout or None, model_kwargs=master)
     except Exception as err:
+        if is_remote_code_refusal(err):
+            raise EncoderizeError(remote_code_message(str(source), flag=None)) from None
         raise EncoderizeError(f"cannot load {str(source)!r} as an encoder: {type(err).__name__}: "
                               f"{' '.join(str(err).split())[:200]}") from None
     model.max_seq_length = max_seq_length
