@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
+import warnings
 
 
 def mean_ci(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
@@ -35,7 +36,9 @@ def welch(a: list[float], b: list[float]) -> dict:
 
     if len(a) < 2 or len(b) < 2 or (statistics.pvariance(a) == 0 and statistics.pvariance(b) == 0):
         return {"t": float("nan"), "p": float("nan")}
-    result = stats.ttest_ind(a, b, equal_var=False)
+    with warnings.catch_warnings():  # near-identical seeds make scipy warn about precision; p is still reported
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = stats.ttest_ind(a, b, equal_var=False)
     return {"t": float(result.statistic), "p": float(result.pvalue)}
 
 
