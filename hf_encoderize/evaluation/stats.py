@@ -1,0 +1,70 @@
+"""The tests behind every verdict and every bold cell: Welch's t-test, its equivalence twin (TOST), and their limits.
+
+Design choices:
+- Inputs are what the tables print: a mean and a 95% confidence half-width over `n` seeds. The per-seed standard
+  deviation is recovered by reading that half-width as a Student t interval (half-width x sqrt(n) / t(0.975, n - 1)),
+  as `summary.ci95` computes ours. The paper says "95% confidence intervals" over 5 seeds and names no formula
+  (section 2): reading its intervals as Student t is an assumption, printed with every verdict (`ASSUMPTIONS`).
+- A difference is `above` or `below` when Welch's two-sided test rejects at `alpha`. Not rejecting is not agreement:
+  agreement (`equivalent`) is claimed only when TOST (two one-sided Welch tests, Schuirmann 1987) rejects a difference
+  of `margin` score points or more at `alpha`; otherwise the verdict is `inconclusive`. Welch is asked first, so a
+  difference that is both significant and under the margin reads `above`/`below`, never `equivalent`.
+- No spread, no test: one seed, a missing interval, or a zero interval (every seed scored the same; 50.01 ± 0.00
+  against 50.00 ± 0.00 would otherwise give p = 0) is `not testable`.
+- Outside every test here: pretraining variance. Each side is one pretrained checkpoint; another pretraining seed or
+  data order moves its mean by an amount neither table measures, so a verdict is about these checkpoints, not the
+  recipe that made them.
+"""
+
+from __future__ import annotations
+
+import math
+
+ZERO_SPREAD = 1e-9  # a half-width under this (in score points) is no spread at all: float noise of identical seeds
+ASSUMPTIONS = ("each '± x' (the paper's '(x)') is a 95% Student t half-width over its seeds (5 for the paper, "
+               "section 2; the paper names no formula); seed scores roughly normal; both sides fine-tuned with the "
+               "same protocol. Pretraining variance is outside the test: each side is one pretrained checkpoint, "
+               "and another pretraining seed or data order would move it by an amount no table here measures.")
+
+
+def sd_from_ci95(ci95: float, n: int) -> float:
+    """The per-seed standard deviation behind a 95% Student t interval of half-width `ci95` over `n` seeds."""
+    from scipy.stats import t
+
+    return ci95 * math.sqrt(n) / float(t.ppf(0.975, n - 1))
+
+
+def untestable(side: dict) -> str | None:
+    """Why `side` ({"mean", "ci95", "n_seeds"}) cannot enter a t-test, or None."""
+    if (side.get("n_seeds") or 1) < 2 or side.get("ci95") is None:
+        return "one seed"
+    if not math.isfinite(side["ci95"]) or side["ci95"] <= ZERO_SPREAD:
+        return "zero spread"
+    return None
+
+
+def welch_verdict(ours: dict, paper: dict, *, paper_n: int = 5, alpha: float = 0.05,
+                  margin: float | None = None) -> dict:
+    """Welch's t-test of our mean against the other's, then TOST within `margin` when it does not reject. `ours`:
+    {"mean", "ci95", "n_seeds"}; `paper`: {"mean", "ci95"} over `paper_n` seeds (5: section 2). Returns
+    {"verdict": "above" | "below" | "equivalent" | "inconclusive" | "not testable", "p_value", "p_equivalence",
+    "margin", "reason"}; `equivalent` needs a margin."""
+    from scipy.stats import t
+
+    result = {"verdict": "not testable", "p_value": None, "p_equivalence": None, "margin": margin, "reason": None}
+    reason = untestable(ours) or untestable({**paper, "n_seeds": paper_n})
+    if reason:
+        return {**result, "reason": reason}
+    n = ours["n_seeds"]
+    var_ours, var_paper = sd_from_ci95(ours["ci95"], n) ** 2 / n, sd_from_ci95(paper["ci95"], paper_n) ** 2 / paper_n
+    difference, se = ours["mean"] - paper["mean"], math.sqrt(var_ours + var_paper)
+    df = (var_ours + var_paper) ** 2 / (var_ours ** 2 / (n - 1) + var_paper ** 2 / (paper_n - 1))
+    p_value = float(2 * t.sf(abs(difference) / se, df))
+    if p_value < alpha:
+        return {**result, "verdict": "above" if difference > 0 else "below", "p_value": p_value}
+    if margin is None:
+        return {**result, "verdict": "inconclusive", "p_value": p_value, "reason": "no margin to test agreement"}
+    # TOST: reject "difference <= -margin" and "difference >= +margin", each one-sided at alpha
+    p_equivalence = float(max(t.sf((difference + margin) / se, df), t.cdf((difference - margin) / se, df)))
+    verdict = "equivalent" if p_equivalence < alpha else "inconclusive"
+    return {**result, "verdict": verdict, "p_value": p_value, "p_equivalence": p_equivalence}
