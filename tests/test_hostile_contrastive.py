@@ -246,3 +246,37 @@ def test_the_resume_advice_never_loops_before_a_first_checkpoint(encoder, text, 
     _one_error_line(capsys, "no checkpoint", "--overwrite")
     assert main(_argv(encoder, text, out, "--overwrite")) == 0
     assert (out / "model.safetensors").is_file()
+
+
+def test_a_run_that_goes_live_while_this_one_loads_is_not_wiped(encoder, text, tmp_path, monkeypatch, capsys):
+    """Two contrastive runs into one folder (issue 41): both passed the lock check before either locked; the second
+    then wiped the first's work folder, lock and checkpoints included, and both exited 0. Now the lock is taken before
+    anything in the work folder is deleted, so the later one is refused and the live one's files stay."""
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    import hf_encoderize.recipes.contrastive as recipe
+    from hf_encoderize.common.outputs import LOCK
+
+    out, work = tmp_path / "simcse", work_dir(tmp_path / "simcse")
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    real_build = recipe.build_model
+
+    def the_other_run_locks_meanwhile(*args, **kwargs):
+        (work / "trainer" / "checkpoint-2").mkdir(parents=True)
+        (work / "trainer" / "checkpoint-2" / "model.safetensors").write_bytes(b"the live run's weights")
+        (work / LOCK).write_text(json.dumps({"pid": live.pid, "host": socket.gethostname(), "command": "contrastive"}))
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(recipe, "build_model", the_other_run_locks_meanwhile)
+    try:
+        code = main(_argv(encoder, text, out))
+        _one_error_line(capsys, "in use by a running contrastive")
+        assert code == 2
+        assert (work / "trainer" / "checkpoint-2" / "model.safetensors").read_bytes() == b"the live run's weights"
+        assert json.loads((work / LOCK).read_text())["pid"] == live.pid
+    finally:
+        live.kill()
+        live.wait()

@@ -289,13 +289,15 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
     args = _training_args(config, work, len(rows), training)  # sets up the processes of a distributed launch
     state = PartialState()
     state.wait_for_everyone()  # every process has checked the folders before the main one changes them
-    if state.is_main_process and not config.resume:
-        shutil.rmtree(work, ignore_errors=True)
-        (work / "trainer").mkdir(parents=True)
-        (work / "settings.json").write_text(json.dumps(settings_of(config, adapter), indent=2) + "\n")
-    if state.is_main_process:
+    if state.is_main_process:  # the lock first, then the wipe: a run that went live while this one loaded is refused
+        work.mkdir(parents=True, exist_ok=True)  # here, not wiped (lock and checkpoints); it goes with the work folder
+        outputs.acquire_lock(work, "contrastive")
+        for entry in [e for e in work.iterdir() if e.name != outputs.LOCK] if not config.resume else []:
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+        if not config.resume:
+            (work / "trainer").mkdir(parents=True)
+            (work / "settings.json").write_text(json.dumps(settings_of(config, adapter), indent=2) + "\n")
         set_aside(broken, work)
-        outputs.acquire_lock(work, "contrastive")  # removed with the work folder once the model is written
     state.wait_for_everyone()
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=rows, loss=loss)
     if not config.progress:  # no progress bar and no printed log dicts either (the log is in contrastive_run.json)
