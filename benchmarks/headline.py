@@ -153,7 +153,7 @@ def run_arm(work: Path, arm: str, p: dict, order: int, threads: int) -> dict:
     from hf_encoderize.recipes.pretrain import PretrainConfig, pretrain
     from hf_encoderize.training.train import TrainConfig
 
-    common = dict(batch_size=p["batch"], eval_every=0, log_every=10**9, progress=False, overwrite=True, seed=order,
+    common = dict(batch_size=p["batch"], eval_every=0, log_every=50, progress=False, overwrite=True, seed=order,
                   save_every=10**9, keep_last=1)
     base_dir, cpt_dir = work / f"{arm}-base", work / f"{arm}-cpt"
     if (work / f"{arm}-arm.json").is_file():  # finished earlier: a rerun goes on with the fine-tuning
