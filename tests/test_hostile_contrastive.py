@@ -280,3 +280,23 @@ def test_a_run_that_goes_live_while_this_one_loads_is_not_wiped(encoder, text, t
     finally:
         live.kill()
         live.wait()
+
+
+def test_hard_negatives_that_leave_no_batch_are_refused(encoder, tmp_path, monkeypatch, capsys):
+    """Mined negatives are other rows' positives: when every row shares one, no batch forms without a repeated text,
+    and the run trained 0 steps with exit 0 while its record said 6 (issue 41). Now one line, before training."""
+    import datasets
+    import sentence_transformers.util
+
+    def one_negative_for_all(rows, *args, **kwargs):
+        anchors, positives = rows["anchor"], rows["positive"]
+        return datasets.Dataset.from_dict({"anchor": anchors, "positive": positives,
+                                           "negative_1": [positives[0]] * len(anchors)})
+
+    monkeypatch.setattr(sentence_transformers.util, "mine_hard_negatives", one_negative_for_all)
+    data = _jsonl(tmp_path / "pairs.jsonl", [{"anchor": f"w{i} w{i + 1}", "positive": f"w{i + 30} w{i + 31}"}
+                                             for i in range(12)])
+    out = tmp_path / "out"
+    assert main(_argv(encoder, data, out, "--objective", "supervised", "--hard-negatives", "1")) == 2
+    _one_error_line(capsys, "after mining --hard-negatives 1", "1 row(s) that share no text", "batch of 8")
+    assert not (out / "model.safetensors").exists()

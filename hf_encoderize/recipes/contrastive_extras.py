@@ -76,6 +76,8 @@ def mine_negatives(model, rows, config, prompts: dict):
     if len(mined) < len(rows) and is_main_process():
         print(f"warning: --hard-negatives {config.hard_negatives}: {len(mined)} of {len(rows)} pairs have that many "
               "negatives below 95% of their positive's score; only those are trained on", file=sys.stderr, flush=True)
+    # The negatives are other rows' positives: rows sharing one can fill no batch (rc 0, "steps: 0" before).
+    check_distinct(mined, config, after=f"after mining --hard-negatives {config.hard_negatives}, ")
     return mined
 
 
@@ -108,9 +110,10 @@ def with_matryoshka(loss, model, config):
     return MatryoshkaLoss(model, loss, matryoshka_dims=dims)
 
 
-def check_distinct(rows, config) -> None:
+def check_distinct(rows, config, after: str = "") -> None:
     """Refuse rows that cannot fill one batch without a repeated text: the sampler would yield no batch, and the run
-    would train 0 steps. One greedy pass, stopped as soon as a batch fills."""
+    would train 0 steps. One greedy pass, stopped as soon as a batch fills. `after`: what made the rows (the line's
+    opening words)."""
     needed = config.batch_size if len(rows) >= config.batch_size else 2  # fewer rows: one short batch (no drop_last)
     seen, fitting = set(), 0
     for row in rows:
@@ -123,8 +126,8 @@ def check_distinct(rows, config) -> None:
             return
     what = "distinct text(s)" if config.objective == "simcse" else "row(s) that share no text"
     advice = f"pass --batch-size {fitting} or less, or add texts" if fitting >= 2 else "add distinct texts"
-    raise EncoderizeError(f"the training data has {fitting} {what} for a batch of {config.batch_size} (a batch holds "
-                          f"no text twice: a repeat would be a false negative), so no step would train; {advice}")
+    raise EncoderizeError(f"{after}the training data has {fitting} {what} for a batch of {config.batch_size} (a batch "
+                          f"holds no text twice: a repeat would be a false negative), so no step would train; {advice}")
 
 
 def warn_without_dropout(model, config) -> None:
