@@ -113,3 +113,19 @@ def test_the_summary_and_the_card_say_the_backbone_was_frozen(tmp_path):
         assert ("frozen hidden states" in text) is frozen and ("or one epoch" in text) is not frozen
         assert ("frozen hidden states" in sentence) is frozen
         assert ("the paper's fine-tuning protocol (section 2):" in sentence) is not frozen
+
+
+def test_frozen_retrieval_reports_the_zero_shot_map_beside_the_trained_one(encoder, tmp_path):
+    """The identity map before training is scored too (what the frozen embedding holds alone), in the summary's extra
+    metrics and as its own row of `compare`'s table, so the trained 576x576-style map's share of the score shows."""
+    from hf_encoderize.evaluation.compare import compare
+
+    summary = evaluate(LoadConfig(str(encoder)), frozen_config(tmp_path, tasks="ir", seeds="0,1", max_steps=10))
+    records = [json.loads(p.read_text()) for p in sorted((tmp_path / "m").rglob("results.json"))]
+    assert len({r["test"]["zero_shot"] for r in records}) == 1  # no training, no seed: one score
+    ir = summary["results"][0]
+    assert ir["extra_metrics"]["zero_shot"] == records[0]["test"]["zero_shot"]
+    table = compare([str(tmp_path / "m")], str(tmp_path / "cmp"))["table"]
+    assert table.startswith("Protocol: frozen probe")
+    assert f"| ir | syn-retrieval, zero-shot (untrained map) | ndcg@10 (binary gains) | " \
+           f"{ir['extra_metrics']['zero_shot']:.2f} |" in table

@@ -153,6 +153,11 @@ def test_quickstart_wiring_on_a_tiny_decoder(decoder_dir, tmp_path, monkeypatch,
     assert base["protocol"]["frozen"] is True and base["protocol"]["seeds"] == [0, 1]
     assert all(r["n_seeds"] == 2 and r["test_ci95"] is not None for r in base["results"])
     assert " ± " in printed and "paraphrase first on" in printed
+    # The fair frozen baseline: the base in its native causal attention, beside the bidirectional one, in the table
+    causal = json.loads((tmp_path / "qs" / "eval" / "base-causal" / "summary.json").read_text())
+    assert causal["mode"] == "causal" and base["mode"] == "bidirectional"
+    assert "| base-causal | base | encoder |" in printed and "Protocol: frozen probe" in printed
+    assert all(r["test_bootstrap"]["examples"] > 0 for r in causal["results"])  # test examples redrawn too
 
 
 def test_quickstart_without_the_wheel(monkeypatch):

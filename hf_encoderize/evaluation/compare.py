@@ -173,6 +173,11 @@ def comparison_table(summaries: list[dict], labels: list[str], folders: list[str
             cells.append(Cell(found["test_mean"], found["test_ci95"], found.get("n_seeds") or 1,
                               found.get("test_bootstrap"), protocol_of(summary), folder, found) if found else None)
         lines.append(f"| {task} | {dataset} | {metric} | " + " | ".join(_cells(cells, task)) + " |")
+        zero = [Cell(c.row["extra_metrics"]["zero_shot"], None, 1) if c and "zero_shot" in (
+            c.row.get("extra_metrics") or {}) else None for c in cells]
+        if any(zero):  # frozen IR: the map before training (the identity), so the trained map's gain is visible
+            lines.append(f"| {task} | {dataset}, zero-shot (untrained map) | {metric} | " + " | ".join(_cells(zero))
+                         + " |")
     for task in TASKS:
         means = [Cell(s["family_means"][task], None, 1) if task in s.get("family_means", {}) else None
                  for s in summaries]

@@ -187,6 +187,11 @@ def run_shared(task, backbone, train, targets: list[tuple], *, lr: float, seed: 
     random.seed(seed)
     torch.manual_seed(seed)  # head initialisation, dropout and batch order all follow the seed
     head = task.make_head(backbone.hidden_size)
+    zero_shot = {}  # frozen IR: the map at its start (the identity), scored before training, beside the trained map
+    if cfg.frozen and task.name == "ir":
+        head.to(backbone.device)
+        zero_shot = {id(target): target.score(backbone, backbone.model, head, prepared.test).score
+                     for target, prepared in targets}
     started = time.perf_counter()
     facts = finetune(task, backbone, head, train, lr=lr, seed=seed, max_steps=grid.max_steps,
                      batch_size=grid.batch_size, warmup_ratio=float(cfg.warmup_ratio), adamw=cfg.adamw(),
@@ -201,7 +206,8 @@ def run_shared(task, backbone, train, targets: list[tuple], *, lr: float, seed: 
             "task": target.name, "dataset": target.spec.name, "metric": target.spec.metric, "lr": lr_key(lr),
             "seed": seed, "protocol": cfg.protocol(), "note": target.spec.note, **facts,
             "validation": {"score": validation.score, **validation.extra},
-            "test": {"score": test.score, **test.extra},
+            "test": {"score": test.score, **test.extra,
+                     **({"zero_shot": zero_shot[id(target)]} if id(target) in zero_shot else {})},
             "trained_with": [t.spec.name for t, _ in targets] if len(targets) > 1 else None,
             "train_time_s": round(train_time, 3), "wall_time_s": round(train_time + time.perf_counter() - scored, 3),
             "train_examples_per_s": facts["train_examples"] / max(train_time, 1e-9),

@@ -45,6 +45,7 @@ from hf_encoderize.common.validation import check_number
 
 # What a finished cpt recorded before 0.2 (no `identity` in its run record) must share with this invocation.
 LEGACY_CPT_IDENTITY = ("base_model", "gguf_file", "revision", "objective", "mask_ratio", "steps", "lr", "batch_size")
+CAUSAL_BASE = "base-causal"  # eval_base both: the base in its native causal attention, beside OUT/eval/base
 LEGACY_DATA_IDENTITY = ("dataset", "dataset_config", "split", "data_files", "text_column", "seq_len")
 
 
@@ -58,7 +59,8 @@ class RunConfig:
     sets) or none."""
     eval_base: str = "bidirectional"
     """Also evaluate the base model, for the comparison: bidirectional (how the paper fine-tunes CLM models, section
-    2), causal, or none."""
+    2), causal (its native attention: the fair baseline of a frozen probe, which cannot adapt to a mask it never
+    trained with), both (OUT/eval/base and OUT/eval/base-causal), or none."""
     eval_tasks: str | None = None
     """Comma-separated task families to evaluate: sc, tc, qa, ir (default: all of the profile's)."""
     eval_datasets: str | None = None
@@ -106,8 +108,8 @@ class RunConfig:
         check_number("--contrastive-lr", self.contrastive_lr, above=0)
         if self.eval_profile not in ("paper", "quick", "smoke", "none"):
             raise EncoderizeError(f"--eval-profile must be paper, quick, smoke or none, got {self.eval_profile!r}")
-        if self.eval_base not in ("bidirectional", "causal", "none"):
-            raise EncoderizeError(f"--eval-base must be bidirectional, causal or none, got {self.eval_base!r}")
+        if self.eval_base not in ("bidirectional", "causal", "both", "none"):
+            raise EncoderizeError(f"--eval-base must be bidirectional, causal, both or none, got {self.eval_base!r}")
         check_number("--eval-max-steps", self.eval_max_steps, minimum=1, integer=True)
         if self.eval_profile != "none":
             self.eval_config("encoder", "results")  # unknown tasks/datasets fail now, not after training
@@ -317,7 +319,8 @@ def comparison(out: Path) -> str | None:
     from hf_encoderize.evaluation.compare import compare
 
     folder = RunFolder(out)  # base decoder, MLM encoder, embedding model: side by side
-    folders = [str(folder.eval_results(n)) for n in EVAL_NAMES if folder.summary(n).is_file()]
+    names = (CAUSAL_BASE, *EVAL_NAMES)  # the causal base (eval_base both) first, beside the bidirectional one
+    folders = [str(folder.eval_results(n)) for n in names if folder.summary(n).is_file()]
     if not folders:
         return None
     return compare(folders, output_dir=str(folder.eval))["table"]
@@ -351,6 +354,8 @@ def plan(load, data, masking, train, adapter, run_cfg: RunConfig, hub, out: Path
             stages.append(eval_stage(LoadConfig(str(RunFolder(out).contrastive)), "contrastive", False, run_cfg, out))
         if run_cfg.eval_base != "none":
             stages.append(eval_stage(load, "base", run_cfg.eval_base == "causal", run_cfg, out))
+        if run_cfg.eval_base == "both":
+            stages.append(eval_stage(load, CAUSAL_BASE, True, run_cfg, out))
     stages.append(Stage("model card", lambda: card_kept(out), lambda: stage_card(out, run_cfg)))
     if hub.push_to_hub:
         stages.append(Stage(f"push to {hub.push_to_hub}", lambda: push_done(out, hub), lambda: stage_push(out, hub)))
