@@ -338,3 +338,17 @@ def test_resume_never_unpickles_code_from_a_checkpoint(decoder_dir, corpus, tmp_
     assert not marker.exists(), "a checkpoint file ran code on --resume"
     assert [line for line in err.splitlines() if line.startswith("warning:")], err
     assert (run / "checkpoints" / "step-0000004.corrupt2").is_dir()  # the first corrupt copy is kept too
+
+
+def test_resume_refuses_a_longer_run_whose_decay_starts_before_the_checkpoint(decoder_dir, corpus, interrupted,
+                                                                             capsys):
+    """Extending the 12-step run (checkpoint at 4) to 20 steps with an 18-step decay puts the decay's start at step 2,
+    behind the checkpoint: the LR would drop at once. It was accepted (issue 41); now one line, nothing changed."""
+    before = _snapshot(interrupted)
+    code = main(["cpt", str(decoder_dir), "--data-files", str(corpus), "--seq-len", "32", "--batch-size", "4",
+                 "--steps", "20", "--warmup-steps", "2", "--decay-steps", "18", "--save-every", "4", "--eval-every",
+                 "0", "--no-progress", "--output-dir", str(interrupted), "--resume"])
+    err = capsys.readouterr().err
+    assert code == 2 and _one_error_line(err, "would start at step 2, before the checkpoint (step 4)"), err
+    assert "--decay-steps 16 or less" in err
+    assert _snapshot(interrupted) == before

@@ -341,6 +341,11 @@ def _check_new_length(before: dict, now: dict, step: int, extendable: bool) -> N
         raise EncoderizeError(f"--resume --steps {new}: the checkpoint (step {step}) is past the start of the run's "
                               f"learning-rate decay (step {decay_start}); extending would raise the LR again. Resume "
                               f"with --steps {old}, or branch a new run")
+    new_start = new - recorded_decay_steps(now)
+    if step > new_start:  # the longer run's own decay: it would begin behind the checkpoint, and the LR drop at once
+        raise EncoderizeError(f"--resume: the longer run's learning-rate decay ({new - new_start} steps) would start "
+                              f"at step {new_start}, before the checkpoint (step {step}), so the LR would drop at "
+                              f"once; pass --decay-steps {new - step} or less")
 
 
 def check_branch_settings(checkpoint: Path, settings: dict, model=None) -> int:
