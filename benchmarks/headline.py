@@ -53,9 +53,10 @@ PRESETS = {
     "tiny": dict(corpus_tokens=60_000, vocab=384, hidden=32, layers=2, heads=2, intermediate=64, seq_len=32, batch=4,
                  pretrain_steps=6, cpt_steps=4, lr=3e-3, cpt_lr=1e-3, ft_lrs=(5e-4,), ft_seeds=(0, 1), ft_steps=3,
                  orders=(0,), eval_documents=8),
-    # The fallback when even `cpu` cannot finish: fewer pretraining steps, two seeds.
-    "reduced": dict(corpus_tokens=1_500_000, **ELEVEN_M, seq_len=128, batch=16, pretrain_steps=300, cpt_steps=100,
-                    lr=1e-3, cpt_lr=5e-4, ft_lrs=(2e-4, 5e-4), ft_seeds=(0, 1), ft_steps=30, orders=(0,)),
+    # The fallback when even `cpu` cannot finish (what ran on a loaded, shared 2-core machine: ~2.5 s a pretraining
+    # step there): the same corpus and CPT share as `cpu`, 40% of its steps, shorter fine-tuning.
+    "reduced": dict(corpus_tokens=2_000_000, **ELEVEN_M, seq_len=128, batch=16, pretrain_steps=200, cpt_steps=68,
+                    lr=1e-3, cpt_lr=5e-4, ft_lrs=(2e-4, 5e-4), ft_seeds=(0, 1, 2), ft_steps=24, orders=(0,)),
     # About 50 minutes on two idle cores (measured rates: ~0.6 s a pretraining step, ~170 s for one seed x lr of
     # the four families); full fine-tuning dominates, hence 3 seeds, not 5.
     "cpu": dict(corpus_tokens=2_000_000, **ELEVEN_M, seq_len=128, batch=16, pretrain_steps=500, cpt_steps=170,
@@ -282,7 +283,8 @@ def run(budget: str, out: Path, threads: int = 1) -> dict:
     for order in p["orders"]:
         work = out / f"order{order}"
         if not (work / "config.json").is_file():
-            facts[f"corpus_order{order}"] = build_corpus(work, p["corpus_tokens"], order, cpt_share)
+            (work / "corpus.json").parent.mkdir(parents=True, exist_ok=True)
+            (work / "corpus.json").write_text(json.dumps(build_corpus(work, p["corpus_tokens"], order, cpt_share)))
             tokenizer = train_tokenizer(work / "pretrain.jsonl", work / "tokenizer", p["vocab"])
             write_model_config(work / "config.json", p, len(tokenizer))
         with contextlib.redirect_stdout(sys.stderr):
@@ -303,6 +305,9 @@ def report(out: Path, budget: str, facts: dict, started: float | None = None) ->
     if not p["ft_seeds"]:
         raise SystemExit(f"error: no seed finished for both arms under {out / 'eval'}; run without --analyse-only")
     facts["seeds_analysed"] = list(p["ft_seeds"])
+    for order in p["orders"]:
+        corpus = out / f"order{order}" / "corpus.json"
+        facts[f"corpus_order{order}"] = json.loads(corpus.read_text()) if corpus.is_file() else None
     facts["parameters"] = count_parameters(out / f"order{p['orders'][0]}" / "config.json")
     facts["tokens_per_arm"] = (p["pretrain_steps"] + p["cpt_steps"]) * p["batch"] * p["seq_len"]
     table = analyse(out / "eval", p)
