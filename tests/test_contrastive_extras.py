@@ -69,6 +69,7 @@ def test_matryoshka_applies_the_loss_at_each_truncated_size(encoder, pairs, tmp_
 @pytest.mark.parametrize("extra, wording", [
     (["--matryoshka-dims", "64,32"], "--matryoshka-dims 64 is above the model's embedding width 32"),
     (["--matryoshka-dims", "32,x"], "--matryoshka-dims must be comma-separated whole numbers"),
+    (["--matryoshka-dims", "16,8"], "--matryoshka-dims 16,8 leaves out the model's full embedding width 32"),
     (["--hard-negatives", "-1"], "--hard-negatives"),
     (["--hard-negatives", "2", "--negative-column", "pos"], "--hard-negatives mines the negatives itself"),
 ])

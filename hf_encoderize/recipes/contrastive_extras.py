@@ -105,6 +105,10 @@ def with_matryoshka(loss, model, config):
     if dims[0] > width:
         raise EncoderizeError(f"--matryoshka-dims {dims[0]} is above the model's embedding width {width}; give sizes "
                               f"up to {width}")
+    if dims[0] < width:  # the saved model embeds at full width by default: that size must be trained too
+        raise EncoderizeError(f"--matryoshka-dims {','.join(map(str, dims))} leaves out the model's full embedding "
+                              f"width {width}, which the saved model embeds at by default; pass "
+                              f"{','.join(map(str, [width, *dims]))}")
     from sentence_transformers.sentence_transformer.losses import MatryoshkaLoss
 
     return MatryoshkaLoss(model, loss, matryoshka_dims=dims)
