@@ -66,3 +66,25 @@ def test_cpt_says_it_before_the_first_step(decoder_dir, tmp_path, capsys):
     warnings = [line for line in err.splitlines() if line.startswith("warning: this run reads about")]
     assert len(warnings) == 1, err
     assert err.index(warnings[0]) < err.index("pass 2 over them begins"), err  # before the pass it announces
+
+
+
+def test_the_card_count_is_converted_into_the_runs_own_tokens():
+    """FineWeb-Edu's card counts GPT-2 tokens; each row's token_count says how many its text has. A tokenizer that
+    needs half as many tokens (1,000 where GPT-2 counted 2,000) makes sample-100BT about 50B of the run's tokens, so
+    the paper's base run (99.1B) now warns; counted in GPT-2 tokens, as before, it did not."""
+    from hf_encoderize.data.budget import run_tokens_per_card_token
+    from hf_encoderize.data.sources import Documents
+
+    text = " ".join(f"w{i % 100}" for i in range(1000))
+    cfg = DataConfig(dataset="HuggingFaceFW/fineweb-edu", dataset_config="sample-100BT", seq_len=PAPER_SEQ,
+                     eval_documents=64)
+    documents = Documents([{"text": text, "token_count": 2000}] * 400, "text")
+    assert run_tokens_per_card_token(cfg, documents, make_tokenizer()) == pytest.approx(0.5)
+    lines = []
+    budget = check_token_budget(cfg, documents, make_tokenizer(), PAPER_ROWS, 42_000, say=lines.append)
+    assert 45e9 < budget.holds < 55e9 and len(lines) == 1 and "GPT-2" not in lines[0]
+    # Rows without token_count: the card's count is kept, and the line says what it counts
+    plain = Documents([{"text": text}] * 400, "text")
+    budget = check_token_budget(cfg, plain, make_tokenizer(), PAPER_ROWS, 60_000, say=lines.append)
+    assert budget.holds > 99e9 and "GPT-2 tokens" in lines[-1]

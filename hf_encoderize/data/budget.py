@@ -9,9 +9,12 @@ Design choices:
   the tokens the run reads; padded rows (`--no-pack`) read at least as many documents, so the warning errs on the
   quiet side there.
 - Holding, after the held-out and skipped documents:
-  - FineWeb-Edu's published subsets by their size on the dataset card (GPT-2 tokens: sample-10BT, sample-100BT,
-    sample-350BT, the whole set about 1.3T); another tokenizer counts somewhat differently, so the line says "about".
-    The skipped documents (`--skip-documents`, CPT after a base run) count at the sampled tokens per document.
+  - FineWeb-Edu's published subsets by their size on the dataset card (sample-10BT, sample-100BT, sample-350BT, the
+    whole set about 1.3T), counted in GPT-2 tokens there; converted into the run's own tokens by the sampled rows:
+    each FineWeb-Edu row carries its GPT-2 `token_count`, so the run's tokenizer on the same texts gives run tokens
+    per GPT-2 token. A source without that column keeps the card's count, and the line says it is GPT-2 tokens.
+    The skipped documents
+    (`--skip-documents`, CPT after a base run) count at the sampled tokens per document.
   - A local source by its text: counted through when its files are at most `PRECHECK_BYTES` (what `open_documents`
     reads through anyway), else its files' size in bytes; either times the tokens per text byte of its first
     `SAMPLE_DOCUMENTS` documents after the held-out ones, under the run's tokenizer.
@@ -31,7 +34,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hf_encoderize.data.sources import PRECHECK_BYTES, DataConfig, Documents, local_files
+from hf_encoderize.data.sources import PRECHECK_BYTES, DataConfig, Documents, LocalFiles, local_files
 
 SAMPLE_DOCUMENTS = 256  # documents tokenized to measure tokens per byte / per document
 # Dataset card sizes (GPT-2 tokens) of the paper's corpus, section 2. None is the whole set ("default").
@@ -51,6 +54,8 @@ class TokenBudget:
     need: int
     holds: int
     source: str
+    unit: str = ""
+    """What `holds` counts when it is not the run's own tokens (a dataset card's GPT-2 count)."""
 
     @property
     def passes(self) -> float:
@@ -79,9 +84,28 @@ def estimate_budget(cfg: DataConfig, documents: Documents, tokenizer, rows_per_s
     total = KNOWN_SOURCES.get((cfg.dataset, cfg.dataset_config))
     if total is None:
         return None
+    ratio = run_tokens_per_card_token(cfg, documents, tokenizer)
     per_document = tokens / len(sample)
-    holds = int(max(total - (cfg.eval_documents + cfg.skip_documents) * per_document, 0))
-    return TokenBudget(need, holds, f"{cfg.dataset} ({cfg.dataset_config or 'default'})")
+    holds = int(max(total * (ratio or 1.0) - (cfg.eval_documents + cfg.skip_documents) * per_document, 0))
+    return TokenBudget(need, holds, f"{cfg.dataset} ({cfg.dataset_config or 'default'})",
+                       "" if ratio else " GPT-2 tokens (the dataset card's count; no token_count column to convert)")
+
+
+def run_tokens_per_card_token(cfg: DataConfig, documents, tokenizer) -> float | None:
+    """The run's tokens per GPT-2 token on the sampled rows of a Hub source whose rows carry `token_count` (GPT-2
+    counts, as FineWeb-Edu's), or None."""
+    source = getattr(documents, "source", None)
+    if source is None or isinstance(source, LocalFiles):
+        return None
+    rows = (row for row in source if isinstance(row, dict) and isinstance(row.get(cfg.text_column), str)
+            and row[cfg.text_column].strip())
+    sample = list(itertools.islice(rows, cfg.eval_documents, cfg.eval_documents + SAMPLE_DOCUMENTS))
+    counts = [row.get("token_count") for row in sample]
+    if not sample or not all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in counts):
+        return None
+    ours = sum(len(ids) for ids in tokenizer([row[cfg.text_column] for row in sample],
+                                             add_special_tokens=False)["input_ids"])
+    return ours / sum(counts)
 
 
 def check_token_budget(cfg: DataConfig, documents: Documents, tokenizer, rows_per_step: int, steps: int,
@@ -90,9 +114,9 @@ def check_token_budget(cfg: DataConfig, documents: Documents, tokenizer, rows_pe
     budget = estimate_budget(cfg, documents, tokenizer, rows_per_step, steps)
     if budget is not None and budget.need > budget.holds:
         say(f"warning: this run reads about {_count(budget.need)} tokens ({steps} steps x {rows_per_step} rows x "
-            f"{cfg.seq_len}) but {budget.source} holds about {_count(budget.holds)} after the held-out and skipped "
-            f"documents, so it makes about {budget.passes:.1f} passes and repeats tokens (the paper trains on unique "
-            f"ones); for unique tokens {_larger_source(cfg)} or fewer --steps")
+            f"{cfg.seq_len}) but {budget.source} holds about {_count(budget.holds)}{budget.unit} after the held-out "
+            f"and skipped documents, so it makes about {budget.passes:.1f} passes and repeats tokens (the paper "
+            f"trains on unique ones); for unique tokens {_larger_source(cfg)} or fewer --steps")
     return budget
 
 
