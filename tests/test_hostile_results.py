@@ -150,6 +150,10 @@ CUSTOM = "ships its own model code (configuration_x.MyConfig, modeling_x.MyModel
 
 REFUSALS = {
     # issue 41, round 2's leftovers and round 3's tracebacks
+    "run eval list with nothing to evaluate": (
+        lambda d, c, run, tmp: ["run", str(d), "--data-files", str(c), "--output-dir", str(tmp / "cpt"),
+                                "--eval-profile", "none", "--eval-seeds", "0,x"],
+        "--eval-seeds set with --eval-profile none"),
     "eval seed overflowing": (lambda d, c, run, tmp: _eval(d, tmp, "--seeds", "99999999999999999999999"),
                               "--seeds must be at least 0 and at most 4294967295"),
     "eval output dir that is a file": (lambda d, c, run, tmp: _eval(d, tmp, "--output-dir", _a_file(tmp)),
@@ -214,3 +218,15 @@ def test_doctor_says_a_rejected_config_does_not_convert(decoder_dir, tmp_path, c
     captured = capsys.readouterr()
     assert code == 0 and "Traceback" not in captured.err, captured.err[-3000:]
     assert f"does not convert: config.json of {str(tmp_path / 'five-heads')!r} {REJECTED}" in captured.out
+
+
+def test_a_finished_eval_of_another_protocol_advises_what_each_command_has(tmp_path):
+    """`run` has no --name, yet the line advised it (issue 41): it says which command takes which option."""
+    from hf_encoderize.common.errors import EncoderizeError
+    from hf_encoderize.evaluation.grid import is_finished
+
+    (tmp_path / "results.json").write_text(json.dumps({"fingerprint": {"lr": 1e-4, "seed": 0}}))
+    with pytest.raises(EncoderizeError) as refused:
+        is_finished(tmp_path, {"lr": 2e-4, "seed": 0})
+    said = str(refused.value)
+    assert "run: a new --output-dir" in said and "eval: a new --output-dir or --name" in said

@@ -66,7 +66,8 @@ def is_finished(path: Path, expected: dict) -> bool:
     if differing:
         raise EncoderizeError(
             f"{path} holds a finished run made with another protocol or model ({', '.join(differing)} differ); "
-            f"pass a new --output-dir or --name, or delete that folder to redo it"
+            f"pick another results folder (eval: a new --output-dir or --name; run: a new --output-dir), or delete "
+            "that folder to redo it"
         )
     return True
 

@@ -47,6 +47,7 @@ from hf_encoderize.common.validation import check_number
 LEGACY_CPT_IDENTITY = ("base_model", "gguf_file", "revision", "objective", "mask_ratio", "steps", "lr", "batch_size")
 CAUSAL_BASE = "base-causal"  # eval_base both: the base in its native causal attention, beside OUT/eval/base
 LEGACY_DATA_IDENTITY = ("dataset", "dataset_config", "split", "data_files", "text_column", "seq_len")
+EVAL_LISTS = ("eval_tasks", "eval_datasets", "eval_lrs", "eval_seeds")  # what --eval-profile none ignores
 
 
 @dataclass
@@ -113,6 +114,10 @@ class RunConfig:
         check_number("--eval-max-steps", self.eval_max_steps, minimum=1, integer=True)
         if self.eval_profile != "none":
             self.eval_config("encoder", "results")  # unknown tasks/datasets fail now, not after training
+        elif given := [f"--{name.replace('_', '-')}" for name in EVAL_LISTS if getattr(self, name) is not None]:
+            # a list nothing reads is refused, not silently dropped (a bad one too)
+            raise EncoderizeError(f"{', '.join(given)} set with --eval-profile none, which evaluates nothing; drop "
+                                  f"{'them' if len(given) > 1 else 'it'} or pick an --eval-profile")
 
     def eval_config(self, name: str, output_dir: str, causal: bool = False):
         from hf_encoderize.evaluation import EvalConfig
