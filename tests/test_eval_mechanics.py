@@ -307,3 +307,29 @@ def test_evaluation_never_picks_flex_attention_on_a_gpu(decoder_dir, monkeypatch
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     model, _ = _load_decoder(LoadConfig(str(decoder_dir), dtype="float32"), False, torch.device("cuda"))
     assert model.config._attn_implementation == "sdpa"
+
+
+def test_fine_tuning_batches_are_random_by_default_as_the_authors_trainer_draws_them(tmp_path):
+    """The authors' EncodEval configs train through transformers' Trainer without group_by_length (random batches,
+    every task); length grouping is opt-in, and runs recorded before the option count as length-grouped."""
+    from hf_encoderize.common.errors import EncoderizeError
+    from hf_encoderize.evaluation import EvalConfig
+    from hf_encoderize.evaluation.base import random_batches
+    from hf_encoderize.evaluation.grid import is_finished
+
+    rng = random.Random(1)
+    lengths = [rng.randint(3, 200) for _ in range(1000)]
+    batches = random_batches(lengths, 32, seed=0)
+    assert sorted(i for b in batches for i in b) == list(range(1000)) and batches == random_batches(lengths, 32, 0)
+    spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches) / len(batches)
+    assert spread > 150  # lengths mixed within a batch, as a random sampler gives them
+    config = EvalConfig(profile="smoke")
+    assert config.batching == "random" and config.protocol()["batching"] == "random"
+    with pytest.raises(EncoderizeError, match="--batching must be random or length"):
+        EvalConfig(profile="smoke", batching="sorted")
+    run = tmp_path / "lr1e-05_sd0"
+    run.mkdir()
+    (run / "results.json").write_text(json.dumps({"fingerprint": {"model": "m"}}))  # recorded before the option
+    with pytest.raises(EncoderizeError, match="batching differ"):
+        is_finished(run, {"model": "m", "batching": "random"})
+    assert is_finished(run, {"model": "m", "batching": "length"})

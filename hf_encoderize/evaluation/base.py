@@ -1,9 +1,11 @@
-"""What the four task families share: the `Task` base class, length-grouped dynamic batching and the fine-tuning loop.
+"""What the four task families share: the `Task` base class, dynamic batching (random or length-grouped), the loop.
 
 Design choices:
 - A task tokenises each dataset once (`prepare`), into plain lists of token ids; batches are padded only to their own
-  longest member (dynamic padding), and training batches are drawn from length-sorted mega-batches of 50 batches
-  (length grouping, as transformers' `group_by_length`), so little compute goes to padding.
+  longest member (dynamic padding). Training batches are random by default (`random_batches`: a seeded shuffle per
+  epoch, as the authors' EncodEval configs, which train through transformers' Trainer without group_by_length);
+  `batching="length"` draws them from length-sorted mega-batches of 50 batches instead (`length_grouped_batches`,
+  as `group_by_length`), so less compute goes to padding.
 - The loop is the paper's protocol (section 2): 10% linear warmup then linear decay to 0, at most `max_steps` steps or
   one epoch, gradient clipping at 1.0 (transformers' Trainer default; the paper names none). The optimiser, which the
   paper does not name, is the authors' (EncodEval, branch MLM_vs_CLM, configs/SC/sst2_lr1e-04_sd0.yaml and every
@@ -65,6 +67,13 @@ def length_grouped_batches(lengths: list[int], batch_size: int, seed: int, mega:
         batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
     rng.shuffle(batches)
     return batches
+
+
+def random_batches(lengths: list[int], batch_size: int, seed: int) -> list[list[int]]:
+    """A seeded shuffle cut into batches (the last one may be short), as the Trainer's random sampler."""
+    order = list(range(len(lengths)))
+    random.Random(seed).shuffle(order)
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
 
 
 def sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
@@ -185,17 +194,18 @@ def make_optimizer(modules: list[torch.nn.Module], lr: float, settings: AdamWSet
 
 def finetune(task: Task, backbone, head: torch.nn.Module, features: list[dict], *, lr: float, seed: int,
              max_steps: int, batch_size: int, warmup_ratio: float, adamw: AdamWSettings = AdamWSettings(),
-             epochs: int = 1) -> dict:
+             epochs: int = 1, batching: str = "random") -> dict:
     """Fine-tune the backbone (reset to its pretrained weights) and `head` on `features`, for at most `epochs` passes
     (each in its own seeded order) and `max_steps` steps. Returns training facts."""
     model = backbone.fresh()
     head.to(backbone.device).train()
     lengths = [task.length(f) for f in features]
     batches = []
+    draw = length_grouped_batches if batching == "length" else random_batches
     for epoch in range(epochs):
         if len(batches) >= max_steps:
             break
-        batches += length_grouped_batches(lengths, batch_size, seed + 1_000_003 * epoch)
+        batches += draw(lengths, batch_size, seed + 1_000_003 * epoch)
     batches = batches[:max_steps]
     params = [p for p in list(model.parameters()) + list(head.parameters()) if p.requires_grad]
     optimizer = make_optimizer([model, head], lr, adamw)

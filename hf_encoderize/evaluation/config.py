@@ -87,6 +87,11 @@ class EvalConfig:
     """Examples per step (paper: 32)."""
     warmup_ratio: float = 0.1
     """Fraction of steps with linear warmup, then linear decay to 0 (paper: 10%)."""
+    batching: str = "random"
+    """How fine-tuning batches are drawn: random (each epoch a fresh seeded shuffle, as the authors' EncodEval configs
+    train through transformers' Trainer without group_by_length) or length (batches of similar lengths, from
+    length-sorted runs of 50 batches, as `group_by_length`: less padding, so faster, but IR's in-batch negatives then
+    share a length range). Runs recorded before this option were length-grouped."""
     max_length: int | None = None
     """Most tokens per input, capped at the model's positions (paper profile: the model's limit, round(0.99 x its
     positions), as the authors' EncodEval; quick: 512, 2,048 for MLDR; smoke: 64). QA splits longer contexts into
@@ -144,6 +149,8 @@ class EvalConfig:
         check_number("--adam-epsilon", self.adam_epsilon, above=0)
         if self.ndcg_gains not in ("binary", "graded"):
             raise EncoderizeError(f"--ndcg-gains must be binary or graded, got {self.ndcg_gains!r}")
+        if self.batching not in ("random", "length"):
+            raise EncoderizeError(f"--batching must be random or length, got {self.batching!r}")
         check_number("--weight-decay", self.weight_decay, minimum=0)
         for name in ("max_steps", "batch_size", "max_length", "max_eval_examples", "qa_stride"):
             check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=1, integer=True)
@@ -206,7 +213,7 @@ class EvalConfig:
             "lrs": [lr_key(lr) for lr in grid.lrs], "seeds": list(grid.seeds), "batch_size": grid.batch_size,
             "max_steps": grid.max_steps, "warmup_ratio": float(self.warmup_ratio),
             "selection": "learning rate with the best validation mean over seeds; test mean and 95% CI over seeds",
-            "schedule": "linear warmup then linear decay; gradient clipping 1.0",
+            "schedule": "linear warmup then linear decay; gradient clipping 1.0", "batching": self.batching,
             "optimizer": {"name": "AdamW", "betas": [float(self.adam_beta1), float(self.adam_beta2)],
                           "eps": float(self.adam_epsilon), "weight_decay": float(self.weight_decay),
                           "no_decay": "biases and norm weights"},

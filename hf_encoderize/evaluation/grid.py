@@ -29,7 +29,9 @@ from hf_encoderize.model.loading import LoadConfig
 
 # Protocol keys that must match for a finished run to count as part of this grid.
 FINGERPRINT_KEYS = ("batch_size", "max_steps", "warmup_ratio", "max_length", "qa_stride", "max_eval_examples",
-                    "synthetic_sizes", "optimizer", "dataset_source", "ndcg_gains")
+                    "synthetic_sizes", "optimizer", "dataset_source", "ndcg_gains", "batching")
+# What a run recorded before a key existed did: fine-tuning batches were length-grouped until `batching` was added.
+LEGACY_FINGERPRINT = {"batching": "length"}
 
 
 def task_class(task: str):
@@ -61,7 +63,7 @@ def is_finished(path: Path, expected: dict) -> bool:
         found = json.loads(results.read_text()).get("fingerprint", {})
     except json.JSONDecodeError:
         raise EncoderizeError(f"{results} is not valid JSON; delete that run folder to redo it") from None
-    differing = sorted({k for k in expected if found.get(k) != expected[k]} |
+    differing = sorted({k for k in expected if found.get(k, LEGACY_FINGERPRINT.get(k)) != expected[k]} |
                        ({"frozen"} if bool(found.get("frozen")) != bool(expected.get("frozen")) else set()))
     if differing:
         raise EncoderizeError(
@@ -196,7 +198,7 @@ def run_shared(task, backbone, train, targets: list[tuple], *, lr: float, seed: 
     started = time.perf_counter()
     facts = finetune(task, backbone, head, train, lr=lr, seed=seed, max_steps=grid.max_steps,
                      batch_size=grid.batch_size, warmup_ratio=float(cfg.warmup_ratio), adamw=cfg.adamw(),
-                     epochs=grid.max_steps if cfg.frozen else 1)
+                     epochs=grid.max_steps if cfg.frozen else 1, batching=cfg.batching)
     train_time = time.perf_counter() - started
     records = []
     for target, prepared in targets:

@@ -227,14 +227,15 @@ def eval_done(results: Path, load, config) -> bool:
     """True when `results` holds a summary of this very evaluation: same model, profile, attention mode and protocol.
     Otherwise the stage runs: `evaluate` reuses only the fine-tuning runs whose fingerprint matches and rewrites the
     summary, so an old summary is never shown under new labels."""
-    from hf_encoderize.evaluation.grid import FINGERPRINT_KEYS, fingerprint
+    from hf_encoderize.evaluation.grid import FINGERPRINT_KEYS, LEGACY_FINGERPRINT, fingerprint
 
     summary = EvalSummary.from_json(results / "summary.json")
     if summary is None:
         return False
     wanted = fingerprint(load, config)
     protocol = summary.protocol
-    same_protocol = all(protocol.get(key) == wanted[key] for key in FINGERPRINT_KEYS if key in protocol) and \
+    same_protocol = all(protocol.get(key, LEGACY_FINGERPRINT.get(key)) == wanted[key] for key in FINGERPRINT_KEYS
+                        if key in protocol or key in LEGACY_FINGERPRINT) and \
         bool(protocol.get("frozen")) == bool(config.frozen)
     return (summary.model, summary.mode, summary.profile) == (load.source, wanted["mode"], config.profile) and \
         same_protocol
