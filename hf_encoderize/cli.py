@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
-import difflib
 import inspect
 import json
 import signal
@@ -33,6 +32,9 @@ import torch.distributed
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import is_main_process
+from hf_encoderize.common.log import get_logger, setup_logging
+from hf_encoderize.common.options import choices, closest, flag, option_name
+from hf_encoderize.common.version import __version__
 from hf_encoderize.data.sources import DataConfig
 from hf_encoderize.evaluation.compare import CompareConfig, compare_results
 from hf_encoderize.evaluation.config import EvalConfig
@@ -54,6 +56,8 @@ from hf_encoderize.recipes.convert import ConvertConfig, convert
 from hf_encoderize.recipes.pretrain import PretrainConfig
 from hf_encoderize.training.lora import AdapterConfig
 from hf_encoderize.training.train import TrainConfig
+
+log = get_logger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,31 +170,80 @@ def _value_type(field: dataclasses.Field) -> tuple[type, bool]:
 
 
 def add_dataclass_args(parser: argparse.ArgumentParser, cls) -> None:
-    """One argument per field of `cls`: positional before `_: KW_ONLY`, `--field-name` after; help: its docstring."""
+    """One argument per field of `cls`: positional before `_: KW_ONLY`, `--option-name` after (`common.options`: the
+    field's public name) with the old spelling as a hidden alias; help: its docstring; a `Literal`'s values in usage."""
     docs = field_docs(cls)
     for field in sorted(dataclasses.fields(cls), key=lambda field: field.kw_only):  # positionals before inherited ones
         help_text = docs.get(field.name, "").replace("%", "%%")  # argparse %-formats help strings
         kind, is_list = _value_type(field)
+        name, values = option_name(cls, field), choices(cls, field)
+        metavar = "{" + ",".join(map(str, values)) + "}" if values else None
         if not field.kw_only:
-            parser.add_argument(field.name, type=kind, nargs="+" if is_list else None, help=help_text)
+            parser.add_argument(field.name, type=kind, nargs="+" if is_list else None, help=help_text,
+                                metavar=metavar or name)
             continue
-        flag, help_text = f"--{field.name.replace('_', '-')}", f"{help_text} (default: {field.default})"
-        if kind is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
-        else:
-            parser.add_argument(flag, type=kind, nargs="*" if is_list else None, default=None, help=help_text)
+        help_text = f"{help_text} (default: {field.default})"
+        action = argparse.BooleanOptionalAction if kind is bool else None
+        given = {"action": action} if action else {"type": kind, "nargs": "*" if is_list else None,
+                                                   "metavar": metavar or name.upper()}
+        parser.add_argument(flag(name), dest=field.name, default=None, help=help_text, **given)
+        if name != field.name:  # the old spelling still works, hidden from --help, with one deprecation line
+            alias = _deprecated(action or argparse._StoreAction, flag(name))
+            parser.add_argument(flag(field.name), dest=field.name, default=None, help=argparse.SUPPRESS,
+                                **{**given, "action": alias})
+
+
+def _deprecated(base: type[argparse.Action], new: str) -> type[argparse.Action]:
+    """`base`, noting that the old spelling was used (`--no-` twins map to `--no-` twins)."""
+
+    class Deprecated(base):
+        def __call__(self, parser, namespace, values, option_string=None):
+            now = f"--no-{new[2:]}" if option_string and option_string.startswith("--no-") else new
+            said = getattr(namespace, "deprecated", None) or []  # said once logging is set up (`main`)
+            namespace.deprecated = [*said, f"{option_string} is now {now}"]
+            super().__call__(parser, namespace, values, option_string)
+
+    return Deprecated
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """One subparser per `COMMANDS` entry, each with its configs' arguments and `--config`."""
+    """One subparser per `COMMANDS` entry, each with its configs' arguments and `--config`; `-q`/`-v` before or after
+    the command."""
     parser = argparse.ArgumentParser(prog="hf-encoderize", description="Turn any decoder LLM into a text encoder.")
+    parser.add_argument("--version", action="version", version=f"hf-encoderize {__version__}")
+    _add_verbosity(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS.values():
         command_parser = sub.add_parser(command.name, help=command.help, description=command.help)
         for cls in command.configs:
             add_dataclass_args(command_parser, cls)
-        command_parser.add_argument("--config", default=None, help="YAML file of option defaults (flags win)")
+        command_parser.add_argument("--config", default=None, help="YAML file of option defaults (flags win), or a "
+                                    "finished run's RUN/run_settings.json to replay it")
+        _add_verbosity(command_parser)
     return parser
+
+
+def _add_verbosity(parser: argparse.ArgumentParser) -> None:
+    # SUPPRESS: a subcommand's unset flag does not overwrite the one given before the command
+    parser.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                        help="only warnings and errors (no progress lines)")
+    parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="debug lines, and the INFO lines of transformers, datasets, ONNX Runtime and the like")
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """`parser.parse_args(argv)`, where an unknown flag is refused with the closest option named, as a config file's
+    unknown key is."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        command = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
+        visible = {a.dest: a.option_strings[0] for a in command._actions
+                   if a.option_strings and a.help != argparse.SUPPRESS}
+        canonical = {option: visible.get(a.dest, option) for a in command._actions for option in a.option_strings}
+        match = closest(unknown[0].split("=")[0], canonical) if unknown[0].startswith("-") else None
+        guess = f"; did you mean {canonical[match]}?" if match else ""
+        command.error(f"unrecognized arguments: {' '.join(unknown)}{guess}")
+    return args
 
 
 # ------------------------------------------------------------------------------------------------ runner
@@ -276,12 +329,18 @@ def build_config(cls, args: argparse.Namespace, yaml_values: dict):
 def build_configs(command: Command, args: argparse.Namespace, yaml_values: dict) -> list:
     """Every config of `command`; a YAML key that none of them has is refused rather than silently ignored."""
     fields = {field.name: field for cls in reversed(command.configs) for field in dataclasses.fields(cls)}
+    # a key is the option's name (`learning_rate`) or its field's (`lr`: the Python API's, a run's run_settings.json)
+    names = {option_name(cls, field): field.name for cls in command.configs for field in dataclasses.fields(cls)}
+    known = {**{name: name for name in fields}, **names}
     where = f"config file {args.config!r}" if getattr(args, "config", None) else "the config"
-    if unknown := [key for key in yaml_values if key not in fields]:
-        close = difflib.get_close_matches(unknown[0], list(fields), n=1)
-        guess = f"did you mean {close[0]!r}? " if close else ""
+    if isinstance(yaml_values.get("identity"), dict):
+        yaml_values = replayed(yaml_values, known)
+    if unknown := [key for key in yaml_values if key not in known]:
+        match = closest(unknown[0], known)
+        guess = f"did you mean {_option_of(match, names)!r}? " if match else ""
         raise EncoderizeError(f"{where} sets {', '.join(map(repr, unknown))}, which `{command.name}` has no option "
                               f"for; {guess}see `hf-encoderize {command.name} --help`")
+    yaml_values = {known[key]: value for key, value in yaml_values.items()}
     # A comma-separated option takes a YAML list too (`lrs: [1e-5, 2e-5]`), as its flag takes `1e-5,2e-5`.
     listed = {name for cls in command.configs for name, doc in field_docs(cls).items() if doc.startswith("Comma-sep")}
     yaml_values = {key: ",".join(map(str, value)) if key in listed and isinstance(value, list)
@@ -289,6 +348,22 @@ def build_configs(command: Command, args: argparse.Namespace, yaml_values: dict)
                    else value for key, value in yaml_values.items()}
     yaml_values = {key: _yaml_value(where, key, value, fields[key]) for key, value in yaml_values.items()}
     return [build_config(cls, args, yaml_values) for cls in command.configs]
+
+
+def _option_of(name: str, names: dict) -> str:
+    """The option name for a field or option name (`lr` -> `learning_rate`)."""
+    return name if name in names else next((option for option, field in names.items() if field == name), name)
+
+
+def replayed(settings: dict, known: dict) -> dict:
+    """A finished run's `run_settings.json` as option values, to replay the run: its `identity` block (every setting
+    that counts, `"train.lr": 1e-4`) and the model it loaded (`base_model`, the `source` option). The rest is what the
+    run wrote about itself (parameter count, resolved betas, the `data` facts again) and is not an option: left out.
+    Options that do not count (output folder, logging cadence) take their defaults or the flags given."""
+    values = {key.split(".", 1)[-1]: value for key, value in settings["identity"].items()}
+    if settings.get("base_model") is not None:
+        values.setdefault("source", settings["base_model"])
+    return {key: value for key, value in values.items() if key in known}
 
 
 def run_command(command: Command, args: argparse.Namespace, yaml_values: dict) -> None:
@@ -310,7 +385,10 @@ def _raise_terminated(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(build_parser(), argv)
+    setup_logging(-1 if getattr(args, "quiet", False) else int(getattr(args, "verbose", False)))
+    if said := getattr(args, "deprecated", None):
+        log.warning(f"{', '.join(said)}: the old names go in 0.3")
     previous = _on_sigterm(_raise_terminated)
     try:
         run_command(COMMANDS[args.command], args, _load_yaml(args.config))

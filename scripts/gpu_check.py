@@ -296,9 +296,11 @@ def tiny_decoder(ctx: Context) -> Path:
 
 def tiny_cpt_args(ctx: Context, run_dir: Path) -> list[str]:
     folder = tiny_decoder(ctx)
-    return ["cpt", str(folder / "model"), "--data-files", str(folder / "docs.jsonl"), "--steps", str(TINY_STEPS),
-            "--save-every", "3", "--warmup-steps", "1", "--seq-len", "128" if ctx.smoke else "512", "--batch-size", "4",
-            "--eval-documents", "8", "--output-dir", str(run_dir), "--overwrite", "--no-progress", "--log-every", "1"]
+    return ["cpt", str(folder / "model"), "--data-files", str(folder / "docs.jsonl"), "--max-steps", str(TINY_STEPS),
+            "--save-steps", "3", "--warmup-steps", "1", "--max-seq-length", "128" if ctx.smoke else "512",
+            "--batch-size", "4",
+            "--eval-documents", "8", "--output-dir", str(run_dir), "--overwrite", "--no-progress", "--logging-steps",
+            "1"]
 
 
 def finished_run(ctx: Context, name: str, run_dir: Path, distributed_type: str = "NO") -> tuple[str, dict]:

@@ -38,13 +38,13 @@ def test_the_optimizer_gets_the_papers_epsilon_by_default_and_the_one_given(deco
 def test_adam_eps_is_an_option_of_the_training_commands(command, capsys):
     with pytest.raises(SystemExit):
         main([command, "--help"])
-    assert "--adam-eps" in capsys.readouterr().out
+    assert "--adam-epsilon" in capsys.readouterr().out
 
 
 def test_a_non_positive_epsilon_is_refused_in_one_line():
     from hf_encoderize.common.errors import EncoderizeError
 
-    with pytest.raises(EncoderizeError, match="--adam-eps"):
+    with pytest.raises(EncoderizeError, match="--adam-epsilon"):
         TrainConfig(adam_eps=0.0)
 
 

@@ -98,8 +98,9 @@ def test_the_cli_default_converts_and_trains_a_model_without_sdpa(folder, model_
     assert {"backend": "sdpa", "skipped": f"{model_class} does not support it"} in \
         config["hf_encoderize"]["attn_candidates"]
     corpus = write_corpus(tmp_path / "docs.jsonl", 40, lambda i: 5 + i % 11)
-    assert main(["cpt", source, "--data-files", str(corpus), "--seq-len", "32", "--batch-size", "2", "--steps", "2",
-                 "--eval-documents", "4", "--eval-every", "0", "--no-progress", "--output-dir",
+    assert main(["cpt", source, "--data-files", str(corpus), "--max-seq-length", "32", "--batch-size", "2",
+                 "--max-steps", "2",
+                 "--eval-documents", "4", "--eval-steps", "0", "--no-progress", "--output-dir",
                  str(tmp_path / "run")]) == 0
     record = json.loads((tmp_path / "run" / "run_record.json").read_text())
     assert record["encoderize"]["attn_implementation"] == "eager" and record["encoderize"]["packing"] == "packed"

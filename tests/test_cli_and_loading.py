@@ -9,6 +9,7 @@ import pytest
 
 from hf_encoderize.cli import COMMANDS, field_docs, main
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.options import flag, option_name
 from hf_encoderize.model.loading import load_decoder
 
 
@@ -119,7 +120,8 @@ def test_each_command_help_lists_every_field_with_its_docstring(name, capsys):
     for cls in COMMANDS[name].configs:
         docs = field_docs(cls)
         for field in dataclasses.fields(cls):
-            argument = field.name if not field.kw_only else f"--{field.name.replace('_', '-')}"
+            name_of = option_name(cls, field)  # the public name (`--learning-rate` for the field `lr`)
+            argument = name_of if not field.kw_only else flag(name_of)
             assert re.search(rf"(?<![\w-]){re.escape(argument)}(?![\w-])", printed), (name, argument)
             assert docs.get(field.name) and "".join(docs[field.name].split())[:40] in flat, (name, field.name)
 

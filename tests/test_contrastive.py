@@ -67,7 +67,7 @@ def _clean_load(out):
 def test_simcse_end_to_end_loads_without_hf_encoderize(encoder, data, tmp_path, capsys):
     out = tmp_path / "simcse"
     assert main(["contrastive", str(encoder), "--data-files", str(data["text"]), "--output-dir", str(out),
-                 "--steps", "3", "--batch-size", "8"]) == 0
+                 "--max-steps", "3", "--batch-size", "8"]) == 0
     record = json.loads((out / "contrastive_run.json").read_text())
     assert record["stage"]["objective"] == "simcse" and len(record["losses"]) >= 1
     assert record["stage"]["training_dropout"] == {"attention_dropout": 0.3}
@@ -85,7 +85,7 @@ def test_supervised_triplets_with_prefixes(encoder, data, tmp_path):
     assert main(["contrastive", str(encoder), "--objective", "supervised", "--data-files", str(data["triplets"]),
                  "--anchor-column", "q", "--positive-column", "pos", "--negative-column", "neg",
                  "--query-prefix", "w90 ", "--loss", "cached_mnrl", "--mini-batch-size", "4",
-                 "--pooling", "lasttoken", "--output-dir", str(out), "--steps", "3", "--batch-size", "8"]) == 0
+                 "--pooling", "lasttoken", "--output-dir", str(out), "--max-steps", "3", "--batch-size", "8"]) == 0
     assert json.loads((out / "1_Pooling" / "config.json").read_text())["pooling_mode"] == "lasttoken"
     assert _clean_load(out)["prompts"]["query"] == "</s></s>w90 "  # the lead tokens, then the instruction
 
@@ -125,7 +125,7 @@ def test_a_bf16_encoder_trains_on_fp32_master_weights_and_is_saved_in_bf16(data,
     monkeypatch.setattr(SentenceTransformerTrainer, "train", recording)
     out = tmp_path / "simcse"
     assert main(["contrastive", str(source), "--data-files", str(data["text"]), "--output-dir", str(out),
-                 "--steps", "2", "--batch-size", "8", "--no-progress"]) == 0
+                 "--max-steps", "2", "--batch-size", "8", "--no-progress"]) == 0
     assert seen == [{torch.float32}]
     assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
     assert {t.dtype for t in load_file(out / "model.safetensors").values()} == {torch.bfloat16}

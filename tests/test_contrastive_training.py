@@ -112,7 +112,7 @@ def test_two_processes_train_with_cross_device_negatives(encoder, text, tmp_path
     out = tmp_path / "ddp"
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
                str(29900 + os.getpid() % 90), "-m", "hf_encoderize.cli", "contrastive", str(encoder), "--data-files",
-               str(text), "--output-dir", str(out), "--steps", "2", "--batch-size", "4", "--max-seq-length", "16",
+               str(text), "--output-dir", str(out), "--max-steps", "2", "--batch-size", "4", "--max-seq-length", "16",
                "--no-progress"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)

@@ -127,10 +127,10 @@ def test_bad_input_is_one_line(decoder_dir, corpus, tmp_path, capsys):
     cases = [
         (["--data-files", str(tmp_path / "none*.jsonl")], "no .txt/.jsonl"),
         (["--data-files", str(corpus), "--text-column", "body"], "text column 'body' not found"),
-        (["--data-files", str(corpus), "--mask-ratio", "1.5"], "mask-ratio"),
-        (["--data-files", str(corpus), "--seq-len", "4096"], "above the model's limit of 64"),
+        (["--data-files", str(corpus), "--mlm-probability", "1.5"], "mask-ratio"),
+        (["--data-files", str(corpus), "--max-seq-length", "4096"], "above the model's limit of 64"),
         (["--data-files", str(corpus), "--objective", "clm"], "--objective must be"),
-        (["--data-files", str(corpus), "--steps", "0"], "--steps must be at least 1"),
+        (["--data-files", str(corpus), "--max-steps", "0"], "--max-steps must be at least 1"),
         (["--data-files", str(corpus), "--report-to", "nosuchtracker"], "unknown tracker"),
         (["--data-files", str(empty)], "has no rows"),
         (["--data-files", str(corpus), "--eval-documents", "400"], "no training documents after the 400"),
@@ -167,7 +167,7 @@ def test_qlora_without_gpu_is_one_line(decoder_dir, corpus, tmp_path, capsys):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
     code = main(["cpt", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(tmp_path / "q"),
-                 "--seq-len", "32", "--lora-r", "8", "--load-in-4bit"])
+                 "--max-seq-length", "32", "--lora-r", "8", "--load-in-4bit"])
     err = capsys.readouterr().err
     assert code == 2 and ("GPU" in err or "bitsandbytes" in err) and err.count("\n") == 1
 
@@ -226,7 +226,8 @@ def test_fp16_weights_trained_as_loaded_under_the_fp16_scaler_are_refused(corpus
 
     monkeypatch.setattr(runner, "make_accelerator", with_scaler)
     code = main(["cpt", str(model_dir), "--data-files", str(corpus), "--output-dir", str(tmp_path / "o"),
-                 "--mixed-precision", "fp16", "--master-weights", "loaded", "--seq-len", "32", "--steps", "1"])
+                 "--mixed-precision", "fp16", "--master-weights", "loaded", "--max-seq-length", "32", "--max-steps",
+                 "1"])
     err = capsys.readouterr().err
     # The refusal comes after the load (the weights' dtype is known then): its progress bar may precede the line.
     assert code == 2 and err.count("error:") == 1 and "Traceback" not in err, err
@@ -255,7 +256,8 @@ def test_a_lora_target_typo_is_refused_before_the_load(decoder_dir, corpus, tmp_
 
     monkeypatch.setattr(cpt_recipe, "load_encoderized", no_load)
     out = tmp_path / "o"
-    code = main(["cpt", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(out), "--seq-len", "32",
+    code = main(["cpt", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(out), "--max-seq-length",
+                 "32",
                  "--lora-r", "4", "--lora-targets", "q_proj,v_prj"])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: --lora-targets") and "'v_prj'" in err and "q_proj" in err, err

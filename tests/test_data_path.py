@@ -170,7 +170,7 @@ def test_close_stops_a_thread_blocked_on_a_full_queue():
 
 
 def test_profile_writes_a_per_component_summary(decoder_dir, tmp_path):
-    """`--profile` times steps 3-5 by component and writes summary.json (+ a Chrome trace); the parts are positive
+    """`--torch-profile` times steps 3-5 by component and writes summary.json (+ a Chrome trace); the parts are positive
     where they must be and add up to no more than the step."""
     import json
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from hf_encoderize.cli import COMMANDS
+from hf_encoderize.common.options import option_name
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "command_reference.py"
@@ -36,7 +37,8 @@ def test_the_reference_names_every_command_and_every_option_with_its_default_and
         for cls in command.configs:
             docs = field_docs(cls)
             for field in dataclasses.fields(cls):
-                flag = f"--{field.name.replace('_', '-')}" if field.kw_only else field.name.upper()
+                name_of = option_name(cls, field)  # the public name, `--learning-rate` for the field `lr`
+                flag = f"--{name_of.replace('_', '-')}" if field.kw_only else name_of.upper()
                 (line,) = [line for line in section.splitlines() if line.startswith(f"- `{flag}` (")]
                 assert docs.get(field.name, "undocumented") in line
                 if field.kw_only and field.default is not dataclasses.MISSING:

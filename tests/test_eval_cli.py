@@ -10,7 +10,7 @@ import pytest
 from hf_encoderize.cli import build_parser, main
 
 FIXTURES = str(Path(__file__).parent / "fixtures" / "eval")
-TINY = ["--max-steps", "2", "--batch-size", "4", "--max-length", "32"]
+TINY = ["--max-steps", "2", "--batch-size", "4", "--max-seq-length", "32"]
 
 
 def _error(capsys, argv) -> str:
@@ -32,7 +32,7 @@ def test_help_lists_eval_and_compare(capsys):
     assert exit_.value.code == 0 and out.startswith("usage: hf-encoderize eval ")
     for option in ("source", "--profile", "--datasets", "--data-dir", "--causal", "--push-to-hub", "--config"):
         assert re.search(rf"(?<![\w-]){option}(?![\w-])", out), option
-    assert "--eval-profile" not in out and "--steps" not in out  # run's and cpt's options are not eval's
+    assert "--eval-profile" not in out and "--torch-profile" not in out  # run's and cpt's options are not eval's
     with pytest.raises(SystemExit) as exit_:
         build_parser().parse_args(["compare", "--help"])
     out = capsys.readouterr().out
@@ -96,7 +96,7 @@ def test_another_protocol_never_overwrites_finished_runs(decoder_dir, tmp_path, 
     assert main(argv) == 0
     results = tmp_path / "tiny-llama" / "sc" / "syn-sentiment" / "lr0.0002_sd0" / "results.json"
     before = results.read_bytes()
-    message = _error(capsys, [*argv[:-6], "--max-steps", "3", "--batch-size", "4", "--max-length", "32"])
+    message = _error(capsys, [*argv[:-6], "--max-steps", "3", "--batch-size", "4", "--max-seq-length", "32"])
     assert "another protocol" in message and "max_steps" in message
     assert results.read_bytes() == before
     assert main([*argv, "--seeds", "0,1"]) == 0  # a wider grid of the same protocol reuses seed 0

@@ -133,7 +133,7 @@ PIP_FAILURE = "ERROR: No matching distribution found for fsspec<=2026.9.0"
 
 
 @pytest.mark.parametrize("output, line", [
-    ("noise\nerror: --seq-len 4096 is too long\n", "error: --seq-len 4096 is too long"),
+    ("noise\nerror: --max-seq-length 4096 is too long\n", "error: --max-seq-length 4096 is too long"),
     (LAUNCHER_FAILURE, "ValueError: micro batch is auto"),
     (f"Looking in links: /w\n{PIP_FAILURE}\n", PIP_FAILURE),
 ])

@@ -30,7 +30,8 @@ def corpus(tmp_path_factory):
 
 def _command(name: str, decoder_dir: Path, corpus: Path, out: Path) -> list[str]:
     """`name` with everything it needs to get as far as validation, writing (if it ever did) into `out`."""
-    data = ["--data-files", str(corpus), "--seq-len", "32", "--no-progress", "--output-dir", str(out), "--overwrite"]
+    data = ["--data-files", str(corpus), "--max-seq-length", "32", "--no-progress", "--output-dir", str(out),
+            "--overwrite"]
     return {
         "cpt": ["cpt", str(decoder_dir), *data],
         "run": ["run", str(decoder_dir), *data],
@@ -94,23 +95,27 @@ def test_the_error_names_the_config_file(decoder_dir, corpus, user_dir, tmp_path
 # ------------------------------------------------------------------------------------------------ float options
 
 FLOAT_OPTIONS = {  # id: (command, extra flags, expected text)
-    "lr nan": ("cpt", ["--lr", "nan"], "--lr must be a finite number above 0, got nan"),
-    "lr inf": ("cpt", ["--lr", "inf"], "--lr must be a finite number above 0, got inf"),
-    "lr overflowing to inf": ("run", ["--lr", "1e400"], "--lr must be a finite number above 0, got inf"),
-    "lr negative": ("pretrain", ["--lr=-1e-4"], "--lr must be a finite number above 0, got -0.0001"),
+    "lr nan": ("cpt", ["--learning-rate", "nan"], "--learning-rate must be a finite number above 0, got nan"),
+    "lr inf": ("cpt", ["--learning-rate", "inf"], "--learning-rate must be a finite number above 0, got inf"),
+    "lr overflowing to inf": ("run", ["--learning-rate", "1e400"], "--learning-rate must be a finite number above 0, "
+                                                                   "got inf"),
+    "lr negative": ("pretrain", ["--learning-rate=-1e-4"], "--learning-rate must be a finite number above 0, got "
+                                                           "-0.0001"),
     "warmup steps negative": ("cpt", ["--warmup-steps=-5"], "--warmup-steps must be at least 0, got -5"),
-    "eval every negative": ("cpt", ["--eval-every=-1"], "--eval-every must be at least 0, got -1"),
+    "eval every negative": ("cpt", ["--eval-steps=-1"], "--eval-steps must be at least 0, got -1"),
     "decay fraction nan": ("cpt", ["--decay-fraction", "nan"], "--decay-fraction must be a finite number"),
     "weight decay nan": ("cpt", ["--weight-decay", "nan"], "--weight-decay must be a finite number at least 0"),
     "weight decay negative": ("pretrain", ["--weight-decay=-0.1"], "--weight-decay must be a finite number at least 0"),
     "max grad norm inf": ("cpt", ["--max-grad-norm", "inf"], "--max-grad-norm must be a finite number above 0"),
     "max grad norm zero": ("run", ["--max-grad-norm", "0"], "--max-grad-norm must be a finite number above 0"),
-    "mask ratio nan": ("cpt", ["--mask-ratio", "nan"], "--mask-ratio must be a finite number above 0 and below 1"),
+    "mask ratio nan": ("cpt", ["--mlm-probability", "nan"], "--mlm-probability must be a finite number above 0 and "
+                                                            "below 1"),
     "lora alpha zero": ("cpt", ["--lora-r", "4", "--lora-alpha", "0"], "--lora-alpha must be above 0"),
     "schedule share nan": ("pretrain", ["--schedule", "clm:nan,mlm:0.75"], "the clm share must be a finite number"),
     "schedule share inf": ("pretrain", ["--schedule", "clm:0.25,mlm:inf"], "the mlm share must be a finite number"),
     "schedule share negative": ("pretrain", ["--schedule", "clm:-0.25,mlm:1.25"], "every share must be positive"),
-    "eval lr inf": ("eval", ["--lrs", "1e-5,inf"], "--lrs must be a finite number above 0, got inf"),
+    "eval lr inf": ("eval", ["--learning-rates", "1e-5,inf"], "--learning-rates must be a finite number above 0, got "
+                                                              "inf"),
     "eval warmup ratio inf": ("eval", ["--warmup-ratio", "inf"], "--warmup-ratio must be a finite number"),
     "run eval max steps negative": ("run", ["--eval-max-steps=-3"], "--eval-max-steps must be at least 1, got -3"),
 }

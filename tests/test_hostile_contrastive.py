@@ -20,8 +20,8 @@ _config = contrastive_config
 
 
 def _argv(encoder, text, out, *extra):
-    return ["contrastive", str(encoder), "--data-files", str(text), "--output-dir", str(out), "--steps", "6",
-            "--batch-size", "8", "--save-every", "2", "--max-seq-length", "16", "--no-progress", *extra]
+    return ["contrastive", str(encoder), "--data-files", str(text), "--output-dir", str(out), "--max-steps", "6",
+            "--batch-size", "8", "--save-steps", "2", "--max-seq-length", "16", "--no-progress", *extra]
 
 
 def _one_error_line(capsys, *words):
@@ -139,7 +139,7 @@ def test_the_same_seed_with_lora_gives_the_same_weights(encoder, text, tmp_path)
 
 @pytest.mark.parametrize(("dropout", "warned"), [("0", True), ("0.3", False)])
 def test_simcse_without_dropout_says_so_in_one_line(dropout, warned, encoder, text, tmp_path, capsys):
-    assert main(_argv(encoder, text, tmp_path / "out", "--steps", "1", "--dropout", dropout)) == 0
+    assert main(_argv(encoder, text, tmp_path / "out", "--max-steps", "1", "--dropout", dropout)) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: simcse")]
     assert len(lines) == int(warned)
     if warned:
@@ -198,7 +198,7 @@ def test_a_lora_targets_typo_in_cpt_is_one_line(tmp_path, capsys):
     corpus = _jsonl(tmp_path / "corpus.jsonl", [{"text": " ".join(f"w{i}" for i in range(20))}] * 8)
     out = tmp_path / "out"
     assert main(["cpt", str(tmp_path / "decoder"), "--output-dir", str(out), "--data-files", str(corpus),
-                 "--steps", "2", "--seq-len", "32", "--eval-documents", "0", "--lora-r", "4",
+                 "--max-steps", "2", "--max-seq-length", "32", "--eval-documents", "0", "--lora-r", "4",
                  "--lora-targets", "q_prj"]) == 2  # after cpt's load, before any training
     _one_error_line(capsys, "'q_prj'", "q_proj", "all-linear")
 

@@ -14,7 +14,8 @@ from conftest import write_corpus
 
 from hf_encoderize.cli import main
 
-CPT_ARGS = ["--seq-len", "16", "--steps", "2", "--batch-size", "2", "--eval-documents", "2", "--eval-every", "0",
+CPT_ARGS = ["--max-seq-length", "16", "--max-steps", "2", "--batch-size", "2", "--eval-documents", "2",
+            "--eval-steps", "0",
             "--no-progress"]
 
 
@@ -162,7 +163,7 @@ def test_bad_row_found_mid_stream_is_one_line(decoder_dir, tmp_path, capsys, mon
     rows[60] = {"text": 7}
     data_files = _jsonl(tmp_path / "docs.jsonl", rows)
     code = main(["cpt", str(decoder_dir), "--data-files", data_files, "--output-dir", str(tmp_path / "run"),
-                 *CPT_ARGS[:2], "--steps", "40", *CPT_ARGS[4:]])
+                 *CPT_ARGS[:2], "--max-steps", "40", *CPT_ARGS[4:]])
     # Loading the model printed progress bars before training started; the failure itself is one line.
     _assert_one_line_error(code, capsys.readouterr().err, "docs.jsonl row 61: column 'text' holds int, not text",
                            strict=False)
@@ -258,7 +259,7 @@ def test_eval_data_with_the_wrong_schema_is_one_line(case, decoder_dir, tmp_path
     results.mkdir()
     (results / "mine.txt").write_text("keep me")
     code = main(["eval", str(decoder_dir), "--profile", "quick", "--datasets", name, "--data-dir", str(data),
-                 "--output-dir", str(results), "--max-steps", "2", "--batch-size", "4", "--max-length", "32"])
+                 "--output-dir", str(results), "--max-steps", "2", "--batch-size", "4", "--max-seq-length", "32"])
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and message in errors[0] and "Traceback" not in err, err

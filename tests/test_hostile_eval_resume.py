@@ -170,7 +170,8 @@ def test_space_app_starts_and_says_the_run_record_could_not_be_read(cut_record_r
 
 # ----------------------------------------------------------------------------------- 4: --from-checkpoint files
 
-CPT_ARGS = ["--seq-len", "32", "--batch-size", "4", "--lr", "1e-3", "--eval-every", "0", "--no-progress"]
+CPT_ARGS = ["--max-seq-length", "32", "--batch-size", "4", "--learning-rate", "1e-3", "--eval-steps", "0",
+            "--no-progress"]
 
 
 def _cpt(decoder_dir, corpus, out, *extra) -> list[str]:
@@ -188,8 +189,8 @@ def corpus(tmp_path_factory):
 def run4(decoder_dir, corpus, tmp_path_factory):
     """Four steps with a checkpoint every 2 (both kept): a source to branch from."""
     out = tmp_path_factory.mktemp("runs") / "four"
-    assert main(_cpt(decoder_dir, corpus, out, "--steps", "4", "--warmup-steps", "1", "--decay-steps", "1",
-                     "--save-every", "2", "--keep-last", "5")) == 0
+    assert main(_cpt(decoder_dir, corpus, out, "--max-steps", "4", "--warmup-steps", "1", "--decay-steps", "1",
+                     "--save-steps", "2", "--save-total-limit", "5")) == 0
     return out
 
 
@@ -225,7 +226,7 @@ def test_damaged_from_checkpoint_is_one_line_naming_the_file(run4, decoder_dir, 
     damage(checkpoint / name)
     before = _snapshot(source)
     out = tmp_path / "branch"
-    code = main(_cpt(decoder_dir, corpus, out, "--steps", "4", "--warmup-steps", "1", "--decay-steps", "1",
+    code = main(_cpt(decoder_dir, corpus, out, "--max-steps", "4", "--warmup-steps", "1", "--decay-steps", "1",
                      "--from-checkpoint", str(checkpoint)))
     _assert_one_line_error(code, capsys.readouterr().err, (checkpoint / name).resolve().name)
     assert not out.exists() and _snapshot(source) == before
@@ -241,7 +242,7 @@ def test_resume_advice_never_loops(run4, decoder_dir, corpus, tmp_path, capsys):
 
     out = _shutil.copytree(run4, tmp_path / "stopped")
     _shutil.rmtree(out / "checkpoints")
-    args = _cpt(decoder_dir, corpus, out, "--steps", "2")
+    args = _cpt(decoder_dir, corpus, out, "--max-steps", "2")
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "is not empty" in err and "--resume" not in err  # no checkpoint: --resume is not advised

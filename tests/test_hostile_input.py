@@ -26,23 +26,24 @@ def corpus(tmp_path_factory):
 def finished_run(decoder_dir, corpus, tmp_path_factory):
     """A run folder an earlier `cpt` wrote: checkpoints, metrics, record, encoder."""
     out = tmp_path_factory.mktemp("runs") / "earlier"
-    assert main(["cpt", str(decoder_dir), "--data-files", str(corpus), "--seq-len", "32", "--batch-size", "4",
-                 "--steps", "2", "--save-every", "2", "--eval-every", "0", "--no-progress", "--output-dir",
+    assert main(["cpt", str(decoder_dir), "--data-files", str(corpus), "--max-seq-length", "32", "--batch-size", "4",
+                 "--max-steps", "2", "--save-steps", "2", "--eval-steps", "0", "--no-progress", "--output-dir",
                  str(out)]) == 0
     return out
 
 
 def _cpt_args(decoder_dir, corpus, out) -> list[str]:
-    return ["cpt", str(decoder_dir), "--data-files", str(corpus), "--seq-len", "32", "--batch-size", "4", "--steps",
-            "2", "--save-every", "2", "--eval-every", "0", "--no-progress", "--output-dir", str(out), "--overwrite"]
+    return ["cpt", str(decoder_dir), "--data-files", str(corpus), "--max-seq-length", "32", "--batch-size", "4",
+            "--max-steps",
+            "2", "--save-steps", "2", "--eval-steps", "0", "--no-progress", "--output-dir", str(out), "--overwrite"]
 
 
 CASES = {
     "missing model folder": (lambda a, tmp: [a[0], str(tmp / "no-such-model"), *a[2:]], "does not exist"),
     "missing data path": (lambda a, tmp: [*a[:3], str(tmp / "none*.jsonl"), *a[4:]], "no .txt/.jsonl"),
     "wrong text column": (lambda a, tmp: [*a, "--text-column", "body"], "text column 'body' not found"),
-    "seq-len above the model's limit": (lambda a, tmp: [*a, "--seq-len", "4096"], "above the model's limit"),
-    "impossible mask ratio": (lambda a, tmp: [*a, "--mask-ratio", "1.5"], "mask-ratio"),
+    "seq-len above the model's limit": (lambda a, tmp: [*a, "--max-seq-length", "4096"], "above the model's limit"),
+    "impossible mask ratio": (lambda a, tmp: [*a, "--mlm-probability", "1.5"], "mask-ratio"),
     "unknown report-to tracker": (lambda a, tmp: [*a, "--report-to", "nosuchtracker"], "unknown tracker"),
 }
 
@@ -144,14 +145,14 @@ def test_skipped_steps_are_bounded_and_metrics_stay_json(decoder_dir, corpus, tm
 
     monkeypatch.setattr(ObjectiveModel, "forward", nan_every_other_call)
     out = tmp_path / "run"
-    code = main([*_cpt_args(decoder_dir, corpus, out)[:-1], "--steps", "40", "--save-every", "100",
+    code = main([*_cpt_args(decoder_dir, corpus, out)[:-1], "--max-steps", "40", "--save-steps", "100",
                  "--on-nonfinite", "skip"])
     err = capsys.readouterr().err
     assert code == 2 and _one_error_line(err, "steps were non-finite and skipped"), err
     assert not (out / "encoder").exists()
     records = _strict_json_lines(out / "metrics.jsonl")
     skipped = [r["loss"] for r in records if r.get("skipped_nonfinite")]
-    # Steps 2, 4, ..., 20 are logged as null (metrics are read in blocks of --log-every 10, then checked); the skip
+    # Steps 2, 4, ..., 20 are logged as null (metrics are read in blocks of --logging-steps 10, then checked); the skip
     # at step 20 is the 10th of 20, over 5%, and stops the run.
     assert skipped == [None] * 10
 
@@ -173,7 +174,7 @@ def test_a_model_with_non_finite_weights_is_never_saved(decoder_dir, corpus, tmp
 
     monkeypatch.setattr(train_module, "train_step", corrupting_step)
     out = tmp_path / "run"
-    code = main([*_cpt_args(decoder_dir, corpus, out)[:-1], "--eval-every", "0"])
+    code = main([*_cpt_args(decoder_dir, corpus, out)[:-1], "--eval-steps", "0"])
     err = capsys.readouterr().err
     assert code == 2 and _one_error_line(err, "broken model"), err
     assert not (out / "encoder").exists()
@@ -184,14 +185,14 @@ def test_resume_falls_back_past_a_corrupt_newest_checkpoint(decoder_dir, corpus,
     continues from the one before, and ends with the unbroken run's weights."""
     from safetensors.torch import load_file
 
-    args = [*_cpt_args(decoder_dir, corpus, tmp_path / "x")[:-1], "--steps", "4"]
-    assert main([*args[:-2], "--output-dir", str(tmp_path / "unbroken"), "--steps", "4"]) == 0
+    args = [*_cpt_args(decoder_dir, corpus, tmp_path / "x")[:-1], "--max-steps", "4"]
+    assert main([*args[:-2], "--output-dir", str(tmp_path / "unbroken"), "--max-steps", "4"]) == 0
     run = tmp_path / "run"
-    assert main([*args[:-2], "--output-dir", str(run), "--steps", "4"]) == 0  # checkpoints at steps 2 and 4
+    assert main([*args[:-2], "--output-dir", str(run), "--max-steps", "4"]) == 0  # checkpoints at steps 2 and 4
     newest = run / "checkpoints" / "step-0000004" / "model.safetensors"
     newest.write_bytes(newest.read_bytes()[:100])  # truncated
     capsys.readouterr()
-    assert main([*args[:-2], "--output-dir", str(run), "--steps", "4", "--resume"]) == 0
+    assert main([*args[:-2], "--output-dir", str(run), "--max-steps", "4", "--resume"]) == 0
     err = capsys.readouterr().err
     warnings = [line for line in err.splitlines() if line.startswith("warning: checkpoint")]
     assert len(warnings) == 1 and "step-0000004" in warnings[0] and "Traceback" not in err, err
@@ -218,8 +219,9 @@ def interrupted(decoder_dir, corpus, tmp_path_factory):
 
     train_module.train_step = dies_at_step_five
     try:
-        assert main(["cpt", str(decoder_dir), "--data-files", str(corpus), "--seq-len", "32", "--batch-size", "4",
-                     "--steps", "12", "--save-every", "4", "--eval-every", "0", "--no-progress", "--output-dir",
+        assert main(["cpt", str(decoder_dir), "--data-files", str(corpus), "--max-seq-length", "32", "--batch-size",
+                     "4",
+                     "--max-steps", "12", "--save-steps", "4", "--eval-steps", "0", "--no-progress", "--output-dir",
                      str(out)]) == 130
     finally:
         train_module.train_step = real_step
@@ -248,7 +250,7 @@ def test_an_interrupt_says_how_to_go_on(case, decoder_dir, corpus, tmp_path, mon
             raise KeyboardInterrupt
         return real_step(run, **options)
 
-    args = [*_cpt_args(decoder_dir, corpus, tmp_path / "run")[:-1], "--steps", "4"]
+    args = [*_cpt_args(decoder_dir, corpus, tmp_path / "run")[:-1], "--max-steps", "4"]
     monkeypatch.setattr(train_module, "train_step", ctrl_c)
     assert main(args) == 130
     err = capsys.readouterr().err
@@ -259,12 +261,12 @@ def test_an_interrupt_says_how_to_go_on(case, decoder_dir, corpus, tmp_path, mon
 
 
 RESUME_CHANGES = {
-    "--lr": ("1e-3", "lr was 0.0001, now 0.001"),
+    "--learning-rate": ("1e-3", "lr was 0.0001, now 0.001"),
     "--batch-size": ("8", "batch_size was 4, now 8"),
-    "--seq-len": ("16", "seq_len"),
-    "--mask-ratio": ("0.3", "mask_ratio was 0.4, now 0.3"),
-    "--grad-accum": ("2", "grad_accum was 1, now 2"),
-    "--steps": ("8", "a resume allows a larger --steps"),
+    "--max-seq-length": ("16", "seq_len"),
+    "--mlm-probability": ("0.3", "mask_ratio was 0.4, now 0.3"),
+    "--gradient-accumulation-steps": ("2", "grad_accum was 1, now 2"),
+    "--max-steps": ("8", "a resume allows a larger --max-steps"),
 }
 
 
@@ -273,13 +275,14 @@ def test_resume_refuses_changed_settings(flag, decoder_dir, corpus, interrupted,
     """Resuming with other settings used to train on a mix while run_record.json reported the new ones."""
     value, message = RESUME_CHANGES[flag]
     before = _snapshot(interrupted)
-    args = ["cpt", str(decoder_dir), "--data-files", str(corpus), "--seq-len", "32", "--batch-size", "4", "--steps",
-            "12", "--save-every", "4", "--eval-every", "0", "--no-progress", "--output-dir", str(interrupted),
+    args = ["cpt", str(decoder_dir), "--data-files", str(corpus), "--max-seq-length", "32", "--batch-size", "4",
+            "--max-steps",
+            "12", "--save-steps", "4", "--eval-steps", "0", "--no-progress", "--output-dir", str(interrupted),
             "--resume"]
     at = args.index(flag) if flag in args else None
     args = args[:at + 1] + [value] + args[at + 2:] if at is not None else [*args, flag, value]
-    if flag == "--steps":
-        args += ["--warmup-steps", "2"]  # the default warmup follows --steps (12 // 5 = 2, 8 // 5 = 1)
+    if flag == "--max-steps":
+        args += ["--warmup-steps", "2"]  # the default warmup follows --max-steps (12 // 5 = 2, 8 // 5 = 1)
     code = main(args)
     err = capsys.readouterr().err
     assert code == 2 and _one_error_line(err, message), err
@@ -287,15 +290,17 @@ def test_resume_refuses_changed_settings(flag, decoder_dir, corpus, interrupted,
 
 
 def test_resume_may_extend_steps_before_the_decay(decoder_dir, corpus, interrupted, tmp_path, capsys):
-    """The one safe change: a larger --steps before the decay began; the record then says the new length. The default
-    warmup follows --steps (12 // 5 = 2, 20 // 5 = 4), so extending to 20 needs the original warmup stated; the
+    """The one safe change: a larger --max-steps before the decay began; the record then says the new length. The
+    default
+    warmup follows --max-steps (12 // 5 = 2, 20 // 5 = 4), so extending to 20 needs the original warmup stated; the
     default decay follows it too, and may (the decay starts after the checkpoint)."""
     import shutil
 
     run = tmp_path / "extended"
     shutil.copytree(interrupted, run)
-    args = ["cpt", str(decoder_dir), "--data-files", str(corpus), "--seq-len", "32", "--batch-size", "4", "--steps",
-            "20", "--save-every", "4", "--eval-every", "0", "--no-progress", "--output-dir", str(run), "--resume"]
+    args = ["cpt", str(decoder_dir), "--data-files", str(corpus), "--max-seq-length", "32", "--batch-size", "4",
+            "--max-steps",
+            "20", "--save-steps", "4", "--eval-steps", "0", "--no-progress", "--output-dir", str(run), "--resume"]
     assert main(args) == 2
     assert _one_error_line(capsys.readouterr().err, "warmup_steps was 2, now 4")
     assert main([*args, "--warmup-steps", "2"]) == 0
@@ -306,7 +311,7 @@ def test_resume_may_extend_steps_before_the_decay(decoder_dir, corpus, interrupt
 
 def test_resume_refuses_to_extend_a_run_inside_its_decay(decoder_dir, corpus, finished_run, capsys):
     before = _snapshot(finished_run)
-    code = main([*_cpt_args(decoder_dir, corpus, finished_run)[:-1], "--steps", "4", "--resume"])
+    code = main([*_cpt_args(decoder_dir, corpus, finished_run)[:-1], "--max-steps", "4", "--resume"])
     assert code == 2 and _one_error_line(capsys.readouterr().err, "past the start of the run's learning-rate decay")
     assert _snapshot(finished_run) == before
 
@@ -324,7 +329,7 @@ def test_resume_never_unpickles_code_from_a_checkpoint(decoder_dir, corpus, tmp_
             return (open, (str(marker), "w"))
 
     run = tmp_path / "run"
-    args = [*_cpt_args(decoder_dir, corpus, run)[:-1], "--steps", "4"]
+    args = [*_cpt_args(decoder_dir, corpus, run)[:-1], "--max-steps", "4"]
     assert main(args) == 0
     newest = run / "checkpoints" / "step-0000004"
     for index in range(3):  # where Accelerate's register_for_checkpointing would have put scheduler, packer, masker

@@ -24,16 +24,16 @@ def corpus(tmp_path_factory):
 
 
 def _cpt(decoder_dir, corpus, out, *extra) -> list[str]:
-    return ["cpt", str(decoder_dir), "--data-files", str(corpus), "--seq-len", "32", "--batch-size", "4",
-            "--lr", str(LR), "--eval-every", "0", "--no-progress", "--output-dir", str(out), *extra]
+    return ["cpt", str(decoder_dir), "--data-files", str(corpus), "--max-seq-length", "32", "--batch-size", "4",
+            "--learning-rate", str(LR), "--eval-steps", "0", "--no-progress", "--output-dir", str(out), *extra]
 
 
 @pytest.fixture(scope="module")
 def run6(decoder_dir, corpus, tmp_path_factory):
     """Six steps, warmup 2, decay 2, a checkpoint every 2 steps (all kept)."""
     out = tmp_path_factory.mktemp("runs") / "six"
-    assert main(_cpt(decoder_dir, corpus, out, "--steps", "6", "--warmup-steps", "2", "--decay-steps", "2",
-                     "--save-every", "2", "--keep-last", "5")) == 0
+    assert main(_cpt(decoder_dir, corpus, out, "--max-steps", "6", "--warmup-steps", "2", "--decay-steps", "2",
+                     "--save-steps", "2", "--save-total-limit", "5")) == 0
     return out
 
 
@@ -52,7 +52,7 @@ def test_every_step_of_any_run_length_gets_a_nonzero_lr():
 
 def test_cpt_steps_1_trains(decoder_dir, corpus, tmp_path):
     out = tmp_path / "one"
-    assert main(_cpt(decoder_dir, corpus, out, "--steps", "1")) == 0
+    assert main(_cpt(decoder_dir, corpus, out, "--max-steps", "1")) == 0
     assert _train_lrs(out) == [pytest.approx(LR)]  # warmup 1 and decay 1 of a 1-step run: the peak, once
 
 
@@ -63,7 +63,7 @@ def test_metrics_lr_is_the_lr_the_step_used(run6):
 
 def test_no_masked_token_in_the_held_out_rows_is_no_score(decoder_dir, corpus, tmp_path):
     out = tmp_path / "tiny-ratio"
-    assert main(_cpt(decoder_dir, corpus, out, "--steps", "2", "--mask-ratio", "1e-6")) == 0
+    assert main(_cpt(decoder_dir, corpus, out, "--max-steps", "2", "--mlm-probability", "1e-6")) == 0
     evals = [r for r in read_metrics(out / "metrics.jsonl") if r["kind"] == "eval"]
     assert evals and all(r["eval_loss"] is None for r in evals), evals
     assert json.loads((out / "run_record.json").read_text())["eval_loss"] is None
@@ -84,15 +84,15 @@ def test_truncated_last_metrics_line_still_resumes(run6, decoder_dir, corpus, tm
     (out / "run_record.json").unlink(missing_ok=True)
     text = (out / "metrics.jsonl").read_text()
     (out / "metrics.jsonl").write_text(text[: len(text) - 20])
-    assert main(_cpt(decoder_dir, corpus, out, "--steps", "6", "--warmup-steps", "2", "--decay-steps", "2",
-                     "--save-every", "2", "--keep-last", "5", "--resume")) == 0
+    assert main(_cpt(decoder_dir, corpus, out, "--max-steps", "6", "--warmup-steps", "2", "--decay-steps", "2",
+                     "--save-steps", "2", "--save-total-limit", "5", "--resume")) == 0
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl") if r["kind"] == "train"] == [1, 2, 3, 4, 5, 6]
 
 
 # ------------------------------------------------------------------------------------------------ refusals
 def _eval(decoder_dir, tmp, *extra) -> list[str]:
     return ["eval", str(decoder_dir), "--profile", "smoke", "--datasets", "syn-sentiment", "--max-steps", "2",
-            "--batch-size", "4", "--max-length", "32", "--output-dir", str(tmp / "evals"), *extra]
+            "--batch-size", "4", "--max-seq-length", "32", "--output-dir", str(tmp / "evals"), *extra]
 
 
 def _a_file(tmp: Path) -> str:
@@ -141,7 +141,7 @@ def _empty(tmp: Path, content: str = "") -> str:
 
 
 def _contrastive(source, data, tmp, *extra) -> list[str]:
-    return ["contrastive", str(source), "--data-files", str(data), "--output-dir", str(tmp / "con"), "--steps", "2",
+    return ["contrastive", str(source), "--data-files", str(data), "--output-dir", str(tmp / "con"), "--max-steps", "2",
             "--batch-size", "4", *extra]
 
 
@@ -166,7 +166,7 @@ REFUSALS = {
     "convert of a config transformers rejects": (
         lambda d, c, run, tmp: ["convert", _rejected_config(d, tmp), str(tmp / "conv")], REJECTED),
     "cpt of a config transformers rejects": (
-        lambda d, c, run, tmp: _cpt(_rejected_config(d, tmp), c, tmp / "cpt", "--steps", "1"), REJECTED),
+        lambda d, c, run, tmp: _cpt(_rejected_config(d, tmp), c, tmp / "cpt", "--max-steps", "1"), REJECTED),
     "eval of a config transformers rejects": (lambda d, c, run, tmp: _eval(_rejected_config(d, tmp), tmp), REJECTED),
     "convert of folder code without the flag": (
         lambda d, c, run, tmp: ["convert", _custom_code(d, tmp), str(tmp / "conv")], f"{CUSTOM}, which runs only "
@@ -177,7 +177,8 @@ REFUSALS = {
     "contrastive on a blank JSONL": (lambda d, c, run, tmp: _contrastive(run / "encoder", _empty(tmp, "\n\n"), tmp),
                                      "holds no rows (empty or blank file)"),
     "export at the branch point": (
-        lambda d, c, run, tmp: _cpt(d, c, tmp / "branch", "--steps", "6", "--warmup-steps", "2", "--decay-steps", "2",
+        lambda d, c, run, tmp: _cpt(d, c, tmp / "branch", "--max-steps", "6", "--warmup-steps", "2", "--decay-steps",
+                                    "2",
                                     "--from-checkpoint", str(run / "checkpoints" / "step-0000002"),
                                     "--export-steps", "2,5"),
         "--export-steps 2"),
@@ -185,15 +186,16 @@ REFUSALS = {
     "eval name that is a path": (lambda d, c, run, tmp: _eval(d, tmp, "--name", "/tmp/x"), "--name"),
     "unknown eval device": (lambda d, c, run, tmp: _eval(d, tmp, "--device", "tpu9"), "--device"),
     "qa stride at a short max length": (
-        lambda d, c, run, tmp: [*_eval(d, tmp, "--datasets", "syn-qa"), "--max-length", "8"], "--max-length"),
-    "lora target typo": (lambda d, c, run, tmp: _cpt(d, c, tmp / "lora", "--steps", "2", "--lora-r", "4",
+        lambda d, c, run, tmp: [*_eval(d, tmp, "--datasets", "syn-qa"), "--max-seq-length", "8"], "--max-seq-length"),
+    "lora target typo": (lambda d, c, run, tmp: _cpt(d, c, tmp / "lora", "--max-steps", "2", "--lora-r", "4",
                                                      "--lora-targets", "q_prjo,v_proj"), "q_prjo"),
     "flex attention on cpu": (
-        lambda d, c, run, tmp: _cpt(d, c, tmp / "flex", "--steps", "2", "--attn-implementation", "flex_attention"),
+        lambda d, c, run, tmp: _cpt(d, c, tmp / "flex", "--max-steps", "2", "--attn-implementation", "flex_attention"),
         "flex_attention"),
     "contrastive seq length above the positions": (
         lambda d, c, run, tmp: ["contrastive", str(run / "encoder"), "--data-files", str(c), "--output-dir",
-                                str(tmp / "con"), "--steps", "2", "--batch-size", "4", "--max-seq-length", "100000"],
+                                str(tmp / "con"), "--max-steps", "2", "--batch-size", "4", "--max-seq-length",
+                                "100000"],
         "--max-seq-length"),
 }
 

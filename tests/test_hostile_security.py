@@ -212,7 +212,7 @@ def _contrastive(folder: Path, root: Path) -> list[str]:
     data = root / "text.jsonl"
     data.write_text("".join(json.dumps({"text": f"w{i} w{i + 1} w{i + 2}"}) + "\n" for i in range(16)))
     return ["contrastive", str(folder), "--data-files", str(data), "--output-dir", str(root / "out"),
-            "--steps", "1", "--batch-size", "4", "--max-seq-length", "32"]
+            "--max-steps", "1", "--batch-size", "4", "--max-seq-length", "32"]
 
 
 def _mteb(folder: Path, root: Path) -> list[str]:
@@ -306,8 +306,9 @@ def test_sigterm_during_cpt_says_where_it_stopped(decoder_dir, tmp_path):
     corpus = write_corpus(tmp_path / "docs.jsonl", 400, lambda i: 6 + i % 12)
     out = tmp_path / "run"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    args = ["cpt", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(out), "--seq-len", "32",
-            "--steps", "100000", "--batch-size", "2", "--save-every", "2", "--eval-every", "0", "--log-every", "1000",
+    args = ["cpt", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(out), "--max-seq-length", "32",
+            "--max-steps", "100000", "--batch-size", "2", "--save-steps", "2", "--eval-steps", "0", "--logging-steps",
+            "1000",
             "--eval-documents", "8"]
     process = subprocess.Popen([sys.executable, "-c", CPT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, env=env, cwd=tmp_path)

@@ -28,7 +28,8 @@ def snapshot(folder) -> dict:
 
 def test_push_uploads_encoder_card_and_plots_only(fake_hub, run_dir, capsys):  # noqa: F811
     before = snapshot(run_dir)
-    code = main(["push", str(run_dir), "someone/tiny-encoder", "--private", "--commit-message", "First encoder"])
+    code = main(["push", str(run_dir), "someone/tiny-encoder", "--hub-private", "--hub-commit-message",
+                 "First encoder"])
     assert code == 0, capsys.readouterr().err
     repo = fake_hub.repos["someone/tiny-encoder"]
     assert repo["private"] is True and repo["type"] == "model"
@@ -136,5 +137,5 @@ def test_hub_config_validation():
         HubConfig(push_to_hub="nope")
     with pytest.raises(EncoderizeError, match="drop --hub-revision"):
         HubConfig(push_to_hub="a/b", hub_create_pr=True, hub_revision="dev")
-    with pytest.raises(EncoderizeError, match="drop --revision"):
+    with pytest.raises(EncoderizeError, match="drop --hub-revision"):
         PushConfig(".", "a/b", create_pr=True, revision="dev")

@@ -68,9 +68,11 @@ def test_a_resume_that_changes_training_is_refused_naming_the_field(decoder_dir,
 def test_the_refusal_is_one_error_line_on_the_command_line(decoder_dir, corpus, interrupted, tmp_path, capsys):
     folder = tmp_path / "copy"
     shutil.copytree(interrupted, folder)
-    code = main(["cpt", str(decoder_dir), "--data-files", str(corpus), "--seq-len", "32", "--eval-documents", "8",
-                 "--steps", "4", "--batch-size", "4", "--lr", "1e-3", "--save-every", "2", "--eval-every", "0",
-                 "--log-every", "100", "--no-progress", "--output-dir", str(folder), "--resume",
+    code = main(["cpt", str(decoder_dir), "--data-files", str(corpus), "--max-seq-length", "32", "--eval-documents",
+                 "8",
+                 "--max-steps", "4", "--batch-size", "4", "--learning-rate", "1e-3", "--save-steps", "2",
+                 "--eval-steps", "0",
+                 "--logging-steps", "100", "--no-progress", "--output-dir", str(folder), "--resume",
                  "--mixed-precision", "no"])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err

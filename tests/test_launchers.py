@@ -116,8 +116,9 @@ def test_deepspeed_runs_the_shipped_config(config, bf16_model, tmp_path):
 
     folder, corpus = bf16_model
     root = Path(__file__).resolve().parents[1]
-    args = ["cpt", str(folder), "--data-files", str(corpus), "--seq-len", "32", "--batch-size", "4", "--steps", "3",
-            "--save-every", "3", "--eval-every", "0", "--no-progress", "--mixed-precision", "no"]
+    args = ["cpt", str(folder), "--data-files", str(corpus), "--max-seq-length", "32", "--batch-size", "4",
+            "--max-steps", "3",
+            "--save-steps", "3", "--eval-steps", "0", "--no-progress", "--mixed-precision", "no"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
               str(root / "examples" / "accelerate" / config), "--num_processes", "1", "--mixed_precision", "no",

@@ -68,7 +68,8 @@ def _argv(command: str, models, corpus, case: str, out) -> list[str]:
     source, flags = _source(models, case), CASES[case][1]
     if command == "convert":
         return ["convert", source, str(out), *flags]
-    return ["cpt", source, "--data-files", str(corpus), "--seq-len", "32", "--batch-size", "2", "--steps", "2",
+    return ["cpt", source, "--data-files", str(corpus), "--max-seq-length", "32", "--batch-size", "2", "--max-steps",
+            "2",
             "--eval-documents", "4", "--no-progress", "--output-dir", str(out), *flags]
 
 

@@ -33,7 +33,7 @@ def embedding_model(tmp_path_factory):
     out = root / "embedder"
     assert main(["contrastive", str(encoder), "--objective", "supervised", "--data-files", str(data),
                  "--anchor-column", "q", "--positive-column", "p", "--query-prefix", "w99 ", "--output-dir", str(out),
-                 "--steps", "3", "--batch-size", "8"]) == 0
+                 "--max-steps", "3", "--batch-size", "8"]) == 0
     return out
 
 

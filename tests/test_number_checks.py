@@ -12,6 +12,7 @@ import dataclasses
 import pytest
 
 from hf_encoderize import cli
+from hf_encoderize.common.options import flag, option_name
 
 # Fields where 0 is a legitimate value, each with the reason. Every other numeric field must refuse 0.
 ZERO_ALLOWED = {
@@ -60,6 +61,8 @@ def _numeric_fields() -> list[tuple[str, str, type]]:
 
 
 FIELDS = _numeric_fields()
+NAMES = {field.name: option_name(cls, field) for command in cli.COMMANDS.values() for cls in command.configs
+         for field in dataclasses.fields(cls) if field.kw_only}
 
 
 def _base_argv(command: str, tmp_path) -> list[str]:
@@ -104,7 +107,8 @@ def _bad_values(field: str, kind: type) -> list:
 
 
 def _flag(field: str) -> str:
-    return f"--{field.replace('_', '-')}"
+    """The field's flag: its public name (`--learning-rate` for `lr`), the same in every command that has it."""
+    return flag(NAMES.get(field, field))
 
 
 def _yaml_scalar(value) -> str:
@@ -118,7 +122,7 @@ def test_every_bad_number_is_one_line_naming_the_option(command, field, kind, tm
         config.write_text(f"{field}: {_yaml_scalar(value)}\n")
         _assert_one_line([*_base_argv(command, tmp_path), "--config", str(config)], (_flag(field), repr(field)),
                          capsys)
-        if kind is float or isinstance(value, int):  # argparse itself refuses `--steps nan` for an int option
+        if kind is float or isinstance(value, int):  # argparse itself refuses `--max-steps nan` for an int option
             _assert_one_line([*_base_argv(command, tmp_path), f"{_flag(field)}={value}"], (_flag(field),), capsys)
 
 

@@ -54,14 +54,15 @@ def text(tmp_path_factory):
 
 
 def _cpt(model, corpus, out, *flags) -> list[str]:
-    return ["cpt", str(model), "--data-files", str(corpus), "--seq-len", "32", "--batch-size", "4", "--steps", "2",
-            "--save-every", "2", "--eval-every", "0", "--eval-documents", "8", "--no-progress",
+    return ["cpt", str(model), "--data-files", str(corpus), "--max-seq-length", "32", "--batch-size", "4",
+            "--max-steps", "2",
+            "--save-steps", "2", "--eval-steps", "0", "--eval-documents", "8", "--no-progress",
             "--output-dir", str(out), *flags]
 
 
 def _contrastive(encoder, text, out, *flags) -> list[str]:
-    return ["contrastive", str(encoder), "--data-files", str(text), "--output-dir", str(out), "--steps", "2",
-            "--batch-size", "8", "--max-seq-length", "16", "--save-every", "1", "--no-progress", *flags]
+    return ["contrastive", str(encoder), "--data-files", str(text), "--output-dir", str(out), "--max-steps", "2",
+            "--batch-size", "8", "--max-seq-length", "16", "--save-steps", "1", "--no-progress", *flags]
 
 
 @pytest.fixture(scope="module")
@@ -292,7 +293,7 @@ REFUSED = {  # case: (build the user's folders -> argv, what the one error line 
     "contrastive --resume into a folder holding a user file": (_contrastive_resume_over_user_files, "not empty"),
     "run --overwrite, a folder of the user's": (
         lambda c: ["run", str(c.decoder_dir), "--data-files", str(c.corpus), "--output-dir", str(_user_folder(c.tmp)),
-                   "--steps", "2", "--eval-profile", "none", "--overwrite"], "did not write"),
+                   "--max-steps", "2", "--eval-profile", "none", "--overwrite"], "did not write"),
 }
 
 _NEEDS = ("decoder_dir", "corpus", "text", "cpt_run", "encoder", "contrastive_out")

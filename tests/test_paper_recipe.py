@@ -58,7 +58,7 @@ def test_schedule_defaults_are_the_papers_2000_steps():
     assert factors == pytest.approx([1 / 2000, 1.0, 1.0, 1.0, 1.0, 1 / 2000])  # zero only after the last step
     with pytest.raises(EncoderizeError, match="not both"):
         TrainConfig(decay_steps=100, decay_fraction=0.1)
-    with pytest.raises(EncoderizeError, match="--decay-steps 5000 is more than --steps 2000"):
+    with pytest.raises(EncoderizeError, match="--decay-steps 5000 is more than --max-steps 2000"):
         TrainConfig(steps=2000, decay_steps=5000)
 
 
@@ -83,11 +83,12 @@ def test_cpt_branch_equals_the_unbroken_shorter_run(decoder_dir, corpus, tmp_pat
 def test_cpt_branch_refuses_a_decayed_or_different_source(decoder_dir, corpus, tmp_path, capsys):
     source = tmp_path / "source"
     _cpt(decoder_dir, corpus, source, steps=8)
-    base = ["cpt", str(decoder_dir), "--data-files", str(corpus), "--seq-len", "32", "--batch-size", "4", "--lr",
+    base = ["cpt", str(decoder_dir), "--data-files", str(corpus), "--max-seq-length", "32", "--batch-size", "4",
+            "--learning-rate",
             "1e-3", "--warmup-steps", "2", "--decay-steps", "2", "--eval-documents", "16", "--no-progress"]
     cases = {
-        "step-0000006": (["--steps", "7"], "past the start of a learning-rate decay (step 5)"),  # 7 - 2
-        "step-0000004": (["--steps", "6", "--lr", "2e-3"], "lr was 0.001, now 0.002"),
+        "step-0000006": (["--max-steps", "7"], "past the start of a learning-rate decay (step 5)"),  # 7 - 2
+        "step-0000004": (["--max-steps", "6", "--learning-rate", "2e-3"], "lr was 0.001, now 0.002"),
     }
     for checkpoint, (extra, message) in cases.items():
         out = tmp_path / f"from-{checkpoint}"
@@ -168,7 +169,7 @@ def test_export_steps_save_encoders_without_changing_the_run(decoder_dir, corpus
     _cpt(decoder_dir, corpus, tmp_path / "exported", export_steps="2,4", keep_last=1)
     _assert_same(_weights(tmp_path / "plain" / "encoder"), _weights(tmp_path / "exported" / "encoder"))
     exports = sorted(p.name for p in (tmp_path / "exported" / "exports").iterdir())
-    assert exports == ["step-0000002", "step-0000004"]  # kept, whatever --keep-last prunes
+    assert exports == ["step-0000002", "step-0000004"]  # kept, whatever --save-total-limit prunes
     two, four = (_weights(tmp_path / "exported" / "exports" / f"step-000000{n}") for n in (2, 4))
     final = _weights(tmp_path / "exported" / "encoder")
     assert two.keys() == four.keys() == final.keys()
@@ -212,7 +213,8 @@ def test_pretrain_exports_a_clm_phase_checkpoint_and_trains_on(tmp_path):
 
 
 def test_bad_export_steps_are_one_line(decoder_dir, corpus, tmp_path, capsys):
-    base = ["cpt", str(decoder_dir), "--data-files", str(corpus), "--steps", "6", "--output-dir", str(tmp_path / "x")]
+    base = ["cpt", str(decoder_dir), "--data-files", str(corpus), "--max-steps", "6", "--output-dir",
+            str(tmp_path / "x")]
     for value, message in (("0", "--export-steps 0 is outside 1..5"), ("6", "--export-steps 6 is outside 1..5"),
                            ("5k", "give whole steps separated by commas")):
         assert main([*base, "--export-steps", value]) == 2
@@ -245,9 +247,11 @@ def test_pfs_recipe_follows_the_paper(tmp_path):
     commands = _dry_run("pfs.sh", tmp_path)
     assert len(commands) == 2 + 3 * 3 + 2 * 2  # base runs, 3 splits x 3 budgets, 100% cells of 12k and 22k
     for command in commands:
-        assert (_flag(command, "--lr"), _flag(command, "--warmup-steps"), _flag(command, "--decay-steps")) == \
+        assert (_flag(command, "--learning-rate"), _flag(command, "--warmup-steps"), _flag(command,
+                                                                                           "--decay-steps")) == \
             ("5e-4", "2000", "2000") and "--decay-fraction" not in command
-        assert int(_flag(command, "--batch-size")) * 8 * int(_flag(command, "--grad-accum")) * 2048 == 2_359_296
+        assert int(_flag(command, "--batch-size")) * 8 * int(_flag(command,
+                                                                   "--gradient-accumulation-steps")) * 2048 == 2_359_296
     bases = [c for c in commands if "--from-checkpoint" not in c]
     assert [_flag(c, "--export-steps") for c in bases] == ["1000,2000,5000,10000,20000,40000"] * 2
     switches = sorted(int(_flag(c, "--from-checkpoint")[-7:]) for c in commands if "clm0." in _flag(c, "--output-dir"))
@@ -260,7 +264,7 @@ def test_cpt_recipe_branches_budgets_and_continues_the_data(tmp_path):
         record = {"data_position": {"passes_completed": 0, "next_document": 4321}}
         (tmp_path / "610M" / base / "run_record.json").write_text(json.dumps(record))
     commands = _dry_run("cpt.sh", tmp_path)
-    assert [int(_flag(c, "--steps")) for c in commands] == [22000, 12000, 2000] * 2
-    assert sum(int(_flag(c, "--steps")) for c in commands[:3]) - 10000 == 26000  # section 5: 26,000 steps a base
+    assert [int(_flag(c, "--max-steps")) for c in commands] == [22000, 12000, 2000] * 2
+    assert sum(int(_flag(c, "--max-steps")) for c in commands[:3]) - 10000 == 26000  # section 5: 26,000 steps a base
     assert _flag(commands[1], "--from-checkpoint").endswith("cpt-clm-42000-22000/checkpoints/step-0010000")
     assert all(_flag(c, "--skip-documents") == "4321" and _flag(c, "--decay-steps") == "2000" for c in commands)

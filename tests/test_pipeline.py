@@ -8,8 +8,8 @@ from hub_server import fake_hub  # noqa: F401 (fixture)
 from hf_encoderize.cli import main
 from hf_encoderize.publish.card import CARD_MARKER
 
-TINY = ["--seq-len", "32", "--batch-size", "4", "--eval-documents", "8", "--save-every", "2", "--no-progress",
-        "--log-every", "100"]
+TINY = ["--max-seq-length", "32", "--batch-size", "4", "--eval-documents", "8", "--save-steps", "2", "--no-progress",
+        "--logging-steps", "100"]
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,8 @@ def corpus(tmp_path_factory):
 
 def test_cpt_push_to_hub_pushes_card_and_encoder(decoder_dir, corpus, tmp_path, fake_hub):  # noqa: F811
     out = tmp_path / "cpt"
-    code = main(["cpt", str(decoder_dir), "--data-files", str(corpus), "--steps", "2", "--output-dir", str(out), *TINY,
+    code = main(["cpt", str(decoder_dir), "--data-files", str(corpus), "--max-steps", "2", "--output-dir", str(out),
+                 *TINY,
                  "--push-to-hub", "someone/cpt-encoder", "--hub-private", "--hub-commit-message", "CPT done"])
     assert code == 0
     repo = fake_hub.repos["someone/cpt-encoder"]
@@ -40,13 +41,15 @@ def test_push_to_hub_without_token_fails_before_training(decoder_dir, corpus, tm
                                                          capsys):
     monkeypatch.delenv("HF_TOKEN")
     out = tmp_path / "never"
-    code = main(["cpt", str(decoder_dir), "--data-files", str(corpus), "--steps", "2", "--output-dir", str(out), *TINY,
+    code = main(["cpt", str(decoder_dir), "--data-files", str(corpus), "--max-steps", "2", "--output-dir", str(out),
+                 *TINY,
                  "--push-to-hub", "someone/x"])
     assert code == 2 and "needs a Hub token" in capsys.readouterr().err
     assert not out.exists() and fake_hub.requests == []
 
 
-RUN = ["--steps", "2", *TINY, "--eval-profile", "smoke", "--eval-datasets", "syn-sentiment", "--eval-max-steps", "2"]
+RUN = ["--max-steps", "2", *TINY, "--eval-profile", "smoke", "--eval-datasets", "syn-sentiment", "--eval-max-steps",
+       "2"]
 
 
 def banners(text: str) -> list[str]:
@@ -84,7 +87,7 @@ def test_run_all_stages_then_a_rerun_skips_them(decoder_dir, corpus, tmp_path, f
     assert len(fake_hub.repos["someone/run-encoder"]["commits"]) == 1
     assert (out / "run_record.json").read_text() == record
 
-    assert main([*args[:-2], "--steps", "3"]) == 2  # other settings never mix into a finished run
+    assert main([*args[:-2], "--max-steps", "3"]) == 2  # other settings never mix into a finished run
     assert "holds a finished cpt with other settings (train.steps was 2, now 3)" in capsys.readouterr().err
 
 
@@ -92,7 +95,7 @@ def test_run_resumes_an_interrupted_cpt(decoder_dir, corpus, tmp_path, capsys, m
     import hf_encoderize.training.train as train_module
 
     out = tmp_path / "resume"
-    base = ["--data-files", str(corpus), "--output-dir", str(out), *TINY[:-2], "--log-every", "1"]
+    base = ["--data-files", str(corpus), "--output-dir", str(out), *TINY[:-2], "--logging-steps", "1"]
     real_step, calls = train_module.train_step, []
 
     def dies_at_step_three(run, **options):
@@ -102,11 +105,11 @@ def test_run_resumes_an_interrupted_cpt(decoder_dir, corpus, tmp_path, capsys, m
         return real_step(run, **options)
 
     monkeypatch.setattr(train_module, "train_step", dies_at_step_three)
-    assert main(["run", str(decoder_dir), "--steps", "4", *base, "--eval-profile", "none"]) == 130
+    assert main(["run", str(decoder_dir), "--max-steps", "4", *base, "--eval-profile", "none"]) == 130
     monkeypatch.setattr(train_module, "train_step", real_step)
     assert not (out / "run_record.json").exists()
     capsys.readouterr()
-    assert main(["run", str(decoder_dir), "--steps", "4", *base, "--eval-profile", "none"]) == 0
+    assert main(["run", str(decoder_dir), "--max-steps", "4", *base, "--eval-profile", "none"]) == 0
     printed = capsys.readouterr().out
     assert "step 3/4" in printed and "step 1/4" not in printed  # continued from the checkpoint
     assert json.loads((out / "run_record.json").read_text())["steps"] == 4
@@ -136,7 +139,7 @@ def test_quickstart_wiring_on_a_tiny_decoder(decoder_dir, tmp_path, monkeypatch,
     import hf_encoderize.pipeline.quickstart as quickstart_module
 
     monkeypatch.setattr(quickstart_module, "embedded_gguf", lambda: decoder_dir)  # the real GGUF is too slow here
-    assert main(["quickstart", "--output-dir", str(tmp_path / "qs"), "--steps", "2", "--contrastive-steps", "2",
+    assert main(["quickstart", "--output-dir", str(tmp_path / "qs"), "--max-steps", "2", "--contrastive-max-steps", "2",
                  "--eval-seeds", "2", "--eval-max-steps", "3"]) == 0
     printed = capsys.readouterr().out
     assert "pydoc_topics.jsonl" in printed and "model card" in printed
@@ -194,8 +197,8 @@ def test_eval_push_to_hub_refuses_a_hub_model_before_fine_tuning(tmp_path, fake_
 
 def test_run_adds_a_simcse_stage_and_a_rerun_skips_it(decoder_dir, corpus, tmp_path, capsys):
     out = tmp_path / "contrastive-run"
-    args = ["run", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(out), "--steps", "2",
-            *TINY[:-2], "--eval-profile", "none", "--contrastive", "simcse", "--contrastive-steps", "2"]
+    args = ["run", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(out), "--max-steps", "2",
+            *TINY[:-2], "--eval-profile", "none", "--contrastive", "simcse", "--contrastive-max-steps", "2"]
     assert main(args) == 0
     record = json.loads((out / "contrastive" / "contrastive_run.json").read_text())
     assert record["stage"]["objective"] == "simcse" and record["source"] == str(out / "encoder")
@@ -217,9 +220,9 @@ def test_run_contrastive_is_evaluated_compared_and_carded(decoder_dir, corpus, t
     from huggingface_hub import ModelCard
 
     out = tmp_path / "embedding-run"
-    args = ["run", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(out), "--steps", "2", *TINY,
+    args = ["run", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(out), "--max-steps", "2", *TINY,
             "--eval-profile", "smoke", "--eval-datasets", "syn-retrieval", "--eval-max-steps", "2",
-            "--contrastive", "simcse", "--contrastive-steps", "2"]
+            "--contrastive", "simcse", "--contrastive-max-steps", "2"]
     assert main(args) == 0
     printed = capsys.readouterr().out
     header = next(line for line in printed.splitlines() if line.startswith("| Task"))

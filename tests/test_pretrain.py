@@ -138,21 +138,21 @@ def test_bad_input_is_one_line(tiny, unbroken, tmp_path, capsys, monkeypatch):
     import hf_encoderize.recipes.pretrain as pretrain_module
 
     base = ["pretrain", "--model-config", str(tiny / "config.json"), "--tokenizer", str(tiny / "tokenizer"),
-            "--data-files", str(tiny / "docs.jsonl"), "--seq-len", "32", "--output-dir", str(tmp_path / "o")]
+            "--data-files", str(tiny / "docs.jsonl"), "--max-seq-length", "32", "--output-dir", str(tmp_path / "o")]
     switch = str(unbroken[0] / "switch" / "step-0000006")
     cases = [
         (["--schedule", "clm:0.5,nsp:0.5"], "unknown phase 'nsp'"),
         (["--schedule", "clm:0.5,mlm:0.4"], "shares sum to 0.9, not 1"),
         (["--schedule", "mlm:0.5,clm:0.5"], "clm before mlm"),
-        (["--schedule", "clm:0.01,mlm:0.99", "--steps", "20"], "phase clm gets 0 of 20 steps"),
+        (["--schedule", "clm:0.01,mlm:0.99", "--max-steps", "20"], "phase clm gets 0 of 20 steps"),
         (["--model-config", "7B"], "not 210M/610M/1B"),
-        (["--seq-len", "128"], "above the config's 64 positions"),
+        (["--max-seq-length", "128"], "above the config's 64 positions"),
         (["--from-checkpoint", str(tmp_path)], "is not a checkpoint folder"),
-        (["--from-checkpoint", switch, "--steps", "12", "--schedule", "clm:0.25,mlm:0.75", "--warmup-steps", "4",
-          "--decay-fraction", "0.2", "--lr", "3e-3", "--batch-size", "4", "--eval-documents", "16"],
+        (["--from-checkpoint", switch, "--max-steps", "12", "--schedule", "clm:0.25,mlm:0.75", "--warmup-steps", "4",
+          "--decay-fraction", "0.2", "--learning-rate", "3e-3", "--batch-size", "4", "--eval-documents", "16"],
          "and this one differ"),
-        (["--from-checkpoint", switch, "--steps", "12"], "the source run used lr=0.003"),
-        (["--model-config", "1B", "--seq-len", "2048", "--batch-size", "12"], "GiB to train at batch 12 x 2048"),
+        (["--from-checkpoint", switch, "--max-steps", "12"], "the source run used lr=0.003"),
+        (["--model-config", "1B", "--max-seq-length", "2048", "--batch-size", "12"], "GiB to train at batch 12 x 2048"),
     ]
     monkeypatch.setattr(pretrain_module, "available_memory", lambda: (16 * 2**30, "available RAM"))
     for extra, message in cases:
@@ -203,8 +203,9 @@ def test_card_of_a_pretrain_run_describes_the_schedule(unbroken):
 def test_pretrain_push_to_hub_pushes_the_encoder_and_its_card(tiny, tmp_path, fake_hub):  # noqa: F811
     out = tmp_path / "pushed"
     assert main(["pretrain", "--model-config", str(tiny / "config.json"), "--tokenizer", str(tiny / "tokenizer"),
-                 "--data-files", str(tiny / "docs.jsonl"), "--seq-len", "32", "--eval-documents", "16",
-                 "--steps", "4", "--batch-size", "4", "--save-every", "100", "--no-progress", "--output-dir", str(out),
+                 "--data-files", str(tiny / "docs.jsonl"), "--max-seq-length", "32", "--eval-documents", "16",
+                 "--max-steps", "4", "--batch-size", "4", "--save-steps", "100", "--no-progress", "--output-dir",
+                 str(out),
                  "--push-to-hub", "someone/pretrained", "--hub-private"]) == 0
     files = fake_hub.files("someone/pretrained")
     assert {"model.safetensors", "config.json", "README.md"} <= set(files)

@@ -33,10 +33,12 @@ def test_every_push_option_has_its_help(command):
 
 
 CASES = {  # id: (argv after the command's positionals, text of the one error line)
-    "push: a pull request on a branch": (["push", "OUT", "me/enc", "--create-pr", "--revision", "dev"],
-                                         "--create-pr opens a pull request against main; drop --revision"),
-    "push-space: a pull request on a branch": (["push-space", "OUT", "me/demo", "--create-pr", "--revision", "dev"],
-                                               "--create-pr opens a pull request against main; drop --revision"),
+    "push: a pull request on a branch": (["push", "OUT", "me/enc", "--hub-create-pr", "--hub-revision", "dev"],
+                                         "--hub-create-pr opens a pull request against main; drop --hub-revision"),
+    "push-space: a pull request on a branch": (["push-space", "OUT", "me/demo", "--hub-create-pr", "--hub-revision",
+                                                "dev"],
+                                               "--hub-create-pr opens a pull request against main; drop "
+                                               "--hub-revision"),
     "cpt: a pull request on a branch": (["cpt", "MODEL", "--push-to-hub", "me/enc", "--hub-create-pr",
                                          "--hub-revision", "dev"],
                                         "--hub-create-pr opens a pull request against main; drop --hub-revision"),

@@ -73,7 +73,7 @@ def test_the_readme_yaml_example_builds_the_cpt_configs():
     assert train.steps == 12000 and train.batch_size == 16 and train.mixed_precision == "bf16"
     assert masking.mask_ratio == 0.4  # untouched fields keep the paper's defaults
     # flags given on the command line win over the file
-    args = build_parser().parse_args(["cpt", "meta-llama/Llama-3.2-1B", "--steps", "50"])
+    args = build_parser().parse_args(["cpt", "meta-llama/Llama-3.2-1B", "--max-steps", "50"])
     assert build_configs(COMMANDS["cpt"], args, values)[3].steps == 50
 
 

@@ -141,10 +141,10 @@ def test_push_space_refuses_bad_ids_in_one_line(tiny_run, capsys):
     from hf_encoderize.cli import main
 
     assert main(["push-space", str(tiny_run), "not a repo"]) == 2
-    assert main(["push-space", str(tiny_run), "someone/demo", "--create-pr", "--revision", "dev"]) == 2
+    assert main(["push-space", str(tiny_run), "someone/demo", "--hub-create-pr", "--hub-revision", "dev"]) == 2
     errors = capsys.readouterr().err.strip().splitlines()
     assert len(errors) == 2 and all(line.startswith("error: ") for line in errors)
-    assert "invalid Hub repo id" in errors[0] and "--create-pr" in errors[1]
+    assert "invalid Hub repo id" in errors[0] and "--hub-create-pr" in errors[1]
 
 
 # ------------------------------------------------------------------------------------------------ browser

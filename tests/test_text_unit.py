@@ -1,6 +1,6 @@
 """A .txt corpus is read as documents, not lines (issue 40 point 2): `--text-unit line|paragraph|file`, paragraphs by
 default, recorded in the run record and on the card, and one warning line before training when the median document
-is under an eighth of --seq-len."""
+is under an eighth of --max-seq-length."""
 
 import json
 
@@ -61,7 +61,7 @@ def test_short_documents_are_said_once_with_what_to_do(tmp_path):
     by_line = DataConfig(data_files=str(corpus), text_unit="line", seq_len=64, eval_documents=4)
     assert check_document_length(by_line, open_documents(by_line), tokenizer, say=lines.append) == 6
     assert len(lines) == 1 and lines[0].startswith("warning: the median training document is 6 tokens"), lines
-    assert "--seq-len 64" in lines[0] and "--text-unit paragraph" in lines[0]
+    assert "--max-seq-length 64" in lines[0] and "--text-unit paragraph" in lines[0]
     lines.clear()
     by_paragraph = DataConfig(data_files=str(corpus), seq_len=64, eval_documents=4)  # 24 tokens: over 64 / 8
     assert check_document_length(by_paragraph, open_documents(by_paragraph), tokenizer, say=lines.append) == 24
@@ -80,8 +80,9 @@ def test_cpt_records_the_unit_and_warns_before_the_first_step(decoder_dir, tmp_p
     corpus = write_prose(tmp_path / "prose.txt", 30)
     out = tmp_path / "run"
     code = main(["cpt", str(decoder_dir), "--data-files", str(corpus), "--text-unit", "line", "--output-dir", str(out),
-                 "--seq-len", "64", "--steps", "2", "--batch-size", "2", "--eval-documents", "4", "--eval-every", "0",
-                 "--save-every", "1000"])
+                 "--max-seq-length", "64", "--max-steps", "2", "--batch-size", "2", "--eval-documents", "4",
+                 "--eval-steps", "0",
+                 "--save-steps", "1000"])
     err = capsys.readouterr().err
     assert code == 0, err
     warnings = [line for line in err.splitlines() if line.startswith("warning: the median training document")]

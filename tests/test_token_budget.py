@@ -33,7 +33,7 @@ def test_the_line_comes_only_when_the_source_runs_out(tmp_path):
     budget = check_token_budget(cfg, documents, tokenizer, rows_per_step=10, steps=30, say=lines.append)
     assert budget.passes == pytest.approx(3.0, rel=0.05)
     assert len(lines) == 1 and lines[0].startswith("warning: ") and "3.0 passes" in lines[0], lines
-    assert "--steps" in lines[0] and str(corpus) in lines[0]
+    assert "--max-steps" in lines[0] and str(corpus) in lines[0]
 
 
 @pytest.mark.parametrize("subset, skip_documents, steps, warns", [
@@ -59,8 +59,9 @@ def test_an_unknown_hub_dataset_is_not_estimated():
 def test_cpt_says_it_before_the_first_step(decoder_dir, tmp_path, capsys):
     corpus = write_corpus(tmp_path / "docs.jsonl", 40, lambda i: 8)
     code = main(["cpt", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(tmp_path / "run"),
-                 "--seq-len", "16", "--steps", "12", "--batch-size", "4", "--eval-documents", "4", "--eval-every", "0",
-                 "--save-every", "1000"])
+                 "--max-seq-length", "16", "--max-steps", "12", "--batch-size", "4", "--eval-documents", "4",
+                 "--eval-steps", "0",
+                 "--save-steps", "1000"])
     err = capsys.readouterr().err
     assert code == 0, err
     warnings = [line for line in err.splitlines() if line.startswith("warning: this run reads about")]

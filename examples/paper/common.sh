@@ -28,8 +28,8 @@ LAUNCH="${LAUNCH:-accelerate launch --config_file examples/accelerate/multi_gpu_
 DATA=(${DATA:---dataset HuggingFaceFW/fineweb-edu --dataset-config sample-350BT})
 
 common_flags() {
-  echo --tokenizer "$TOKENIZER" --seq-len 2048 --batch-size "$BATCH" --grad-accum "$ACCUM" --lr "$LR" \
-    --warmup-steps 2000 --decay-steps 2000 --mask-ratio "$MASK" --eval-every 1000 --save-every 500 --keep-last 100 "${DATA[@]}"
+  echo --tokenizer "$TOKENIZER" --max-seq-length 2048 --batch-size "$BATCH" --gradient-accumulation-steps "$ACCUM" --learning-rate "$LR" \
+    --warmup-steps 2000 --decay-steps 2000 --mlm-probability "$MASK" --eval-steps 1000 --save-steps 500 --save-total-limit 100 "${DATA[@]}"
 }
 
 # pretrain NAME SCHEDULE STEPS [CHECKPOINT] [EXPORT_STEPS]: one PFS cell. The decay always spans the final 2,000
@@ -46,7 +46,7 @@ pretrain() {
   # A run killed before its first checkpoint starts over; a branch keeps its branch point either way.
   [ -n "$from" ] && [ ! -d "$out/checkpoints" ] && extra+=(--from-checkpoint "$from")
   # shellcheck disable=SC2046
-  $LAUNCH pretrain --model-config "$SIZE" $(common_flags) --schedule "$schedule" --steps "$steps" \
+  $LAUNCH pretrain --model-config "$SIZE" $(common_flags) --schedule "$schedule" --max-steps "$steps" \
     --output-dir "$out" "${extra[@]}"
 }
 

@@ -21,9 +21,9 @@ cpt_run() {
     "$RUNS/$SIZE/$base/run_record.json")
   if [ -d "$out/checkpoints" ]; then extra+=(--resume); elif [ -d "$out" ]; then extra+=(--overwrite); fi
   [ -n "$from" ] && [ ! -d "$out/checkpoints" ] && extra+=(--from-checkpoint "$from")
-  $LAUNCH cpt "$RUNS/$SIZE/$base/encoder" --seq-len 2048 --batch-size "$BATCH" --grad-accum "$ACCUM" --lr "$LR" \
-    --warmup-steps 2000 --decay-steps 2000 --mask-ratio "$MASK" --steps "$steps" --eval-every 1000 --save-every 500 \
-    --keep-last 100 --skip-documents "$skip" "${DATA[@]}" --output-dir "$out" "${extra[@]}"
+  $LAUNCH cpt "$RUNS/$SIZE/$base/encoder" --max-seq-length 2048 --batch-size "$BATCH" --gradient-accumulation-steps "$ACCUM" --learning-rate "$LR" \
+    --warmup-steps 2000 --decay-steps 2000 --mlm-probability "$MASK" --max-steps "$steps" --eval-steps 1000 --save-steps 500 \
+    --save-total-limit 100 --skip-documents "$skip" "${DATA[@]}" --output-dir "$out" "${extra[@]}"
 }
 
 for base in clm-42000 mlm-42000; do

@@ -8,7 +8,8 @@ Design choices:
   `LENGTH` (the run's length: `steps` and its decay; a resume may extend a run under the rules of
   `training.checkpoints`), `HARMLESS` (speed, memory, logging, where things are written: the same updates).
 - `identity_of(configs)` reads the declarations into a flat, JSON-plain dict (`"train.mixed_precision": "bf16"`). A
-  config whose unset option takes a default from other options (TrainConfig's warmup follows --steps) gives the value
+  config whose unset option takes a default from other options (TrainConfig's warmup follows --max-steps) gives the
+  value
   that runs through an `identity_value(name)` method, so stating the default explicitly is the same run;
   `settings_diff(before, now)` is the one comparison. A key the earlier record does not hold (a field added since that
   run was recorded) is not compared, so run folders written by older versions still resume.

@@ -2,7 +2,8 @@
 
 Why one helper: `float("nan")` and `float("inf")` parse as floats, and NaN compares false with everything, so a
 check like `if lr <= 0: refuse` lets NaN through. `check_number` first requires a finite number, then the bounds,
-and always says the same thing: `--lr must be a finite number above 0, got nan`. Every float and int field of every
+and always says the same thing: `--learning-rate must be a finite number above 0, got nan`. Every float and int field
+of every
 command's config calls it in `__post_init__` with the bounds that say what is allowed (tests/test_number_checks.py
 derives its table from the dataclasses, so a new field without a check fails there).
 
@@ -16,6 +17,7 @@ import math
 import operator
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.options import public_flag
 
 INT64_MAX = 2**63 - 1
 """The largest whole number a tensor, numpy or the OS takes; the default `maximum` of `integer=True`."""
@@ -27,21 +29,23 @@ def check_number(flag: str, value, *, minimum: float | None = None, above: float
                  maximum: float | None = None, below: float | None = None, integer: bool = False) -> None:
     """Refuse `value` unless it is a finite number (a whole one if `integer`) within the bounds; None passes.
 
-    >>> check_number("--lr", float("nan"), above=0)
+    >>> check_number("--learning-rate", float("nan"), above=0)
     Traceback (most recent call last):
-    hf_encoderize.common.errors.EncoderizeError: --lr must be a finite number above 0, got nan
+    hf_encoderize.common.errors.EncoderizeError: --learning-rate must be a finite number above 0, got nan
     >>> check_number("--seed", 2**32, minimum=0, maximum=2**32 - 1, integer=True)
     Traceback (most recent call last):
     hf_encoderize.common.errors.EncoderizeError: --seed must be at least 0 and at most 4294967295, got 4294967296
-    >>> check_number("--steps", 2**63, minimum=1, integer=True)  # doctest: +ELLIPSIS
+    >>> check_number("--max-steps", 2**63, minimum=1, integer=True)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    hf_encoderize.common.errors.EncoderizeError: --steps must be at least 1 and at most 9223372036854775807, got 9...8
-    >>> check_number("--steps", -5, minimum=1, integer=True)
+    hf_encoderize.common.errors.EncoderizeError: --max-steps must be at least 1 and at most 9223372036854775807, got
+    9...8
+    >>> check_number("--max-steps", -5, minimum=1, integer=True)
     Traceback (most recent call last):
-    hf_encoderize.common.errors.EncoderizeError: --steps must be at least 1, got -5
+    hf_encoderize.common.errors.EncoderizeError: --max-steps must be at least 1, got -5
     """
     if value is None:
         return  # the field's "use the default" marker
+    flag = public_flag(flag)  # a flag built from a field name (`--steps`) is named as users type it (`--max-steps`)
     try:
         number = float(value)
     except (TypeError, ValueError, OverflowError):

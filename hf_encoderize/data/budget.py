@@ -5,9 +5,9 @@ documents after the base run's. A run that will start a second pass over its dat
 began, hours in; `check_token_budget` says it in one `warning:` line before the first step.
 
 Design choices:
-- Need: steps x global rows per step (batch x accumulation x processes) x --seq-len. Packed rows are full, so this is
-  the tokens the run reads; padded rows (`--no-pack`) read at least as many documents, so the warning errs on the
-  quiet side there.
+- Need: steps x global rows per step (batch x accumulation x processes) x --max-seq-length. Packed rows are full, so
+  this is the tokens the run reads; padded rows (`--no-pack`) read at least as many documents, so the warning errs on
+  the quiet side there.
 - Holding, after the held-out and skipped documents:
   - FineWeb-Edu's published subsets by their size on the dataset card (sample-10BT, sample-100BT, sample-350BT, the
     whole set about 1.3T), counted in GPT-2 tokens there; converted into the run's own tokens by the sampled rows:
@@ -22,7 +22,7 @@ Design choices:
 - A warning, not a refusal: repeating a small corpus is often what a smoke run or a fine-tune wants. The line says
   what to change for unique tokens.
 - Short documents get their own line (`check_document_length`): packed documents are isolated from each other, so a
-  median document under an eighth of --seq-len gives each token little context (a .txt read one line per document
+  median document under an eighth of --max-seq-length gives each token little context (a .txt read one line per document
   trained ~25-token fragments); measured on the same `SAMPLE_DOCUMENTS`.
 """
 
@@ -116,7 +116,7 @@ def check_token_budget(cfg: DataConfig, documents: Documents, tokenizer, rows_pe
         say(f"warning: this run reads about {_count(budget.need)} tokens ({steps} steps x {rows_per_step} rows x "
             f"{cfg.seq_len}) but {budget.source} holds about {_count(budget.holds)}{budget.unit} after the held-out "
             f"and skipped documents, so it makes about {budget.passes:.1f} passes and repeats tokens (the paper "
-            f"trains on unique ones); for unique tokens {_larger_source(cfg)} or fewer --steps")
+            f"trains on unique ones); for unique tokens {_larger_source(cfg)} or fewer --max-steps")
     return budget
 
 
@@ -126,13 +126,14 @@ def _larger_source(cfg: DataConfig) -> str:
     return "use a larger source (e.g. --dataset-config sample-350BT)"
 
 
-SHORT_DOCUMENT_FRACTION = 1 / 8  # below this share of --seq-len, the median document is a fragment of a row
+SHORT_DOCUMENT_FRACTION = 1 / 8  # below this share of --max-seq-length, the median document is a fragment of a row
 
 
 def check_document_length(cfg: DataConfig, documents: Documents, tokenizer,
                           say: Callable[[str], None]) -> float | None:
     """Say in one `warning:` line when the median training document (of the first `SAMPLE_DOCUMENTS` after the
-    held-out ones) is under an eighth of --seq-len; return that median in tokens (None: no document to measure)."""
+    held-out ones) is under an eighth of --max-seq-length; return that median in tokens (None: no document to
+    measure)."""
     sample = list(itertools.islice(iter(documents), cfg.eval_documents, cfg.eval_documents + SAMPLE_DOCUMENTS))
     if not sample:
         return None
@@ -143,7 +144,7 @@ def check_document_length(cfg: DataConfig, documents: Documents, tokenizer,
                   "paragraph": "--text-unit file makes each file one document"}.get(cfg.text_unit)
         hint = f"the .txt files are read one {cfg.text_unit} per document; {longer}" if text and longer else \
             "if one text was split into several rows or files, join them into whole documents"
-        say(f"warning: the median training document is {median:g} tokens, under an eighth of --seq-len "
+        say(f"warning: the median training document is {median:g} tokens, under an eighth of --max-seq-length "
             f"{cfg.seq_len}: each is attention-isolated in its packed row, so tokens see little context; {hint}")
     return median
 

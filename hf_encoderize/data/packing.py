@@ -187,7 +187,7 @@ class LaneStream:
             if state["pass_rows"] == 0:
                 raise EncoderizeError(f"the training documents do not fill one row of {self.seq_len} tokens per lane "
                                       f"({self.total_lanes} lanes: batch size x processes x accumulation); add data, "
-                                      "or lower --seq-len or --batch-size")
+                                      "or lower --max-seq-length or --batch-size")
             self._announce(passes)
             empty = state["carry"][:0]
             state.update({"pass": passes, "documents": 0, "pass_rows": 0, "furthest": -1, "carry": empty,
@@ -204,7 +204,7 @@ class LaneStream:
             self._announced.add(passes)
             self.warn(f"warning: the training documents ran out ({self._known_documents or '?'} after the skipped and "
                       f"held-out ones): pass {passes + 1} over them begins, so training now repeats tokens (the paper "
-                      "trains on unique tokens, section 2); add data or lower --steps. The run record counts the "
+                      "trains on unique tokens, section 2); add data or lower --max-steps. The run record counts the "
                       "passes.")
 
     def _read_more(self, lane: int) -> None:
@@ -246,7 +246,7 @@ class LaneStream:
         if not count or count < self.total_lanes:
             raise EncoderizeError(f"the dataset has {count} training documents after the held-out ones; a step takes "
                                   f"{self.total_lanes} rows (batch size x processes x accumulation), each packed from "
-                                  "its own documents: add data, or lower --batch-size or --grad-accum")
+                                  "its own documents: add data, or lower --batch-size or --gradient-accumulation-steps")
 
     def snapshot(self) -> dict:
         """The lanes' state, cheaply (for the prefetching thread): carries are shared, never changed in place."""

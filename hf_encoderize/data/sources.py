@@ -62,7 +62,8 @@ class DataConfig:
     """Tokens per packed row."""
     pack: bool | None = None
     """Pack several documents per row (isolated from each other); False pads one document per row (truncated to
-    --seq-len). Default: pack, unless the probe finds that packed documents leak while every other check passes (a
+    --max-seq-length). Default: pack, unless the probe finds that packed documents leak while every other check passes
+    (a
     hybrid whose state-space layers carry state along a row), then pad, with a warning; --pack on such a model is
     refused. The run record says which."""
     eval_documents: int = 64
@@ -84,11 +85,11 @@ class DataConfig:
         if self.text_unit not in get_args(TextUnit):
             raise EncoderizeError(f"--text-unit must be one of {', '.join(get_args(TextUnit))}, not "
                                   f"{self.text_unit!r}")
-        check_number("--seq-len", self.seq_len, minimum=8, integer=True)
+        check_number("--max-seq-length", self.seq_len, minimum=8, integer=True)
         check_number("--eval-documents", self.eval_documents, minimum=0, integer=True)
         check_number("--skip-documents", self.skip_documents, minimum=0, integer=True)
         check_number("--shuffle-buffer", self.shuffle_buffer, minimum=0, integer=True)
-        check_number("--eval-max-rows", self.eval_max_rows, minimum=1, integer=True)
+        check_number("--max-eval-samples", self.eval_max_rows, minimum=1, integer=True)
 
     def reads_text_files(self) -> bool:
         """Whether the source is local .txt files, the one kind `text_unit` cuts into documents."""

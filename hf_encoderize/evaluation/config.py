@@ -136,7 +136,7 @@ class EvalConfig:
     """Comma-separated MTEB tasks (names such as STS12,SciFact, whose data mteb loads from the Hub) or local BEIR
     folders (corpus.jsonl, queries.jsonl, qrels/<split>.tsv): score the model's sentence embeddings zero-shot with
     the mteb package (the `mteb` extra) instead of running the fine-tuning suite. Uses --batch-size (encoding),
-    --max-length, --device, --name and --output-dir; results go to OUTPUT_DIR/<name>/mteb/."""
+    --max-seq-length, --device, --name and --output-dir; results go to OUTPUT_DIR/<name>/mteb/."""
 
     def __post_init__(self):
         if self.profile not in PROFILES:
@@ -162,7 +162,7 @@ class EvalConfig:
             raise EncoderizeError(f"unknown --device {self.device!r}; use auto, cpu, cuda or cuda:N")
         grid = self.grid()  # also refuses an unknown task/dataset or an empty grid before anything loads
         for lr in grid.lrs:
-            check_number("--lrs", lr, above=0)
+            check_number("--learning-rates", lr, above=0)
         for seed in grid.seeds:
             check_number("--seeds", seed, minimum=0, maximum=2**32 - 1, integer=True)  # numpy's seed range
 
@@ -180,13 +180,14 @@ class EvalConfig:
         names = names if names is not None else list(defaults["datasets"])
         names = [n for n in dict.fromkeys(names) if tasks is None or DATASETS[n].task in tasks]
         names.sort(key=lambda n: (TASKS.index(DATASETS[n].task), list(DATASETS).index(n)))
-        lrs = [self._number(v, float, "--lrs") for v in _split_list(self.lrs)] if self.lrs is not None \
+        lrs = [self._number(v, float, "--learning-rates") for v in _split_list(self.lrs)] if self.lrs is not None \
             else list(defaults["lrs"])
         seeds = [self._number(v, int, "--seeds") for v in _split_list(self.seeds)] if self.seeds is not None \
             else list(defaults["seeds"])
         if not names or not lrs or not seeds:
             empty = "datasets" if not names else "learning rates" if not lrs else "seeds"
-            raise EncoderizeError(f"empty grid: no {empty} left to run; check --tasks, --datasets, --lrs and --seeds")
+            raise EncoderizeError(f"empty grid: no {empty} left to run; check --tasks, --datasets, --learning-rates "
+                                  f"and --seeds")
         batch_size = int(self.batch_size or defaults["batch_size"])
         if batch_size < 2 and any(DATASETS[n].task == "ir" for n in names):
             raise EncoderizeError("IR trains on in-batch negatives and needs --batch-size 2 or more")

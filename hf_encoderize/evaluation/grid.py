@@ -160,7 +160,7 @@ def _prepare(spec: DatasetSpec, backbone, cfg: EvalConfig, splits: dict, progres
 
 
 def input_length(cfg: EvalConfig, spec: DatasetSpec, max_positions: int) -> int:
-    """Tokens per input: --max-length if given; else the profile's (quick: 512, or the dataset's own longer length,
+    """Tokens per input: --max-seq-length if given; else the profile's (quick: 512, or the dataset's own longer length,
     2,048 for MLDR); else (paper profile) the model's limit, round(0.99 x positions), for every task, as the authors'
     EncodEval (abstract_eval.py). Never more than the model's positions."""
     profile_length = cfg.grid().max_length

@@ -18,7 +18,7 @@ Design choices:
   with one name (a/scifact, b/scifact) or a task named `summary` would share a file, so they are refused up front.
 - A later call adds its tasks to the summary's earlier ones only when the model is the same: `summary.json` records
   the model's identity (`model_identity`: its files' contents, and the max length), and a model replaced in the same
-  folder (a rerun, `--overwrite`) or a changed --max-length drops the earlier scores and their files, saying so.
+  folder (a rerun, `--overwrite`) or a changed --max-seq-length drops the earlier scores and their files, saying so.
 """
 
 from __future__ import annotations

@@ -145,9 +145,10 @@ class QuestionAnswering(Task):
         longest = max((len(ids) for ids in self.tokenizer(questions, add_special_tokens=False)["input_ids"]), default=0)
         room = self.max_length - longest - self.tokenizer.num_special_tokens_to_add(pair=True)
         if room <= stride:
-            raise EncoderizeError(f"--max-length {self.max_length} leaves {max(room, 0)} context tokens per QA window "
+            raise EncoderizeError(f"--max-seq-length {self.max_length} leaves {max(room, 0)} context tokens per QA "
+                                  f"window "
                                   f"(questions take up to {longest}), not more than the {stride}-token overlap; "
-                                  f"raise --max-length to at least {longest + stride + 8}")
+                                  f"raise --max-seq-length to at least {longest + stride + 8}")
 
     @staticmethod
     def _gold_tokens(answers: dict, offsets: list) -> tuple[int, int]:

@@ -36,7 +36,7 @@ class MaskingConfig:
     """`mlm`: predict the token at its own position; `mntp`: predict it from the previous position (LLM2Vec)."""
 
     def __post_init__(self):
-        check_number("--mask-ratio", self.mask_ratio, above=0, below=1)
+        check_number("--mlm-probability", self.mask_ratio, above=0, below=1)
         if self.replacement not in ("mask", "bert"):
             raise EncoderizeError(f"--replacement must be 'mask' or 'bert', got {self.replacement!r}")
         if self.objective not in ("mlm", "mntp"):

@@ -61,7 +61,7 @@ def parse_schedule(spec: str, steps: int) -> list[Phase]:
         cumulative += share
         end = steps if name == shares[-1][0] else round(cumulative * steps)
         if end <= start:
-            raise EncoderizeError(f"--schedule: phase {name} gets 0 of {steps} steps; raise --steps or its share")
+            raise EncoderizeError(f"--schedule: phase {name} gets 0 of {steps} steps; raise --max-steps or its share")
         phases.append(Phase(name, start, end))
         start = end
     return phases

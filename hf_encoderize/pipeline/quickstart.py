@@ -77,7 +77,7 @@ class QuickstartConfig:
     def __post_init__(self):
         for name in ("steps", "eval_max_steps", "eval_seeds"):
             check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=1, integer=True)
-        check_number("--contrastive-steps", self.contrastive_steps, minimum=0, integer=True)
+        check_number("--contrastive-max-steps", self.contrastive_steps, minimum=0, integer=True)
 
 
 def embedded_gguf() -> Path:

@@ -102,11 +102,11 @@ class RunConfig:
             raise EncoderizeError(f"--contrastive must be simcse, supervised or none, got {self.contrastive!r}")
         if self.contrastive == "supervised" and not self.contrastive_data_files:
             raise EncoderizeError("--contrastive supervised needs --contrastive-data-files (anchor, positive columns)")
-        check_number("--contrastive-steps", self.contrastive_steps, minimum=1, integer=True)
+        check_number("--contrastive-max-steps", self.contrastive_steps, minimum=1, integer=True)
         check_number("--contrastive-batch-size", self.contrastive_batch_size, minimum=2, integer=True)
         check_number("--contrastive-max-seq-length", self.contrastive_max_seq_length, minimum=1, integer=True)
         check_number("--contrastive-dropout", self.contrastive_dropout, minimum=0, below=1)
-        check_number("--contrastive-lr", self.contrastive_lr, above=0)
+        check_number("--contrastive-learning-rate", self.contrastive_lr, above=0)
         if self.eval_profile not in ("paper", "quick", "smoke", "none"):
             raise EncoderizeError(f"--eval-profile must be paper, quick, smoke or none, got {self.eval_profile!r}")
         if self.eval_base not in ("bidirectional", "causal", "both", "none"):

@@ -108,7 +108,7 @@ def _training_rows(run: dict) -> list[tuple[str, str]]:
                      f"linear decay over the final {_decay(run)}"),
         ("Optimizer", f"AdamW, betas {tuple(run.get('betas') or (0.9, 0.95))}, eps "
                       + (f"{run['adam_eps']:.0e}" if "adam_eps" in run else "1e-08 (torch's default: recorded before "
-                         "--adam-eps existed)")
+                         "--adam-epsilon existed)")
                       + f", weight decay {run.get('weight_decay')}, gradient clipping {run.get('max_grad_norm')}"),
         ("Batch", f"{run.get('batch_size')} rows x {run.get('grad_accum')} accumulation x {processes} process(es)"),
         ("Adapters", adapters + (" on a 4-bit NF4 base (QLoRA)" if run.get("load_in_4bit") else "")),

@@ -71,7 +71,7 @@ class PushOptions:
         self.check_target(self.create_pr, self.revision)
 
     @staticmethod
-    def check_target(create_pr: bool, revision: str | None, prefix: str = "--") -> None:
+    def check_target(create_pr: bool, revision: str | None, prefix: str = "--hub-") -> None:
         """A pull request is opened against main, so it takes no branch; `prefix`: how the flags are spelled."""
         if create_pr and revision:
             raise EncoderizeError(f"{prefix}create-pr opens a pull request against main; drop {prefix}revision")

@@ -241,8 +241,8 @@ def load_rows(config: ContrastiveConfig):
 
 
 def rows_used(config: ContrastiveConfig) -> int:
-    """How many rows a Hub dataset gives the stage: `--max-rows`, else one epoch of the run's steps (every process's
-    batch), what the trainer would draw before repeating."""
+    """How many rows a Hub dataset gives the stage: `--max-train-samples`, else one epoch of the run's steps (every
+    process's batch), what the trainer would draw before repeating."""
     return config.max_rows or config.steps * config.batch_size * world_size()
 
 

@@ -173,8 +173,8 @@ def check_seq_len(load: LoadConfig, seq_len: int) -> None:
     limit = next((getattr(config, name) for name in ("max_position_embeddings", "n_positions", "max_seq_len")
                   if isinstance(getattr(config, name, None), int)), None)
     if limit is not None and seq_len > limit:
-        raise EncoderizeError(f"--seq-len {seq_len} is above the model's limit of {limit} positions; "
-                              f"use --seq-len {limit} or less")
+        raise EncoderizeError(f"--max-seq-length {seq_len} is above the model's limit of {limit} positions; "
+                              f"use --max-seq-length {limit} or less")
 
 
 def load_encoderized(load: LoadConfig, data: DataConfig, train: TrainConfig, adapter: AdapterConfig,

@@ -84,7 +84,7 @@ class PretrainConfig:
     tokenizer: str | None = None
     """Tokenizer folder or Hub id. The paper uses the Llama-3 tokenizer (Appendix A)."""
     schedule: str = "clm:0.25,mlm:0.75"
-    """Phases in order with their share of --steps: clm:1.0, mlm:1.0, clm:0.5,mlm:0.5, ... The default 25-75 split
+    """Phases in order with their share of --max-steps: clm:1.0, mlm:1.0, clm:0.5,mlm:0.5, ... The default 25-75 split
     is the one that reliably beats MLM alone (paper, section 4)."""
     attn_implementation: str = "auto"
     """Attention backend: auto (the fastest the architecture supports here; see cpt), eager, sdpa, flex_attention,
@@ -97,7 +97,7 @@ class PretrainConfig:
             raise EncoderizeError("pass --model-config: 210M, 610M, 1B, or a transformers config file / Hub id")
         if not self.tokenizer:
             raise EncoderizeError("pass --tokenizer: a tokenizer folder or Hub id (the paper uses Llama-3's)")
-        parse_schedule(self.schedule, 10**9)  # names, order and shares; step counts are checked against --steps
+        parse_schedule(self.schedule, 10**9)  # names, order and shares; step counts are checked against --max-steps
         from hf_encoderize.model.loading import LoadConfig
 
         LoadConfig("-", attn_implementation=self.attn_implementation)  # the same one-line refusal as cpt's
@@ -200,7 +200,7 @@ def check_memory(spec: str, config, data: DataConfig, train: TrainConfig) -> dic
             f"{need['total'] / gib:,.1f} GiB to train at batch {train.batch_size} x {data.seq_len} tokens "
             f"(weights, gradients and AdamW states {need['states'] / gib:,.1f} GiB, activations "
             f"{need['activations'] / gib:,.1f} GiB) but this machine has {have / gib:,.1f} GiB of {where}; lower "
-            "--batch-size/--seq-len, add --gradient-checkpointing, use a bigger GPU, or pass --no-check-memory")
+            "--batch-size/--max-seq-length, add --gradient-checkpointing, use a bigger GPU, or pass --no-check-memory")
     return need
 
 
@@ -233,7 +233,8 @@ def check_branch(checkpoint: Path, phases: list[Phase], facts: dict, train: Trai
                                       f"this one {value!r}; branch with the same settings")
     source_phases = [Phase(**p) for p in source["phases"]]
     if step >= train.steps:
-        raise EncoderizeError(f"--from-checkpoint is at step {step}, not before --steps {train.steps}; nothing to do")
+        raise EncoderizeError(f"--from-checkpoint is at step {step}, not before --max-steps {train.steps}; nothing to "
+                              f"do")
     if _prefix(source_phases, step) != _prefix(phases, step):
         raise EncoderizeError(f"--from-checkpoint is at step {step}, where the source split ({source['schedule']}) "
                               f"and this one differ; branch from a step both pass through with the same objectives")
@@ -317,7 +318,8 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
 def _check_seq_len(config, data: DataConfig) -> None:
     limit = getattr(config.get_text_config(), "max_position_embeddings", None)
     if isinstance(limit, int) and data.seq_len > limit:
-        raise EncoderizeError(f"--seq-len {data.seq_len} is above the config's {limit} positions; use --seq-len "
+        raise EncoderizeError(f"--max-seq-length {data.seq_len} is above the config's {limit} positions; use "
+                              f"--max-seq-length "
                               f"{limit} or less")
 
 
@@ -371,7 +373,7 @@ def _report(model, counts: tuple[int, int], tokens, pack: bool):
 
 
 def _at_switch(run, monitor, step: int) -> None:
-    """Score the phase that just ended on the held-out rows (always, --eval-every 0 included: the end of a phase is
+    """Score the phase that just ended on the held-out rows (always, --eval-steps 0 included: the end of a phase is
     an end, and the branch point's score is what a split comparison reads), then save the state others branch from."""
     if run.eval_batches:
         monitor.evaluation(step, evaluate_held_out(run))

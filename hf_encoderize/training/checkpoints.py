@@ -334,13 +334,14 @@ def _check_new_length(before: dict, now: dict, step: int, extendable: bool) -> N
     if old == new:
         return
     if not extendable or new < old:
-        allowed = "a larger --steps" if extendable else "no other --steps"
-        raise EncoderizeError(f"--resume: the run has --steps {old}, this asks for {new}; a resume allows {allowed}")
+        allowed = "a larger --max-steps" if extendable else "no other --max-steps"
+        raise EncoderizeError(f"--resume: the run has --max-steps {old}, this asks for {new}; a resume allows "
+                              f"{allowed}")
     decay_start = old - recorded_decay_steps(before)
     if step > decay_start:
-        raise EncoderizeError(f"--resume --steps {new}: the checkpoint (step {step}) is past the start of the run's "
-                              f"learning-rate decay (step {decay_start}); extending would raise the LR again. Resume "
-                              f"with --steps {old}, or branch a new run")
+        raise EncoderizeError(f"--resume --max-steps {new}: the checkpoint (step {step}) is past the start of the "
+                              f"run's learning-rate decay (step {decay_start}); extending would raise the LR again. "
+                              f"Resume with --max-steps {old}, or branch a new run")
     new_start = new - recorded_decay_steps(now)
     if step > new_start:  # the longer run's own decay: it would begin behind the checkpoint, and the LR drop at once
         raise EncoderizeError(f"--resume: the longer run's learning-rate decay ({new - new_start} steps) would start "
@@ -367,7 +368,8 @@ def check_branch_settings(checkpoint: Path, settings: dict, model=None) -> int:
         raise EncoderizeError(f"--from-checkpoint: the source run differs ({'; '.join(changed)}); branch with the "
                               "same settings")
     if step >= now["steps"]:
-        raise EncoderizeError(f"--from-checkpoint is at step {step}, not before --steps {now['steps']}; nothing to do")
+        raise EncoderizeError(f"--from-checkpoint is at step {step}, not before --max-steps {now['steps']}; nothing "
+                              "to do")
     earliest = min(before["steps"] - recorded_decay_steps(before), now["steps"] - now["decay_steps"])
     if step > earliest:
         raise EncoderizeError(f"--from-checkpoint step {step} is past the start of a learning-rate decay (step "

@@ -10,7 +10,8 @@ Design choices:
   FSDP2/ZeRO-3 (a collective: every process calls `export_encoder`).
 - The live model's config is never changed by the save (`save_encoder` marks the config it writes as bidirectional
   and puts the live one back: a CLM phase must stay causal).
-- Exports are training outputs, not checkpoints: `--keep-last` never prunes them, and a resumed run that passes an
+- Exports are training outputs, not checkpoints: `--save-total-limit` never prunes them, and a resumed run that passes
+an
   export step again rewrites that folder with the same weights.
 """
 

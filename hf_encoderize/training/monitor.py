@@ -143,7 +143,7 @@ class TrainingMonitor:
         scored = {k: v for k, v in metrics.items() if v is not None}  # None: no labelled token to score
         self.accelerator.log({f"eval/{k.removeprefix('eval_')}": v for k, v in scored.items()}, step=step)
         message = f"step {step}: " + (", ".join(f"{k} {v:.4f}" for k, v in scored.items()) or
-                                      "no held-out token was masked, so no held-out score (raise --mask-ratio)")
+                                      "no held-out token was masked, so no held-out score (raise --mlm-probability)")
         if self.bar is not None:
             self.bar.write(message)
         else:

@@ -3,7 +3,7 @@
 Design choices:
 - `--on-nonfinite stop` (default) ends the run in one line naming the last good checkpoint; `skip` drops the update
   and stops after 10 in a row or when more than 5% of the steps were skipped: a run that keeps producing NaN is broken.
-- The engine reads its metrics once per `--log-every` steps and always before an evaluation or a checkpoint, so the
+- The engine reads its metrics once per `--logging-steps` steps and always before an evaluation or a checkpoint, so the
   guard sees every step before any checkpoint is written after it.
 """
 
@@ -47,14 +47,15 @@ class NonFiniteGuard:
         last = list_checkpoints(self.output_dir)
         where = f"the last good checkpoint is {str(last[-1])!r} (resume with --resume)" if last else "no checkpoint yet"
         if self.train.on_nonfinite == "stop":
-            raise EncoderizeError(f"non-finite loss or gradient at step {step}; {where}; lower --lr, use "
+            raise EncoderizeError(f"non-finite loss or gradient at step {step}; {where}; lower --learning-rate, use "
                                   "--mixed-precision bf16 rather than fp16, or pass --on-nonfinite skip")
         if self.in_a_row >= MAX_NONFINITE_IN_A_ROW:
             raise EncoderizeError(f"{MAX_NONFINITE_IN_A_ROW} non-finite steps in a row up to step {step}; {where}; "
-                                  "lower --lr or check the data")
+                                  "lower --learning-rate or check the data")
         if self.steps >= 20 and self.skipped > MAX_SKIPPED_SHARE * self.steps:
             raise EncoderizeError(f"{self.skipped} of {self.steps} steps were non-finite and skipped (more than "
-                                  f"{MAX_SKIPPED_SHARE:.0%}) up to step {step}; {where}; lower --lr or check the data")
+                                  f"{MAX_SKIPPED_SHARE:.0%}) up to step {step}; {where}; lower --learning-rate or "
+                                  f"check the data")
 
 
 def plain_norm(grad_norm):
@@ -74,5 +75,6 @@ def check_finite_result(model, state_dict: dict | None, final_eval: dict) -> Non
     if bad or (loss is not None and not math.isfinite(loss)):
         what = f"{bad} weight tensors hold NaN/inf" if bad else f"the final held-out loss is {loss}"
         raise EncoderizeError(f"training ended with a broken model ({what}); nothing was saved as the encoder; "
-                              "resume from an earlier checkpoint with a lower --lr, or use --on-nonfinite stop to find "
+                              "resume from an earlier checkpoint with a lower --learning-rate, or use --on-nonfinite "
+                              "stop to find "
                               "the step")

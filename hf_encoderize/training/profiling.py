@@ -1,4 +1,4 @@
-"""Where a training step's time goes: `cpt --profile` (and `benchmarks/cpt_throughput.py --profile`).
+"""Where a training step's time goes: `cpt --torch-profile` (and `benchmarks/cpt_throughput.py --profile`).
 
 Design choices:
 - The engine marks its parts with `section(name)`: data_wait, forward (the backbone), loss, backward, optimizer.

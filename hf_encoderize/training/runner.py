@@ -101,7 +101,7 @@ class Recipe:
     """Main process, after training: (run, built, gathered weights) -> (the final model, the weights as they are to
     be saved, the record's entries only this recipe knows: what encoderize did, the saved dtype, ...)."""
     extendable: bool = False
-    """A resume may extend --steps (cpt); pretrain's phases are fixed by its budget."""
+    """A resume may extend --max-steps (cpt); pretrain's phases are fixed by its budget."""
     check_launch: Callable[[object], None] | None = None
     """accelerator -> refuse, before any work, what this launch cannot do."""
     check_branch: Callable[[Path, Built], None] | None = None

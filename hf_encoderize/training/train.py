@@ -316,7 +316,7 @@ def resume_hint(output_dir: Path, train: TrainConfig) -> str:
     """What an interrupted run leaves, and how to go on."""
     last = list_checkpoints(output_dir)
     if not last:
-        return (f"no checkpoint was written yet (one every --save-every {train.save_every} steps); run the same "
+        return (f"no checkpoint was written yet (one every --save-steps {train.save_every} steps); run the same "
                 "command with --overwrite to start over")
     return f"the newest checkpoint is {str(last[-1])!r}; run the same command with --resume to continue from it"
 
@@ -401,7 +401,7 @@ def evaluate_held_out(run: Run) -> dict:
     accuracy = "eval_next_token_accuracy" if run.masker.objective == "clm" else "eval_masked_accuracy"
     if not run.eval_batches:
         return {}
-    # No labelled token (a tiny --mask-ratio): there is no score, and 0.0 would read as a perfect one.
+    # No labelled token (a tiny --mlm-probability): there is no score, and 0.0 would read as a perfect one.
     return {"eval_loss": loss_sum / count if count else None, accuracy: correct / count if count else None}
 
 

@@ -36,8 +36,9 @@ class TrainConfig:
     grad_accum: int = 1
     """Micro-batches per optimizer step (see --tokens-per-step)."""
     tokens_per_step: int | None = None
-    """Target tokens per optimizer step: sets --grad-accum to ceil(target / (batch size x processes x seq len)).
-    The paper's step is 2,359,296 tokens (Appendix A: 1,152 rows of 2,048); default: --grad-accum as given."""
+    """Target tokens per optimizer step: sets --gradient-accumulation-steps to ceil(target / (batch size x processes x
+    seq len)). The paper's step is 2,359,296 tokens (Appendix A: 1,152 rows of 2,048); default:
+    --gradient-accumulation-steps as given."""
     warmup_steps: int | None = None
     """Linear warmup steps; default 2,000 (paper, section 2 and Appendix A), at most a fifth of a short run."""
     decay_steps: int | None = field(default=None, metadata=identity(LENGTH))
@@ -72,7 +73,7 @@ class TrainConfig:
     from_checkpoint: str | None = field(default=None, metadata=identity(HARMLESS))
     """Branch a new run from a checkpoint folder of an earlier run of the same command (OUT/checkpoints/step-N, or
     pretrain's OUT/switch/step-N) instead of redoing the shared prefix, as the paper does for its PFS splits and CPT
-    budgets: the settings must be the same but for --steps and the decay, and the checkpoint must come before both
+    budgets: the settings must be the same but for --max-steps and the decay, and the checkpoint must come before both
     runs' decays. The data continue from the checkpoint's position."""
     overwrite: bool = field(default=False, metadata=identity(HARMLESS))
     """Start over in a non-empty `output_dir`, deleting it."""
@@ -114,7 +115,7 @@ class TrainConfig:
         for name in ("warmup_steps", "eval_every", "prefetch"):
             check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=0, integer=True)
         check_number("--seed", self.seed, minimum=0, maximum=2**32 - 1, integer=True)  # numpy's seed range
-        check_number("--lr", self.lr, above=0)
+        check_number("--learning-rate", self.lr, above=0)
         if self.decay_steps is not None:
             check_number("--decay-steps", self.decay_steps, minimum=1, integer=True)
         if self.decay_fraction is not None:
@@ -129,10 +130,10 @@ class TrainConfig:
         self._check_exports_after_branch(parse_export_steps(self.export_steps, self.steps))
         for name in ("warmup_steps", "decay_steps"):
             if (getattr(self, name) or 0) > self.steps:
-                raise EncoderizeError(f"--{name.replace('_', '-')} {getattr(self, name)} is more than --steps "
+                raise EncoderizeError(f"--{name.replace('_', '-')} {getattr(self, name)} is more than --max-steps "
                                       f"{self.steps}; lower it or train longer")
         check_number("--weight-decay", self.weight_decay, minimum=0)
-        check_number("--adam-eps", self.adam_eps, above=0)
+        check_number("--adam-epsilon", self.adam_eps, above=0)
         check_number("--max-grad-norm", self.max_grad_norm, above=0)
         if self.mixed_precision not in ("auto", "bf16", "fp16", "no"):
             raise EncoderizeError("--mixed-precision must be auto, bf16, fp16 or no")
@@ -190,6 +191,6 @@ def parse_export_steps(spec: str | None, steps: int) -> tuple[int, ...]:
                               "5000,10000") from None
     wrong = [v for v in values if not 0 < v < steps]
     if wrong:
-        raise EncoderizeError(f"--export-steps {wrong[0]} is outside 1..{steps - 1} (--steps {steps} saves the final "
-                              "encoder anyway); pick steps inside the run")
+        raise EncoderizeError(f"--export-steps {wrong[0]} is outside 1..{steps - 1} (--max-steps {steps} saves the "
+                              "final encoder anyway); pick steps inside the run")
     return tuple(values)

@@ -1,0 +1,65 @@
+"""Logging: the CLI's progress lines through `logging`, quiet by default about everything else.
+
+Design choices:
+- One logger tree, `hf_encoderize.*` (`get_logger(__name__)`); its lines go to stderr as the text itself (no level or
+  time stamp on a progress line; `warning:` in front of a warning), so stdout holds only a command's result (its
+  table, its JSON summary) and can be piped.
+- Three levels, set once by `setup_logging(verbosity)` from the CLI's global flags: `-q` (-1) warnings and errors only,
+  the default (0) our progress lines, `-v` (1) our debug lines and the INFO chatter of the libraries we drive
+  (transformers, datasets, accelerate, huggingface_hub, ONNX Runtime's quantizer), which is off otherwise.
+- Only rank 0 says progress: under torchrun every other process logs warnings and errors only.
+- The Python API configures nothing: a library that calls `cpt(...)` keeps its own logging set-up.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+ROOT = "hf_encoderize"
+THIRD_PARTY = ("transformers", "datasets", "accelerate", "huggingface_hub", "onnxruntime", "onnx", "torch",
+               "sentence_transformers", "urllib3", "filelock", "httpx", "peft")
+
+
+def get_logger(name: str) -> logging.Logger:
+    """The logger of module `name` (`__name__`), under the package's tree."""
+    return logging.getLogger(name if name.startswith(ROOT) else f"{ROOT}.{name}")
+
+
+class _Format(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        if record.levelno >= logging.WARNING and not record.name.startswith(ROOT):
+            return f"{record.levelname.lower()}: [{record.name}] {text}"
+        return f"warning: {text}" if record.levelno == logging.WARNING else text
+
+
+def setup_logging(verbosity: int = 0) -> None:
+    """Route `hf_encoderize.*` to stderr at the level `verbosity` asks (-1 quiet, 0 progress, 1 debug), and the
+    libraries' INFO lines off unless verbose. Calling it again replaces the earlier set-up (tests call `main` often)."""
+    ours = {-1: logging.WARNING, 0: logging.INFO}.get(verbosity, logging.DEBUG)
+    if int(os.environ.get("RANK", "0")) != 0:  # one process speaks for the run
+        ours = max(ours, logging.WARNING)
+    theirs = logging.INFO if verbosity > 0 else logging.WARNING
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Format("%(message)s"))
+    handler.set_name(ROOT)
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if h.get_name() == ROOT]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(theirs)  # loggers that log through the root (ONNX Runtime's quantizer does) stay quiet
+    logging.getLogger(ROOT).setLevel(ours)
+    for name in THIRD_PARTY:
+        logging.getLogger(name).setLevel(theirs)
+    _library_verbosity(verbose=verbosity > 0)
+
+
+def _library_verbosity(verbose: bool) -> None:
+    """transformers and datasets keep their own level and handler; set them the same way."""
+    level = logging.INFO if verbose else logging.WARNING
+    for module in ("transformers", "datasets"):
+        imported = sys.modules.get(f"{module}.utils.logging")
+        if imported is not None:
+            imported.set_verbosity(level)

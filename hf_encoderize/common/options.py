@@ -1,0 +1,98 @@
+"""One vocabulary: the public name of every option, the one the CLI, config files and docs use.
+
+Design choices:
+- A config field keeps its Python name (`TrainConfig.lr`: the library API, checkpoints and run records use it); what a
+  user types is the name in `OPTION_NAMES`, the spelling of the HF ecosystem for the concept (transformers'
+  `TrainingArguments` and `run_mlm.py`, sentence-transformers), one name per concept across every command:
+
+  learning rate `--learning-rate` (was `--lr`; eval's sweep `--learning-rates`, was `--lrs`); optimizer steps
+  `--max-steps` (was `--steps`); tokens per row or input `--max-seq-length` (was `--seq-len`, eval's `--max-length`);
+  `--adam-epsilon` (was `--adam-eps`); `--gradient-accumulation-steps` (was `--grad-accum`); `--mlm-probability` (was
+  `--mask-ratio`); `--save-steps`, `--logging-steps`, `--eval-steps`, `--save-total-limit` (were `--save-every`,
+  `--log-every`, `--eval-every`, `--keep-last`); `--max-train-samples`, `--max-eval-samples` (were `--max-rows`,
+  `--eval-max-rows`, eval's `--max-eval-examples`); the torch profiler `--torch-profile` (was cpt's `--profile`, while
+  eval's `--profile` is the evaluation protocol); push's Hub options `--hub-private`, `--hub-revision`,
+  `--hub-commit-message`, `--hub-create-pr`, as cpt's (were `--private`, ...: `--revision` is the revision of a model to
+  load elsewhere); the folder that card, export, push and space read is `run_dir` (was `output_dir`, the name of what
+  cpt writes). docs/commands.md holds the table.
+  `run` prefixes its later stages' options the same way (`--contrastive-learning-rate`, `--eval-learning-rates`).
+- The old spellings stay as hidden aliases that print one deprecation line (the CLI), and a config file may use either
+  the option name or the field name (a finished run's `run_settings.json` holds field names).
+- `did_you_mean` is the one suggestion for a mistyped name, for flags and config-file keys alike.
+"""
+
+from __future__ import annotations
+
+import difflib
+import typing
+
+# field name -> option name, for every config class (one concept, one name)
+OPTION_NAMES = {
+    "lr": "learning_rate", "lrs": "learning_rates", "eval_lrs": "eval_learning_rates",
+    "contrastive_lr": "contrastive_learning_rate",
+    "steps": "max_steps", "contrastive_steps": "contrastive_max_steps",
+    "seq_len": "max_seq_length", "max_length": "max_seq_length",
+    "adam_eps": "adam_epsilon", "grad_accum": "gradient_accumulation_steps", "mask_ratio": "mlm_probability",
+    "save_every": "save_steps", "log_every": "logging_steps", "eval_every": "eval_steps",
+    "keep_last": "save_total_limit",
+    "max_rows": "max_train_samples", "eval_max_rows": "max_eval_samples", "max_eval_examples": "max_eval_samples",
+}
+# field name -> option name, only for fields of the class of that name (or a subclass): the same field name means
+# another thing elsewhere (`revision` of a model to load, `profile` the evaluation protocol)
+CLASS_OPTION_NAMES = {
+    "TrainConfig": {"profile": "torch_profile"},
+    "PushOptions": {"private": "hub_private", "revision": "hub_revision", "commit_message": "hub_commit_message",
+                    "create_pr": "hub_create_pr"},
+}
+# positional fields: the folder card, export, push and space read is a run (or encoder) folder, not an output
+POSITIONAL_NAMES = {"output_dir": "run_dir"}
+
+
+def option_name(cls, field) -> str:
+    """The public name (underscored) of `field` of config class `cls`."""
+    if not field.kw_only:
+        return POSITIONAL_NAMES.get(field.name, field.name)
+    for klass in cls.__mro__:
+        if field.name in CLASS_OPTION_NAMES.get(klass.__name__, {}):
+            return CLASS_OPTION_NAMES[klass.__name__][field.name]
+    return OPTION_NAMES.get(field.name, field.name)
+
+
+def flag(name: str) -> str:
+    """`max_seq_length` -> `--max-seq-length`."""
+    return f"--{name.replace('_', '-')}"
+
+
+def closest(word: str, known) -> str | None:
+    """The one of `known` closest to a mistyped `word`, if any is close: the one suggestion for flags and config-file
+    keys alike."""
+    close = difflib.get_close_matches(word, list(known), n=1)
+    return close[0] if close else None
+
+
+def public_flag(text: str) -> str:
+    """`--steps` -> `--max-steps`: a flag a message builds from a field name, spelled as users type it."""
+    name = text.removeprefix("--").replace("-", "_")
+    return flag(OPTION_NAMES[name]) if text.startswith("--") and name in OPTION_NAMES else text
+
+
+def did_you_mean(word: str, known) -> str:
+    """`"did you mean 'seq_len'? "` for the closest of `known` to `word`, else ""."""
+    match = closest(word, known)
+    return f"did you mean {match!r}? " if match else ""
+
+
+def choices(cls, field) -> tuple | None:
+    """The values a field takes when its type is a `Literal` (`Literal['mean', 'cls'] | None`), else None."""
+    try:
+        hint = typing.get_type_hints(cls).get(field.name)
+    except Exception:  # an annotation that does not resolve here: no choices to show, validation still runs
+        return None
+    for part in (hint, *typing.get_args(hint)):
+        if typing.get_origin(part) is typing.Literal:
+            return typing.get_args(part)
+        if typing.get_origin(part) is list and typing.get_args(part):
+            inner = typing.get_args(part)[0]
+            if typing.get_origin(inner) is typing.Literal:
+                return typing.get_args(inner)
+    return None
