@@ -69,7 +69,6 @@ def test_cpt_says_it_before_the_first_step(decoder_dir, tmp_path, capsys):
     assert err.index(warnings[0]) < err.index("pass 2 over them begins"), err  # before the pass it announces
 
 
-
 def test_the_card_count_is_converted_into_the_runs_own_tokens():
     """FineWeb-Edu's card counts GPT-2 tokens; each row's token_count says how many its text has. A tokenizer that
     needs half as many tokens (1,000 where GPT-2 counted 2,000) makes sample-100BT about 50B of the run's tokens, so
