@@ -3,7 +3,8 @@
 The pipeline, one module each: datasets as canonical rows (`loaders`: the twelve Hub datasets; `synthetic`: offline
 sets), the model under test (`backbone`: native encoder, encoderized decoder or causal decoder, weights reused across
 runs), the shared fine-tuning loop (`base`), one file per task family (`sc`, `tc`, `qa`, `ir`), the protocol
-(`config`), the grid runner with resume (`grid`), and the outputs (`summary`, `plots`, `compare`).
+(`config`), the grid runner with resume (`grid`), the outputs (`summary`, `plots`, `compare`), and the statistics
+behind them (`stats`: Welch, TOST and their limits; `bootstrap`: intervals over test examples).
 
 From Python:
 

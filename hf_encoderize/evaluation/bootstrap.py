@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 REPLICATES = 2000
+CHUNK = 250  # replicates drawn at a time: a (CHUNK, N) weight matrix, 20 MB at N = 10,000 test examples
 
 
 def example_parts(task: str, record: dict) -> tuple[list, np.ndarray] | None:
@@ -86,6 +87,17 @@ def _weights(n: int, rng: np.random.Generator, replicates: int) -> np.ndarray:
     return rng.multinomial(n, np.full(n, 1.0 / n), size=replicates).astype(np.float64)
 
 
+def _scores(task: str, models: list[np.ndarray], replicates: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Replicate scores of each model's parts (S, N, k), all on the same examples: each replicate's examples are drawn
+    once for every model (what pairs them), CHUNK replicates at a time."""
+    out: list[list[np.ndarray]] = [[] for _ in models]
+    for start in range(0, replicates, CHUNK):
+        weights = _weights(models[0].shape[1], rng, min(CHUNK, replicates - start))
+        for k, parts in enumerate(models):
+            out[k].append(_replicates(task, parts, weights, rng))
+    return [np.concatenate(scores) for scores in out]
+
+
 def interval(task: str, records: list[dict], *, replicates: int = REPLICATES, seed: int = 0) -> dict | None:
     """{"low", "high", "examples", "seeds", "replicates"}: the 95% percentile interval of one model's seed-averaged
     test score, test examples and seeds redrawn; None without per-example scores."""
@@ -94,7 +106,7 @@ def interval(task: str, records: list[dict], *, replicates: int = REPLICATES, se
         return None
     parts = found[1]
     rng = np.random.default_rng(seed)
-    scores = _replicates(task, parts, _weights(parts.shape[1], rng, replicates), rng)
+    (scores,) = _scores(task, [parts], replicates, rng)
     low, high = np.percentile(scores, [2.5, 97.5])
     return {"low": float(low), "high": float(high), "examples": int(parts.shape[1]), "seeds": int(parts.shape[0]),
             "replicates": replicates}
@@ -110,8 +122,8 @@ def paired(task: str, records_a: list[dict], records_b: list[dict], *, replicate
     position = {str(i): k for k, i in enumerate(b[0])}
     parts_b = b[1][:, [position[str(i)] for i in a[0]]]  # B's examples in A's order
     rng = np.random.default_rng(seed)
-    weights = _weights(a[1].shape[1], rng, replicates)
-    difference = _replicates(task, a[1], weights, rng) - _replicates(task, parts_b, weights, rng)
+    scores_a, scores_b = _scores(task, [a[1], parts_b], replicates, rng)
+    difference = scores_a - scores_b
     n = a[1].shape[1]
     observed = float(statistic(task, a[1].sum(1), n).mean() - statistic(task, parts_b.sum(1), n).mean())
     low, high = np.percentile(difference, [2.5, 97.5])
