@@ -93,3 +93,23 @@ def test_cpt_records_the_unit_and_warns_before_the_first_step(decoder_dir, tmp_p
     assert main(["card", str(out)]) == 0
     card = (out / "encoder" / "README.md").read_text()
     assert "(one document per line)" in card and "fineweb" not in card.lower()
+
+
+def test_a_txt_run_recorded_before_text_units_resumes_only_by_lines(decoder_dir, tmp_path, capsys):
+    """A run recorded before --text-unit read its .txt files one line per document; resuming it under today's default
+    (paragraphs) would continue the stream's position in other documents. It is refused in one line, and resumes
+    with --text-unit line."""
+    corpus = write_prose(tmp_path / "prose.txt", 30)
+    out = tmp_path / "run"
+    argv = ["cpt", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(out), "--seq-len", "32",
+            "--steps", "2", "--batch-size", "2", "--eval-documents", "4", "--eval-every", "0", "--save-every", "1",
+            "--no-progress"]
+    assert main([*argv, "--text-unit", "line"]) == 0
+    settings = json.loads((out / "run_settings.json").read_text())
+    del settings["identity"]["data.text_unit"]  # as a run recorded before the option existed
+    (out / "run_settings.json").write_text(json.dumps(settings))
+    capsys.readouterr()
+    assert main([*argv, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "data.text_unit was 'line', now 'paragraph'" in err and "Traceback" not in err, err
+    assert main([*argv, "--resume", "--text-unit", "line"]) == 0

@@ -93,16 +93,30 @@ class DataConfig:
 
     def reads_text_files(self) -> bool:
         """Whether the source is local .txt files, the one kind `text_unit` cuts into documents."""
-        try:
-            return bool(self.data_files) and all(path.endswith(".txt") for path in local_files(self.data_files))
-        except EncoderizeError:  # no such files: said where the source is opened
-            return False
+        return reads_text_files(self.data_files)
 
     def identity_value(self, name: str):
         """The value a setting runs with, for "same run?" (`common.identity`): `text_unit` only for .txt files."""
         if name == "text_unit" and not self.reads_text_files():
             return None
         return getattr(self, name)
+
+
+def reads_text_files(spec: str | None) -> bool:
+    """Whether `--data-files` `spec` names local .txt files only."""
+    try:
+        return bool(spec) and all(path.endswith(".txt") for path in local_files(spec))
+    except EncoderizeError:  # no such files: said where the source is opened
+        return False
+
+
+def with_legacy_text_unit(identity: dict) -> dict:
+    """A recorded identity from before `--text-unit` (no `data.text_unit`) that read .txt files read them one line per
+    document: say so, so that a resume or a reused stage compares it with today's unit (paragraph by default) and
+    refuses the change, rather than continue the stream's position in other documents."""
+    if "data.text_unit" in identity or not reads_text_files(identity.get("data.data_files")):
+        return identity
+    return {**identity, "data.text_unit": "line"}
 
 
 def data_facts(data: DataConfig) -> dict:

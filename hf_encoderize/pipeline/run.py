@@ -151,12 +151,14 @@ def cpt_differences(record: dict, load, data, masking, train, adapter) -> list[s
     holds). What cpt resolves itself is not compared against an unset option: packing (`--pack` unset: the probe
     decides) and gradient accumulation (`--tokens-per-step`: derived from the launch's processes)."""
     from hf_encoderize.common.identity import identity_of, settings_diff
+    from hf_encoderize.data.sources import with_legacy_text_unit
     from hf_encoderize.training.checkpoints import IDENTITY
 
     if record.get(IDENTITY):
         ignore = (("data.pack",) if data.pack is None else ()) + \
             (("train.grad_accum",) if train.tokens_per_step else ())
-        return settings_diff(record[IDENTITY], identity_of(load, data, masking, train, adapter), ignore=ignore)
+        return settings_diff(with_legacy_text_unit(record[IDENTITY]), identity_of(load, data, masking, train, adapter),
+                             ignore=ignore)
     wanted = {"base_model": load.source, "gguf_file": load.gguf_file, "revision": load.revision,
               "objective": masking.objective, "mask_ratio": masking.mask_ratio, "steps": train.steps, "lr": train.lr,
               "batch_size": train.batch_size}

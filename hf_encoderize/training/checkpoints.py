@@ -29,6 +29,7 @@ from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, LENGTH, names_of, settings_diff
 from hf_encoderize.common.outputs import check_output_dir, clear_for_run
 from hf_encoderize.common.run_folder import RunFolder, read_json
+from hf_encoderize.data.sources import with_legacy_text_unit
 from hf_encoderize.training.train_config import TrainConfig
 
 STATE_FILE = "trainer_state.json"
@@ -290,6 +291,8 @@ def recorded_decay_steps(settings: dict) -> int:
 
 def _as_now(before: dict) -> dict:
     """An older run's settings in today's terms, so a resume compares like with like (kept for old runs)."""
+    if isinstance(before.get(IDENTITY), dict):
+        before = {**before, IDENTITY: with_legacy_text_unit(before[IDENTITY])}
     if "decay_steps" in before or "decay_fraction" not in before:
         return before
     return {**{k: v for k, v in before.items() if k != "decay_fraction"}, "decay_steps": recorded_decay_steps(before)}
