@@ -32,7 +32,7 @@ import torch.distributed
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import is_main_process
-from hf_encoderize.common.log import get_logger, setup_logging
+from hf_encoderize.common.log import get_logger, setup_logging, teardown_logging
 from hf_encoderize.common.options import choices, closest, flag, option_name
 from hf_encoderize.common.version import __version__
 from hf_encoderize.data.sources import DataConfig
@@ -404,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         return 143 if isinstance(interrupt, Terminated) else 130  # 128 + the signal, as the shell reports it
     finally:
         _on_sigterm(previous)
+        teardown_logging()
     leave_process_group()
     return 0
 

@@ -114,7 +114,7 @@ def test_missing_token_wrong_token_and_offline(fake_hub, run_dir, monkeypatch, c
     monkeypatch.setenv("HF_TOKEN", "hf_wrongwrongwrongwrong")
     assert main(["push", str(run_dir), "someone/x"]) == 2
     err = capsys.readouterr().err
-    assert "HTTP 401" in err and "hf_wrong" not in err and err.count("\n") == 1
+    assert "HTTP 401" in err and "hf_wrong" not in err and err.count("error:") == 1  # progress lines may come first
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     assert main(["push", str(run_dir), "someone/x"]) == 2
     assert "HF_HUB_OFFLINE is set" in capsys.readouterr().err

@@ -61,8 +61,8 @@ def test_run_all_stages_then_a_rerun_skips_them(decoder_dir, corpus, tmp_path, f
     args = ["run", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(out), *RUN,
             "--push-to-hub", "someone/run-encoder"]
     assert main(args) == 0
-    first = capsys.readouterr().out
-    assert [b.split(" ", 1)[1].split(":")[0].split(" (")[0] for b in banners(first)] == [
+    first, progress = capsys.readouterr()  # the result on stdout, the stage banners (progress) on stderr
+    assert [b.split(" ", 1)[1].split(":")[0].split(" (")[0] for b in banners(progress)] == [
         f"cpt {decoder_dir}", "eval encoder", "eval base", "model card", "push to someone/run-encoder"]
     mine = json.loads((out / "eval" / "encoder" / "summary.json").read_text())
     base = json.loads((out / "eval" / "base" / "summary.json").read_text())
@@ -82,7 +82,7 @@ def test_run_all_stages_then_a_rerun_skips_them(decoder_dir, corpus, tmp_path, f
            f"encoder {facts['eval_loss']:.3f}" in first
 
     assert main(args) == 0  # everything is there: nothing is redone, nothing pushed again
-    second = banners(capsys.readouterr().out)
+    second = banners(capsys.readouterr().err)
     assert [b.endswith("skipped") for b in second] == [True, True, True, False, True]
     assert len(fake_hub.repos["someone/run-encoder"]["commits"]) == 1
     assert (out / "run_record.json").read_text() == record
@@ -110,7 +110,7 @@ def test_run_resumes_an_interrupted_cpt(decoder_dir, corpus, tmp_path, capsys, m
     assert not (out / "run_record.json").exists()
     capsys.readouterr()
     assert main(["run", str(decoder_dir), "--max-steps", "4", *base, "--eval-profile", "none"]) == 0
-    printed = capsys.readouterr().out
+    printed = capsys.readouterr().err  # progress lines go to stderr
     assert "step 3/4" in printed and "step 1/4" not in printed  # continued from the checkpoint
     assert json.loads((out / "run_record.json").read_text())["steps"] == 4
 
@@ -204,7 +204,7 @@ def test_run_adds_a_simcse_stage_and_a_rerun_skips_it(decoder_dir, corpus, tmp_p
     assert record["stage"]["objective"] == "simcse" and record["source"] == str(out / "encoder")
     capsys.readouterr()
     assert main(args) == 0
-    assert "contrastive simcse: 2 steps -- finished earlier, skipped" in capsys.readouterr().out
+    assert "contrastive simcse: 2 steps -- finished earlier, skipped" in capsys.readouterr().err  # progress: stderr
 
 
 def test_run_supervised_contrastive_needs_data(decoder_dir, corpus, tmp_path, capsys):

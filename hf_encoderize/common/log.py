@@ -18,8 +18,9 @@ import os
 import sys
 
 ROOT = "hf_encoderize"
-THIRD_PARTY = ("transformers", "datasets", "accelerate", "huggingface_hub", "onnxruntime", "onnx", "torch",
+THIRD_PARTY = ("transformers", "datasets", "accelerate", "huggingface_hub", "onnxruntime", "onnx",
                "sentence_transformers", "urllib3", "filelock", "httpx", "peft")
+_BEFORE: dict[str, int] = {}  # the levels `setup_logging` changed, put back by `teardown_logging`
 
 
 def get_logger(name: str) -> logging.Logger:
@@ -32,7 +33,8 @@ class _Format(logging.Formatter):
         text = super().format(record)
         if record.levelno >= logging.WARNING and not record.name.startswith(ROOT):
             return f"{record.levelname.lower()}: [{record.name}] {text}"
-        return f"warning: {text}" if record.levelno == logging.WARNING else text
+        said = record.levelno == logging.WARNING and not text.startswith("warning:")  # a line may say it already
+        return f"warning: {text}" if said else text
 
 
 def setup_logging(verbosity: int = 0) -> None:
@@ -46,14 +48,25 @@ def setup_logging(verbosity: int = 0) -> None:
     handler.setFormatter(_Format("%(message)s"))
     handler.set_name(ROOT)
     root = logging.getLogger()
-    for old in [h for h in root.handlers if h.get_name() == ROOT]:
-        root.removeHandler(old)
+    teardown_logging()
+    _BEFORE.update({name: logging.getLogger(name or None).level for name in ("", ROOT, *THIRD_PARTY)})
     root.addHandler(handler)
     root.setLevel(theirs)  # loggers that log through the root (ONNX Runtime's quantizer does) stay quiet
     logging.getLogger(ROOT).setLevel(ours)
     for name in THIRD_PARTY:
         logging.getLogger(name).setLevel(theirs)
     _library_verbosity(verbose=verbosity > 0)
+
+
+def teardown_logging() -> None:
+    """Take the handler `setup_logging` added off again (a process that calls `main` many times, as tests do, would
+    otherwise keep writing to a stream that is gone)."""
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if h.get_name() == ROOT]:
+        root.removeHandler(old)
+    for name, level in _BEFORE.items():
+        logging.getLogger(name or None).setLevel(level)
+    _BEFORE.clear()
 
 
 def _library_verbosity(verbose: bool) -> None:

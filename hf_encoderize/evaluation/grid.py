@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,10 +21,13 @@ import torch
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.files import write_json_atomic
+from hf_encoderize.common.log import get_logger
 from hf_encoderize.evaluation.config import SMOKE_SIZES, EvalConfig, lr_key, model_limit
 from hf_encoderize.evaluation.frozen import FrozenBackbone
 from hf_encoderize.evaluation.loaders import DatasetSpec, dataset_spec, load_splits
 from hf_encoderize.model.loading import LoadConfig
+
+log = get_logger(__name__)
 
 # Protocol keys that must match for a finished run to count as part of this grid.
 FINGERPRINT_KEYS = ("batch_size", "max_steps", "warmup_ratio", "max_length", "qa_stride", "max_eval_examples",
@@ -75,7 +77,7 @@ def is_finished(path: Path, expected: dict) -> bool:
 
 
 def _say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    log.info(message)
 
 
 def evaluate(load: LoadConfig, cfg: EvalConfig, *, progress: Callable[[str], None] = _say, backbone=None) -> dict:

@@ -27,20 +27,22 @@ import csv
 import hashlib
 import json
 import re
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.files import write_json_atomic
+from hf_encoderize.common.log import get_logger
 from hf_encoderize.evaluation.config import EvalConfig
 from hf_encoderize.model.loading import LoadConfig
+
+log = get_logger(__name__)
 
 BEIR_FILES = ("corpus.jsonl", "queries.jsonl", "qrels")
 
 
 def _say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    log.info(message)
 
 
 def evaluate_mteb(load: LoadConfig, cfg: EvalConfig, *, progress: Callable[[str], None] = _say) -> dict:

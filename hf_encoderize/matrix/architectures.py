@@ -15,12 +15,14 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
-import sys
 from dataclasses import KW_ONLY, asdict, dataclass, field
 from pathlib import Path
 
+from hf_encoderize.common.log import get_logger
 from hf_encoderize.model.loading import ENCODERIZABLE, HYBRID, classify_config
 from hf_encoderize.model.tiny import tiny_config
+
+log = get_logger(__name__)
 
 BACKENDS = ("sdpa", "eager")
 PASS = "pass"
@@ -285,7 +287,7 @@ def architectures(config: ArchitecturesConfig) -> str:
     `config.write` when given, and return what to print: the table, or with `config.json` the results as JSON."""
 
     def progress(index, total, result):
-        print(f"[{index}/{total}] {result.model_type}: {result.kind}", file=sys.stderr, flush=True)
+        log.info(f"[{index}/{total}] {result.model_type}: {result.kind}")
 
     results = run_matrix(config.model_types, progress=progress, roundtrip=config.roundtrip)
     table = render_markdown(results)

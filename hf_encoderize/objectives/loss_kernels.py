@@ -32,7 +32,6 @@ Design choices:
 from __future__ import annotations
 
 import importlib
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,8 +39,11 @@ from dataclasses import dataclass
 import torch
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.log import get_logger
 from hf_encoderize.common.precision import autocast_dtype, compute_dtype
 from hf_encoderize.objectives.loss import fusable_head, fused_linear_cross_entropy
+
+log = get_logger(__name__)
 
 REFERENCE = "fused"
 LOSS_IMPLEMENTATIONS = ("auto", REFERENCE, "compiled", "liger", "cce")
@@ -193,7 +195,7 @@ def choose_loss_kernel(accelerator, objective, masking, data, train) -> dict:
         name, report = box[0]
     objective.loss_kernel = None if name == REFERENCE else loss_function(name)
     if name != REFERENCE and accelerator.is_main_process:
-        print(f"MLM loss: {name} ({report.get('seconds', {})} s per step on the probe)", file=sys.stderr, flush=True)
+        log.info(f"MLM loss: {name} ({report.get('seconds', {})} s per step on the probe)")
     return report
 
 

@@ -7,10 +7,13 @@ above the recipes and the Hub transport, so that `publish.hub` depends on neithe
 from __future__ import annotations
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.log import get_logger
 from hf_encoderize.evaluation import evaluate
 from hf_encoderize.publish.hub import HubConfig, check_push_ready, eval_push_target, push_eval, push_run
 from hf_encoderize.recipes.cpt import cpt
 from hf_encoderize.recipes.pretrain import pretrain
+
+log = get_logger(__name__)
 
 
 def cpt_and_push(load, data, masking, train, adapter, hub: HubConfig) -> dict:
@@ -43,5 +46,5 @@ def evaluate_and_push(load, config, hub: HubConfig) -> dict:
     summary = evaluate(load, config)
     if target is not None:
         files = push_eval(target, f"{config.output_dir}/{summary['model_name']}", hub)
-        print(f"pushed {len(files)} files to {hub.push_to_hub}", flush=True)
+        log.info(f"pushed {len(files)} files to {hub.push_to_hub}")
     return summary

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import world_size
+from hf_encoderize.common.log import get_logger
 from hf_encoderize.common.run_folder import (
     CONTRASTIVE_RECORD,
     EVAL_NAMES,
@@ -42,6 +43,8 @@ from hf_encoderize.common.run_folder import (
     read_json,
 )
 from hf_encoderize.common.validation import check_number
+
+log = get_logger(__name__)
 
 # What a finished cpt recorded before 0.2 (no `identity` in its run record) must share with this invocation.
 LEGACY_CPT_IDENTITY = ("base_model", "gguf_file", "revision", "objective", "mask_ratio", "steps", "lr", "batch_size")
@@ -129,7 +132,7 @@ class RunConfig:
 
 def banner(index: int, total: int, title: str, note: str = "") -> None:
     line = f"[{index}/{total}] {title}" + (f" -- {note}" if note else "")
-    print(f"\n{'=' * 8} {line} {'=' * max(4, 100 - len(line))}", flush=True)
+    log.info(f"\n{'=' * 8} {line} {'=' * max(4, 100 - len(line))}")
 
 
 def cpt_done(out: Path, load, data, masking, train, adapter) -> bool:
@@ -400,7 +403,7 @@ def run(load, data, masking, train, adapter, run_cfg: RunConfig, hub) -> dict:
         skipped = stage.done()
         banner(index, len(stages), stage.title, f"{skipped}, skipped" if skipped else "")
         if not skipped and (note := stage.action()):
-            print(note, flush=True)
+            log.info(note)
     table_file = RunFolder(out).comparison
     table = table_file.read_text().split("\n\n", 2)[-1] if table_file.is_file() else None  # after its header
     return report(out, table, hub.push_to_hub, time.time() - started)

@@ -29,10 +29,13 @@ from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import is_main_process
+from hf_encoderize.common.log import get_logger
 from hf_encoderize.common.outputs import LOCK, MARKER
 from hf_encoderize.common.run_folder import RunFolder
 from hf_encoderize.model.saving import encoder_dir
 from hf_encoderize.publish.export_record import read_export_record
+
+log = get_logger(__name__)
 
 # Never uploaded: training state and local clutter. Matched against each path component / the file name.
 EXCLUDED_DIRS = {"checkpoints", "__pycache__", "adapter-checkpoints"}
@@ -280,7 +283,7 @@ def push_folder(folder, repo_id: str, *, repo_type: str = "model", private: bool
         raise EncoderizeError("a pull request is opened against main; drop the revision or create_pr")
     files, stripped = strip_local_paths(upload_set(folder, extra_files))
     if stripped:
-        print(f"local paths left out of the upload (JSON fields set to null): {', '.join(stripped)}", flush=True)
+        log.info(f"local paths left out of the upload (JSON fields set to null): {', '.join(stripped)}")
     token = token or _saved_token()
     if token and len(token) >= 8 and (leaks := files_holding(files, token)):
         raise EncoderizeError(f"{leaks[0]!r} holds your Hub token; remove it from the file before pushing")
@@ -442,5 +445,5 @@ def push_run(output_dir: str | os.PathLike, hub: HubConfig) -> list[str]:
     if not hub.push_to_hub or not is_main_process():
         return []
     files = push_after(output_dir, hub)
-    print(f"pushed {len(files)} files to {hub.push_to_hub}", flush=True)
+    log.info(f"pushed {len(files)} files to {hub.push_to_hub}")
     return files

@@ -29,7 +29,10 @@ from pathlib import Path
 import torch
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.log import get_logger
 from hf_encoderize.common.run_folder import RunFolder
+
+log = get_logger(__name__)
 
 OBJECTIVE_TARGETS = {"clm": "CLM: next token", "mlm": "MLM: masked tokens", "mntp": "MNTP: masked, next position"}
 TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio", "mlflow": "mlflow",
@@ -134,7 +137,7 @@ class TrainingMonitor:
                                  lr=f"{last['lr']:.1e}", tok_s=f"{rate:,.0f}", refresh=False)
             self.bar.update(len(records))
         else:
-            print(f"step {last['step']}/{self.total_steps} loss {last['loss']:.4f} lr {last['lr']:.2e}", flush=True)
+            log.info(f"step {last['step']}/{self.total_steps} loss {last['loss']:.4f} lr {last['lr']:.2e}")
 
     def evaluation(self, step: int, metrics: dict) -> None:
         if not self.main:
@@ -147,7 +150,7 @@ class TrainingMonitor:
         if self.bar is not None:
             self.bar.write(message)
         else:
-            print(message, flush=True)
+            log.info(message)
 
     def close(self) -> None:
         if self.bar is not None:

@@ -19,7 +19,6 @@ Collectives (every process calls them, or the launch hangs): `clear_output_dir`'
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
@@ -28,6 +27,7 @@ from pathlib import Path
 import torch
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.log import get_logger
 from hf_encoderize.common.outputs import finish_run
 from hf_encoderize.common.run_folder import RunFolder
 from hf_encoderize.data.budget import check_document_length, check_token_budget
@@ -58,6 +58,8 @@ from hf_encoderize.training.train import (
     stream_position,
 )
 from hf_encoderize.training.train_config import TrainConfig
+
+log = get_logger(__name__)
 
 
 @dataclass
@@ -136,8 +138,8 @@ def run_recipe(recipe: Recipe) -> dict:
     if accelerator.is_main_process:  # a run that will repeat tokens says so now, not hours in when the pass begins
         check_token_budget(built.data, documents, built.tokenizer,
                            train.batch_size * train.grad_accum * accelerator.num_processes, train.steps,
-                           say=lambda line: print(line, file=sys.stderr, flush=True))
-        check_document_length(built.data, documents, built.tokenizer, say=lambda line: print(line, file=sys.stderr))
+                           say=log.warning)
+        check_document_length(built.data, documents, built.tokenizer, say=log.warning)
     # Everything is validated (options, data, model): only now may --overwrite delete the earlier run.
     clear_output_dir(output_dir, overwrite=train.overwrite and not train.resume,
                      main_process=accelerator.is_main_process, command=recipe.command, resume=train.resume)

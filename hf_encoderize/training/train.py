@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import math
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ import torch
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import world_size
+from hf_encoderize.common.log import get_logger
 from hf_encoderize.data.packing import LaneStream, Packer, data_position, held_out_batches
 from hf_encoderize.data.prefetch import Prefetcher
 from hf_encoderize.data.sources import DataConfig, Documents, data_facts
@@ -63,6 +63,8 @@ from hf_encoderize.training.nonfinite import NonFiniteGuard, check_finite_result
 from hf_encoderize.training.profiling import section
 from hf_encoderize.training.schedule import wsd_scheduler
 from hf_encoderize.training.train_config import ADAMW_BETAS, TrainConfig  # noqa: F401 - re-exported: recipes import it here
+
+log = get_logger(__name__)
 
 
 class ObjectiveModel(torch.nn.Module):
@@ -482,7 +484,7 @@ def align_lr_with_schedule(run: Run) -> None:
 
 
 def _say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    log.info(message)
 
 
 def stream_position(run: Run, data: DataConfig) -> dict:

@@ -1,0 +1,58 @@
+"""Quiet by default (issue 40, point 5): progress through `logging` on stderr (stdout holds the result), `-q` keeps only
+warnings and errors, the libraries' INFO lines only with `-v`."""
+
+import dataclasses
+import json
+import logging
+
+import pytest
+
+from hf_encoderize import cli
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "docs.jsonl"
+    path.write_text("".join(json.dumps({"text": " ".join(f"w{(7 * d + i) % 120}" for i in range(6 + d % 20))}) + "\n"
+                            for d in range(80)))
+    return path
+
+
+def test_progress_on_stderr_the_summary_on_stdout_and_q_keeps_it_quiet(decoder_dir, corpus, tmp_path, capsys):
+    argv = ["cpt", str(decoder_dir), "--data-files", str(corpus), "--max-steps", "2", "--max-seq-length", "32",
+            "--batch-size", "4", "--eval-documents", "8", "--eval-steps", "0", "--save-steps", "100", "--no-progress",
+            "--logging-steps", "1"]
+    assert cli.main([*argv, "--output-dir", str(tmp_path / "a")]) == 0
+    out, err = capsys.readouterr()
+    assert "step 1/2 loss" in err and "step 2/2 loss" in err  # progress: the log, on stderr
+    (summary,) = out.splitlines()  # stdout: the result alone, so it can be piped
+    assert json.loads(summary)["steps"] == 2
+    assert cli.main(["-q", *argv, "--output-dir", str(tmp_path / "b")]) == 0
+    out, err = capsys.readouterr()
+    assert "step 1/2" not in err and json.loads(out)["steps"] == 2
+
+
+def test_library_info_lines_only_with_verbose(monkeypatch, capsys):
+    from transformers.utils import logging as transformers_logging
+
+    levels = []
+
+    def chatter(*configs):  # what ONNX Runtime's quantizer (the root logger), transformers and datasets say
+        logging.info("quantizer chatter")
+        levels.append(transformers_logging.get_verbosity())  # transformers writes through its own handler
+        logging.getLogger("datasets.builder").info("datasets chatter")
+        logging.getLogger("hf_encoderize.somewhere").info("our progress")
+        logging.getLogger("hf_encoderize.somewhere").debug("our debug line")
+        return "result"
+
+    doctor = cli.COMMANDS["doctor"]
+    monkeypatch.setitem(cli.COMMANDS, "doctor", dataclasses.replace(doctor, function=chatter))
+    assert cli.main(["doctor"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "result" and err.splitlines() == ["our progress"]
+    assert cli.main(["-v", "doctor"]) == 0
+    err = capsys.readouterr().err
+    assert all(line in err for line in ("quantizer chatter", "datasets chatter", "our progress", "our debug line"))
+    assert cli.main(["doctor", "-q"]) == 0
+    assert capsys.readouterr().err == ""
+    assert levels == [logging.WARNING, logging.INFO, logging.WARNING]
