@@ -33,6 +33,7 @@ from pathlib import Path
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import world_size
 from hf_encoderize.common.log import get_logger
+from hf_encoderize.common.options import flag, option_name
 from hf_encoderize.common.run_folder import (
     CONTRASTIVE_RECORD,
     EVAL_NAMES,
@@ -117,7 +118,8 @@ class RunConfig:
         check_number("--eval-max-steps", self.eval_max_steps, minimum=1, integer=True)
         if self.eval_profile != "none":
             self.eval_config("encoder", "results")  # unknown tasks/datasets fail now, not after training
-        elif given := [f"--{name.replace('_', '-')}" for name in EVAL_LISTS if getattr(self, name) is not None]:
+        elif given := [flag(option_name(RunConfig, f)) for f in dataclasses.fields(self)
+                       if f.name in EVAL_LISTS and getattr(self, f.name) is not None]:
             # a list nothing reads is refused, not silently dropped (a bad one too)
             raise EncoderizeError(f"{', '.join(given)} set with --eval-profile none, which evaluates nothing; drop "
                                   f"{'them' if len(given) > 1 else 'it'} or pick an --eval-profile")
