@@ -1,12 +1,10 @@
 """The package's layout is what its map says: the layers hold (import-linter), the package docstring lists every
-module of every subpackage, no module outgrows the style guide, and the old import paths the README showed still work
-with a deprecation warning."""
+module of every subpackage, no module outgrows the style guide, and the 0.1 import paths are gone (CHANGELOG.md)."""
 
 import re
 import shutil
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -15,8 +13,7 @@ import hf_encoderize
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "hf_encoderize"
-ALIASES = {"cpt": "cpt", "loading": "LoadConfig", "lora": "AdapterConfig", "masking": "MaskingConfig",
-           "train": "TrainConfig"}
+OLD_PATHS = ("cpt", "loading", "lora", "masking", "train")  # 0.1's top-level modules, removed in 0.2
 
 
 def _tree() -> dict[str, set[str]]:
@@ -63,19 +60,18 @@ def test_no_python_file_of_the_package_is_over_500_lines():
     assert not {path: n for path, n in sizes.items() if n > 500}
 
 
-@pytest.mark.parametrize("old", sorted(ALIASES))
-def test_old_entry_points_still_import_with_a_deprecation_warning(old):
+@pytest.mark.parametrize("old", OLD_PATHS)
+def test_the_0_1_module_paths_are_gone_and_the_changelog_says_where_they_went(old):
     sys.modules.pop(f"hf_encoderize.{old}", None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        module = __import__(f"hf_encoderize.{old}", fromlist=[ALIASES[old]])
-    assert getattr(module, ALIASES[old]) is not None
-    assert any(issubclass(w.category, DeprecationWarning) and "moved to" in str(w.message) for w in caught)
+    with pytest.raises(ModuleNotFoundError):
+        __import__(f"hf_encoderize.{old}")
+    assert f"`hf_encoderize.{old}`" in (ROOT / "CHANGELOG.md").read_text() or f"`.{old}`" in \
+        (ROOT / "CHANGELOG.md").read_text()
+    assert not (PACKAGE / f"{old}.py").exists()
 
 
-def test_the_old_data_module_path_still_gives_data_config():
-    from hf_encoderize.data.sources import DataConfig
+def test_the_data_package_no_longer_aliases_its_sources():
+    import hf_encoderize.data
 
-    with pytest.warns(DeprecationWarning, match="hf_encoderize.data.sources"):
-        from hf_encoderize.data import DataConfig as old
-    assert old is DataConfig
+    with pytest.raises(AttributeError):
+        hf_encoderize.data.DataConfig  # noqa: B018
