@@ -18,8 +18,8 @@ tree):
 - `matrix/`: which model types encoderize and round-trip, and on this machine: `architectures`, `roundtrip`,
   `roundtrip_check`, `doctor`;
 - `publish/`: what leaves the machine: `card_facts`, `card_rows`, `card`, `licenses`, `hub`, `space`, `paraphrases`,
-  `export`, `export_reference`, `export_record`, `onnx_check`, `gguf_export`, `gguf_convert`, `gguf_check`, plus the
-  `model_cards/` template and the Space app (`space_app/`);
+  `export`, `export_reference`, `export_record`, `onnx_check`, `gguf_export`, `gguf_convert`, `gguf_check`,
+  `shipped` (where the top-level `space/` and `model_cards/` folders are, in a checkout or a wheel);
 - `pipeline/`: several stages in one command: `commands`, `run`, `quickstart`;
 - `cli`: the thin command-line map onto those functions.
 

@@ -62,3 +62,21 @@ def check_number(flag: str, value, *, minimum: float | None = None, above: float
         return
     kind = "a finite number" if not integer else "" if whole else "a whole number"  # an int's type is already right
     raise EncoderizeError(f"{flag} must be {' '.join(filter(None, (kind, wanted)))}, got {value}")
+
+
+def parse_dims(text: str | None) -> list[int]:
+    """'768,512,256' -> [768, 512, 256] (largest first); None -> []. A bad list is one line.
+
+    >>> parse_dims("64, 256,128")
+    [256, 128, 64]
+    """
+    if text is None:
+        return []
+    try:
+        dims = [int(part) for part in str(text).split(",") if part.strip()]
+    except ValueError:
+        raise EncoderizeError(f"--matryoshka-dims must be comma-separated whole numbers, e.g. 768,512,256 (got "
+                              f"{text!r})") from None
+    if not dims or min(dims) < 1 or len(set(dims)) != len(dims):
+        raise EncoderizeError(f"--matryoshka-dims needs distinct sizes of at least 1, e.g. 768,512,256 (got {text!r})")
+    return sorted(dims, reverse=True)

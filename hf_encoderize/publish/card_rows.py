@@ -7,6 +7,7 @@ Each row is computed from the run's files (`run_record.json`, the `hf_encoderize
 from __future__ import annotations
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.validation import parse_dims
 from hf_encoderize.publish.card_facts import CardFacts
 
 
@@ -277,7 +278,5 @@ def pooling_mode(facts: CardFacts) -> str:
 
 def matryoshka(facts: CardFacts) -> dict | None:
     """The Matryoshka sizes a contrastive stage trained (`--matryoshka-dims`), largest first, and a size to show."""
-    from hf_encoderize.recipes.contrastive_extras import parse_dims
-
     dims = parse_dims(((facts.contrastive or {}).get("config") or {}).get("matryoshka_dims"))
     return {"dims": dims, "example": dims[1] if len(dims) > 1 else dims[0]} if dims else None

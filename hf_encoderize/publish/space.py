@@ -1,9 +1,9 @@
 """`hf-encoderize space OUTPUT_DIR` and `hf-encoderize push-space OUTPUT_DIR SPACE_ID`: the Gradio demo of an encoder.
 
 Design choices:
-- The app is `publish/space_app/app.py` and its gradio-free sibling `space_compute.py`, shipped as package data and
-  uploaded together: on the Hub it runs without hf_encoderize (its requirements are torch, transformers and
-  sentence-transformers; gradio comes from the Space's `sdk_version`).
+- The app is `space/app.py` (top of the repository) and its gradio-free sibling `space_compute.py`, shipped in the
+  wheel (`publish.shipped`) and uploaded together: on the Hub it runs without hf_encoderize (its requirements are
+  torch, transformers and sentence-transformers; gradio comes from the Space's `sdk_version`).
   `space` imports that very file, so what runs on a laptop is what `push-space` uploads.
 - OUTPUT_DIR is a `cpt` run folder (OUT, holding encoder/ and run_record.json) or an encoder folder itself, resolved
   by `saving.encoder_dir` as `card` and `push` resolve it (`mlm_encoder`).
@@ -39,8 +39,9 @@ from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD, ContrastiveRecor
 from hf_encoderize.common.validation import check_number
 from hf_encoderize.model.saving import encoder_dir
 from hf_encoderize.publish.hub import PushOptions
+from hf_encoderize.publish.shipped import shipped_dir
 
-SPACE_DIR = Path(__file__).resolve().parent / "space_app"  # package data: app.py, README.md, requirements.txt
+SPACE_DIR = shipped_dir("space")  # the Space as it deploys: app.py, README.md, requirements.txt
 APP_MODULE = "hf_encoderize_space_app"
 INSTALL_HINT = "pip install 'hf-encoderize[space]'"
 
@@ -139,7 +140,7 @@ def app_settings(cfg: SpaceConfig):
 
 
 def load_app():
-    """Import `space_app/app.py` (needs gradio: the `space` extra) as a module, once."""
+    """Import `space/app.py` (needs gradio: the `space` extra) as a module, once."""
     if APP_MODULE in sys.modules:
         return sys.modules[APP_MODULE]
     if importlib.util.find_spec("gradio") is None:
@@ -272,7 +273,7 @@ def pinned_requirements(*, gguf: bool = False) -> str:
 
 
 def space_readme(cfg: PushSpaceConfig, base: dict) -> str:
-    """space_app/README.md with its YAML header filled in: title, the installed gradio as sdk_version, linked models."""
+    """space/README.md with its YAML header filled in: title, the installed gradio as sdk_version, linked models."""
     from importlib.metadata import PackageNotFoundError, version
 
     import yaml

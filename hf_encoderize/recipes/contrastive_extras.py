@@ -21,27 +21,9 @@ import sys
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import is_main_process, world_size
-from hf_encoderize.common.validation import check_number
+from hf_encoderize.common.validation import check_number, parse_dims
 
 RELATIVE_MARGIN = 0.05  # NV-Retriever's TopK-PercPos: a negative must score below 95% of the positive
-
-
-def parse_dims(text: str | None) -> list[int]:
-    """'768,512,256' -> [768, 512, 256] (largest first); None -> []. A bad list is one line.
-
-    >>> parse_dims("64, 256,128")
-    [256, 128, 64]
-    """
-    if text is None:
-        return []
-    try:
-        dims = [int(part) for part in str(text).split(",") if part.strip()]
-    except ValueError:
-        raise EncoderizeError(f"--matryoshka-dims must be comma-separated whole numbers, e.g. 768,512,256 (got "
-                              f"{text!r})") from None
-    if not dims or min(dims) < 1 or len(set(dims)) != len(dims):
-        raise EncoderizeError(f"--matryoshka-dims needs distinct sizes of at least 1, e.g. 768,512,256 (got {text!r})")
-    return sorted(dims, reverse=True)
 
 
 def check_extras(config) -> None:
