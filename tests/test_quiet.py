@@ -56,3 +56,35 @@ def test_library_info_lines_only_with_verbose(monkeypatch, capsys):
     assert cli.main(["doctor", "-q"]) == 0
     assert capsys.readouterr().err == ""
     assert levels == [logging.WARNING, logging.INFO, logging.WARNING]
+
+
+def test_a_saved_encoder_loads_without_a_load_report_in_a_clean_client(tmp_path):
+    """An untied MLM head is saved in lm_head.safetensors: a plain `AutoModel.from_pretrained` (the backbone) finds no
+    unexpected key, so transformers prints no LOAD REPORT table, and the loaders that want the head still get it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import torch
+    from conftest import make_decoder, make_tokenizer
+    from transformers import AutoModelForMaskedLM
+
+    from hf_encoderize.model.bidirectional import encoderize
+    from hf_encoderize.model.loading import LoadConfig, load_decoder
+    from hf_encoderize.model.saving import save_encoder
+
+    model, tokenizer = make_decoder("llama", tie_word_embeddings=False), make_tokenizer()
+    encoderize(model, tokenizer)
+    out = save_encoder(model, tokenizer, tmp_path / "encoder")
+    check = Path(__file__).with_name("clean_env_check.py")  # hf_encoderize unimportable there
+    done = subprocess.run([sys.executable, str(check), str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "LOAD REPORT" not in done.stderr and "UNEXPECTED" not in done.stderr and "MISSING" not in done.stderr
+    assert report["automodel_class"] == "LlamaModel" and report["later_token_changes_first"] is True
+    assert report["mlm_class"] == "EncoderForMaskedLM" and len(report["fill_mask"]) == 3
+    head = model.lm_head.weight.detach().float()
+    mlm = AutoModelForMaskedLM.from_pretrained(out, trust_remote_code=True)
+    assert torch.equal(mlm.lm_head.weight.detach().float(), head)  # the shipped class reads the head file
+    again, _ = load_decoder(LoadConfig(str(out)))  # a cpt that continues from the encoder trains the same head
+    assert torch.equal(again.lm_head.weight.detach().float(), head)

@@ -18,6 +18,7 @@ Design choices:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import re
 from dataclasses import KW_ONLY, dataclass, field
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, identity
+from hf_encoderize.model.head_file import head_path, load_head
 from hf_encoderize.model.load_errors import LOAD_ERRORS as _LOAD_ERRORS
 from hf_encoderize.model.load_errors import load_error_message as _load_error_message
 from hf_encoderize.model.load_errors import safetensor_error as _safetensor_error
@@ -206,11 +208,13 @@ def _load_model(cfg: LoadConfig, config, backend: str, model_kwargs: dict | None
     raises a one-line `EncoderizeError`."""
     from transformers import AutoModelForCausalLM
 
+    head = None if cfg.gguf_file else head_path(cfg.source, cfg.revision)  # a saved encoder's untied MLM head
     try:
         # A copy: from_pretrained writes the backend into the config, and a failed try must not leak into the next.
-        model = AutoModelForCausalLM.from_pretrained(cfg.source, config=copy.deepcopy(config), dtype=cfg.dtype,
-                                                     attn_implementation=backend, **_source_kwargs(cfg),
-                                                     **(model_kwargs or {}))
+        with _no_missing_head_report(head):
+            model = AutoModelForCausalLM.from_pretrained(cfg.source, config=copy.deepcopy(config), dtype=cfg.dtype,
+                                                         attn_implementation=backend, **_source_kwargs(cfg),
+                                                         **(model_kwargs or {}))
     except (*_LOAD_ERRORS, _safetensor_error()) as err:
         reason = _backend_error(err)
         if reason is None:
@@ -221,7 +225,25 @@ def _load_model(cfg: LoadConfig, config, backend: str, model_kwargs: dict | None
         return None, f"load failed: {reason}"
     if cfg.gguf_file:
         _forget_gguf_quantization(model)
+    if head:
+        load_head(model, head)
     return model.eval(), None
+
+
+@contextlib.contextmanager
+def _no_missing_head_report(head: str | None):
+    """Without transformers' LOAD REPORT for the `lm_head` the checkpoint lacks on purpose (`head_file`): it is
+    read from its own file right after."""
+    import logging
+
+    reporter = logging.getLogger("transformers.modeling_utils")
+    before = reporter.level
+    if head:
+        reporter.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        reporter.setLevel(before)
 
 
 def _forget_gguf_quantization(model) -> None:

@@ -33,6 +33,7 @@ import torch
 
 from hf_encoderize.common import outputs
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.model.head_file import split_head
 from hf_encoderize.model.plain_attention import plain_attention, saved_backend
 
 MODELING_FILE = "modeling_encoderize.py"
@@ -180,6 +181,8 @@ def _write_encoder(model, tokenizer, tmp: Path, metadata: dict, state_dict: dict
     weights_dtype = _floating_dtype(state_dict)  # before save_pretrained, which may consume the dict
     with _temporarily(config, **changes):
         model.save_pretrained(tmp, state_dict=state_dict)
+    if not native_encoder:
+        split_head(tmp)  # an untied head in its own file: a plain AutoModel load has no unexpected key to report
     updates = {}
     if default_backend:
         # Some backend stays causal or never ran in plain hands (`roundtrip` explains why): make a plain

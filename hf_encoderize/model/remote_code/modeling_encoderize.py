@@ -17,6 +17,27 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES
 
 MODEL_TYPE = "__MODEL_TYPE__"  # written by hf-encoderize at save time
+HEAD_FILE = "lm_head.safetensors"  # the untied MLM head, kept out of model.safetensors (see model/head_file.py)
+
+
+def _load_head_file(model, source: str, kwargs: dict) -> None:
+    """Copy the head saved in HEAD_FILE (a local folder or a Hub repo) into `model`; nothing when there is none (a
+    tied head is the embedding; an older folder holds the head in model.safetensors)."""
+    import os
+
+    from safetensors.torch import load_file
+    from transformers.utils import cached_file
+
+    path = os.path.join(source, HEAD_FILE) if os.path.isdir(source) else cached_file(
+        source, HEAD_FILE, revision=kwargs.get("revision"), cache_dir=kwargs.get("cache_dir"),
+        token=kwargs.get("token"), _raise_exceptions_for_missing_entries=False,
+        _raise_exceptions_for_connection_errors=False)
+    if not path or not os.path.isfile(path):
+        return
+    own = dict(model.named_parameters())
+    for key, tensor in load_file(path).items():
+        if key in own:
+            own[key].data.copy_(tensor.to(device=own[key].device, dtype=own[key].dtype))
 
 
 def make_bidirectional(model: torch.nn.Module) -> tuple[int, int]:
@@ -170,6 +191,15 @@ if MODEL_TYPE in MODEL_MAPPING_NAMES:  # False when hf_encoderize imports this f
         """Bidirectional encoder with its LM head used as an MLM head (the token at i predicts itself)."""
 
         config_class = CONFIG_MAPPING[MODEL_TYPE]
+        # An untied head is saved in lm_head.safetensors, not model.safetensors (so that a plain AutoModel load has
+        # no unexpected key to report): missing from the checkpoint here, it is read in `from_pretrained` below.
+        _keys_to_ignore_on_load_missing = [r"^lm_head\."]
+
+        @classmethod
+        def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+            model = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+            _load_head_file(model, str(pretrained_model_name_or_path), kwargs)
+            return model
 
         @classmethod
         def is_custom_code(cls) -> bool:
