@@ -75,6 +75,7 @@ TRUSTED_MODELING_SHA256 = frozenset({
     "6986c13b8e4caa77bef041024b1715c3b33d38afa7847229e5f065750f45aab4",  # + symmetric chunks, materialised eager masks
     "1a5334b0eaf1584036849f6f8388cebbbe3a39b26533f50769d577538ebc01c2",  # + native weight init (is_custom_code False)
     "28d8d806f16bc9086a1c4856adceb0177f736665723572e7879a04bfc08186bb",  # + warns for a backend never verified
+    "9e7d6b3bc6231b43f9ec5906128f91254e62a818681b633a9391c3513ba7d5da",  # + the untied head in lm_head.safetensors
 })
 
 EXAMPLE_SENTENCES = "A cat sits on the mat.\nA kitten rests on a rug.\nStock markets fell sharply today."
