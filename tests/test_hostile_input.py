@@ -350,8 +350,8 @@ def test_resume_refuses_a_longer_run_whose_decay_starts_before_the_checkpoint(de
     """Extending the 12-step run (checkpoint at 4) to 20 steps with an 18-step decay puts the decay's start at step 2,
     behind the checkpoint: the LR would drop at once. It was accepted (issue 41); now one line, nothing changed."""
     before = _snapshot(interrupted)
-    code = main(["cpt", str(decoder_dir), "--data-files", str(corpus), "--seq-len", "32", "--batch-size", "4",
-                 "--steps", "20", "--warmup-steps", "2", "--decay-steps", "18", "--save-every", "4", "--eval-every",
+    code = main(["cpt", str(decoder_dir), "--data-files", str(corpus), "--max-seq-length", "32", "--batch-size", "4",
+                 "--max-steps", "20", "--warmup-steps", "2", "--decay-steps", "18", "--save-steps", "4", "--eval-steps",
                  "0", "--no-progress", "--output-dir", str(interrupted), "--resume"])
     err = capsys.readouterr().err
     assert code == 2 and _one_error_line(err, "would start at step 2, before the checkpoint (step 4)"), err

@@ -101,8 +101,8 @@ def test_a_txt_run_recorded_before_text_units_resumes_only_by_lines(decoder_dir,
     with --text-unit line."""
     corpus = write_prose(tmp_path / "prose.txt", 30)
     out = tmp_path / "run"
-    argv = ["cpt", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(out), "--seq-len", "32",
-            "--steps", "2", "--batch-size", "2", "--eval-documents", "4", "--eval-every", "0", "--save-every", "1",
+    argv = ["cpt", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(out), "--max-seq-length", "32",
+            "--max-steps", "2", "--batch-size", "2", "--eval-documents", "4", "--eval-steps", "0", "--save-steps", "1",
             "--no-progress"]
     assert main([*argv, "--text-unit", "line"]) == 0
     settings = json.loads((out / "run_settings.json").read_text())
