@@ -361,6 +361,8 @@ def replayed(settings: dict, known: dict) -> dict:
     run wrote about itself (parameter count, resolved betas, the `data` facts again) and is not an option: left out.
     Options that do not count (output folder, logging cadence) take their defaults or the flags given."""
     values = {key.split(".", 1)[-1]: value for key, value in settings["identity"].items()}
+    if isinstance(values.get("data_files"), list):  # the identity holds the files' content; the facts their path
+        values["data_files"] = (settings.get("data") or {}).get("data_files")
     if settings.get("base_model") is not None:
         values.setdefault("source", settings["base_model"])
     return {key: value for key, value in values.items() if key in known}

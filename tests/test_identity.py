@@ -97,6 +97,41 @@ def test_a_run_folder_recorded_before_the_identity_still_resumes(decoder_dir, co
     assert _resume(decoder_dir, corpus, folder)["steps"] == 4
 
 
+def test_data_counts_by_content_not_by_path_text(decoder_dir, corpus, interrupted, tmp_path, monkeypatch):
+    """Issue 41: `./docs.jsonl` for the recorded `docs.jsonl` (or a byte-equal copy elsewhere) is the same corpus and
+    resumes; the same path edited in place is another corpus and is refused before anything is written."""
+    copy = tmp_path / "data" / "docs.jsonl"
+    copy.parent.mkdir()
+    shutil.copy(corpus, copy)
+    folder = tmp_path / "copy"
+    shutil.copytree(interrupted, folder)
+    monkeypatch.chdir(copy.parent)
+    assert _resume(decoder_dir, "./docs.jsonl", folder)["steps"] == 4
+    edited = tmp_path / "edited"
+    shutil.copytree(interrupted, edited)
+    copy.write_text(copy.read_text().replace("w1 ", "w2 ", 1))  # in place: same path, same size, other text
+    before = {p.relative_to(edited): p.read_bytes() for p in edited.rglob("*") if p.is_file()}
+    with pytest.raises(EncoderizeError, match=r"--resume with other settings than the run's \(data.data_files was "):
+        _resume(decoder_dir, "docs.jsonl", edited)
+    assert {p.relative_to(edited): p.read_bytes() for p in edited.rglob("*") if p.is_file()} == before
+
+
+def test_a_checkpoint_without_its_settings_is_refused_for_resume(decoder_dir, corpus, interrupted, tmp_path, capsys):
+    """Issue 41: a marked folder with a checkpoint but no run_settings.json resumed under any --seed."""
+    folder = tmp_path / "copy"
+    shutil.copytree(interrupted, folder)
+    (folder / SETTINGS_FILE).unlink()
+    code = main(["cpt", str(decoder_dir), "--data-files", str(corpus), "--max-seq-length", "32", "--eval-documents",
+                 "8", "--max-steps", "4", "--batch-size", "4", "--learning-rate", "1e-3", "--save-steps", "2",
+                 "--eval-steps", "0", "--no-progress", "--output-dir", str(folder), "--resume", "--seed", "7"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    assert [line for line in err.splitlines() if line.startswith("error:")] == [
+        f"error: --resume: {str(folder)!r} holds a checkpoint (step 2) but no {SETTINGS_FILE}, so nothing says which "
+        "settings it was made with; start a new --output-dir"]
+    assert not (folder / SETTINGS_FILE).exists()
+
+
 def test_every_field_counts_unless_declared_and_declarations_are_known_kinds():
     for config in (LoadConfig("m"), DataConfig(), MaskingConfig(), TrainConfig(), AdapterConfig(),
                    ContrastiveConfig("enc", output_dir="o", data_files="x.jsonl")):
@@ -127,7 +162,7 @@ def finished(decoder_dir, corpus, tmp_path_factory):
 def test_run_never_reuses_a_finished_cpt_made_with_other_data_or_settings(decoder_dir, corpus, finished, tmp_path,
                                                                          data, train, field):
     other = tmp_path / "other.jsonl"
-    shutil.copy(corpus, other)
+    other.write_text(corpus.read_text().replace("w1 ", "w2 ", 1))  # the same size, another text
     data = {k: (str(other) if v == "OTHER" else v) for k, v in data.items()}
     load, masking, adapter = LoadConfig(str(decoder_dir)), MaskingConfig(), AdapterConfig()
     same = DataConfig(data_files=str(corpus), seq_len=32, eval_documents=8)
@@ -146,10 +181,18 @@ def test_run_redoes_an_evaluation_of_another_attention_mode(tmp_path):
     bidirectional = EvalConfig(profile="smoke", output_dir=str(tmp_path / "eval"), name="base")
     results.mkdir(parents=True)
     protocol = bidirectional.protocol()
+    rows = [{"task": "sc", "dataset": name} for name in bidirectional.grid().datasets]
     (results / "summary.json").write_text(json.dumps({"model": "some/model", "profile": "smoke",
                                                       "mode": fingerprint(load, bidirectional)["mode"],
-                                                      "protocol": protocol}))
+                                                      "protocol": protocol, "results": rows}))
     assert eval_done(results, load, bidirectional)
     assert not eval_done(results, load, dataclasses.replace(bidirectional, causal=True))
     assert not eval_done(results, LoadConfig("another/model"), bidirectional)
     assert not eval_done(results, load, dataclasses.replace(bidirectional, max_steps=7))
+    # Issue 41: the grid counts (run reused an evaluation made with other --eval-seeds or --eval-lrs).
+    grid = bidirectional.grid()
+    assert not eval_done(results, load, dataclasses.replace(bidirectional, seeds="5"))
+    assert not eval_done(results, load, dataclasses.replace(bidirectional, lrs="0.123"))
+    assert not eval_done(results, load, dataclasses.replace(bidirectional, datasets=grid.datasets[0]))
+    same = ",".join(str(lr) for lr in reversed(grid.lrs))  # another order is the same grid
+    assert eval_done(results, load, dataclasses.replace(bidirectional, lrs=same))

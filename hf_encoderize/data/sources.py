@@ -13,6 +13,9 @@ Design choices:
   JSON"). A null or non-string text value is refused with its file and row; empty (or blank) documents are skipped.
   Local sources up to `PRECHECK_BYTES` are read through once by `open_documents`, so such errors come before any
   weight is loaded; larger ones are checked as they stream (still one line, mid-training).
+- "Same data?" is read from the files, not the path text: `data_files` counts for a resume or a reused stage by each
+  file's size and a SHA-256 of its first MiB (`content_identity`), so `./docs.jsonl` and `docs.jsonl` are one corpus
+  and a corpus edited in place is another.
 - `Documents` is re-iterable: each pass (and a resumed run) starts again from the first document, so the packer's
   small state (documents consumed, tokens carried over) is enough to continue from exactly the same token.
 """
@@ -34,6 +37,7 @@ from hf_encoderize.common.identity import HARMLESS, identity
 from hf_encoderize.common.validation import check_number
 
 PRECHECK_BYTES = 64 << 20  # local sources up to this size are read through (not tokenized) before training
+HEAD_BYTES = 1 << 20  # what `content_identity` hashes of each file: an edit in place shows there or in the size
 _BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 TextUnit = Literal["line", "paragraph", "file"]
 _SAMPLE_BY = {"line": "line", "paragraph": "paragraph", "file": "document"}  # datasets' text builder's names
@@ -96,9 +100,12 @@ class DataConfig:
         return reads_text_files(self.data_files)
 
     def identity_value(self, name: str):
-        """The value a setting runs with, for "same run?" (`common.identity`): `text_unit` only for .txt files."""
+        """The value a setting runs with, for "same run?" (`common.identity`): `text_unit` only for .txt files, and
+        `data_files` by content (`content_identity`), not by the path text."""
         if name == "text_unit" and not self.reads_text_files():
             return None
+        if name == "data_files":
+            return content_identity(self.data_files)
         return getattr(self, name)
 
 
@@ -110,11 +117,48 @@ def reads_text_files(spec: str | None) -> bool:
         return False
 
 
+def content_identity(spec: str | None) -> list[str] | str | None:
+    """What `--data-files` `spec` holds, for "same data?": per file, in reading order, `size:sha256-of-its-first-MiB`.
+    Unset -> None; files that cannot be found -> the path text (opening the source says what is wrong).
+
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp()); (folder / "docs.txt").write_text("one")
+    3
+    >>> content_identity(str(folder / "docs.txt")) == content_identity(str(folder / "." / "docs.txt"))
+    True
+    >>> content_identity(str(folder / "docs.txt"))[0].split(":")[0]
+    '3'
+    """
+    if not spec:
+        return None
+    try:
+        files = local_files(spec)
+    except EncoderizeError:
+        return spec
+    import hashlib
+
+    def one(path: str) -> str:
+        with open(path, "rb") as handle:
+            return f"{os.path.getsize(path)}:{hashlib.sha256(handle.read(HEAD_BYTES)).hexdigest()}"
+
+    return [one(path) for path in files]
+
+
+def identity_as_today(identity: dict) -> dict:
+    """A recorded identity in today's terms, so a resume or a reused stage compares like with like (kept for runs
+    recorded before 0.2's content identity and before `--text-unit`): a `data.data_files` path text becomes the content
+    of those files as they are now (such a record cannot tell an edit in place; today's can)."""
+    identity = with_legacy_text_unit(identity)
+    recorded = identity.get("data.data_files")
+    return {**identity, "data.data_files": content_identity(recorded)} if isinstance(recorded, str) else identity
+
+
 def with_legacy_text_unit(identity: dict) -> dict:
     """A recorded identity from before `--text-unit` (no `data.text_unit`) that read .txt files read them one line per
     document: say so, so that a resume or a reused stage compares it with today's unit (paragraph by default) and
     refuses the change, rather than continue the stream's position in other documents."""
-    if "data.text_unit" in identity or not reads_text_files(identity.get("data.data_files")):
+    recorded = identity.get("data.data_files")
+    if "data.text_unit" in identity or not isinstance(recorded, str) or not reads_text_files(recorded):
         return identity
     return {**identity, "data.text_unit": "line"}
 

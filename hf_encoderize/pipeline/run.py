@@ -156,13 +156,13 @@ def cpt_differences(record: dict, load, data, masking, train, adapter) -> list[s
     holds). What cpt resolves itself is not compared against an unset option: packing (`--pack` unset: the probe
     decides) and gradient accumulation (`--tokens-per-step`: derived from the launch's processes)."""
     from hf_encoderize.common.identity import identity_of, settings_diff
-    from hf_encoderize.data.sources import with_legacy_text_unit
+    from hf_encoderize.data.sources import identity_as_today
     from hf_encoderize.training.checkpoints import IDENTITY
 
     if record.get(IDENTITY):
         ignore = (("data.pack",) if data.pack is None else ()) + \
             (("train.grad_accum",) if train.tokens_per_step else ())
-        return settings_diff(with_legacy_text_unit(record[IDENTITY]), identity_of(load, data, masking, train, adapter),
+        return settings_diff(identity_as_today(record[IDENTITY]), identity_of(load, data, masking, train, adapter),
                              ignore=ignore)
     wanted = {"base_model": load.source, "gguf_file": load.gguf_file, "revision": load.revision,
               "objective": masking.objective, "mask_ratio": masking.mask_ratio, "steps": train.steps, "lr": train.lr,
@@ -231,9 +231,11 @@ def stage_contrastive(data, run_cfg: RunConfig, out: Path) -> str:
 
 
 def eval_done(results: Path, load, config) -> bool:
-    """True when `results` holds a summary of this very evaluation: same model, profile, attention mode and protocol.
+    """True when `results` holds a summary of this very evaluation: same model, profile, attention mode, protocol and
+    grid (datasets, learning rates, seeds).
     Otherwise the stage runs: `evaluate` reuses only the fine-tuning runs whose fingerprint matches and rewrites the
     summary, so an old summary is never shown under new labels."""
+    from hf_encoderize.evaluation.config import lr_key
     from hf_encoderize.evaluation.grid import FINGERPRINT_KEYS, LEGACY_FINGERPRINT, fingerprint
 
     summary = EvalSummary.from_json(results / "summary.json")
@@ -244,8 +246,12 @@ def eval_done(results: Path, load, config) -> bool:
     same_protocol = all(protocol.get(key, LEGACY_FINGERPRINT.get(key)) == wanted[key] for key in FINGERPRINT_KEYS
                         if key in protocol or key in LEGACY_FINGERPRINT) and \
         bool(protocol.get("frozen")) == bool(config.frozen)
+    grid = config.grid()  # the grid counts too: a summary of other seeds or learning rates is another evaluation
+    same_grid = {lr_key(lr) for lr in protocol.get("lrs", [])} == {lr_key(lr) for lr in grid.lrs} and \
+        set(protocol.get("seeds", [])) == set(grid.seeds) and \
+        {entry.get("dataset") for entry in summary.results} == set(grid.datasets)
     return (summary.model, summary.mode, summary.profile) == (load.source, wanted["mode"], config.profile) and \
-        same_protocol
+        same_protocol and same_grid
 
 
 def stage_eval(load, run_cfg: RunConfig, out: Path, name: str, causal: bool = False) -> dict:

@@ -29,7 +29,7 @@ from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, LENGTH, names_of, settings_diff
 from hf_encoderize.common.outputs import check_output_dir, clear_for_run
 from hf_encoderize.common.run_folder import RunFolder, read_json
-from hf_encoderize.data.sources import with_legacy_text_unit
+from hf_encoderize.data.sources import identity_as_today
 from hf_encoderize.training.train_config import TrainConfig
 
 STATE_FILE = "trainer_state.json"
@@ -292,7 +292,7 @@ def recorded_decay_steps(settings: dict) -> int:
 def _as_now(before: dict) -> dict:
     """An older run's settings in today's terms, so a resume compares like with like (kept for old runs)."""
     if isinstance(before.get(IDENTITY), dict):
-        before = {**before, IDENTITY: with_legacy_text_unit(before[IDENTITY])}
+        before = {**before, IDENTITY: identity_as_today(before[IDENTITY])}
     if "decay_steps" in before or "decay_fraction" not in before:
         return before
     return {**{k: v for k, v in before.items() if k != "decay_fraction"}, "decay_steps": recorded_decay_steps(before)}
@@ -306,7 +306,10 @@ def check_resume_settings(output_dir: Path, settings: dict, step: int | None, *,
     length: the WSD schedule is rebuilt over the new length, so the stable phase continues and the decay moves to the
     new end."""
     path = Path(output_dir) / SETTINGS_FILE
-    if step is not None and path.is_file():
+    if step is not None and not path.is_file():  # a checkpoint of unknown settings: any --seed would "continue" it
+        raise EncoderizeError(f"--resume: {str(output_dir)!r} holds a checkpoint (step {step}) but no {SETTINGS_FILE}, "
+                              "so nothing says which settings it was made with; start a new --output-dir")
+    if step is not None:
         before = _as_now(json.loads(path.read_text()))
         now = json.loads(json.dumps(settings, default=str))
         # a longer run may decay over another length: its decay starts after the checkpoint (`_check_new_length`)
