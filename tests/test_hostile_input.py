@@ -43,7 +43,7 @@ CASES = {
     "missing data path": (lambda a, tmp: [*a[:3], str(tmp / "none*.jsonl"), *a[4:]], "no .txt/.jsonl"),
     "wrong text column": (lambda a, tmp: [*a, "--text-column", "body"], "text column 'body' not found"),
     "seq-len above the model's limit": (lambda a, tmp: [*a, "--max-seq-length", "4096"], "above the model's limit"),
-    "impossible mask ratio": (lambda a, tmp: [*a, "--mlm-probability", "1.5"], "mask-ratio"),
+    "impossible mask ratio": (lambda a, tmp: [*a, "--mlm-probability", "1.5"], "mlm-probability"),
     "unknown report-to tracker": (lambda a, tmp: [*a, "--report-to", "nosuchtracker"], "unknown tracker"),
 }
 

@@ -53,7 +53,7 @@ def test_mntp_shifts_labels_left():
 
 @pytest.mark.parametrize("ratio", [0, 1, 1.5, -0.1])
 def test_impossible_ratio_is_refused(ratio):
-    with pytest.raises(EncoderizeError, match="mask-ratio"):
+    with pytest.raises(EncoderizeError, match="mlm-probability"):
         MaskingConfig(mask_ratio=ratio)
 
 
