@@ -151,7 +151,11 @@ def test_bad_input_is_one_line(tiny, unbroken, tmp_path, capsys, monkeypatch):
         (["--from-checkpoint", switch, "--max-steps", "12", "--schedule", "clm:0.25,mlm:0.75", "--warmup-steps", "4",
           "--decay-fraction", "0.2", "--learning-rate", "3e-3", "--batch-size", "4", "--eval-documents", "16"],
          "and this one differ"),
-        (["--from-checkpoint", switch, "--max-steps", "12"], "the source run used lr=0.003"),
+        (["--from-checkpoint", switch, "--max-steps", "12"], "train.lr was 0.003, now 0.0001"),
+        # every field that counts, as a resume compares them (the old hand list of 13 keys let the optimizer differ)
+        (["--from-checkpoint", switch, "--max-steps", "12", "--warmup-steps", "4", "--decay-fraction", "0.2",
+          "--learning-rate", "3e-3", "--batch-size", "4", "--eval-documents", "16", "--adam-epsilon", "1e-6"],
+         "train.adam_eps was 1e-05, now 1e-06"),
         (["--model-config", "1B", "--max-seq-length", "2048", "--batch-size", "12"], "GiB to train at batch 12 x 2048"),
     ]
     monkeypatch.setattr(pretrain_module, "available_memory", lambda: (16 * 2**30, "available RAM"))

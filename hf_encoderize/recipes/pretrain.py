@@ -27,12 +27,12 @@ from pathlib import Path
 import torch
 
 from hf_encoderize.common.errors import EncoderizeError
-from hf_encoderize.common.identity import HARMLESS, identity, identity_of
+from hf_encoderize.common.identity import HARMLESS, RESUME, identity, identity_of, settings_diff
 from hf_encoderize.common.launch import world_size
 from hf_encoderize.common.outputs import input_paths, releasing_locks
 from hf_encoderize.common.precision import attention_dtype
 from hf_encoderize.common.run_folder import read_json
-from hf_encoderize.data.sources import DataConfig
+from hf_encoderize.data.sources import DataConfig, identity_as_today
 from hf_encoderize.objectives.loss import CHUNK_ELEMENTS
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.objectives.phases import Phase, parse_schedule
@@ -44,7 +44,7 @@ from hf_encoderize.training.checkpoints import (
     save_checkpoint,
 )
 from hf_encoderize.training.runner import Built, Recipe, run_recipe
-from hf_encoderize.training.schedule import decay_start, default_warmup
+from hf_encoderize.training.schedule import decay_start
 from hf_encoderize.training.train import (
     TrainConfig,
     enter_phase,
@@ -207,17 +207,14 @@ def check_memory(spec: str, config, data: DataConfig, train: TrainConfig) -> dic
 # ------------------------------------------------------------------------------------------------ branching
 
 
-def _branch_facts(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, train: TrainConfig) -> dict:
-    """The settings a branch must share with the run it starts from (all but the split and the length)."""
-    return {"model_config": spec.model_config, "tokenizer": spec.tokenizer, "lr": train.lr,
-            "warmup_steps": train.warmup_steps if train.warmup_steps is not None else default_warmup(train.steps),
-            "batch_size": train.batch_size, "grad_accum": train.grad_accum, "seed": train.seed,
-            "data": [data.dataset, data.dataset_config, data.split, data.data_files, data.text_column],
-            "seq_len": data.seq_len, "pack": data.pack, "eval_documents": data.eval_documents,
-            "masking": [masking.mask_ratio, masking.replacement, masking.objective]}
+def _branch_identity(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, train: TrainConfig) -> dict:
+    """What a branch must share with the run it starts from: every setting that counts for "same run?" (declared on
+    the config fields, `common.identity`), but the split (`schedule`) and the length (`LENGTH` fields)."""
+    return {key: value for key, value in identity_of(spec, data, masking, train, kinds=(RESUME,)).items()
+            if key != "pretrain.schedule"}
 
 
-def check_branch(checkpoint: Path, phases: list[Phase], facts: dict, train: TrainConfig) -> int:
+def check_branch(checkpoint: Path, phases: list[Phase], identity: dict, train: TrainConfig) -> int:
     """Refuse a branch point the unbroken run would not pass through, or whose files cannot be read; return its
     step."""
     step = check_checkpoint_files(checkpoint)
@@ -226,11 +223,15 @@ def check_branch(checkpoint: Path, phases: list[Phase], facts: dict, train: Trai
         raise EncoderizeError(f"--from-checkpoint {str(checkpoint)!r} has no {SCHEDULE_FILE} beside it; "
                               "branch only from checkpoints of `hf-encoderize pretrain` runs")
     source = read_json(record)
-    for key, value in facts.items():
-        if key != "masking" or any(p.objective == "mlm" and p.start < step for p in phases):
-            if json.loads(json.dumps(value)) != source["facts"].get(key):
-                raise EncoderizeError(f"--from-checkpoint: the source run used {key}={source['facts'].get(key)!r}, "
-                                      f"this one {value!r}; branch with the same settings")
+    if not isinstance(source.get(IDENTITY), dict):
+        raise EncoderizeError(f"--from-checkpoint: {record} was written before 0.2 and holds no identity to compare "
+                              "with; branch from a run pretrained with this version")
+    masked_before = any(p.objective == "mlm" and p.start < step for p in phases)  # masking counts once MLM has run
+    ignore = () if masked_before else tuple(key for key in identity if key.startswith("masking."))
+    changed = settings_diff(identity_as_today(source[IDENTITY]), identity, ignore=ignore)
+    if changed:
+        raise EncoderizeError(f"--from-checkpoint: the source run differs ({'; '.join(changed)}); branch with the "
+                              "same settings")
     source_phases = [Phase(**p) for p in source["phases"]]
     if step >= train.steps:
         raise EncoderizeError(f"--from-checkpoint is at step {step}, not before --max-steps {train.steps}; nothing to "
@@ -263,10 +264,10 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
     config = model_config_from(spec.model_config)
     _check_seq_len(config, data)
     memory = check_memory(spec.model_config, config, data, train) if spec.check_memory else None
-    facts = _branch_facts(spec, data, masking, train)
+    shared = _branch_identity(spec, data, masking, train)
     branch_point = Path(train.from_checkpoint) if train.from_checkpoint else None
     if branch_point:
-        check_branch(branch_point, phases, facts, train)
+        check_branch(branch_point, phases, shared, train)
     output_dir = Path(train.output_dir) if train.output_dir else \
         Path("runs") / f"pretrain-{Path(spec.model_config).stem}-{_split_name(phases)}"
     state = {"counts": None}  # the attention switch's module counts, from the last phase entered
@@ -286,7 +287,7 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
 
     def on_start(run, step: int) -> None:
         output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / SCHEDULE_FILE).write_text(json.dumps(_schedule_record(spec, phases, facts, train), indent=2))
+        (output_dir / SCHEDULE_FILE).write_text(json.dumps(_schedule_record(spec, phases, shared, train), indent=2))
 
     def train_phases(run, monitor, step: int) -> int:
         for phase in phases:
@@ -380,9 +381,9 @@ def _at_switch(run, monitor, step: int) -> None:
     save_checkpoint(run.accelerator, checkpoint_dir(run.output_dir, step, folder="switch"), step)
 
 
-def _schedule_record(spec: PretrainConfig, phases: list[Phase], facts: dict, train: TrainConfig) -> dict:
+def _schedule_record(spec: PretrainConfig, phases: list[Phase], identity: dict, train: TrainConfig) -> dict:
     return {"schedule": spec.schedule, "phases": [p.to_dict() for p in phases], "steps": train.steps,
-            "decay_steps": train.decay, "facts": json.loads(json.dumps(facts))}
+            "decay_steps": train.decay, IDENTITY: identity}
 
 
 def _run_facts(spec: PretrainConfig, data, masking, train, phases: list[Phase], memory: dict | None) -> dict:
