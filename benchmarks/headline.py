@@ -57,6 +57,9 @@ PRESETS = {
     # step there): the same corpus and CPT share as `cpu`, 40% of its steps, shorter fine-tuning.
     "reduced": dict(corpus_tokens=2_000_000, **ELEVEN_M, seq_len=128, batch=16, pretrain_steps=200, cpt_steps=68,
                     lr=1e-3, cpt_lr=5e-4, ft_lrs=(2e-4, 5e-4), ft_seeds=(0, 1, 2), ft_steps=24, orders=(0,)),
+    # `reduced` with a second data order (corpus shuffle, tokenizer, initialisation) per arm: pretraining variance.
+    "reduced2": dict(corpus_tokens=2_000_000, **ELEVEN_M, seq_len=128, batch=16, pretrain_steps=200, cpt_steps=68,
+                     lr=1e-3, cpt_lr=5e-4, ft_lrs=(2e-4, 5e-4), ft_seeds=(0, 1, 2), ft_steps=24, orders=(0, 1)),
     # About 50 minutes on two idle cores (measured rates: ~0.6 s a pretraining step, ~170 s for one seed x lr of
     # the four families); full fine-tuning dominates, hence 3 seeds, not 5.
     "cpu": dict(corpus_tokens=2_000_000, **ELEVEN_M, seq_len=128, batch=16, pretrain_steps=500, cpt_steps=170,
