@@ -196,3 +196,20 @@ def test_run_redoes_an_evaluation_of_another_attention_mode(tmp_path):
     assert not eval_done(results, load, dataclasses.replace(bidirectional, datasets=grid.datasets[0]))
     same = ",".join(str(lr) for lr in reversed(grid.lrs))  # another order is the same grid
     assert eval_done(results, load, dataclasses.replace(bidirectional, lrs=same))
+
+
+def test_the_eval_fingerprint_is_declared_on_the_fields():
+    """Issue 39: which settings make a finished fine-tuning run part of a grid is declared on EvalConfig's fields, and
+    one comparison (`protocol_differences`) serves a run's results.json and `run`'s reuse of a summary."""
+    from hf_encoderize.evaluation import EvalConfig
+    from hf_encoderize.evaluation.grid import FINGERPRINT_KEYS, protocol_differences
+
+    assert set(FINGERPRINT_KEYS) == {"batch_size", "max_steps", "warmup_ratio", "max_length", "qa_stride",
+                                     "max_eval_examples", "synthetic_sizes", "optimizer", "dataset_source",
+                                     "ndcg_gains", "batching"}
+    for field in dataclasses.fields(EvalConfig):
+        assert field.name == "_" or "identity" in field.metadata, field.name  # every field says how it counts
+    protocol = EvalConfig(profile="smoke").protocol()
+    assert protocol_differences(protocol, protocol) == []
+    assert protocol_differences(protocol, EvalConfig(profile="smoke", adam_epsilon=1e-6).protocol()) == ["optimizer"]
+    assert protocol_differences({}, {"batching": "length"}) == []  # recorded before the key: length-grouped

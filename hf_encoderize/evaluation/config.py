@@ -12,10 +12,11 @@ Where the paper is silent we follow the authors' evaluation code (EncodEval, bra
 from __future__ import annotations
 
 import re
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, field, fields
 from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.identity import HARMLESS, RESUME, identity
 from hf_encoderize.common.validation import check_number
 from hf_encoderize.evaluation.loaders import DATASETS, REAL, SOURCES, SYNTHETIC, TASKS
 
@@ -64,75 +65,83 @@ def _split_list(text) -> list[str] | None:
     return [item.strip() for item in str(text).replace(" ", ",").split(",") if item.strip()]
 
 
+def protocol(key: str | None = None, kind=RESUME) -> dict:
+    """Field metadata: how a setting counts for "same evaluation?" (`common.identity`) and, when it shapes every
+    fine-tuning run, the `protocol()` key it is recorded under (several AdamW fields make one `optimizer`). A field
+    without a key but counting is an axis of the grid (tasks, datasets, learning rates, seeds): a run's folder says
+    where on it the run lies, and `run`'s reuse of a whole evaluation compares it."""
+    return {**identity(kind), **({"protocol": key} if key else {})}
+
+
 @dataclass
 class EvalConfig:
     """How to fine-tune and score the model: profile, grid, protocol and where results go."""
 
     _: KW_ONLY
-    profile: str = "paper"
+    profile: str = field(default="paper", metadata=protocol("synthetic_sizes"))
     """paper (the full protocol: 12 datasets, 6 learning rates, 5 seeds), quick (one lr, one seed, 200 steps) or
     smoke (small synthetic offline sets, for CI)."""
-    tasks: str | None = None
+    tasks: str | None = field(default=None, metadata=protocol())
     """Comma-separated task families to run: sc, tc, qa, ir (default: all of the profile's)."""
-    datasets: str | None = None
+    datasets: str | None = field(default=None, metadata=protocol())
     """Comma-separated datasets: sst2, mnli, qqp, conll2003, ontonotes5, uner, squad, squad_v2, record, msmarco, nq,
     mldr, or the synthetic syn-sentiment, syn-entities, syn-qa, syn-qa-v2, syn-retrieval (default: the profile's)."""
-    lrs: str | None = None
+    lrs: str | None = field(default=None, metadata=protocol())
     """Comma-separated learning rates (paper: 1e-5,2e-5,5e-5,1e-4,2e-4,5e-4)."""
-    seeds: str | None = None
+    seeds: str | None = field(default=None, metadata=protocol())
     """Comma-separated seeds (paper: 0,1,2,3,4)."""
-    max_steps: int | None = None
+    max_steps: int | None = field(default=None, metadata=protocol("max_steps"))
     """Most optimizer steps per run; a run stops earlier after one epoch (paper: 1000)."""
-    batch_size: int | None = None
+    batch_size: int | None = field(default=None, metadata=protocol("batch_size"))
     """Examples per step (paper: 32)."""
-    warmup_ratio: float = 0.1
+    warmup_ratio: float = field(default=0.1, metadata=protocol("warmup_ratio"))
     """Fraction of steps with linear warmup, then linear decay to 0 (paper: 10%)."""
-    batching: str = "random"
+    batching: str = field(default="random", metadata=protocol("batching"))
     """How fine-tuning batches are drawn: random (each epoch a fresh seeded shuffle, as the authors' EncodEval configs
     train through transformers' Trainer without group_by_length) or length (batches of similar lengths, from
     length-sorted runs of 50 batches, as `group_by_length`: less padding, so faster, but IR's in-batch negatives then
     share a length range). Runs recorded before this option were length-grouped."""
-    max_length: int | None = None
+    max_length: int | None = field(default=None, metadata=protocol("max_length"))
     """Most tokens per input, capped at the model's positions (paper profile: the model's limit, round(0.99 x its
     positions), as the authors' EncodEval; quick: 512, 2,048 for MLDR; smoke: 64). QA splits longer contexts into
     strided windows."""
-    adam_beta1: float = 0.9
+    adam_beta1: float = field(default=0.9, metadata=protocol("optimizer"))
     """AdamW beta1 (the authors' EncodEval configs; the paper names no optimiser settings)."""
-    adam_beta2: float = 0.95
+    adam_beta2: float = field(default=0.95, metadata=protocol("optimizer"))
     """AdamW beta2 (the authors' EncodEval configs: 0.95)."""
-    adam_epsilon: float = 1e-5
+    adam_epsilon: float = field(default=1e-5, metadata=protocol("optimizer"))
     """AdamW epsilon (the authors' EncodEval configs: 1e-5)."""
-    weight_decay: float = 0.1
+    weight_decay: float = field(default=0.1, metadata=protocol("optimizer"))
     """AdamW weight decay, not applied to biases and norm weights (the authors' EncodEval configs: 0.1, through
     transformers' Trainer, which exempts those)."""
-    qa_stride: int = 128
+    qa_stride: int = field(default=128, metadata=protocol("qa_stride"))
     """Tokens shared by consecutive QA windows of a long context."""
-    ndcg_gains: str = "binary"
+    ndcg_gains: str = field(default="binary", metadata=protocol("ndcg_gains"))
     """binary (default, the paper profile's: EncodEval counts a qrels score of 1 or more as relevant, gain 1) or graded
     (linear gains, pytrec_eval's): which NDCG@10 is the IR score. Both are reported for sets with graded judgments."""
-    max_eval_examples: int | None = None
+    max_eval_examples: int | None = field(default=None, metadata=protocol("max_eval_examples"))
     """Cap on validation and test examples (queries for IR) per dataset (quick profile: 2000)."""
-    output_dir: str = "results"
+    output_dir: str = field(default="results", metadata=protocol(kind=HARMLESS))
     """Results go to OUTPUT_DIR/<model name>/<task>/<dataset>/lr<lr>_sd<seed>/results.json, plus the summary."""
-    name: str | None = None
+    name: str | None = field(default=None, metadata=protocol(kind=HARMLESS))
     """Model name used for the results folder (default: the folder or repo name; `-causal` added with --causal)."""
-    data_dir: str | None = None
+    data_dir: str | None = field(default=None, metadata=protocol(kind=HARMLESS))
     """Local copies of the datasets: DIR/<dataset>/<split>.parquet or .jsonl in the Hub schema, used instead of the
     Hub."""
-    dataset_source: str = "authors"
+    dataset_source: str = field(default="authors", metadata=protocol("dataset_source"))
     """authors (the Hub copies the authors' EncodEval loads: hgissbkh/conll2003-en, BeIR/msmarco, ...) or original
     (the upstream repos: eriktks/conll2003, microsoft/ms_marco, Tevatron/wikipedia-nq, Shitao/MLDR, ...)."""
-    frozen: bool = False
+    frozen: bool = field(default=False, metadata=protocol("frozen"))
     """Train only the task head on the model's frozen last hidden states (a linear probe; retrieval trains a linear
     map of the pooled embedding), for `--max-steps` steps over as many epochs as that takes. Each input is encoded
     once and shared by every seed and learning rate, so seeds cost almost nothing. Not the paper's protocol (it
     fine-tunes the whole model); the quickstart uses it to afford several seeds on a CPU."""
-    causal: bool = False
+    causal: bool = field(default=False, metadata=protocol())  # recorded as the fingerprint's `mode`
     """Fine-tune a decoder with its causal mask kept, an ablation outside the paper's protocol: the paper fine-tunes
     every model, CLM-pretrained ones included, with bidirectional attention (section 2, "Fine-tuning protocol")."""
-    device: str = "auto"
+    device: str = field(default="auto", metadata=protocol(kind=HARMLESS))
     """auto (GPU when there is one), cpu, cuda or cuda:N."""
-    mteb: str | None = None
+    mteb: str | None = field(default=None, metadata=protocol(kind=HARMLESS))
     """Comma-separated MTEB tasks (names such as STS12,SciFact, whose data mteb loads from the Hub) or local BEIR
     folders (corpus.jsonl, queries.jsonl, qrels/<split>.tsv): score the model's sentence embeddings zero-shot with
     the mteb package (the `mteb` extra) instead of running the fine-tuning suite. Uses --batch-size (encoding),
@@ -243,3 +252,15 @@ def model_limit(max_positions: int) -> int:
 def lr_key(lr: float) -> str:
     """The learning rate as written in folder names and summary keys: 1e-05, 0.0001, ..."""
     return f"{float(lr):g}"
+
+
+def fingerprint_keys() -> tuple[str, ...]:
+    """The `protocol()` keys a finished fine-tuning run must share to count as part of a grid: read from the fields
+    declared with one (`frozen` is compared as a flag, so runs recorded before it still match).
+
+    >>> "optimizer" in fingerprint_keys() and "lrs" not in fingerprint_keys()
+    True
+    """
+    keys = [f.metadata["protocol"] for f in fields(EvalConfig) if f.metadata.get("identity") == RESUME and
+            f.metadata.get("protocol") not in (None, "frozen")]
+    return tuple(dict.fromkeys(keys))

@@ -22,16 +22,15 @@ import torch
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.files import write_json_atomic
 from hf_encoderize.common.log import get_logger
-from hf_encoderize.evaluation.config import SMOKE_SIZES, EvalConfig, lr_key, model_limit
+from hf_encoderize.evaluation.config import SMOKE_SIZES, EvalConfig, fingerprint_keys, lr_key, model_limit
 from hf_encoderize.evaluation.frozen import FrozenBackbone
 from hf_encoderize.evaluation.loaders import DatasetSpec, dataset_spec, load_splits
 from hf_encoderize.model.loading import LoadConfig
 
 log = get_logger(__name__)
 
-# Protocol keys that must match for a finished run to count as part of this grid.
-FINGERPRINT_KEYS = ("batch_size", "max_steps", "warmup_ratio", "max_length", "qa_stride", "max_eval_examples",
-                    "synthetic_sizes", "optimizer", "dataset_source", "ndcg_gains", "batching")
+# Protocol keys that must match for a finished run to count as part of this grid: declared on EvalConfig's fields.
+FINGERPRINT_KEYS = fingerprint_keys()
 # What a run recorded before a key existed did: fine-tuning batches were length-grouped until `batching` was added.
 LEGACY_FINGERPRINT = {"batching": "length"}
 
@@ -52,6 +51,14 @@ def fingerprint(load: LoadConfig, cfg: EvalConfig) -> dict:
             **({"frozen": True} if cfg.frozen else {})}  # only when set: runs recorded before the option still match
 
 
+def protocol_differences(found: dict, expected: dict) -> list[str]:
+    """The one comparison of "same protocol?" (a finished run's results.json, a summary's protocol): the keys of
+    `expected` that `found` holds otherwise (a key it lacks reads as what runs did before the key existed), and
+    `frozen` as a flag."""
+    differing = {k for k in expected if found.get(k, LEGACY_FINGERPRINT.get(k)) != expected[k]}
+    return sorted(differing | ({"frozen"} if bool(found.get("frozen")) != bool(expected.get("frozen")) else set()))
+
+
 def run_dir(results_dir: Path, spec: DatasetSpec, lr: float, seed: int) -> Path:
     return results_dir / spec.task / spec.name / f"lr{lr_key(lr)}_sd{seed}"
 
@@ -65,8 +72,7 @@ def is_finished(path: Path, expected: dict) -> bool:
         found = json.loads(results.read_text()).get("fingerprint", {})
     except json.JSONDecodeError:
         raise EncoderizeError(f"{results} is not valid JSON; delete that run folder to redo it") from None
-    differing = sorted({k for k in expected if found.get(k, LEGACY_FINGERPRINT.get(k)) != expected[k]} |
-                       ({"frozen"} if bool(found.get("frozen")) != bool(expected.get("frozen")) else set()))
+    differing = protocol_differences(found, expected)
     if differing:
         raise EncoderizeError(
             f"{path} holds a finished run made with another protocol or model ({', '.join(differing)} differ); "

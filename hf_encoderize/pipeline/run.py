@@ -236,22 +236,20 @@ def eval_done(results: Path, load, config) -> bool:
     Otherwise the stage runs: `evaluate` reuses only the fine-tuning runs whose fingerprint matches and rewrites the
     summary, so an old summary is never shown under new labels."""
     from hf_encoderize.evaluation.config import lr_key
-    from hf_encoderize.evaluation.grid import FINGERPRINT_KEYS, LEGACY_FINGERPRINT, fingerprint
+    from hf_encoderize.evaluation.grid import FINGERPRINT_KEYS, fingerprint, protocol_differences
 
     summary = EvalSummary.from_json(results / "summary.json")
     if summary is None:
         return False
     wanted = fingerprint(load, config)
     protocol = summary.protocol
-    same_protocol = all(protocol.get(key, LEGACY_FINGERPRINT.get(key)) == wanted[key] for key in FINGERPRINT_KEYS
-                        if key in protocol or key in LEGACY_FINGERPRINT) and \
-        bool(protocol.get("frozen")) == bool(config.frozen)
+    expected = {key: wanted[key] for key in (*FINGERPRINT_KEYS, "model", "mode", "frozen") if key in wanted}
+    same_protocol = not protocol_differences({**protocol, "model": summary.model, "mode": summary.mode}, expected)
     grid = config.grid()  # the grid counts too: a summary of other seeds or learning rates is another evaluation
     same_grid = {lr_key(lr) for lr in protocol.get("lrs", [])} == {lr_key(lr) for lr in grid.lrs} and \
         set(protocol.get("seeds", [])) == set(grid.seeds) and \
         {entry.get("dataset") for entry in summary.results} == set(grid.datasets)
-    return (summary.model, summary.mode, summary.profile) == (load.source, wanted["mode"], config.profile) and \
-        same_protocol and same_grid
+    return summary.profile == config.profile and same_protocol and same_grid
 
 
 def stage_eval(load, run_cfg: RunConfig, out: Path, name: str, causal: bool = False) -> dict:
