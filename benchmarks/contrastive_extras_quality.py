@@ -111,7 +111,8 @@ def train_arms(encoder: Path, pairs: Path, work: Path, args) -> dict[str, dict]:
 def run(encoder: Path, work: Path, args, pairs: Path | None = None) -> dict:
     """The benchmark: train the arms, score each at every size (and the supervised model the continued arms start
     from, when an earlier run in `work` trained it). `pairs` defaults to contrastive_quality's 4,000, written once."""
-    from hf_encoderize.recipes.contrastive_extras import RELATIVE_MARGIN, parse_dims
+    from hf_encoderize.common.validation import parse_dims
+    from hf_encoderize.recipes.contrastive.losses import RELATIVE_MARGIN
 
     started = time.time()
     if pairs is None:  # two processes splitting the arms over one `work` read the same file; neither rewrites it

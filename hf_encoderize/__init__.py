@@ -11,8 +11,8 @@ tree):
 - `objectives/`: what the model learns: `masking`, `phases`, `loss`, `loss_kernels`;
 - `training/`: the Accelerate engine: `train_config`, `train`, `batches`, `schedule`, `checkpoints`, `nonfinite`,
   `monitor`, `profiling`, `flops`, `compiling`, `lora`, `exports`, and `runner` (the recipes' lockstep sequence);
-- `recipes/`: the commands that make a model: `convert`, `cpt`, `pretrain`, `contrastive` (its extras and resume:
-  `contrastive_extras`, `contrastive_resume`);
+- `recipes/`: the commands that make a model: `convert`, `cpt`, `pretrain`, and the contrastive/ subpackage, one job
+  per module (config, rows, model, losses, resume, train);
 - `evaluation/`: the paper's SC, TC, QA and IR suite: `loaders`, `synthetic`, `backbone`, `base`, `frozen`, `sc`, `tc`,
   `qa`, `ir`, `config`, `grid`, `summary`, `plots`, `compare`, `mteb_suite`;
 - `matrix/`: which model types encoderize and round-trip, and on this machine: `architectures`, `roundtrip`,

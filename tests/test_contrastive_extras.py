@@ -8,7 +8,7 @@ import pytest
 from sentence_transformers.sentence_transformer.losses import multiple_negatives_ranking
 
 from hf_encoderize.cli import main
-from hf_encoderize.recipes import contrastive as contrastive_module
+from hf_encoderize.recipes.contrastive import train as contrastive_module  # the command's module: what it calls
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,7 @@ def test_pairs_left_without_negatives_are_reported_and_none_left_says_what_to_do
     import sentence_transformers.util as st_util
 
     from hf_encoderize.common.errors import EncoderizeError
-    from hf_encoderize.recipes.contrastive_extras import mine_negatives
+    from hf_encoderize.recipes.contrastive.losses import mine_negatives
 
     config = types.SimpleNamespace(hard_negatives=1, batch_size=4)
     rows = [{"anchor": f"a{i}", "positive": f"p{i}"} for i in range(10)]

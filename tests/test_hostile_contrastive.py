@@ -165,7 +165,7 @@ FEW_DISTINCT = {  # rows, extra options, words of the one error line
 @pytest.mark.parametrize(("rows", "extra", "words"), FEW_DISTINCT.values(), ids=FEW_DISTINCT.keys())
 def test_fewer_distinct_texts_than_a_batch_is_refused_before_training(rows, extra, words, encoder, tmp_path,
                                                                       monkeypatch, capsys):
-    from hf_encoderize.recipes import contrastive as recipe
+    from hf_encoderize.recipes.contrastive import train as recipe
 
     monkeypatch.setattr(recipe, "build_model", lambda *a, **k: pytest.fail("the model was loaded"))
     data, out = _jsonl(tmp_path / "few.jsonl", rows), tmp_path / "out"
@@ -179,7 +179,7 @@ def test_fewer_distinct_texts_than_a_batch_is_refused_before_training(rows, extr
 def test_a_lora_targets_typo_is_one_line(skeleton, encoder, text, tmp_path, monkeypatch, capsys):
     from transformers import AutoModel
 
-    from hf_encoderize.recipes import contrastive as recipe
+    from hf_encoderize.recipes.contrastive import train as recipe
 
     if skeleton:  # the check needs only the config: the load is never reached
         monkeypatch.setattr(recipe, "build_model", lambda *a, **k: pytest.fail("the model was loaded"))
@@ -257,8 +257,8 @@ def test_a_run_that_goes_live_while_this_one_loads_is_not_wiped(encoder, text, t
     import subprocess
     import sys
 
-    import hf_encoderize.recipes.contrastive as recipe
     from hf_encoderize.common.outputs import LOCK
+    from hf_encoderize.recipes.contrastive import train as recipe
 
     out, work = tmp_path / "simcse", work_dir(tmp_path / "simcse")
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])

@@ -1,0 +1,137 @@
+"""`ContrastiveConfig`: what the contrastive stage trains, on which rows, and how; every option validated where
+it is declared (the hard-negative and Matryoshka options too)."""
+
+from __future__ import annotations
+
+from dataclasses import KW_ONLY, dataclass, field
+
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.identity import HARMLESS, identity
+from hf_encoderize.common.validation import check_number, parse_dims
+
+OBJECTIVES = ("simcse", "supervised")
+
+BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".txt": "text"}
+"""The local file types contrastive reads: cpt's, plus CSV (pairs and triplets are often kept as tables)."""
+
+POOLINGS = {"mean": "mean", "lasttoken": "lasttoken", "weightedmean": "weightedmean"}
+
+LOSSES = ("mnrl", "cached_mnrl")
+
+@dataclass
+class ContrastiveConfig:
+    """The contrastive stage: objective, data, pooling and training settings."""
+
+    encoder: str
+    """An encoder folder (a cpt/convert output, OUT or OUT/encoder) or any sentence-transformers/transformers folder."""
+    _: KW_ONLY
+    output_dir: str = field(default="runs/contrastive", metadata=identity(HARMLESS))
+    """Folder to write the embedding model to; must be empty or absent unless `overwrite`."""
+    overwrite: bool = field(default=False, metadata=identity(HARMLESS))
+    """Replace a non-empty output folder."""
+    objective: str = "simcse"
+    """simcse (unsupervised: each text is its own positive, dropout makes the two views) or supervised (pairs or
+    triplets with hard negatives)."""
+    data_files: str | None = None
+    """Local JSON/JSONL, CSV, Parquet or .txt file(s) (a glob works; .txt: one text per line, column `text`)."""
+    dataset: str | None = None
+    """A Hub dataset id instead of `data_files`; streamed: only the first `max_rows` rows (default: steps x batch
+    size) are read."""
+    dataset_config: str | None = None
+    """The Hub dataset's configuration name."""
+    split: str = "train"
+    """Split to train on."""
+    text_column: str = "text"
+    """simcse: the text column."""
+    anchor_column: str = "anchor"
+    """supervised: the query/anchor column."""
+    positive_column: str = "positive"
+    """supervised: the positive column."""
+    negative_column: str | None = None
+    """supervised: a hard-negative column (optional; in-batch negatives are always used)."""
+    max_rows: int | None = None
+    """Use at most this many rows."""
+    pooling: str = "mean"
+    """mean (the paper's pooling for IR), lasttoken or weightedmean."""
+    query_prefix: str = ""
+    """Instruction prefixed to anchors (and saved as the "query" prompt)."""
+    document_prefix: str = ""
+    """Instruction prefixed to positives and negatives (and saved as the "document" prompt)."""
+    lead_token: bool = True
+    """Put two EOS tokens before every text. A causally pretrained model keeps position 0 as an attention sink whose
+    hidden state hardly depends on the token: without a lead every one-token text embeds alike (the quickstart encoder
+    gives "cat"/"stocks" cosine 1.00, above "cat"/"kitten" 0.66; with the lead 0.69 and 0.86). The lead is saved as the
+    default prompt, so `SentenceTransformer(out).encode` adds it; sentence-transformers leaves the first EOS out of the
+    pooling (it counts a trailing special token as text), the second is pooled, in training and at inference alike.
+    Instruction prefixes follow the lead inside the prompts and are left out of the pooling, as LLM2Vec does."""
+    loss: str = "mnrl"
+    """mnrl (MultipleNegativesRankingLoss) or cached_mnrl (GradCache: large batches on small memory)."""
+    mini_batch_size: int = 32
+    """cached_mnrl: rows per forward pass."""
+    scale: float = 20.0
+    """Similarity scale of the loss (1 / temperature; 20 = temperature 0.05, as in SimCSE and LLM2Vec)."""
+    dropout: float = 0.3
+    """simcse: dropout applied during training (LLM2Vec's SimCSE setting); saved back as 0."""
+    steps: int = 1000
+    """Optimizer steps."""
+    batch_size: int = 64
+    """Rows per step (in-batch negatives: larger is better)."""
+    learning_rate: float = 3e-5
+    """Peak learning rate (LLM2Vec's SimCSE and supervised runs use 3e-5 and 2e-4 with LoRA; full fine-tuning here)."""
+    warmup_ratio: float = 0.1
+    """Linear warmup over this share of the steps, then linear decay."""
+    max_seq_length: int | None = None
+    """Tokens per text; default 128, or the model's positions when it has fewer. A value above them is refused."""
+    seed: int = 0
+    """Seed for data order and dropout."""
+    save_every: int = field(default=500, metadata=identity(HARMLESS))
+    """Save a resumable checkpoint (weights, optimizer, scheduler, RNG, data position) every N steps, in the
+    `.NAME.work/` folder next to the output; it is removed once the embedding model is written."""
+    keep_last: int = field(default=2, metadata=identity(HARMLESS))
+    """Checkpoints to keep."""
+    resume: bool = field(default=False, metadata=identity(HARMLESS))
+    """Continue an interrupted run from its newest checkpoint (same settings), as `cpt --resume` does."""
+    cross_device_negatives: bool = True
+    """With several processes (accelerate launch / torchrun), every process's rows are negatives for every anchor
+    (sentence-transformers' `gather_across_devices`): the in-batch negatives of the whole global batch."""
+    progress: bool = field(default=True, metadata=identity(HARMLESS))
+    """Show the trainer's progress bar."""
+    hard_negatives: int = 0
+    """supervised: mine K hard negatives per pair with the model first (`mine_hard_negatives`, false negatives out)."""
+    matryoshka_dims: str | None = None
+    """Embedding sizes the loss is also applied at, e.g. 768,512,256,128,64 (`MatryoshkaLoss`); at most the width."""
+
+    def __post_init__(self):
+        problems = []
+        if self.objective not in OBJECTIVES:
+            problems.append(f"--objective must be one of {', '.join(OBJECTIVES)} (got {self.objective!r})")
+        if self.pooling not in POOLINGS:
+            problems.append(f"--pooling must be one of {', '.join(POOLINGS)} (got {self.pooling!r})")
+        if self.loss not in LOSSES:
+            problems.append(f"--loss must be one of {', '.join(LOSSES)} (got {self.loss!r})")
+        if (self.data_files is None) == (self.dataset is None):
+            problems.append("give exactly one of --data-files or --dataset")
+        if problems:
+            raise EncoderizeError("; ".join(problems))
+        for name in ("steps", "batch_size", "max_seq_length", "mini_batch_size", "save_every", "keep_last",
+                     "max_rows"):  # max_rows None: every row
+            check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=1, integer=True)
+        if self.objective == "simcse":
+            check_number("--batch-size", self.batch_size, minimum=2, integer=True)  # in-batch negatives need two
+        check_number("--seed", self.seed, minimum=0, maximum=2**32 - 1, integer=True)  # numpy's seed range
+        check_number("--hard-negatives", self.hard_negatives, minimum=0, integer=True)  # 0: none mined
+        check_number("--scale", self.scale, above=0)  # 1 / temperature: 0 makes every similarity equal
+        check_number("--learning-rate", self.learning_rate, above=0)
+        check_number("--dropout", self.dropout, minimum=0, below=1)
+        check_number("--warmup-ratio", self.warmup_ratio, minimum=0, below=1)
+        check_extras(self)  # --hard-negatives, --matryoshka-dims (a size above the width: once the model loads)
+
+def check_extras(config) -> None:
+    """`--hard-negatives` needs (anchor, positive) pairs and no negative column of the user's; the dims must parse."""
+    parse_dims(config.matryoshka_dims)
+    check_number("--hard-negatives", config.hard_negatives, minimum=0, integer=True)
+    if config.hard_negatives and config.objective != "supervised":
+        raise EncoderizeError("--hard-negatives mines negatives for (anchor, positive) pairs; add --objective "
+                              "supervised and the pair columns")
+    if config.hard_negatives and config.negative_column:
+        raise EncoderizeError("--hard-negatives mines the negatives itself; drop --negative-column or --hard-negatives")

@@ -1,0 +1,94 @@
+"""The training rows: read (local files or a streamed Hub dataset), columns checked and renamed to anchor,
+positive[, negative], prefixes applied, and refused when no batch of distinct texts can be formed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.launch import world_size
+from hf_encoderize.data.sources import blank_file, dataset_patterns, diagnose_files, local_files
+from hf_encoderize.recipes.contrastive.config import BUILDERS, ContrastiveConfig
+
+
+def _columns(config: ContrastiveConfig) -> list[str]:
+    if config.objective == "simcse":
+        return [config.text_column]
+    return [config.anchor_column, config.positive_column] + ([config.negative_column] if config.negative_column else [])
+
+def load_rows(config: ContrastiveConfig):
+    """The training rows as a `datasets.Dataset` with columns anchor, positive[, negative], prefixes applied."""
+    import datasets
+
+    datasets.disable_progress_bars()  # a bad-input run prints one error line, not a progress bar before it
+    try:
+        if config.data_files is not None:
+            # cpt's reader finds the files (a folder, `~`, a glob, a name with brackets); contrastive also reads CSV
+            files = local_files(config.data_files, BUILDERS)
+            builder = {BUILDERS[Path(f).suffix] for f in files}
+            if len(builder) > 1:
+                raise EncoderizeError("--data-files mixes file types; pass one kind (JSON/JSONL, CSV, Parquet or .txt)")
+            if all(blank_file(f) for f in files):  # datasets' JSON builder raises a bare StopIteration for these
+                raise EncoderizeError(f"--data-files {config.data_files!r} holds no rows (empty or blank file"
+                                      f"{'s' if len(files) > 1 else ''}); point it at your training data")
+            try:
+                rows = datasets.load_dataset(builder.pop(), data_files=dataset_patterns(files), split="train")
+            except Exception as err:  # a bad line: name its file and line, as cpt does
+                raise EncoderizeError(diagnose_files(files, err)) from None
+        else:  # streamed, as cpt reads it: only the rows the stage uses are read (run's default corpus is 10B tokens)
+            stream = datasets.load_dataset(config.dataset, config.dataset_config, split=config.split, streaming=True)
+            rows = datasets.Dataset.from_list(list(stream.take(rows_used(config))), features=stream.features)
+    except EncoderizeError:
+        raise
+    except Exception as err:  # unreadable file, unknown Hub dataset, offline Hub
+        raise EncoderizeError(f"cannot read the training data: {type(err).__name__}: {' '.join(str(err).split())[:200]}"
+                              ) from None
+    wanted = _columns(config)
+    missing = [c for c in wanted if c not in rows.column_names]
+    if missing:
+        hint = " (supervised needs an anchor and a positive column: pairs or triplets)" \
+            if config.objective == "supervised" else ""
+        raise EncoderizeError(f"column(s) {', '.join(map(repr, missing))} not in the data (it has "
+                              f"{', '.join(map(repr, rows.column_names))}); pass the column options{hint}")
+    rows = rows.select_columns(wanted).filter(lambda row: all(isinstance(row[c], str) and row[c].strip()
+                                                              for c in wanted))
+    if config.max_rows:
+        rows = rows.select(range(min(config.max_rows, len(rows))))
+    if len(rows) < 2:
+        raise EncoderizeError(f"the training data has {len(rows)} usable row(s) with non-empty {', '.join(wanted)}; "
+                              "in-batch negatives need at least 2")
+    # With a lead, the prefixes are part of the prompts the trainer adds (left out of the pooling), not of the rows.
+    query, document = ("", "") if config.lead_token else (config.query_prefix, config.document_prefix)
+    if config.objective == "simcse":  # the same text twice: dropout makes the two views
+        text = config.text_column
+        return rows.map(lambda row: {"anchor": query + row[text], "positive": document + row[text]},
+                        remove_columns=[text])
+    renamed = {config.anchor_column: "anchor", config.positive_column: "positive"}
+    if config.negative_column:
+        renamed[config.negative_column] = "negative"
+    rows = rows.rename_columns({k: v for k, v in renamed.items() if k != v})
+    return rows.map(lambda row: {key: (query if key == "anchor" else document) + value for key, value in row.items()})
+
+def rows_used(config: ContrastiveConfig) -> int:
+    """How many rows a Hub dataset gives the stage: `--max-train-samples`, else one epoch of the run's steps (every
+    process's batch), what the trainer would draw before repeating."""
+    return config.max_rows or config.steps * config.batch_size * world_size()
+
+def check_distinct(rows, config, after: str = "") -> None:
+    """Refuse rows that cannot fill one batch without a repeated text: the sampler would yield no batch, and the run
+    would train 0 steps. One greedy pass, stopped as soon as a batch fills. `after`: what made the rows (the line's
+    opening words)."""
+    needed = config.batch_size if len(rows) >= config.batch_size else 2  # fewer rows: one short batch (no drop_last)
+    seen, fitting = set(), 0
+    for row in rows:
+        texts = set(row.values())
+        if texts & seen:
+            continue
+        seen |= texts
+        fitting += 1
+        if fitting >= needed:
+            return
+    what = "distinct text(s)" if config.objective == "simcse" else "row(s) that share no text"
+    advice = f"pass --batch-size {fitting} or less, or add texts" if fitting >= 2 else "add distinct texts"
+    raise EncoderizeError(f"{after}the training data has {fitting} {what} for a batch of {config.batch_size} (a batch "
+                          f"holds no text twice: a repeat would be a false negative), so no step would train; {advice}")

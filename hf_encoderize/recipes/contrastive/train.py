@@ -1,0 +1,173 @@
+"""`contrastive(config)`: check every input, build the model, train with sentence-transformers' trainer, write the
+folder under a temporary name and move it into place (the package docstring says why each choice)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from hf_encoderize.common import outputs
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.launch import world_size
+from hf_encoderize.common.outputs import releasing_locks
+from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD, ContrastiveRecord
+from hf_encoderize.model.saving import MODELING_FILE, encoder_dir
+from hf_encoderize.recipes.contrastive.config import ContrastiveConfig
+from hf_encoderize.recipes.contrastive.losses import mine_negatives, stage_loss
+from hf_encoderize.recipes.contrastive.model import (
+    _dropout_kwargs,
+    _merge_adapters,
+    build_model,
+    check_peft_integration,
+    saved_prompts,
+    source_dtype,
+    warn_without_dropout,
+)
+from hf_encoderize.recipes.contrastive.resume import check_resume, checkpoints, set_aside, settings_of, work_dir
+from hf_encoderize.recipes.contrastive.rows import check_distinct, load_rows
+from hf_encoderize.training.lora import AdapterConfig, check_targets_before_load
+
+
+@releasing_locks  # a run that fails gives its output folder's lock back
+def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None) -> dict:
+    """Train the contrastive stage and save a sentence-transformers folder to `config.output_dir`. Returns a summary.
+
+    Works under `accelerate launch` / `torchrun` as it is (the trainer is sentence-transformers' on Accelerate); only
+    the main process writes the output."""
+    from accelerate import PartialState
+    from sentence_transformers import SentenceTransformerTrainer
+
+    adapter = adapter or AdapterConfig()
+    if adapter.load_in_4bit:
+        raise EncoderizeError("contrastive does not train 4-bit weights; drop --load-in-4bit (LoRA works without it)")
+    if adapter.lora_r:
+        check_peft_integration()
+    source = encoder_dir(config.encoder)
+    check_targets_before_load(source, adapter)  # a --lora-targets typo, from the config alone
+    out, work = Path(config.output_dir), work_dir(config.output_dir)
+    # --resume too: the output folder is written at the end, so what the user has there is checked now, not deleted then
+    out = outputs.check_output_dir(config.output_dir, overwrite=config.overwrite, resumable=not config.resume,
+                                   inputs=outputs.input_paths(source, config.data_files))
+    outputs.check_unlocked(work)  # another contrastive run is live on this output: its work folder is not wiped
+    broken = check_resume(config, adapter, work)  # a checkpoint cut short while saving: resumed from the one before
+    rows = load_rows(config)  # every input is checked before the output folder is touched
+    check_distinct(rows, config)  # a batch holds no text twice: data that cannot fill one would train 0 steps
+    dropout = _dropout_kwargs(source, config.dropout) if config.objective == "simcse" else {}
+    model = build_model(source, config, dropout, adapter)
+    warn_without_dropout(model, config)  # SimCSE's two views of a text differ only by dropout
+    prompts = saved_prompts(config, model.tokenizer)
+    rows = mine_negatives(model, rows, config, prompts)  # --hard-negatives: negative_1..negative_K columns
+    loss = stage_loss(model, config)  # with --matryoshka-dims, at each size
+    roles = {"anchor": "query", **{column: "document" for column in rows.column_names if column != "anchor"}}
+    training = {column: prompts[roles[column]] for column in rows.column_names if roles[column] in prompts} \
+        if config.lead_token else None
+    args = _training_args(config, work, len(rows), training)  # sets up the processes of a distributed launch
+    state = PartialState()
+    state.wait_for_everyone()  # every process has checked the folders before the main one changes them
+    if state.is_main_process:  # the lock first, then the wipe: a run that went live while this one loaded is refused
+        work.mkdir(parents=True, exist_ok=True)  # here, not wiped (lock and checkpoints); it goes with the work folder
+        outputs.acquire_lock(work, "contrastive")
+        for entry in [e for e in work.iterdir() if e.name != outputs.LOCK] if not config.resume else []:
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+        if not config.resume:
+            (work / "trainer").mkdir(parents=True)
+            (work / "settings.json").write_text(json.dumps(settings_of(config, adapter), indent=2) + "\n")
+        set_aside(broken, work)
+    state.wait_for_everyone()
+    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=rows, loss=loss)
+    if not config.progress:  # no progress bar and no printed log dicts either (the log is in contrastive_run.json)
+        from transformers.trainer_callback import PrinterCallback
+
+        trainer.remove_callback(PrinterCallback)
+    try:
+        trainer.train(resume_from_checkpoint=True if config.resume else None)
+    except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM (the type says which); the CLI says "interrupted"
+        saved = checkpoints(work)  # the Trainer's checkpoint-STEP folders
+        where = f"the newest checkpoint is {str(saved[-1])!r}" if saved else f"checkpoints are in {str(work)!r}"
+        raise type(interrupt)(f"{where}; run the same command with --resume to continue") from None
+    summary = {}
+    if trainer.is_world_process_zero():
+        summary = _write_output(trainer, model, source, config, adapter, dropout, len(rows), out, work)
+    trainer.accelerator.wait_for_everyone()
+    return {**summary, "output_dir": str(out)}
+
+def _training_args(config: ContrastiveConfig, work: Path, rows: int, prompts: dict | None):
+    from sentence_transformers.sentence_transformer.training_args import (
+        BatchSamplers,
+        SentenceTransformerTrainingArguments,
+    )
+
+    # Several CPU processes (torchrun/accelerate with gloo): the trainer goes distributed only when told
+    multi_cpu = not torch.cuda.is_available() and world_size() > 1
+    return SentenceTransformerTrainingArguments(
+        **({"ddp_backend": "gloo", "use_cpu": True} if multi_cpu else {}),
+        output_dir=str(work / "trainer"), max_steps=config.steps, per_device_train_batch_size=config.batch_size,
+        # transformers v5 reads a float warmup_steps below 1 as a ratio (warmup_ratio is deprecated)
+        learning_rate=config.learning_rate, warmup_steps=config.warmup_ratio, lr_scheduler_type="linear",
+        seed=config.seed, data_seed=config.seed, batch_sampler=BatchSamplers.NO_DUPLICATES,
+        save_strategy="steps", save_steps=config.save_every, save_total_limit=config.keep_last,
+        report_to="none", logging_steps=max(1, config.steps // 20), disable_tqdm=not config.progress, prompts=prompts,
+        dataloader_drop_last=rows >= config.batch_size,
+        bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),  # autocast over the fp32 master weights
+    )
+
+def _write_output(trainer, model, source: Path, config: ContrastiveConfig, adapter: AdapterConfig, dropout: dict,
+                  rows: int, out: Path, work: Path) -> dict:
+    """Merge adapters, save under `work/final`, finish the folder, then move it into place (main process)."""
+    final = work / "final"
+    shutil.rmtree(final, ignore_errors=True)
+    if adapter.lora_r:
+        _merge_adapters(model, source, work / "adapter")
+    saved_dtype = source_dtype(source)
+    if saved_dtype is not None:
+        model.to(saved_dtype)  # trained on fp32 master weights, saved in the encoder's dtype
+    model.prompts = saved_prompts(config, model.tokenizer)
+    model.default_prompt_name = "text" if "text" in model.prompts else None
+    model.save(str(final))
+    log = trainer.state.log_history
+    summary = _finish_folder(final, source, config, dropout, [e["loss"] for e in log if "loss" in e], rows,
+                             adapter, log)
+    if out.is_symlink() or out.exists():  # allowed at the start; checked again now that it goes
+        if out.is_dir() and not out.is_symlink() and any(out.iterdir()):
+            outputs.check_deletable(out)
+        out.unlink() if out.is_symlink() else shutil.rmtree(out)
+    final.rename(out)
+    if adapter.lora_r and adapter.save_adapter:  # the unmerged adapter, next to the merged model
+        shutil.move(str(work / "adapter"), str(out / "adapter"))
+    outputs.write_marker(out, "contrastive")  # what a later --overwrite may replace
+    shutil.rmtree(work, ignore_errors=True)
+    return {**summary, "steps": trainer.state.global_step}  # the steps trained, not the ones asked for
+
+def _finish_folder(folder: Path, source: Path, config: ContrastiveConfig, dropout: dict, logged: list, rows: int,
+                   adapter: AdapterConfig, log: list):
+    """Dropout back to the source's values, the shipped modeling file, the run record."""
+    source_config = json.loads((source / "config.json").read_text())
+    saved = json.loads((folder / "config.json").read_text())
+    for name in dropout:
+        saved[name] = source_config.get(name, 0.0)
+    auto_map = {k: v for k, v in (saved.get("auto_map") or {}).items() if k != "AutoModelForMaskedLM"}
+    if auto_map and (source / MODELING_FILE).is_file():
+        shutil.copyfile(source / MODELING_FILE, folder / MODELING_FILE)
+        saved["auto_map"] = auto_map
+    else:
+        saved.pop("auto_map", None)
+    stage = {"objective": config.objective, "pooling": config.pooling, "loss": config.loss, "steps": config.steps,
+             "batch_size": config.batch_size, "learning_rate": config.learning_rate, "scale": config.scale,
+             "training_dropout": dropout, "rows": rows, "final_loss": logged[-1] if logged else None,
+             "lora": {"r": adapter.lora_r, "alpha": adapter.lora_alpha, "targets": adapter.lora_targets,
+                      "merged": True} if adapter.lora_r else None,
+             "processes": world_size(),
+             "lead": json.loads((folder / "config_sentence_transformers.json").read_text()).get("prompts", {}).get(
+                 "text", "")}
+    previous = saved.get("hf_encoderize") or {}
+    saved["hf_encoderize"] = {**previous, "contrastive": stage}
+    (folder / "config.json").write_text(json.dumps(saved, indent=2) + "\n")
+    ContrastiveRecord(source=os.fspath(source), config=asdict(config), stage=stage, losses=logged,
+                      facts={"metrics": log, "base_encoder": previous}).to_json(folder / CONTRASTIVE_RECORD)
+    return {"objective": config.objective, "rows": rows, "steps": config.steps, "first_loss": logged[0] if logged
+            else None, "final_loss": stage["final_loss"]}
