@@ -60,8 +60,8 @@ PRESETS = {
     # `reduced` with a second data order (corpus shuffle, tokenizer, initialisation) per arm: pretraining variance.
     "reduced2": dict(corpus_tokens=2_000_000, **ELEVEN_M, seq_len=128, batch=16, pretrain_steps=200, cpt_steps=68,
                      lr=1e-3, cpt_lr=5e-4, ft_lrs=(2e-4, 5e-4), ft_seeds=(0, 1, 2), ft_steps=24, orders=(0, 1)),
-    # About 50 minutes on two idle cores (measured rates: ~0.6 s a pretraining step, ~170 s for one seed x lr of
-    # the four families); full fine-tuning dominates, hence 3 seeds, not 5.
+    # About 50 minutes on two idle cores, estimated from rates measured there (under 0.85 s a pretraining step, ~170 s
+    # for one seed x lr of the four families at 40 steps); full fine-tuning dominates, hence 3 seeds, not 5.
     "cpu": dict(corpus_tokens=2_000_000, **ELEVEN_M, seq_len=128, batch=16, pretrain_steps=500, cpt_steps=170,
                 lr=1e-3, cpt_lr=5e-4, ft_lrs=(2e-4, 5e-4), ft_seeds=(0, 1, 2), ft_steps=30, orders=(0,)),
     # About 10 minutes on one H100 (not run yet): ~11M tokens per arm from the ~12M the environment holds, 5 seeds,
