@@ -82,12 +82,13 @@ def test_onnx_export_is_kept_verified_and_on_the_card(tmp_path, texts, capsys):
 def test_a_causal_graph_is_kept_out_with_one_line(tmp_path, texts, monkeypatch):
     encoder = _encoder(tmp_path)
     causal = make_decoder().model.eval()  # the same weights before encoderize: causal attention
-    original = export_module._export_fp32
+    original = export_module.export_embedding_graph
 
-    def export_causal(model, vocab_size, path, opset):
-        original(causal, vocab_size, path, opset)
+    def export_causal(st, path, opset):
+        st[0].model = causal  # the Transformer module's model (`auto_model` reads it)
+        return original(st, path, opset)
 
-    monkeypatch.setattr(export_module, "_export_fp32", export_causal)
+    monkeypatch.setattr(export_module, "export_embedding_graph", export_causal)
     monkeypatch.setattr(export_module, "THRESHOLDS", {"model.onnx": 0.999})
     result = export_module.export(export_module.ExportConfig(str(encoder), check_texts=str(texts)))
     assert result["model.onnx"] == "not kept: ONNX Runtime runs it causally (a later token does not move position 0)"
@@ -124,3 +125,32 @@ def test_the_reference_embeds_whole_texts_even_when_the_model_keeps_a_short_trai
     st.max_seq_length = 64
     whole = st.encode(texts, convert_to_numpy=True, prompt="")
     assert np.allclose(reference["embeddings"], whole, atol=1e-5) and reference["max_length"] >= 9
+
+
+@pytest.mark.parametrize("run", ["contrastive_run", "matryoshka_run"])  # lasttoken + "query" prompt; mean pooling
+def test_the_onnx_graph_returns_what_encode_returns_and_the_card_snippet_runs_as_printed(run, request, tmp_path):
+    """The embedding model's graph ends in its own pooling with the lead-token rule (the first lead EOS left out of
+    the pooling), so ONNX Runtime gives `SentenceTransformer(folder).encode`'s embeddings; the card's ONNX Runtime
+    snippet is marked verified and, run as printed in a process without our package, gives them too."""
+    import numpy as np
+    from sentence_transformers import SentenceTransformer
+
+    folder = request.getfixturevalue(run) / "contrastive"
+    assert export_module.export(export_module.ExportConfig(str(folder)))["model.onnx"] == "verified"
+    record = json.loads((folder / "export_record.json").read_text())["onnx"]
+    assert record["prompt"] and record["prompt_length"] == 1  # two lead EOS: the first is left out of the pooling
+    for name in ("model.onnx", "model_qint8.onnx"):
+        variant = record["variants"][name]
+        assert variant["min_cosine_embedding"] >= variant["threshold"], (name, variant)
+    snippets = {engine: (ok, code) for engine, ok, _, code in serve_commands_in((folder / "README.md").read_text())}
+    ok, code = snippets["ONNX Runtime"]
+    assert ok and 'session.run(["sentence_embedding"]' in code
+    program = ("import sys\nsys.modules['hf_encoderize'] = None\n" + code +
+               "\nimport json\nprint(json.dumps(embeddings.tolist()))\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    onnx_side = np.array(json.loads(done.stdout.strip().splitlines()[-1]))
+    torch_side = SentenceTransformer(str(folder), device="cpu").encode(
+        ["A cat sits on the mat.", "Stock markets fell today."])
+    cosines = (onnx_side * torch_side).sum(1) / np.linalg.norm(onnx_side, axis=1) / np.linalg.norm(torch_side, axis=1)
+    assert cosines.min() >= 0.999, cosines

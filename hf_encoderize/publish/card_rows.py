@@ -100,11 +100,11 @@ def _training_rows(run: dict) -> list[tuple[str, str]]:
     processes = run.get("num_processes") or hardware.get("num_processes") or 1
     accuracy = run.get("eval_masked_accuracy")
     return [
-        ("Objective", f"{objective}, mask ratio {run.get('mask_ratio', 0):.0%}, {replacement}"),
+        ("Objective", f"{objective}, mask ratio {run.get('mask_ratio') or 0:.0%}, {replacement}"),
         ("Data", f"`{source}`{_text_unit(data)}, rows of {data.get('seq_len')} tokens, "
                  f"{'packed' if data.get('pack') else 'padded'}"),
         ("Steps", f"{thousands(run.get('steps'))} optimizer steps, {thousands(run.get('tokens_seen'))} tokens seen"),
-        ("Schedule", f"{(run.get('schedule') or 'wsd').upper()}: peak lr {run.get('lr', 0):.1e}, "
+        ("Schedule", f"{(run.get('schedule') or 'wsd').upper()}: peak lr {run.get('lr') or 0:.1e}, "
                      f"{thousands(run.get('warmup_steps'))} warmup steps, "
                      f"linear decay over the final {_decay(run)}"),
         ("Optimizer", f"AdamW, betas {tuple(run.get('betas') or (0.9, 0.95))}, eps "
@@ -186,7 +186,9 @@ def serve_commands(facts: CardFacts, serve: dict | None) -> list[dict]:
                          'embeddings = model.encode(["A cat sits on the mat.", "Stock markets fell today."])\n'
                          'print(embeddings.shape, model.similarity(embeddings, embeddings))'}]
     if kept:
-        commands.append(_onnxruntime_command(ref, kept[0], pooling, lead))
+        onnx = serve["onnx"]
+        commands.append(_onnxruntime_embedding_command(ref, kept[0], onnx["prompt"]) if "prompt" in onnx else
+                        _onnxruntime_command(ref, kept[0], pooling, lead))  # an export from before the pooled graph
         int8 = (f'\nint8 = SentenceTransformer("{ref}", backend="onnx", model_kwargs={{"file_name": '
                 '"model_qint8.onnx"})' if "model_qint8.onnx" in kept else "")
         commands.append({"engine": "sentence-transformers (ONNX backend)", "language": "python", "verified": False,
@@ -215,6 +217,26 @@ def serve_commands(facts: CardFacts, serve: dict | None) -> list[dict]:
                              "`is_causal: false` switches to bidirectional attention only in the architectures whose "
                              "vLLM code reads it (Llama, Qwen2/Qwen3 among them)." + prompt})
     return commands
+
+
+def _onnxruntime_embedding_command(ref: str, file: str, prompt: str) -> dict:
+    """ONNX Runtime alone (no sentence-transformers, no optimum): the graph's `sentence_embedding` output is the model's
+    own pooling and normalisation, so the snippet only puts the default prompt (lead tokens) before each text."""
+    local = ref.startswith("/")  # the local folder (no --repo-id): no download
+    download = "" if local else "from huggingface_hub import snapshot_download\n"
+    texts = '["A cat sits on the mat.", "Stock markets fell today."]'
+    texts = f"[{prompt!r} + text for text in {texts}]  # the model's lead tokens, as encode() adds them" if prompt \
+        else texts
+    code = (f'import numpy as np, onnxruntime\n{download}from transformers import AutoTokenizer\n\n'
+            f'folder = {repr(ref) if local else f"snapshot_download({ref!r})"}\n'
+            f'tokenizer = AutoTokenizer.from_pretrained(folder)\n'
+            f'session = onnxruntime.InferenceSession(f"{{folder}}/onnx/{file}", providers=["CPUExecutionProvider"])\n'
+            f'texts = {texts}\n'
+            f'batch = tokenizer(texts, padding=True, return_tensors="np")\n'
+            'embeddings = session.run(["sentence_embedding"], {"input_ids": batch["input_ids"], '
+            '"attention_mask": batch["attention_mask"]})[0]  # as SentenceTransformer(folder).encode(texts)\n'
+            'print(embeddings.shape)')
+    return {"engine": "ONNX Runtime", "language": "python", "verified": True, "note": "", "code": code}
 
 
 def _onnxruntime_command(ref: str, file: str, pooling: str, lead: str) -> dict:

@@ -1,8 +1,10 @@
 """`export`: write a saved encoder or embedding model in a serving format, and keep only what was checked to work.
 
 Design choices:
-- ONNX through the ecosystem's own tools: `torch.onnx.export` for the fp32 graph and ONNX Runtime's weight-only
-  8-bit quantizer (`MatMulNBitsQuantizer`) for the int8 one (see `_export_int8` for why not `quantize_dynamic`).
+- ONNX through the ecosystem's own tools: `torch.onnx.export` for the fp32 graph (token states and, through the
+  model's own pooling and normalisation, the embedding `encode` returns: `onnx_embedding`) and ONNX Runtime's
+  weight-only 8-bit quantizer (`MatMulNBitsQuantizer`) for the int8 one (`_export_int8` says why not
+  `quantize_dynamic`).
   sentence-transformers' own path (`backend="onnx"`, `export_dynamic_quantized_onnx_model`) goes through optimum-onnx,
   whose only release pins transformers < 4.58, so it cannot be installed beside the transformers 5 we need; the files
   are laid out where that path reads them (`onnx/model.onnx`, `onnx/model_qint8.onnx`, input names `input_ids` and
@@ -34,6 +36,7 @@ from hf_encoderize.publish.card import CardConfig, is_generated_card, write_card
 from hf_encoderize.publish.export_record import write_export_part
 from hf_encoderize.publish.export_reference import check_texts, load_model, write_reference
 from hf_encoderize.publish.gguf_export import export_gguf
+from hf_encoderize.publish.onnx_embedding import export_embedding_graph
 
 ExportFormat = Literal["onnx", "gguf"]
 # Lowest cosine to our PyTorch embeddings a variant must reach (fp32 differs only in kernel order; int8 rounds weights).
@@ -96,37 +99,16 @@ def _export_onnx(model_dir: Path, texts: list[str], opset: int) -> dict:
     staging = Path(tempfile.mkdtemp(prefix=".onnx-export-", dir=model_dir))
     try:
         reference = write_reference(st, pooling, texts, staging / "reference.json")
-        _export_fp32(st[0].auto_model, len(st.tokenizer), staging / "model.onnx", opset)
+        graph = export_embedding_graph(st, staging / "model.onnx", opset)  # token states and the embedding
         _export_int8(staging / "model.onnx", staging / "model_qint8.onnx")
         variants = {name: _check(model_dir, staging / name, reference, threshold) for name, threshold in
                     THRESHOLDS.items()}
         _keep_passing(model_dir, staging, variants)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    write_export_part(model_dir, "onnx", {"pooling": pooling, "texts": len(texts), "variants": variants})
+    write_export_part(model_dir, "onnx", {"pooling": pooling, "texts": len(texts), **graph,
+                                       "variants": variants})
     return variants
-
-
-def _export_fp32(model, vocab_size: int, path: Path, opset: int) -> None:
-    """The token-level graph of `model` (sentence-transformers' Transformer module alone; pooling stays outside)."""
-    import torch
-
-    class Hidden(torch.nn.Module):
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids, attention_mask):
-            return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-
-    # Trace on a padded batch of 2 x 6 so the graph keeps the attention-mask path (a 1-row unpadded trace may drop it).
-    ids = torch.tensor([[1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6]]) % vocab_size
-    mask = torch.tensor([[1] * 6, [1, 1, 1, 0, 0, 0]])
-    axes = {0: "batch", 1: "sequence"}
-    with torch.no_grad():
-        torch.onnx.export(Hidden(model.eval()), (ids, mask), str(path), dynamo=False, opset_version=opset,
-                          input_names=["input_ids", "attention_mask"], output_names=["last_hidden_state"],
-                          dynamic_axes={"input_ids": axes, "attention_mask": axes, "last_hidden_state": axes})
 
 
 def _export_int8(source: Path, path: Path) -> None:

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.publish.onnx_embedding import default_prompt
 
 # Texts of several lengths, padded in one batch by the ONNX check, so padding must not move the real tokens' outputs.
 # 24 of them, short ones many: with the first 4 alone the SmolLM2-135M int8 export passed at 0.9928, while
@@ -77,10 +78,16 @@ def write_reference(st, pooling: str, texts: list[str], path: Path) -> Path:
         # prompt="": the checks feed the raw texts; a default prompt (lead tokens) is added outside the exported model.
         embeddings = st.encode(texts, batch_size=len(texts), convert_to_numpy=True, prompt="")
         max_length = st.max_seq_length
+        # What `encode` returns, default prompt (lead) and all: the ONNX graph's `sentence_embedding` must equal it.
+        prompt = default_prompt(st)
+        st.max_seq_length = min(positions, st.max_seq_length + len(tokenizer(prompt)["input_ids"]))
+        encoded = st.encode(texts, batch_size=len(texts), convert_to_numpy=True)
+        encoded_max_length = st.max_seq_length
     finally:
         st.max_seq_length = saved
     path.write_text(json.dumps({
         "texts": texts, "embeddings": embeddings.tolist(), "pooling": pooling, "max_length": max_length,
+        "prompt": prompt, "encoded": encoded.tolist(), "encoded_max_length": encoded_max_length,
         "probe_ids": probe, "probe_other_id": (probe[-1] + 1) % len(tokenizer),
         "probe_texts": [" ".join(words), " ".join(changed)], "n_ctx": max(64, tokens + 16),
     }))

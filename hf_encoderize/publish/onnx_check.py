@@ -5,7 +5,9 @@ texts and the PyTorch embeddings `export` computed for them. This file imports n
 a script, with `hf_encoderize` made unimportable), so a model that only works with our code installed fails here.
 
 Checks: (a) bidirectional on token-level outputs: changing the last token moves position 0's output; (b) the pooled
-embeddings of the texts, several lengths padded in one batch, match PyTorch's (lowest cosine reported).
+embeddings of the texts, several lengths padded in one batch, match PyTorch's (lowest cosine reported); (c) when the
+graph has the pipeline's `sentence_embedding` output, it matches what `encode` returns for the same texts, prompt
+(lead tokens) and all; `min_cosine` is the lower of (b) and (c).
 """
 
 import json
@@ -22,6 +24,13 @@ def pool(hidden, mask, mode: str):
         return hidden[np.arange(len(hidden)), mask.sum(1) - 1]
     weights = mask[..., None].astype(hidden.dtype)
     return (hidden * weights).sum(1) / np.maximum(weights.sum(1), 1e-9)
+
+
+def cosine(a, b):
+    """Row-wise cosine of two (batch, dim) arrays."""
+    import numpy as np
+
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
 def main(encoder: str, model_file: str, reference_file: str) -> dict:
@@ -47,8 +56,18 @@ def main(encoder: str, model_file: str, reference_file: str) -> dict:
                       return_tensors="np")
     pooled = pool(run(batch["input_ids"], batch["attention_mask"]), batch["attention_mask"], reference["pooling"])
     torch_side = np.array(reference["embeddings"], dtype=np.float32)
-    cosines = (pooled * torch_side).sum(1) / (np.linalg.norm(pooled, axis=1) * np.linalg.norm(torch_side, axis=1))
-    return {"position_0_moved": moved, "bidirectional": moved > 1e-6, "min_cosine": float(cosines.min()),
+    lowest = float(cosine(pooled, torch_side).min())
+    result = {}
+    if "sentence_embedding" in [output.name for output in session.get_outputs()]:
+        # The graph's own embedding, fed prompt + text as `encode` feeds it, against what `encode` returned.
+        prompted = tokenizer([reference["prompt"] + text for text in reference["texts"]], padding=True,
+                             truncation=True, max_length=reference["encoded_max_length"], return_tensors="np")
+        feed = {"input_ids": prompted["input_ids"].astype(np.int64),
+                "attention_mask": prompted["attention_mask"].astype(np.int64)}
+        embedded = session.run(["sentence_embedding"], feed)[0]
+        result["min_cosine_embedding"] = float(cosine(embedded, np.array(reference["encoded"], np.float32)).min())
+        lowest = min(lowest, result["min_cosine_embedding"])
+    return {"position_0_moved": moved, "bidirectional": moved > 1e-6, "min_cosine": lowest, **result,
             "padded_lengths": sorted({int(n) for n in batch["attention_mask"].sum(1)}),
             "hf_encoderize_importable": False}
 

@@ -1,0 +1,92 @@
+"""The ONNX graph of the whole embedding pipeline: token states, the model's own pooling, its Dense/Normalize modules.
+
+Design choices:
+- One graph, two outputs: `last_hidden_state` first (where sentence-transformers' ONNX backend reads the token
+  states, so `onnx/model.onnx` keeps its layout) and `sentence_embedding`, what `SentenceTransformer(folder).encode`
+  returns for the same token ids. A snippet that pools the token states itself missed the lead-token rule and read
+  cosine 0.77-0.94 to sentence-transformers; the pooled output makes ONNX Runtime give the model's own embedding.
+- The pooling is sentence-transformers' own `Pooling` module, traced, fed a mask with the prompt left out the way
+  `Pooling(include_prompt=False)` leaves it out (`_exclude_prompt_from_mask`): the first `prompt_length` real tokens,
+  after any left padding. `prompt_length` is fixed at export for the default prompt (a contrastive model's lead
+  tokens): ONNX Runtime's caller puts the same prompt text before every text, as `encode` does.
+- Modules after the pooling (Normalize, Dense) are traced as they are; any other module is refused, since the
+  graph would then not be what `encode` returns.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hf_encoderize.common.errors import EncoderizeError
+
+TRACEABLE_AFTER_POOLING = ("Normalize", "Dense")
+
+
+def default_prompt(st) -> str:
+    """The prompt `encode` puts before every text when none is named (a contrastive model's lead tokens), or ''."""
+    name = getattr(st, "default_prompt_name", None)
+    return (getattr(st, "prompts", None) or {}).get(name, "") if name else ""
+
+
+def prompt_length(st, prompt: str) -> int:
+    """Tokens of `prompt` that `Pooling(include_prompt=False)` leaves out: the prompt's tokens less a trailing special
+    token (sentence-transformers counts that one as text). 0 when the pooling includes the prompt."""
+    if not prompt or getattr(st[1], "include_prompt", True):
+        return 0
+    ids = st.tokenizer([prompt])["input_ids"][0]
+    return len(ids) - (1 if ids and ids[-1] in st.tokenizer.all_special_ids else 0)
+
+
+def export_embedding_graph(st, path: Path, opset: int) -> dict:
+    """Write the pipeline's graph to `path`; returns what a caller must know to feed it: the prompt and its skip."""
+    import torch
+
+    tail = [type(module).__name__ for module in list(st)[2:]]
+    if any(name not in TRACEABLE_AFTER_POOLING for name in tail):
+        raise EncoderizeError(f"export: the model has module(s) {', '.join(tail)} after its pooling; only "
+                              f"{', '.join(TRACEABLE_AFTER_POOLING)} go into the ONNX graph")
+    prompt = default_prompt(st)
+    skip = prompt_length(st, prompt)
+    graph = _Pipeline(st, skip).eval()
+    # Trace on a padded batch of 2 x 6 so the graph keeps the attention-mask path (a 1-row unpadded trace may drop it).
+    vocab = len(st.tokenizer)
+    ids = torch.tensor([[1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6]]) % vocab
+    mask = torch.tensor([[1] * 6, [1, 1, 1, 0, 0, 0]])
+    axes = {0: "batch", 1: "sequence"}
+    with torch.no_grad():
+        torch.onnx.export(graph, (ids, mask), str(path), dynamo=False, opset_version=opset,
+                          input_names=["input_ids", "attention_mask"],
+                          output_names=["last_hidden_state", "sentence_embedding"],
+                          dynamic_axes={"input_ids": axes, "attention_mask": axes, "last_hidden_state": axes,
+                                        "sentence_embedding": {0: "batch"}})
+    return {"prompt": prompt, "prompt_length": skip, "modules": ["Pooling", *tail]}
+
+
+def _pipeline_class():
+    import torch
+
+    class Pipeline(torch.nn.Module):
+        """input_ids, attention_mask (batch, seq) -> token states (batch, seq, dim), embedding (batch, out_dim)."""
+
+        def __init__(self, st, skip: int):
+            super().__init__()
+            self.model, self.pooling, self.tail = st[0].auto_model, st[1], torch.nn.ModuleList(list(st)[2:])
+            self.skip = skip
+
+        def forward(self, input_ids, attention_mask):
+            hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            pooled_mask = attention_mask
+            if self.skip:  # as _exclude_prompt_from_mask: positions before (left padding + prompt) are left out
+                first = attention_mask.to(torch.int32).argmax(dim=1, keepdim=True)  # (batch, 1)
+                positions = torch.arange(attention_mask.shape[1], device=attention_mask.device).unsqueeze(0)
+                pooled_mask = attention_mask * (positions >= first + self.skip).to(attention_mask.dtype)
+            features = self.pooling({"token_embeddings": hidden, "attention_mask": pooled_mask})
+            for module in self.tail:
+                features = module(features)
+            return hidden, features["sentence_embedding"]
+
+    return Pipeline
+
+
+def _Pipeline(st, skip: int):  # noqa: N802  (torch is imported lazily, so the class is built on first use)
+    return _pipeline_class()(st, skip)
