@@ -33,9 +33,10 @@ from typing import Literal, get_args
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.model.saving import encoder_dir
 from hf_encoderize.publish.card import CardConfig, is_generated_card, write_card
+from hf_encoderize.publish.export_guard import check_exportable, owned_files, verdict
 from hf_encoderize.publish.export_record import write_export_part
 from hf_encoderize.publish.export_reference import check_texts, load_model, write_reference
-from hf_encoderize.publish.gguf_export import export_gguf
+from hf_encoderize.publish.gguf_export import VARIANTS, export_gguf
 from hf_encoderize.publish.onnx_embedding import export_embedding_graph
 
 ExportFormat = Literal["onnx", "gguf"]
@@ -60,6 +61,9 @@ class ExportConfig:
     llama_cpp: str | None = None
     """--format gguf: where llama.cpp's converter is, a llama.cpp checkout or a llama-cpp-python sdist (.tar.gz) of
     the installed version. Default: $HF_ENCODERIZE_LLAMA_CPP, else a cache filled from PyPI's sdist."""
+    trust_remote_code: bool = False
+    """Run code the folder names (`auto_map`, custom modules) other than the modeling_encoderize.py this hf-encoderize
+    writes, byte for byte; without it such a folder is refused."""
 
     def __post_init__(self):
         if self.format not in get_args(ExportFormat):
@@ -76,26 +80,30 @@ class ExportConfig:
 def export(config: ExportConfig) -> dict:
     """Export the model, check each variant out of process, keep those that pass; regenerate our card with the result.
     ONNX: onnx/model.onnx (fp32) and onnx/model_qint8.onnx; GGUF: model-f32.gguf and model-q8_0.gguf."""
-    model_dir = encoder_dir(config.output_dir)
+    # Absolute: the checks run in subprocesses whose working folder is the staging folder.
+    model_dir = encoder_dir(config.output_dir).resolve()
     texts = check_texts(config.check_texts)
+    files = list(VARIANTS) if config.format == "gguf" else list(THRESHOLDS)
+    trust = check_exportable(model_dir, config.format, files, trust_remote_code=config.trust_remote_code)
     if config.format == "gguf":
-        variants = export_gguf(model_dir, texts, config.llama_cpp)
+        variants = export_gguf(model_dir, texts, config.llama_cpp, trust_remote_code=trust)
     else:
-        variants = _export_onnx(model_dir, texts, config.opset)
+        variants = _export_onnx(model_dir, texts, config.opset, trust)
     card = model_dir / "README.md"
     if card.is_file() and is_generated_card(card):  # a hand-written card is the user's: left as it is
         write_card(CardConfig(str(model_dir)))
     return {"model": str(model_dir), **{name: v["verdict"] for name, v in variants.items()}}
 
 
-def _export_onnx(model_dir: Path, texts: list[str], opset: int) -> dict:
+def _export_onnx(model_dir: Path, texts: list[str], opset: int, trust_remote_code: bool = False) -> dict:
     """fp32 and int8 graphs, each checked on ONNX Runtime; those that pass go to onnx/. Returns the variants' record."""
     try:
         import onnx  # noqa: F401  (imported here so a missing extra fails before any work)
         import onnxruntime.quantization  # noqa: F401
     except ImportError:
         raise EncoderizeError("export needs ONNX Runtime: pip install 'hf-encoderize[onnx]'") from None
-    st, pooling = load_model(model_dir)
+    st, pooling = load_model(model_dir, trust_remote_code)
+    owned = owned_files(model_dir, "onnx")  # what an earlier export kept: the only files a failed check removes
     staging = Path(tempfile.mkdtemp(prefix=".onnx-export-", dir=model_dir))
     try:
         reference = write_reference(st, pooling, texts, staging / "reference.json")
@@ -103,7 +111,7 @@ def _export_onnx(model_dir: Path, texts: list[str], opset: int) -> dict:
         _export_int8(staging / "model.onnx", staging / "model_qint8.onnx")
         variants = {name: _check(model_dir, staging / name, reference, threshold) for name, threshold in
                     THRESHOLDS.items()}
-        _keep_passing(model_dir, staging, variants)
+        _keep_passing(model_dir, staging, variants, owned)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     write_export_part(model_dir, "onnx", {"pooling": pooling, "texts": len(texts), **graph,
@@ -136,20 +144,19 @@ def _check(model_dir: Path, model_file: Path, reference: Path, threshold: float)
     result["threshold"] = threshold
     if not result["bidirectional"]:
         result["verdict"] = "not kept: ONNX Runtime runs it causally (a later token does not move position 0)"
-    elif result["min_cosine"] < threshold:
-        result["verdict"] = f"not kept: cosine to PyTorch {result['min_cosine']:.4f} < {threshold}"
     else:
-        result["verdict"] = "verified"
+        result["verdict"] = verdict(result, threshold, "ONNX Runtime")  # a NaN cosine fails
     return result
 
 
-def _keep_passing(model_dir: Path, staging: Path, variants: dict) -> None:
-    """Move verified variants into onnx/; remove a stale file of a failed variant (it no longer matches the model)."""
+def _keep_passing(model_dir: Path, staging: Path, variants: dict, owned: set[str]) -> None:
+    """Move verified variants into onnx/; remove a stale file of a failed variant (it no longer matches the model)
+    when our earlier export wrote it (`owned`): a file of the user's is never removed."""
     onnx_dir = model_dir / "onnx"
     for name, result in variants.items():
         target = onnx_dir / name
         if result["verdict"] == "verified":
             onnx_dir.mkdir(exist_ok=True)
             shutil.move(str(staging / name), str(target))
-        elif target.is_file():
+        elif target.is_file() and f"onnx/{name}" in owned:
             target.unlink()

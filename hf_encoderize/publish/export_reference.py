@@ -40,14 +40,23 @@ def check_texts(path: str | None) -> list[str]:
     return texts
 
 
-def load_model(model_dir: Path):
-    """The model as sentence-transformers loads it, in fp32 (the exports are checked against fp32), and its pooling."""
+def load_model(model_dir: Path, trust_remote_code: bool = False):
+    """The model as sentence-transformers loads it, in fp32 (the exports are checked against fp32), and its pooling.
+
+    `trust_remote_code`: run the folder's modeling code (`export_guard` allows it for our own file, byte for byte)."""
     import torch
     from sentence_transformers import SentenceTransformer
 
-    # trust_remote_code: our own encoders ship their modeling code (remote_code/) beside the weights.
-    st = SentenceTransformer(str(model_dir), device="cpu", trust_remote_code=True,
-                             model_kwargs={"dtype": torch.float32}).eval()
+    from hf_encoderize.publish.export_guard import check_loaded
+
+    try:
+        st = SentenceTransformer(str(model_dir), device="cpu", trust_remote_code=trust_remote_code,
+                                 model_kwargs={"dtype": torch.float32}).eval()
+    except (OSError, ValueError, KeyError, RuntimeError, TypeError, AttributeError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise EncoderizeError(f"cannot load {str(model_dir)!r} with sentence-transformers ({first}); export takes "
+                              "a folder written by convert, cpt or contrastive") from None
+    check_loaded(st, model_dir)
     pooling = getattr(st[1], "pooling_mode", None) if len(st) > 1 else None
     if pooling not in POOLING_MODES:
         raise EncoderizeError(f"pooling {pooling!r} of {str(model_dir)!r} cannot be checked after export; "

@@ -30,9 +30,11 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import zlib
 from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.publish.export_guard import owned_files, verdict
 from hf_encoderize.publish.export_record import write_export_part
 from hf_encoderize.publish.export_reference import load_model, write_reference
 
@@ -42,21 +44,24 @@ VARIANTS = {"model-f32.gguf": ("f32", 0.999), "model-q8_0.gguf": ("q8_0", 0.99)}
 # What the converter needs of llama.cpp's tree (the rest of the 76 MB sdist is C++ that the wheel already built).
 CONVERTER_PARTS = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/", "LICENSE")
 EXTRA = "pip install 'hf-encoderize[gguf-export]'"
+COMPLETE = ".complete"  # written last into an unpacked converter cache: without it the cache is half-filled
 
 
-def export_gguf(model_dir: Path, texts: list[str], llama_cpp: str | None) -> dict:
+def export_gguf(model_dir: Path, texts: list[str], llama_cpp: str | None, *, trust_remote_code: bool = False) -> dict:
     """Convert to every VARIANTS file, check each on llama.cpp, keep those that pass. Returns the variants' record."""
+    model_dir = Path(model_dir).resolve()  # the converter and the checks run in the staging folder
     version = llama_cpp_version()
     converter = find_converter(llama_cpp or os.environ.get(LLAMA_CPP_ENV), version)
     refuse_unsupported(model_dir, converter, version)
-    st, pooling = load_model(model_dir)
+    st, pooling = load_model(model_dir, trust_remote_code)
+    owned = owned_files(model_dir, "gguf")  # what an earlier export kept: the only files a failed check removes
     staging = Path(tempfile.mkdtemp(prefix=".gguf-export-", dir=model_dir))
     try:
         reference = write_reference(st, pooling, texts, staging / "reference.json")
         del st
         _convert(converter, model_dir, staging)
         variants = {name: _check(staging / name, reference, threshold) for name, (_, threshold) in VARIANTS.items()}
-        _keep_passing(model_dir, staging, variants)
+        _keep_passing(model_dir, staging, variants, owned)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     write_export_part(model_dir, "gguf", {"pooling": pooling, "texts": len(texts), "llama_cpp_python": version,
@@ -95,7 +100,7 @@ def find_converter(source: str | None, version: str) -> Path:
         raise EncoderizeError(f"{str(path)!r} holds no convert_hf_to_gguf.py; pass a llama.cpp checkout or a "
                               "llama-cpp-python sdist (.tar.gz)")
     cached = converter_cache(version)
-    if (cached / "convert_hf_to_gguf.py").is_file():
+    if is_complete(cached):
         return cached
     return unpack_converter(_download_sdist(version, cached.parent), cached)
 
@@ -116,10 +121,44 @@ def _download_sdist(version: str, folder: Path) -> Path:
 
 
 def unpack_converter(sdist: Path, target: Path) -> Path:
-    """Copy the converter's files out of a llama-cpp-python sdist into `target` (replaced whole, atomically)."""
-    if (target / "convert_hf_to_gguf.py").is_file():
+    """Copy the converter's files out of a llama-cpp-python sdist into `target` (replaced whole, atomically).
+
+    The files are unpacked into a temporary folder that gets `COMPLETE` last and is then renamed into place, so a cut
+    unpack (Ctrl-C, a full disk) never looks like a cache; a `target` without `COMPLETE` (one left by an older version
+    that unpacked in place) is moved aside and replaced."""
+    if is_complete(target):
         return target
     staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=_mkdir(target.parent)))
+    try:
+        _unpack(sdist, staging)
+        (staging / COMPLETE).write_text(f"{sdist.name}\n")
+        staging.chmod(0o755)  # mkdtemp's 0700 would keep the shared cache from other users
+        if target.exists():  # half-filled: set aside, then replaced in one rename
+            aside = target.with_name(f".{target.name}.old-{os.getpid()}")
+            target.rename(aside)
+            shutil.rmtree(aside, ignore_errors=True)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def is_complete(cache: Path) -> bool:
+    """A converter cache that can run: marked `COMPLETE`, or (unpacked before the mark existed) holding every part."""
+    if (cache / COMPLETE).is_file():
+        return True
+    return all((cache / part).is_dir() and any((cache / part).iterdir()) if part.endswith("/")
+               else (cache / part).is_file() for part in CONVERTER_PARTS) and (cache / "conversion" / "__init__.py"
+                                                                             ).is_file() and not _legacy_cut(cache)
+
+
+def _legacy_cut(cache: Path) -> bool:
+    """An unmarked cache whose gguf-py has no package: a cut unpack from before `COMPLETE`."""
+    return not (cache / "gguf-py" / "gguf" / "__init__.py").is_file()
+
+
+def _unpack(sdist: Path, staging: Path) -> None:
+    """The converter's files (CONVERTER_PARTS) of the sdist, into `staging`; a cut or foreign archive is one line."""
     try:
         with tarfile.open(sdist) as archive:
             for member in archive.getmembers():
@@ -130,13 +169,12 @@ def unpack_converter(sdist: Path, target: Path) -> Path:
                     out = staging / rel
                     out.parent.mkdir(parents=True, exist_ok=True)
                     out.write_bytes(archive.extractfile(member).read())
-        if not (staging / "convert_hf_to_gguf.py").is_file():
-            raise EncoderizeError(f"{str(sdist)!r} vendors no llama.cpp converter; pass a llama-cpp-python sdist")
-        staging.chmod(0o755)  # mkdtemp's 0700 would keep the shared cache from other users
-        staging.rename(target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as err:
+        raise EncoderizeError(f"{str(sdist)!r} cannot be unpacked ({err}): the download is cut or not a "
+                              "llama-cpp-python sdist; download it again (pip download --no-deps --no-binary :all: "
+                              "llama-cpp-python) and pass it with --llama-cpp") from None
+    if not (staging / "convert_hf_to_gguf.py").is_file():
+        raise EncoderizeError(f"{str(sdist)!r} vendors no llama.cpp converter; pass a llama-cpp-python sdist")
 
 
 def _mkdir(path: Path) -> Path:
@@ -188,17 +226,16 @@ def _check(model_file: Path, reference: Path, threshold: float) -> dict:
         result["verdict"] = "not kept: llama.cpp runs it causally (a later token does not move position 0)"
     elif result["gguf_pooling"] != pooling:
         result["verdict"] = f"not kept: the GGUF's pooling type is {result['gguf_pooling']!r}, the model's {pooling!r}"
-    elif result["min_cosine"] < threshold:
-        result["verdict"] = f"not kept: cosine to PyTorch {result['min_cosine']:.4f} < {threshold}"
     else:
-        result["verdict"] = "verified"
+        result["verdict"] = verdict(result, threshold, "llama.cpp")  # a NaN cosine fails
     return result
 
 
-def _keep_passing(model_dir: Path, staging: Path, variants: dict) -> None:
-    """Move verified files next to the weights; remove a stale file of a failed variant (it no longer matches)."""
+def _keep_passing(model_dir: Path, staging: Path, variants: dict, owned: set[str]) -> None:
+    """Move verified files next to the weights; remove a stale file of a failed variant (it no longer matches) when
+    our earlier export wrote it (`owned`): a file of the user's is never removed."""
     for name, result in variants.items():
         if result["verdict"] == "verified":
             shutil.move(str(staging / name), str(model_dir / name))
-        elif (model_dir / name).is_file():
+        elif (model_dir / name).is_file() and name in owned:
             (model_dir / name).unlink()
