@@ -120,19 +120,32 @@ def test_unverified_backend_judges_only_folders_that_recorded_their_release():
     assert unverified_backend(Config()) is None  # declared causal in plain hands, but it ran: the patch covers it
 
 
-def test_contrastive_lora_is_refused_in_one_line_where_transformers_refuses_the_peft(tmp_path, monkeypatch, capsys):
-    """transformers 5.24's PEFT integration (sentence-transformers' `add_adapter`) asks for peft 0.22, newer than
-    PyPI's 0.21.2: `contrastive --lora-r` says so before any work. Forced here on any release."""
-    from transformers.integrations import peft as integration
+def test_contrastive_lora_is_refused_in_one_line_below_the_peft_floor(tmp_path, monkeypatch, capsys):
+    """A peft below the floor `--lora-r` runs on: `contrastive --lora-r` says so before any work (forced here)."""
+    from hf_encoderize.recipes.contrastive import model as contrastive_model
 
-    monkeypatch.setattr(integration, "MIN_PEFT_VERSION", "99.0", raising=False)
+    monkeypatch.setattr(contrastive_model, "PEFT_FLOOR", "99.0")
     out = tmp_path / "out"
     code = main(["contrastive", str(tmp_path / "encoder"), "--data-files", str(tmp_path / "t.jsonl"), "--output-dir",
                  str(out), "--lora-r", "4"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and not out.exists()
-    assert err[0].startswith("error: contrastive --lora-r: transformers ") and "needs peft >= 99.0" in err[0]
+    assert err[0].startswith("error: contrastive --lora-r needs peft >= 99.0") and "pip install 'peft>=99.0'" in err[0]
     assert f"(installed: {metadata.version('peft')})" in err[0]
+
+
+def test_transformers_peft_gate_above_the_released_peft_is_lowered_for_lora(monkeypatch):
+    """transformers 5.24's integration asks for peft 0.22 (unreleased); from our floor on, the gate is lowered to the
+    installed release so sentence-transformers' add_adapter, saves and resumes run (they do on 0.21.2)."""
+    from transformers.integrations import peft as integration
+    from transformers.utils.peft_utils import check_peft_version
+
+    from hf_encoderize.recipes.contrastive import check_peft_integration
+
+    monkeypatch.setattr(integration, "MIN_PEFT_VERSION", "99.0", raising=False)
+    check_peft_integration()
+    assert integration.MIN_PEFT_VERSION == metadata.version("peft")
+    check_peft_version(min_version=integration.MIN_PEFT_VERSION)  # what every integration method calls: passes
 
 
 def test_compatibility_cells():

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import torch
-from conftest import contrastive_config, peft_integration_refused
+from conftest import contrastive_config
 from safetensors.torch import load_file
 
 from hf_encoderize.cli import main
@@ -17,9 +17,6 @@ from hf_encoderize.recipes.contrastive import contrastive, work_dir
 from hf_encoderize.training.lora import AdapterConfig
 
 _config = contrastive_config
-# transformers 5.24's PEFT integration refuses peft 0.21 (tests/test_compat.py checks the one-line refusal instead).
-needs_peft_integration = pytest.mark.skipif(peft_integration_refused() is not None,
-                                            reason=str(peft_integration_refused()))
 
 
 def _weights(folder):
@@ -65,7 +62,6 @@ def test_resume_without_a_run_is_one_line(encoder, text, tmp_path, capsys):
     assert code == 2 and err.startswith("error: --resume: no checkpoint") and err.count("\n") == 1
 
 
-@needs_peft_integration
 def test_lora_adapters_are_merged_on_save(encoder, text, tmp_path):
     from transformers import AutoModel
 
@@ -83,7 +79,6 @@ def test_lora_adapters_are_merged_on_save(encoder, text, tmp_path):
     assert stage["lora"] == {"r": 4, "alpha": 16, "targets": "all-linear", "merged": True}
 
 
-@needs_peft_integration
 def test_lora_run_resumes(encoder, text, tmp_path, monkeypatch):
     from sentence_transformers import SentenceTransformerTrainer
 

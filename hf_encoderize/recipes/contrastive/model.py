@@ -24,21 +24,29 @@ def _dropout_kwargs(folder: Path, value: float) -> dict:
     return {name: value for name in _DROPOUT_FIELDS if isinstance(config.get(name), (int, float))
             and not isinstance(config.get(name), bool)}
 
+# The lowest peft `--lora-r` runs on: pyproject's floor. transformers 5.24's PEFT integration asks for 0.22, which is
+# not released (0.21.2 is PyPI's newest); every integration call this path makes (add_adapter, the adapter state dict
+# at each save, load_adapter at --resume) runs on 0.21 in tests/test_contrastive_training.py, in the floor CI too.
+PEFT_FLOOR = "0.21.0"
+
+
 def check_peft_integration() -> None:
-    """Refuse `--lora-r` in one line, before any work, when transformers' PEFT integration (which
-    sentence-transformers' `add_adapter` goes through) refuses the installed peft: transformers 5.24 asks for peft
-    0.22, newer than PyPI's 0.21.2. Only this path: cpt's LoRA calls peft directly and runs."""
+    """Let `--lora-r` run on a peft from PEFT_FLOOR on, or refuse it in one line before any work. transformers'
+    PEFT integration (which sentence-transformers' `add_adapter`, checkpoint saving and resuming go through) checks
+    its own minimum at every call; when that minimum is above the installed peft and the installed one is at least
+    our floor, the minimum is lowered to the installed release for this process: a gate, not a missing feature."""
     from importlib.metadata import version
 
-    import transformers
     from packaging.version import Version
     from transformers.integrations import peft as integration
 
-    wanted = getattr(integration, "MIN_PEFT_VERSION", None)
-    if wanted and Version(version("peft")) < Version(wanted):
-        raise EncoderizeError(f"contrastive --lora-r: transformers {transformers.__version__}'s PEFT integration needs "
-                              f"peft >= {wanted} (installed: {version('peft')}); install a newer peft, or "
-                              "transformers < 5.24, or drop --lora-r (a full fine-tune)")
+    installed, wanted = version("peft"), getattr(integration, "MIN_PEFT_VERSION", None)
+    if Version(installed) < Version(PEFT_FLOOR):
+        raise EncoderizeError(f"contrastive --lora-r needs peft >= {PEFT_FLOOR} (installed: {installed}); "
+                              f"pip install 'peft>={PEFT_FLOOR}', or drop --lora-r (a full fine-tune)")
+    if wanted and Version(installed) < Version(wanted):
+        integration.MIN_PEFT_VERSION = installed  # read at call time by every integration method
+
 
 DEFAULT_MAX_SEQ_LENGTH = 128
 
