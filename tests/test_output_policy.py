@@ -257,7 +257,20 @@ def _contrastive_resume_over_user_files(ctx):
     return _contrastive(ctx.encoder, ctx.text, out, "--resume")
 
 
+def _cpt_user_notes_in(sub: str):
+    """A known sub-folder of our run holding a file we did not write (issue 41: the whole eval/ was deleted)."""
+    def make(ctx):
+        run = _copy(ctx.cpt_run, ctx.tmp / "run")
+        (run / sub).mkdir(exist_ok=True)
+        (run / sub / "NOTES.md").write_text("my notes on the results")
+        return _cpt(ctx.decoder_dir, ctx.corpus, run, "--overwrite")
+    return make
+
+
 REFUSED = {  # case: (build the user's folders -> argv, what the one error line says)
+    "cpt --overwrite, a user's eval/NOTES.md in our run": (_cpt_user_notes_in("eval"), "'eval/NOTES.md'"),
+    "cpt --overwrite, a user's profile/NOTES.md in our run": (_cpt_user_notes_in("profile"), "'profile/NOTES.md'"),
+    "cpt --overwrite, a user's exports/NOTES.md in our run": (_cpt_user_notes_in("exports"), "'exports/NOTES.md'"),
     "convert --overwrite, a folder of the user's": (
         lambda c: ["convert", str(c.decoder_dir), str(_user_folder(c.tmp)), "--overwrite", "--no-verify"],
         "did not write"),
@@ -344,7 +357,17 @@ def _contrastive_over_ours(ctx):
         ctx.tmp / "emb" / "model.safetensors"
 
 
+def _convert_over_our_export(ctx):
+    """An encoder we exported holds export_record.json and onnx/: ours (issue 41: --overwrite refused them)."""
+    enc = _copy(ctx.encoder, ctx.tmp / "enc")
+    (enc / "export_record.json").write_text('{"onnx": {"variants": {}}}')
+    (enc / "onnx").mkdir()
+    (enc / "onnx" / "model.onnx").write_bytes(b"graph")
+    return ["convert", str(ctx.decoder_dir), str(enc), "--overwrite", "--no-verify"], enc / "model.safetensors"
+
+
 ALLOWED = {
+    "convert --overwrite of our encoder after export": _convert_over_our_export,
     "convert --overwrite of our earlier encoder": _convert_over_ours,
     "cpt --overwrite of our earlier run": _cpt_over_ours,
     "cpt --overwrite takes over a dead run's lock": _cpt_over_a_stale_lock,
@@ -359,3 +382,69 @@ def test_our_own_earlier_output_is_replaced(case, tmp_path, request):
     assert main(argv) == 0
     assert written.is_file()
     assert not any(p.name == LOCK for p in tmp_path.rglob("*")), "the lock goes when the run ends"
+
+
+RACER = """
+import sys, time
+from hf_encoderize.model import saving
+real = saving._write_encoder
+def slow(*args, **kwargs):
+    time.sleep(4)  # both converts are past their checks before either saves
+    return real(*args, **kwargs)
+saving._write_encoder = slow
+from hf_encoderize.cli import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+def test_two_converts_into_one_folder_one_is_refused(decoder_dir, tmp_path):
+    """Two converts into one folder both exited 0 and one model was lost: the folder is locked before the model
+    loads, so the second is refused in one line (in use, or not empty when it starts after the first finished)."""
+    out = tmp_path / "enc"
+    argv = ["convert", str(decoder_dir), str(out), "--no-verify"]
+    runs = [subprocess.Popen([sys.executable, "-c", RACER, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True) for _ in range(2)]
+    done = [(run.wait(timeout=600), run.stderr.read()) for run in runs]
+    codes = sorted(code for code, _ in done)
+    assert codes == [0, 2], done
+    refused = next(err for code, err in done if code == 2)
+    errors = [line for line in refused.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and ("in use" in errors[0] or "not empty" in errors[0]) and "Traceback" not in refused
+    assert (out / "model.safetensors").is_file() and not (out / LOCK).exists()
+
+
+HOLDER = """
+import json, os, socket, sys, time
+from filelock import FileLock
+lock = FileLock(sys.argv[1], timeout=0, is_singleton=False)
+lock.acquire()
+open(sys.argv[1], "w").write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": "cpt"}))
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_an_overwrite_meets_the_lock_before_it_deletes_anything(decoder_dir, corpus, cpt_run, tmp_path, request,
+                                                                 monkeypatch, capsys):
+    """Two --overwrite runs into one folder: the second passed its checks while the first was still loading, then
+    cleared the live run's run_settings.json, metrics.jsonl and marker, and only then met the lock. Here the other
+    run takes the lock (a real flock, in another process) between this run's checks and its clearing."""
+    from hf_encoderize.training import checkpoints
+
+    run = _copy(cpt_run, tmp_path / "run")
+    real = checkpoints.clear_for_run
+
+    def the_other_run_starts_meanwhile(*args, **kwargs):
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(run / LOCK)], stdout=subprocess.PIPE, text=True)
+        request.addfinalizer(lambda: (holder.kill(), holder.wait()))
+        assert holder.stdout.readline().strip() == "held"
+        before.update(_tree(tmp_path))
+        return real(*args, **kwargs)
+
+    before: dict = {}
+    monkeypatch.setattr(checkpoints, "clear_for_run", the_other_run_starts_meanwhile)
+    code = main(_cpt(decoder_dir, corpus, run, "--overwrite"))
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "in use" in errors[0] and "Traceback" not in err, err
+    assert before and _tree(tmp_path) == before  # run_settings.json, metrics.jsonl, the marker: all still there

@@ -10,10 +10,14 @@ Design choices:
   still resumes, since resuming deletes nothing.
 - Never deleted or written over, whatever the marker says: the working folder or one of its ancestors, a symlink (its
   target is somewhere else), an input of the command (the output may not be, hold, or sit inside one).
-- `LOCK` (`.hf-encoderize.lock`: pid and host) marks a live run; a second run into the folder is refused in one line.
-  A lock whose process is gone on this host is stale and taken over; one of this very process (a run started again in
-  the same Python session after an error) is ours.
-- Every check runs before any work; deleting happens only in `clear_for_run`, after the command validated its inputs.
+- `LOCK` (`.hf-encoderize.lock`) is held with `filelock` (the kernel's flock: two processes cannot both take it, and it
+  goes with a process that dies) and names its holder (pid, host, command) for the refusal; a second run into the
+  folder is refused in one line. A lock file naming a live process of this host that holds no flock (an older
+  version's run) is respected; one whose process is gone is stale and taken over; one of this very process (a run
+  started again in the same Python session after an error) is ours. Every command takes it the same way
+  (`acquire_lock`; `lock_output` for a folder that does not exist yet, as `convert`'s).
+- Every check runs before any work; deleting happens only in `clear_for_run`, after the command validated its inputs
+  and after it took the lock, so a second `--overwrite` never clears a live run's files before meeting its lock.
 """
 
 from __future__ import annotations
@@ -37,6 +41,18 @@ LOCK = ".hf-encoderize.lock"
 KNOWN_ENTRIES = {
     "cpt": (*RunFolder.entries(), "exports", "profile", "{name}"),
     "pretrain": (*RunFolder.entries(), "pretrain_schedule.json", "switch", "exports", "profile", "{name}"),
+}
+# What `export` and `card` add to a saved model folder (an encoder's, an embedding model's) after its save.
+SERVED = ("README.md", "export_record.json", "onnx", "model-f32.gguf", "model-q8_0.gguf")
+KNOWN_ENTRIES.update({"encoder": SERVED, "contrastive": SERVED, "convert": SERVED})
+# Known sub-folders without a marker of their own, and the files our commands write in them (at any depth): a file of
+# another name there (a user's eval/NOTES.md) keeps the folder from being deleted. A sub-folder that carries a marker
+# (an encoder under exports/) is judged by its marker.
+FILES_OF = {
+    "eval": ("*.json", "summary.md", "comparison.md", "*.png"),
+    "profile": ("summary.json", "trace.json"),
+    "exports": (),
+    "onnx": ("model.onnx", "model_qint8.onnx"),
 }
 # Our temporary names (atomic saves, the shared-folder probe, contrastive's work folder, the marker and lock).
 OUR_TEMPORARIES = (MARKER, LOCK, ".*.partial", ".*.tmp", ".*.old-*", ".shared-*", ".*.work")
@@ -67,7 +83,7 @@ def check_output_dir(output_dir: str | os.PathLike, *, overwrite: bool, resume: 
     _check_not_an_input(out, inputs, flag, containing=not resume)
     if check_lock:
         check_unlocked(out)
-    if resume or not (out.is_dir() and any(out.iterdir())):
+    if resume or not (out.is_dir() and any(p.name != LOCK for p in out.iterdir())):
         return out
     if not overwrite:
         hint = "--resume, --overwrite" if resumable else "--overwrite"
@@ -89,27 +105,75 @@ def check_deletable(out: Path) -> None:
     if marker is None:
         raise EncoderizeError(f"--overwrite: {str(out)!r} holds files hf-encoderize did not write (no {MARKER} in "
                               f"it), so it is not deleted: {advice}")
-    ours = set(marker.get("entries") or []) | {name.replace("{name}", out.name)
+    foreign = _foreign_entry(out, marker)
+    if foreign is not None:
+        raise EncoderizeError(f"--overwrite: {str(out)!r} holds {foreign!r}, which hf-encoderize did not write, so "
+                              f"it is not deleted: {advice}")
+
+
+def _temporary(name: str) -> bool:
+    return any(fnmatch.fnmatch(name, p) for p in OUR_TEMPORARIES)
+
+
+def _foreign_entry(folder: Path, marker: dict) -> str | None:
+    """The first path under `folder` (relative) that we did not write, by its marker, recursively; None if none."""
+    ours = set(marker.get("entries") or []) | {name.replace("{name}", folder.name)
                                                for name in KNOWN_ENTRIES.get(marker.get("command"), ())}
-    for entry in sorted(out.iterdir()):
-        if entry.name not in ours and not any(fnmatch.fnmatch(entry.name, p) for p in OUR_TEMPORARIES):
-            raise EncoderizeError(f"--overwrite: {str(out)!r} holds {entry.name!r}, which hf-encoderize did not "
-                                  f"write, so it is not deleted: {advice}")
+    for entry in sorted(folder.iterdir()):
+        if _temporary(entry.name):
+            continue
+        if entry.name not in ours:
+            return entry.name
+        if entry.is_dir() and not entry.is_symlink():
+            inner = _foreign_inside(entry)
+            if inner is not None:
+                return f"{entry.name}/{inner}"
+    return None
+
+
+def _foreign_inside(folder: Path) -> str | None:
+    """Inside an entry of ours: judged by its own marker, else by the files its known sub-folder holds (FILES_OF);
+    any other sub-folder (checkpoints/) is ours whole."""
+    marker = read_marker(folder)
+    if marker is not None:
+        return _foreign_entry(folder, marker)
+    if folder.name not in FILES_OF:
+        return None
+    for entry in sorted(folder.iterdir()):
+        if _temporary(entry.name):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            inner = _foreign_entry(entry, read_marker(entry)) if read_marker(entry) is not None else \
+                _foreign_files(entry, FILES_OF[folder.name])
+        else:
+            inner = None if any(fnmatch.fnmatch(entry.name, p) for p in FILES_OF[folder.name]) else ""
+        if inner is not None:
+            return f"{entry.name}/{inner}".rstrip("/")
+    return None
+
+
+def _foreign_files(folder: Path, patterns: tuple[str, ...]) -> str | None:
+    """The first file under `folder` (any depth, relative) whose name matches none of `patterns`; None if none."""
+    for entry in sorted(folder.rglob("*")):
+        if entry.is_file() and not _temporary(entry.name) and not any(fnmatch.fnmatch(entry.name, p)
+                                                                         for p in patterns):
+            return str(entry.relative_to(folder))
+    return None
 
 
 def clear_for_run(output_dir: str | os.PathLike, command: str, *, overwrite: bool, resume: bool = False) -> Path:
     """After the command validated everything: empty an earlier run of ours (`overwrite`, checked again), make the
     folder, mark it (a fresh start) and take its lock. Main process only. Returns the folder."""
     out = Path(output_dir)
-    if overwrite and not resume and out.is_dir() and any(out.iterdir()):
+    out.mkdir(parents=True, exist_ok=True)
+    acquire_lock(out, command)  # first: a live run's folder is refused before anything in it is deleted
+    if overwrite and not resume and any(p.name != LOCK for p in out.iterdir()):
         check_deletable(out)
         for entry in out.iterdir():
             if entry.name != LOCK:
                 shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
-    out.mkdir(parents=True, exist_ok=True)
     if not resume or read_marker(out) is not None:  # an older run without a marker is resumed, not claimed
         write_marker(out, command, (read_marker(out) or {}).get("entries", []) if resume else [])
-    acquire_lock(out, command)
     return out
 
 
@@ -122,6 +186,14 @@ def finish_run(output_dir: str | os.PathLike) -> None:
         written = set(marker.get("entries") or []) | {p.name for p in out.iterdir() if p.name in known}
         write_marker(out, marker["command"], sorted(written))
     release_lock(out)
+
+
+def add_to_marker(folder: Path, names: list[str]) -> None:
+    """Record in `folder`'s marker (when it has one) top-level `names` a later command wrote there (`export`), so a
+    later --overwrite knows them as ours."""
+    marker = read_marker(folder)
+    if marker is not None:
+        write_marker(folder, marker["command"], sorted(set(marker.get("entries") or []) | set(names)))
 
 
 def read_marker(folder: Path) -> dict | None:
@@ -145,31 +217,62 @@ def write_marker(folder: Path, command: str, entries: list[str] | None = None) -
 
 def check_unlocked(folder: Path) -> None:
     """Refuse a folder a live run holds (its lock names a process that is running)."""
+    if Path(folder).resolve() in _HELD:
+        return
     holder = _live_holder(Path(folder))
     if holder:
-        raise EncoderizeError(f"{str(folder)!r} is in use by a running {holder.get('command', 'run')} (pid "
-                              f"{holder.get('pid')} on {holder.get('host')}); wait for it or pick another "
-                              f"--output-dir (if no run is live, delete {str(Path(folder) / LOCK)!r})")
+        _refuse_in_use(folder, holder)
 
 
-_HELD: set[Path] = set()  # the folders this process locked, so a failed command gives them back
+def _refuse_in_use(folder: Path, holder: dict) -> None:
+    raise EncoderizeError(f"{str(folder)!r} is in use by a running {holder.get('command', 'run')} (pid "
+                          f"{holder.get('pid')} on {holder.get('host')}); wait for it or pick another --output-dir "
+                          f"(if no run is live, delete {str(Path(folder) / LOCK)!r})")
+
+
+_HELD: dict[Path, object] = {}  # folder -> the FileLock this process holds, so a failed command gives them back
 
 
 def acquire_lock(folder: Path, command: str) -> None:
-    """Take `folder`'s lock for this process: refused while a live run holds it, a stale one is taken over."""
-    check_unlocked(folder)
-    tmp = Path(folder) / f".{LOCK}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": command}) + "\n")
-    os.replace(tmp, Path(folder) / LOCK)
-    _HELD.add(Path(folder).resolve())
+    """Take `folder`'s lock for this process (the folder exists): refused while another live run holds it, a stale
+    one is taken over. The flock is what makes two takers exclusive; the pid in the file is only what the refusal
+    names and what an older version's lock is judged by."""
+    from filelock import FileLock, Timeout
+
+    folder = Path(folder)
+    if folder.resolve() in _HELD:
+        return
+    lock = FileLock(str(folder / LOCK), timeout=0, is_singleton=False)
+    try:
+        lock.acquire()
+    except Timeout:
+        _refuse_in_use(folder, _holder(folder / LOCK))
+    holder = _live_holder(folder, flock=False)  # an older version's lock of a live process holds no flock
+    if holder:
+        lock.release()
+        _refuse_in_use(folder, holder)
+    (folder / LOCK).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": command})
+                               + "\n")
+    _HELD[folder.resolve()] = lock
+
+
+def lock_output(output_dir: str | os.PathLike, command: str) -> Path:
+    """Make `output_dir` (if absent) and take its lock: for a command that writes a folder whole (`convert`), so a
+    second one into the same folder is refused rather than both exiting 0 with one model lost."""
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    acquire_lock(out, command)
+    return out
 
 
 def release_lock(folder: Path) -> None:
-    """Give the lock back when this process holds it."""
+    """Give the lock back when this process holds it (its file goes first, then the flock)."""
     lock = Path(folder) / LOCK
+    held = _HELD.pop(Path(folder).resolve(), None)
     if _holder(lock).get("pid") == os.getpid():
         lock.unlink(missing_ok=True)
-    _HELD.discard(Path(folder).resolve())
+    if held is not None:
+        held.release()
 
 
 def releasing_locks(command):
@@ -181,7 +284,7 @@ def releasing_locks(command):
         try:
             return command(*args, **kwargs)
         except BaseException:
-            for folder in _HELD - before:
+            for folder in set(_HELD) - before:
                 release_lock(folder)
             raise
     return run
@@ -191,8 +294,7 @@ def held_here(path: str | os.PathLike) -> bool:
     """True when `path` is inside (or is) a folder this process holds the lock of: a part of the live run's folder,
     which the run may replace (its encoder, its exports) whatever an older version left there."""
     path = Path(path).resolve()
-    return any(_holder(folder / LOCK).get("pid") == os.getpid() and _holder(folder / LOCK).get("host")
-               == socket.gethostname() for folder in (path, *path.parents))
+    return any(folder in _HELD for folder in (path, *path.parents))
 
 
 def _holder(lock: Path) -> dict:
@@ -203,11 +305,13 @@ def _holder(lock: Path) -> dict:
     return found if isinstance(found, dict) else {}
 
 
-def _live_holder(folder: Path) -> dict | None:
+def _live_holder(folder: Path, flock: bool = True) -> dict | None:
     holder = _holder(folder / LOCK)
     pid = holder.get("pid")
     if not isinstance(pid, int) or pid == os.getpid():
         return None
+    if flock and _flocked(folder / LOCK):
+        return holder
     if holder.get("host") != socket.gethostname():
         return holder  # another machine's process cannot be looked up: assume it is live
     try:
@@ -217,6 +321,24 @@ def _live_holder(folder: Path) -> dict | None:
     except PermissionError:
         pass  # exists, run by another user
     return holder
+
+
+def _flocked(lock: Path) -> bool:
+    """Whether another process holds `lock`'s flock (a live run of this version), without creating the file."""
+    import fcntl
+
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
 
 
 def _check_not_an_input(out: Path, inputs, flag: str, containing: bool) -> None:

@@ -31,10 +31,11 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.outputs import add_to_marker
 from hf_encoderize.model.saving import encoder_dir
 from hf_encoderize.publish.card import CardConfig, is_generated_card, write_card
 from hf_encoderize.publish.export_guard import check_exportable, owned_files, verdict
-from hf_encoderize.publish.export_record import write_export_part
+from hf_encoderize.publish.export_record import EXPORT_RECORD, write_export_part
 from hf_encoderize.publish.export_reference import check_texts, load_model, write_reference
 from hf_encoderize.publish.gguf_export import VARIANTS, export_gguf
 from hf_encoderize.publish.onnx_embedding import export_embedding_graph
@@ -89,6 +90,8 @@ def export(config: ExportConfig) -> dict:
         variants = export_gguf(model_dir, texts, config.llama_cpp, trust_remote_code=trust)
     else:
         variants = _export_onnx(model_dir, texts, config.opset, trust)
+    # What export wrote is ours: a later --overwrite of the folder accepts it (our marker lists it).
+    add_to_marker(model_dir, [EXPORT_RECORD, *(["onnx"] if config.format == "onnx" else list(VARIANTS))])
     card = model_dir / "README.md"
     if card.is_file() and is_generated_card(card):  # a hand-written card is the user's: left as it is
         write_card(CardConfig(str(model_dir)))

@@ -8,6 +8,7 @@ written atomically, so a failed run leaves nothing half-written.
 from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass
+from pathlib import Path
 
 from hf_encoderize.model.loading import LoadConfig
 
@@ -32,11 +33,29 @@ def convert(load: LoadConfig, out: ConvertConfig) -> dict:
     With `verify`, the backend is picked as `cpt` picks it (`encoderize_where_it_trains`: with `auto`, one whose
     model fails the probe gives way to the next), and a model that fails only packed-document isolation (a hybrid)
     is saved all the same, recorded as one to train on padded rows (`packing` in the saved config)."""
-    from hf_encoderize.common.outputs import input_paths
+    from hf_encoderize.common.outputs import input_paths, lock_output, release_lock, releasing_locks
+    from hf_encoderize.model.saving import check_output_dir
+
+    inputs = input_paths(load.input_path)
+    check_output_dir(out.output_dir, out.overwrite, inputs=inputs)  # before any work
+    # Two converts into one folder both exited 0 and one model was lost: the folder is locked (and checked again,
+    # now that no other run can change it) before the model loads, and given back once the encoder is in place.
+    created = not Path(out.output_dir).exists()
+    folder = lock_output(out.output_dir, "convert")
+    try:
+        summary = releasing_locks(_convert_locked)(load, out, inputs)
+    finally:
+        release_lock(folder)
+        if created and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()  # a failed convert leaves no empty folder behind
+    return summary
+
+
+def _convert_locked(load: LoadConfig, out: ConvertConfig, inputs) -> dict:
     from hf_encoderize.model.saving import check_output_dir, save_encoder
     from hf_encoderize.model.where_it_trains import encoderize_where_it_trains
 
-    check_output_dir(out.output_dir, out.overwrite, inputs=input_paths(load.input_path))  # before any work
+    check_output_dir(out.output_dir, out.overwrite, inputs=inputs)
     if out.verify:
         model, tokenizer, report, _ = encoderize_where_it_trains(load, {}, None, False)
     else:
