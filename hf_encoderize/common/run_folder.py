@@ -78,6 +78,12 @@ class RunFolder:
     def push_record(self) -> Path:
         return self.root / "push_record.json"
 
+    @property
+    def card_sources(self) -> Path:
+        """The card options given once (`card --results-dir ...`), so a later `export` or `push` renders no less.
+        Hidden: kept out of a push of a converted encoder's own folder."""
+        return self.root / ".card_sources.json"
+
     def eval_results(self, name: str) -> Path:
         """`eval/<name>/`: the summary.json, summary.md and plots of one evaluated model (`EVAL_NAMES`)."""
         return self.eval / name
@@ -92,7 +98,7 @@ class RunFolder:
         folder = cls(Path())
         return tuple(getattr(folder, name).name for name in ("checkpoints", "metrics", "run_record", "run_settings",
                                                              "encoder", "loss_curve", "adapter", "eval", "contrastive",
-                                                             "push_record"))
+                                                             "push_record", "card_sources"))
 
 
 def read_json(path: str | os.PathLike) -> dict | None:

@@ -84,11 +84,48 @@ def _summary(explicit: str | None, default: Path) -> EvalSummary | None:
     return EvalSummary.from_json(Path(explicit) / "summary.json" if explicit else default)
 
 
+# The options `card` remembers in the run folder: what a later `export` or `push` would otherwise not know.
+REMEMBERED = ("results_dir", "base_results_dir", "base_model_id", "license", "repo_id")
+
+
+def run_folder_of(encoder: Path) -> Path:
+    """The run folder an encoder belongs to: OUT for OUT/encoder of a cpt/pretrain/run (named either way), else the
+    encoder folder itself (a converted encoder). Every card-rendering command resolves it here, so `card RUN`,
+    `export RUN/encoder` and `push RUN/encoder` read the same records."""
+    parent = RunFolder(encoder.parent)
+    if encoder.name == parent.encoder.name and parent.run_record.is_file():
+        return parent.root
+    return encoder
+
+
+def remembered(config: CardConfig) -> CardConfig:
+    """`config` with every option it leaves unset taken from the last `card` of this run (where its folders still
+    exist), so that no command renders a card with less than the last one knew."""
+    from dataclasses import replace
+
+    saved = read_json(RunFolder(run_folder_of(encoder_dir(config.output_dir))).card_sources) or {}
+    keep = {name: value for name, value in saved.items() if name in REMEMBERED and getattr(config, name) is None
+            and (not name.endswith("results_dir") or (Path(value) / "summary.json").is_file())}
+    return replace(config, **keep)
+
+
+def _remember(config: CardConfig) -> None:
+    from hf_encoderize.common.files import write_json_atomic
+
+    sources = RunFolder(run_folder_of(encoder_dir(config.output_dir))).card_sources
+    given = {name: getattr(config, name) for name in REMEMBERED if getattr(config, name) is not None}
+    for name in ("results_dir", "base_results_dir"):  # absolute: a later command may run from another folder
+        if name in given:
+            given[name] = str(Path(given[name]).resolve())
+    if given or sources.is_file():
+        write_json_atomic(sources, given)
+
+
 def gather_facts(config: CardConfig) -> CardFacts:
     """Read the run folder (run record, config.json, eval summaries) into a `CardFacts`."""
-    out = Path(config.output_dir)
-    encoder = encoder_dir(out)
-    run_dir = encoder.parent if encoder != out else out
+    config = remembered(config)
+    encoder = encoder_dir(config.output_dir)
+    run_dir = run_folder_of(encoder)
     model_config = read_json(encoder / "config.json") or {}
     meta = model_config.get("hf_encoderize", {})
     contrastive = ContrastiveRecord.from_json(encoder / CONTRASTIVE_RECORD)
@@ -335,6 +372,7 @@ def write_card(config: CardConfig) -> Path:
     if not config.overwrite and not is_generated_card(readme):
         raise EncoderizeError(f"{str(readme)!r} was not written by hf-encoderize; move it away or pass --overwrite")
     readme.write_text(render_card(facts, read_export_record(readme.parent)))
+    _remember(remembered(config))
     return readme
 
 

@@ -389,14 +389,16 @@ def encoder_upload(output_dir: str | os.PathLike, repo_id: str, card_config=None
 
     from hf_encoderize.publish import card
 
-    config = replace(card_config or card.CardConfig(str(output_dir)), repo_id=repo_id)
+    # The run's records and the last `card`'s options, whether OUT or OUT/encoder was named: the same card either way.
+    config = card.remembered(replace(card_config or card.CardConfig(str(output_dir)), repo_id=repo_id))
     encoder = encoder_dir(output_dir)
+    run_dir = card.run_folder_of(encoder)
     extra: dict[str, Path | bytes] = {}
     if card.is_generated_card(encoder / "README.md"):
         # With the export record, so the Hub's card lists the checked ONNX / GGUF files that this push carries.
         extra["README.md"] = card.render_card(card.gather_facts(config), read_export_record(encoder)).encode()
-    if encoder != Path(output_dir):
-        extra.update({f"plots/{p}": Path(output_dir) / p for p in card.plot_files(Path(output_dir))})
+    if encoder != run_dir:
+        extra.update({f"plots/{p}": run_dir / p for p in card.plot_files(run_dir)})
     for results in filter(None, (config.results_dir, config.base_results_dir)):
         extra.update({f"plots/eval/{Path(results).name}/{p.name}": p for p in sorted(Path(results).glob("*.png"))})
     return encoder, extra
