@@ -63,7 +63,7 @@ CONFIG_FILES = {  # id: (command, file content (bytes: written raw), expected te
     "boolean key": ("convert", "true: 2\n", "the key True, which is not an option name"),
     "top-level list": ("cpt", "- steps\n- 10\n", "must hold a mapping"),
     "top-level text": ("run", "steps\n", "must hold a mapping"),
-    "misspelt key": ("cpt", "stpes: 10\n", "did you mean 'steps'?"),
+    "misspelt key": ("cpt", "stpes: 10\n", "did you mean 'max_steps'?"),  # the option's name, as --help spells it
     "text for an int": ("cpt", 'steps: "many"\n', "'steps' to 'many', but it takes a whole number"),
     "float for an int": ("pretrain", "steps: 1.5\n", "'steps' to 1.5, but it takes a whole number"),
     "list for a float": ("cpt", "lr: [1]\n", "'lr' to [1], but it takes a number"),
