@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from hf_encoderize.cli import COMMANDS, field_docs
-from hf_encoderize.common.options import flag, option_name
+from hf_encoderize.common.options import choices, flag, option_name
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "commands.md"
 
@@ -44,9 +44,14 @@ file may also use the Python field name (the second column):
 """
 
 
-def _annotation(field: dataclasses.Field) -> str:
-    """The field's type as declared (`int | None`, `Literal['mean', 'cls']`), as the CLI reads it."""
-    return field.type if isinstance(field.type, str) else inspect.formatannotation(field.type)
+def _annotation(field: dataclasses.Field, cls=None) -> str:
+    """The field's type as declared (`int | None`, `Literal['mean', 'cls']`), as the CLI reads it; a Literal behind an
+    alias (`Pooling`) with its values spelled out."""
+    text = field.type if isinstance(field.type, str) else inspect.formatannotation(field.type)
+    values = choices(cls, field) if cls is not None else None
+    if values and "Literal[" not in text:
+        return f"Literal[{', '.join(map(repr, values))}]" + (" | None" if "None" in text else "")
+    return text
 
 
 def _default(field: dataclasses.Field) -> str:
@@ -74,7 +79,7 @@ def _renames() -> list[str]:
 def _option(cls, field: dataclasses.Field, doc: str) -> str:
     name = option_name(cls, field)
     name = name.upper() if not field.kw_only else flag(name)
-    facts = f"`{_annotation(field)}`" + ("" if not field.kw_only else f", default `{_default(field)}`")
+    facts = f"`{_annotation(field, cls)}`" + ("" if not field.kw_only else f", default `{_default(field)}`")
     return f"- `{name}` ({facts}): {doc or 'undocumented'}"
 
 

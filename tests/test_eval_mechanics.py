@@ -325,7 +325,7 @@ def test_fine_tuning_batches_are_random_by_default_as_the_authors_trainer_draws_
     assert spread > 150  # lengths mixed within a batch, as a random sampler gives them
     config = EvalConfig(profile="smoke")
     assert config.batching == "random" and config.protocol()["batching"] == "random"
-    with pytest.raises(EncoderizeError, match="--batching must be random or length"):
+    with pytest.raises(EncoderizeError, match="--batching must be one of random, length"):
         EvalConfig(profile="smoke", batching="sorted")
     run = tmp_path / "lr1e-05_sd0"
     run.mkdir()

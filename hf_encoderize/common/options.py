@@ -23,6 +23,7 @@ Design choices:
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import typing
 
@@ -80,6 +81,24 @@ def did_you_mean(word: str, known) -> str:
     """`"did you mean 'seq_len'? "` for the closest of `known` to `word`, else ""."""
     match = closest(word, known)
     return f"did you mean {match!r}? " if match else ""
+
+
+def choices_of(cls, name: str) -> tuple:
+    """The values of the `Literal` declared on field `name` of dataclass `cls`: the one place an enumerated option's
+    values live, read by validation (`validation.check_choice`), the CLI (`choices`/usage) and the docs.
+
+    >>> from dataclasses import dataclass
+    >>> @dataclass
+    ... class Demo:
+    ...     pooling: typing.Literal["mean", "lasttoken"] = "mean"
+    >>> choices_of(Demo, "pooling")
+    ('mean', 'lasttoken')
+    """
+    field = next((f for f in dataclasses.fields(cls) if f.name == name), None)
+    values = choices(cls, field) if field is not None else None
+    if not values:
+        raise TypeError(f"{cls.__name__}.{name} is not declared as a Literal")
+    return values
 
 
 def choices(cls, field) -> tuple | None:

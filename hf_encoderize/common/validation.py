@@ -17,7 +17,7 @@ import math
 import operator
 
 from hf_encoderize.common.errors import EncoderizeError
-from hf_encoderize.common.options import public_flag
+from hf_encoderize.common.options import choices_of, public_flag
 
 INT64_MAX = 2**63 - 1
 """The largest whole number a tensor, numpy or the OS takes; the default `maximum` of `integer=True`."""
@@ -35,7 +35,7 @@ def check_number(flag: str, value, *, minimum: float | None = None, above: float
     >>> check_number("--seed", 2**32, minimum=0, maximum=2**32 - 1, integer=True)
     Traceback (most recent call last):
     hf_encoderize.common.errors.EncoderizeError: --seed must be at least 0 and at most 4294967295, got 4294967296
-    >>> check_number("--max-steps", 2**63, minimum=1, integer=True)  # doctest: +ELLIPSIS
+    >>> check_number("--max-steps", 2**63, minimum=1, integer=True)  # doctest: +ELLIPSIS +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     hf_encoderize.common.errors.EncoderizeError: --max-steps must be at least 1 and at most 9223372036854775807, got
     9...8
@@ -80,3 +80,11 @@ def parse_dims(text: str | None) -> list[int]:
     if not dims or min(dims) < 1 or len(set(dims)) != len(dims):
         raise EncoderizeError(f"--matryoshka-dims needs distinct sizes of at least 1, e.g. 768,512,256 (got {text!r})")
     return sorted(dims, reverse=True)
+
+
+def check_choice(flag: str, value, cls, name: str) -> None:
+    """Refuse `value` unless it is one of the `Literal` values declared on `cls.name` (`options.choices_of`), in the
+    one wording every enumerated option uses: `--pooling must be one of mean, lasttoken, weightedmean, not 'max'`."""
+    allowed = choices_of(cls, name)
+    if value not in allowed:
+        raise EncoderizeError(f"{public_flag(flag)} must be one of {', '.join(map(str, allowed))}, not {value!r}")

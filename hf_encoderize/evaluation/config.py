@@ -14,11 +14,12 @@ from __future__ import annotations
 import re
 from dataclasses import KW_ONLY, dataclass, field, fields
 from pathlib import Path
+from typing import Literal
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, RESUME, identity
-from hf_encoderize.common.validation import check_number
-from hf_encoderize.evaluation.loaders import DATASETS, REAL, SOURCES, SYNTHETIC, TASKS
+from hf_encoderize.common.validation import check_choice, check_number
+from hf_encoderize.evaluation.loaders import DATASETS, REAL, SYNTHETIC, TASKS
 
 PAPER_LRS = (1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4)  # section 2, "Fine-tuning protocol"
 MODEL_LIMIT_FRACTION = 0.99  # EncodEval abstract_eval.py: `round(0.99 * max_length)`, "Apply 1% buffer"
@@ -78,7 +79,7 @@ class EvalConfig:
     """How to fine-tune and score the model: profile, grid, protocol and where results go."""
 
     _: KW_ONLY
-    profile: str = field(default="paper", metadata=protocol("synthetic_sizes"))
+    profile: Literal["paper", "quick", "smoke"] = field(default="paper", metadata=protocol("synthetic_sizes"))
     """paper (the full protocol: 12 datasets, 6 learning rates, 5 seeds), quick (one lr, one seed, 200 steps) or
     smoke (small synthetic offline sets, for CI)."""
     tasks: str | None = field(default=None, metadata=protocol())
@@ -96,7 +97,7 @@ class EvalConfig:
     """Examples per step (paper: 32)."""
     warmup_ratio: float = field(default=0.1, metadata=protocol("warmup_ratio"))
     """Fraction of steps with linear warmup, then linear decay to 0 (paper: 10%)."""
-    batching: str = field(default="random", metadata=protocol("batching"))
+    batching: Literal["random", "length"] = field(default="random", metadata=protocol("batching"))
     """How fine-tuning batches are drawn: random (each epoch a fresh seeded shuffle, as the authors' EncodEval configs
     train through transformers' Trainer without group_by_length) or length (batches of similar lengths, from
     length-sorted runs of 50 batches, as `group_by_length`: less padding, so faster, but IR's in-batch negatives then
@@ -116,7 +117,7 @@ class EvalConfig:
     transformers' Trainer, which exempts those)."""
     qa_stride: int = field(default=128, metadata=protocol("qa_stride"))
     """Tokens shared by consecutive QA windows of a long context."""
-    ndcg_gains: str = field(default="binary", metadata=protocol("ndcg_gains"))
+    ndcg_gains: Literal["binary", "graded"] = field(default="binary", metadata=protocol("ndcg_gains"))
     """binary (default, the paper profile's: EncodEval counts a qrels score of 1 or more as relevant, gain 1) or graded
     (linear gains, pytrec_eval's): which NDCG@10 is the IR score. Both are reported for sets with graded judgments."""
     max_eval_examples: int | None = field(default=None, metadata=protocol("max_eval_examples"))
@@ -128,7 +129,7 @@ class EvalConfig:
     data_dir: str | None = field(default=None, metadata=protocol(kind=HARMLESS))
     """Local copies of the datasets: DIR/<dataset>/<split>.parquet or .jsonl in the Hub schema, used instead of the
     Hub."""
-    dataset_source: str = field(default="authors", metadata=protocol("dataset_source"))
+    dataset_source: Literal["authors", "original"] = field(default="authors", metadata=protocol("dataset_source"))
     """authors (the Hub copies the authors' EncodEval loads: hgissbkh/conll2003-en, BeIR/msmarco, ...) or original
     (the upstream repos: eriktks/conll2003, microsoft/ms_marco, Tevatron/wikipedia-nq, Shitao/MLDR, ...)."""
     frozen: bool = field(default=False, metadata=protocol("frozen"))
@@ -148,18 +149,12 @@ class EvalConfig:
     --max-seq-length, --device, --name and --output-dir; results go to OUTPUT_DIR/<name>/mteb/."""
 
     def __post_init__(self):
-        if self.profile not in PROFILES:
-            raise EncoderizeError(f"unknown profile {self.profile!r}; choose paper, quick or smoke")
+        for name in ("profile", "dataset_source", "ndcg_gains", "batching"):  # the Literal's values, declared above
+            check_choice(f"--{name.replace('_', '-')}", getattr(self, name), EvalConfig, name)
         check_number("--warmup-ratio", self.warmup_ratio, minimum=0, below=1)
-        if self.dataset_source not in SOURCES:
-            raise EncoderizeError(f"unknown --dataset-source {self.dataset_source!r}; choose {' or '.join(SOURCES)}")
         for name in ("adam_beta1", "adam_beta2"):
             check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=0, below=1)
         check_number("--adam-epsilon", self.adam_epsilon, above=0)
-        if self.ndcg_gains not in ("binary", "graded"):
-            raise EncoderizeError(f"--ndcg-gains must be binary or graded, got {self.ndcg_gains!r}")
-        if self.batching not in ("random", "length"):
-            raise EncoderizeError(f"--batching must be random or length, got {self.batching!r}")
         check_number("--weight-decay", self.weight_decay, minimum=0)
         for name in ("max_steps", "batch_size", "max_length", "max_eval_examples", "qa_stride"):
             check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=1, integer=True)

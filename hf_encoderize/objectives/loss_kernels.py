@@ -35,6 +35,7 @@ import importlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import torch
 
@@ -46,7 +47,8 @@ from hf_encoderize.objectives.loss import fusable_head, fused_linear_cross_entro
 log = get_logger(__name__)
 
 REFERENCE = "fused"
-LOSS_IMPLEMENTATIONS = ("auto", REFERENCE, "compiled", "liger", "cce")
+LossImplementation = Literal["auto", "fused", "compiled", "liger", "cce"]  # "fused" is REFERENCE
+LOSS_IMPLEMENTATIONS = get_args(LossImplementation)
 LOSS_RTOL, GRAD_RTOL = 1e-3, 2e-2  # agreement with the reference in the probe (bf16 matmuls)
 PROBE_REPEATS = 3  # timed forward + backward steps per candidate, after one warm-up step
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, LENGTH, identity
-from hf_encoderize.common.validation import check_number
-from hf_encoderize.objectives.loss_kernels import LOSS_IMPLEMENTATIONS
+from hf_encoderize.common.validation import check_choice, check_number
+from hf_encoderize.objectives.loss_kernels import LossImplementation
 from hf_encoderize.training.schedule import decay_steps_for, default_warmup
 
 ADAMW_BETAS = (0.9, 0.95)  # paper, Appendix A
@@ -77,9 +78,9 @@ class TrainConfig:
     runs' decays. The data continue from the checkpoint's position."""
     overwrite: bool = field(default=False, metadata=identity(HARMLESS))
     """Start over in a non-empty `output_dir`, deleting it."""
-    mixed_precision: str = "auto"
+    mixed_precision: Literal["auto", "bf16", "fp16", "no"] = "auto"
     """auto (bf16 on GPU, none on CPU), bf16, fp16 or no: the precision of the compute (autocast)."""
-    master_weights: str = "fp32"
+    master_weights: Literal["fp32", "loaded"] = "fp32"
     """fp32: trainable weights are kept (upcast) in fp32 for the optimizer, whatever dtype they were loaded in, and
     the encoder is saved in the loaded dtype. `loaded`: train the weights in the dtype they were loaded in (pure bf16
     for a bf16 checkpoint: half the optimizer memory, but AdamW updates below bf16's resolution, about 0.4% of a
@@ -89,7 +90,7 @@ class TrainConfig:
     compile: bool = field(default=False, metadata=identity(HARMLESS))
     """`torch.compile` every decoder layer (static shapes: packing gives fixed batch x seq len). Off by default until
     measured faster on the GPU at hand; the first steps pay the compilation."""
-    loss_implementation: str = field(default="auto", metadata=identity(HARMLESS))
+    loss_implementation: LossImplementation = field(default="auto", metadata=identity(HARMLESS))
     """The MLM loss kernel: auto (on CUDA, the fastest of our fused linear + cross-entropy, ours with a compiled
     softmax gradient, Liger-Kernel's and Cut-Cross-Entropy's that runs and agrees with ours, timed on this run's shape;
     ours elsewhere), fused (ours), compiled, liger or cce (`loss_kernels`). The run record says which ran, with the
@@ -99,7 +100,7 @@ class TrainConfig:
     profile: bool = field(default=False, metadata=identity(HARMLESS))
     """Time steps 3-5 by component (attention, loss, optimizer, data wait, ...) with torch.profiler; writes
     OUT/profile/summary.json and a Chrome trace. The timed steps synchronise the GPU, so they run slower."""
-    on_nonfinite: str = "stop"
+    on_nonfinite: Literal["stop", "skip"] = "stop"
     """What to do when the loss or gradient norm is NaN/inf: `stop` (one-line error; the last checkpoint is intact)
     or `skip` (drop that update, count it in metrics.jsonl; stop after 10 in a row)."""
     report_to: str = field(default="none", metadata=identity(HARMLESS))
@@ -135,15 +136,8 @@ class TrainConfig:
         check_number("--weight-decay", self.weight_decay, minimum=0)
         check_number("--adam-epsilon", self.adam_eps, above=0)
         check_number("--max-grad-norm", self.max_grad_norm, above=0)
-        if self.mixed_precision not in ("auto", "bf16", "fp16", "no"):
-            raise EncoderizeError("--mixed-precision must be auto, bf16, fp16 or no")
-        if self.on_nonfinite not in ("stop", "skip"):
-            raise EncoderizeError(f"--on-nonfinite must be 'stop' or 'skip', got {self.on_nonfinite!r}")
-        if self.loss_implementation not in LOSS_IMPLEMENTATIONS:
-            raise EncoderizeError(f"--loss-implementation must be one of {', '.join(LOSS_IMPLEMENTATIONS)}, got "
-                                  f"{self.loss_implementation!r}")
-        if self.master_weights not in ("fp32", "loaded"):
-            raise EncoderizeError(f"--master-weights must be 'fp32' or 'loaded', got {self.master_weights!r}")
+        for name in ("mixed_precision", "on_nonfinite", "loss_implementation", "master_weights"):
+            check_choice(f"--{name.replace('_', '-')}", getattr(self, name), TrainConfig, name)  # the Literal's values
 
     def _check_exports_after_branch(self, exports: tuple[int, ...]) -> None:
         """A branch starts after its checkpoint's step, so an export at or before it would never be written."""

@@ -4,19 +4,24 @@ it is declared (the hard-negative and Matryoshka options too)."""
 from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass, field
+from typing import Literal, get_args
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, identity
-from hf_encoderize.common.validation import check_number, parse_dims
+from hf_encoderize.common.validation import check_choice, check_number, parse_dims
 
-OBJECTIVES = ("simcse", "supervised")
+Objective = Literal["simcse", "supervised"]
+OBJECTIVES = get_args(Objective)
 
 BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".txt": "text"}
 """The local file types contrastive reads: cpt's, plus CSV (pairs and triplets are often kept as tables)."""
 
-POOLINGS = {"mean": "mean", "lasttoken": "lasttoken", "weightedmean": "weightedmean"}
+Pooling = Literal["mean", "lasttoken", "weightedmean"]  # sentence-transformers' pooling_mode names
+POOLINGS = {name: name for name in get_args(Pooling)}
 
-LOSSES = ("mnrl", "cached_mnrl")
+Loss = Literal["mnrl", "cached_mnrl"]
+LOSSES = get_args(Loss)
+
 
 @dataclass
 class ContrastiveConfig:
@@ -29,7 +34,7 @@ class ContrastiveConfig:
     """Folder to write the embedding model to; must be empty or absent unless `overwrite`."""
     overwrite: bool = field(default=False, metadata=identity(HARMLESS))
     """Replace a non-empty output folder."""
-    objective: str = "simcse"
+    objective: Objective = "simcse"
     """simcse (unsupervised: each text is its own positive, dropout makes the two views) or supervised (pairs or
     triplets with hard negatives)."""
     data_files: str | None = None
@@ -51,7 +56,7 @@ class ContrastiveConfig:
     """supervised: a hard-negative column (optional; in-batch negatives are always used)."""
     max_rows: int | None = None
     """Use at most this many rows."""
-    pooling: str = "mean"
+    pooling: Pooling = "mean"
     """mean (the paper's pooling for IR), lasttoken or weightedmean."""
     query_prefix: str = ""
     """Instruction prefixed to anchors (and saved as the "query" prompt)."""
@@ -64,7 +69,7 @@ class ContrastiveConfig:
     default prompt, so `SentenceTransformer(out).encode` adds it; sentence-transformers leaves the first EOS out of the
     pooling (it counts a trailing special token as text), the second is pooled, in training and at inference alike.
     Instruction prefixes follow the lead inside the prompts and are left out of the pooling, as LLM2Vec does."""
-    loss: str = "mnrl"
+    loss: Loss = "mnrl"
     """mnrl (MultipleNegativesRankingLoss) or cached_mnrl (GradCache: large batches on small memory)."""
     mini_batch_size: int = 32
     """cached_mnrl: rows per forward pass."""
@@ -103,12 +108,11 @@ class ContrastiveConfig:
 
     def __post_init__(self):
         problems = []
-        if self.objective not in OBJECTIVES:
-            problems.append(f"--objective must be one of {', '.join(OBJECTIVES)} (got {self.objective!r})")
-        if self.pooling not in POOLINGS:
-            problems.append(f"--pooling must be one of {', '.join(POOLINGS)} (got {self.pooling!r})")
-        if self.loss not in LOSSES:
-            problems.append(f"--loss must be one of {', '.join(LOSSES)} (got {self.loss!r})")
+        for name in ("objective", "pooling", "loss"):  # the Literal's values, declared on the field
+            try:
+                check_choice(f"--{name}", getattr(self, name), ContrastiveConfig, name)
+            except EncoderizeError as err:
+                problems.append(str(err))
         if (self.data_files is None) == (self.dataset is None):
             problems.append("give exactly one of --data-files or --dataset")
         if problems:
