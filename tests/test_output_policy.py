@@ -448,3 +448,20 @@ def test_an_overwrite_meets_the_lock_before_it_deletes_anything(decoder_dir, cor
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and "in use" in errors[0] and "Traceback" not in err, err
     assert before and _tree(tmp_path) == before  # run_settings.json, metrics.jsonl, the marker: all still there
+
+
+def test_a_saved_encoder_has_the_modes_the_umask_gives(tmp_path):
+    """model.safetensors was written 0600 while the rest of the folder was 0644 (issue 41)."""
+    from hf_encoderize.model.bidirectional import encoderize
+    from hf_encoderize.model.saving import save_encoder
+
+    model, tokenizer = make_decoder(), make_tokenizer()
+    report = encoderize(model, tokenizer)
+    mask = os.umask(0o027)
+    try:
+        out = save_encoder(model, tokenizer, tmp_path / "enc", metadata=report.to_dict())
+    finally:
+        os.umask(mask)
+    modes = {str(p.relative_to(out)): oct(p.stat().st_mode & 0o777) for p in [out, *out.rglob("*")]}
+    expected = {name: oct(0o750 if (out / name).is_dir() else 0o640) for name in modes}
+    assert modes == expected

@@ -188,6 +188,17 @@ def finish_run(output_dir: str | os.PathLike) -> None:
     release_lock(out)
 
 
+def match_umask(folder: Path) -> None:
+    """Give every file and folder under `folder` the modes the umask gives a new one (0644/0755 under 022): a save
+    through a private temporary file (transformers' and safetensors' writers) left model.safetensors 0600 beside
+    0644 files, unreadable to the group the rest is shared with."""
+    mask = os.umask(0o022)
+    os.umask(mask)  # reading the umask means setting it: set straight back
+    for path in (Path(folder), *Path(folder).rglob("*")):
+        if not path.is_symlink():
+            path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
+
+
 def add_to_marker(folder: Path, names: list[str]) -> None:
     """Record in `folder`'s marker (when it has one) top-level `names` a later command wrote there (`export`), so a
     later --overwrite knows them as ours."""

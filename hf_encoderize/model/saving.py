@@ -126,6 +126,7 @@ def save_encoder(
     try:
         _write_encoder(model, tokenizer, tmp, metadata or {}, state_dict)
         outputs.write_marker(tmp, "encoder")  # what --overwrite may replace later: this folder and what it holds
+        outputs.match_umask(tmp)  # model.safetensors was written 0600 beside 0644 files
         _replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
