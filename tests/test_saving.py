@@ -112,11 +112,41 @@ def test_weights_given_in_another_dtype_are_declared_in_that_dtype(tmp_path):
     assert json.loads((plain / "config.json").read_text())["dtype"] == "float32"
 
 
+def test_config_carries_the_fields_serving_engines_read_and_still_loads_bidirectional(saved):
+    """vLLM's Qwen2/Qwen3 and TEI's Qwen2 read `is_causal`; TEI's Llama/Mistral/Qwen3 read
+    `use_bidirectional_attention` (docs/publishing.md): both are written, and plain transformers still builds the
+    native class with bidirectional attention (a later token moves position 0)."""
+    import torch
+    from transformers import AutoModel
+
+    config = json.loads((saved / "config.json").read_text())
+    assert config["is_causal"] is False and config["use_bidirectional_attention"] is True
+    model = AutoModel.from_pretrained(saved).eval()
+    ids = torch.tensor([[5, 6, 7, 8]])
+    changed = ids.clone()
+    changed[0, -1] = 9
+    with torch.no_grad():
+        first, second = (model(input_ids=x).last_hidden_state[0, 0] for x in (ids, changed))
+    assert type(model).__name__ == "LlamaModel" and not torch.allclose(first, second)
+
+
+def test_engine_flags_leave_a_field_transformers_acts_on_alone():
+    """Gemma 3's own config declares `use_bidirectional_attention` (transformers then halves its sliding window):
+    writing it would change the model that loads, so it is left as the architecture has it."""
+    from transformers import Gemma3TextConfig, LlamaConfig
+
+    from hf_encoderize.model.saving import engine_flags
+
+    assert engine_flags(LlamaConfig()) == {"use_bidirectional_attention": True}
+    assert engine_flags(Gemma3TextConfig()) == {}
+
+
 def test_saving_leaves_the_live_model_and_tokenizer_as_they_were(tmp_path):
     """A CLM phase exports mid-run: the save writes a bidirectional config but must not make the live model one."""
     model, tokenizer = make_decoder(), make_tokenizer()
     tokenizer.padding_side = "left"
-    ours = ("is_causal", "use_cache", "auto_map", "hf_encoderize")  # save_pretrained itself records the rest
+    # save_pretrained itself records the rest
+    ours = ("is_causal", "use_cache", "auto_map", "hf_encoderize", "use_bidirectional_attention")
     config_before = {key: getattr(model.config, key, None) for key in ours}
     save_encoder(model, tokenizer, tmp_path / "enc", metadata={"note": "x"})
     assert {key: getattr(model.config, key, None) for key in ours} == config_before

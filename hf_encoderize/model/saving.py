@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
@@ -109,12 +110,13 @@ def _modeling_source(model_type: str) -> str:
 
 
 def save_encoder(
-    model, tokenizer, output_dir: str | os.PathLike, *, overwrite: bool = False, metadata: dict | None = None,
+    model, tokenizer, output_dir: str | os.PathLike, *, overwrite: bool = False, metadata=None,
     state_dict: dict | None = None,
 ) -> Path:
     """Write the encoder to `output_dir` (see module docstring). Returns the folder path.
 
-    `metadata` (e.g. the `EncoderizeReport` as a dict) is stored under `hf_encoderize` in config.json. `state_dict`
+    `metadata` (an `EncoderFacts`; a dict, such as the `EncoderizeReport`'s, is read into one) is stored under
+    `hf_encoderize` in config.json. `state_dict`
     replaces the model's own tensors: the full weights gathered from an FSDP2/ZeRO-3 run, whose model holds shards.
     """
     # A folder inside the live run this process holds (OUT/encoder, OUT/exports/...) is the run's to replace, even one
@@ -158,7 +160,29 @@ def _temporarily(obj, **values):
                 setattr(obj, name, value)
 
 
-def _write_encoder(model, tokenizer, tmp: Path, metadata: dict, state_dict: dict | None = None) -> None:
+def engine_flags(config) -> dict:
+    """The config.json fields serving engines read for bidirectional attention, beyond `is_causal` (which transformers,
+    vLLM's Qwen2/Qwen3 and TEI's Qwen2 read): `use_bidirectional_attention`, read by TEI's Llama/Mistral/Qwen3/Gemma3
+    and vLLM's Gemma 3 (docs/publishing.md has the table, with the files). Left alone where the architecture's own
+    transformers config declares the field (Gemma 3): there transformers acts on it (a halved, two-sided sliding
+    window), so writing it would change the model that loads."""
+    declared = "use_bidirectional_attention" in type(config)().to_dict() if _constructible(config) else True
+    return {} if declared else {"use_bidirectional_attention": True}
+
+
+def _constructible(config) -> bool:
+    try:
+        type(config)()
+    except Exception:  # a config class that needs arguments: leave the field out rather than guess
+        return False
+    return True
+
+
+def _write_encoder(model, tokenizer, tmp: Path, metadata, state_dict: dict | None = None) -> None:
+    from hf_encoderize.common.run_folder import EncoderFacts
+
+    # The one writer of config.json's `hf_encoderize` block: typed, whatever the caller handed over.
+    facts = metadata if isinstance(metadata, EncoderFacts) else EncoderFacts.from_dict(metadata)
     config = model.config
     model_type = config.model_type
     from hf_encoderize.model.loading import ENCODER, classify_config
@@ -169,16 +193,16 @@ def _write_encoder(model, tokenizer, tmp: Path, metadata: dict, state_dict: dict
         # Remote code is opt-in for the user: a plain load takes the native class (bidirectional through is_causal);
         # with trust_remote_code=True both classes apply the full patch, which covers the classes plain transformers
         # leaves causal (GPT-Neo's hard-coded causal buffer is rebuilt at every load).
-        changes = {"is_causal": False, "use_cache": False,
+        changes = {"is_causal": False, "use_cache": False, **engine_flags(config),
                    "auto_map": {"AutoModel": f"{MODELING_FILE[:-3]}.EncoderModel",
                                 "AutoModelForMaskedLM": f"{MODELING_FILE[:-3]}.EncoderForMaskedLM"}}
         verdicts = plain_attention(model_type)
         default_backend = saved_backend(verdicts)
         # The release the verdicts hold for: the card says "verified with transformers X.Y", and the remote code
         # warns when a later release loads a backend that never ran here.
-        metadata = {**metadata, "plain_attention": {**verdicts, "saved_default": default_backend,
-                                                    "transformers": _transformers_version()}}
-    changes["hf_encoderize"] = {"version": _version(), **metadata}
+        facts = replace(facts, plain_attention={**verdicts, "saved_default": default_backend,
+                                                "transformers": _transformers_version()})
+    changes["hf_encoderize"] = replace(facts, version=_version()).to_dict()
     weights_dtype = _floating_dtype(state_dict)  # before save_pretrained, which may consume the dict
     with _temporarily(config, **changes):
         model.save_pretrained(tmp, state_dict=state_dict)
