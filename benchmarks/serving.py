@@ -144,7 +144,7 @@ def exported(model: Path, work: Path) -> tuple[Path, dict]:
 # ------------------------------------------------------------------------------------------------ the backends
 
 
-def pytorch_backend(folder: Path, threads: int, batch_size: int):
+def pytorch_backend(folder: Path, threads: int, batch_size: int, pipeline: bool = False):
     import torch
     from sentence_transformers import SentenceTransformer
 
@@ -152,14 +152,20 @@ def pytorch_backend(folder: Path, threads: int, batch_size: int):
     st = SentenceTransformer(str(folder), device="cpu", trust_remote_code=True,
                              model_kwargs={"dtype": torch.float32}).eval()
 
-    # prompt="": the raw texts, as the ONNX graph gets them (a default prompt, the lead tokens, is added outside it).
+    # A token-level graph (an export before the pooled one) gets the raw texts, so PyTorch does too (prompt="");
+    # the pipeline graph is compared with what `encode` returns, default prompt (lead tokens) and all.
+    prompt = {} if pipeline else {"prompt": ""}
+
     def encode(texts):
-        return st.encode(texts, batch_size=batch_size, prompt="", convert_to_numpy=True)
+        return st.encode(texts, batch_size=batch_size, convert_to_numpy=True, **prompt)
 
     return encode, st.max_seq_length
 
 
-def onnx_backend(folder: Path, file: str, threads: int, batch_size: int, pooling: str, max_length: int):
+def onnx_backend(folder: Path, file: str, threads: int, batch_size: int, pooling: str, max_length: int,
+                 prompt: str | None = None):
+    """`prompt` given (the pipeline graph): its `sentence_embedding` output on prompt + text, as the card's snippet
+    runs it; otherwise the token states pooled in numpy."""
     import onnxruntime
     from transformers import AutoTokenizer
 
@@ -175,18 +181,22 @@ def onnx_backend(folder: Path, file: str, threads: int, batch_size: int, pooling
         out = [None] * len(texts)
         for start in range(0, len(texts), batch_size):
             chosen = order[start:start + batch_size]
-            batch = tokenizer([texts[i] for i in chosen], padding=True, truncation=True, max_length=max_length,
-                              return_tensors="np")
+            batch = tokenizer([(prompt or "") + texts[i] for i in chosen], padding=True, truncation=True,
+                              max_length=max_length, return_tensors="np")
             ids, mask = batch["input_ids"].astype(np.int64), batch["attention_mask"].astype(np.int64)
-            hidden = session.run(None, {"input_ids": ids, "attention_mask": mask})[0]  # (batch, tokens, hidden)
-            for index, row in zip(chosen, pool(hidden, mask, pooling), strict=True):
+            if prompt is None:
+                hidden = session.run(None, {"input_ids": ids, "attention_mask": mask})[0]  # (batch, tokens, hidden)
+                rows = pool(hidden, mask, pooling)
+            else:
+                rows = session.run(["sentence_embedding"], {"input_ids": ids, "attention_mask": mask})[0]
+            for index, row in zip(chosen, rows, strict=True):
                 out[index] = row
         return np.stack(out)  # (texts, hidden)
 
     return encode
 
 
-def gguf_backend(folder: Path, file: str, threads: int):
+def gguf_backend(folder: Path, file: str, threads: int, prompt: str = ""):
     from llama_cpp import Llama
 
     # One context for a batch of texts, each its own sequence; a non-causal model needs the batch in one ubatch.
@@ -195,7 +205,9 @@ def gguf_backend(folder: Path, file: str, threads: int):
                 n_threads_batch=threads, type_k=0, type_v=0, verbose=False)  # 0: GGML_TYPE_F32
 
     def encode(texts):
-        return np.array(llm.embed(texts), dtype=np.float32)  # (texts, hidden), pooled as the file says
+        # The lead goes before each text as text (llama.cpp then pools it too, where sentence-transformers leaves the
+        # first lead token out), so the embedding model's GGUF agreement is measured, not assumed.
+        return np.array(llm.embed([prompt + t for t in texts]), dtype=np.float32)  # (texts, hidden)
 
     return encode
 
@@ -210,8 +222,9 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def measure(folder: Path, record: dict, texts: list[str], args) -> dict:
     """Load each backend (peak memory), then time them in alternating rounds; agreement against PyTorch."""
     encoders, memory, embeddings = {}, {}, {}
+    prompt = record["onnx"].get("prompt")  # present: the ONNX graph is the whole embedding pipeline
     with PeakRSS() as rss:
-        encoders["pytorch"], max_length = pytorch_backend(folder, args.threads, args.batch_size)
+        encoders["pytorch"], max_length = pytorch_backend(folder, args.threads, args.batch_size, prompt is not None)
         embeddings["pytorch"] = encoders["pytorch"](texts)
     memory["pytorch"] = rss.added_mib
     for name, (fmt, file) in VARIANTS.items():
@@ -219,8 +232,8 @@ def measure(folder: Path, record: dict, texts: list[str], args) -> dict:
             continue  # kept out by export's check (or not exported): its verdict is reported instead
         with PeakRSS() as rss:
             encoders[name] = (onnx_backend(folder, Path(file).name, args.threads, args.batch_size,
-                                           record[fmt]["pooling"], max_length) if fmt == "onnx"
-                              else gguf_backend(folder, file, args.threads))
+                                           record[fmt]["pooling"], max_length, prompt)
+                              if fmt == "onnx" else gguf_backend(folder, file, args.threads, prompt or ""))
             embeddings[name] = encoders[name](texts)
         memory[name] = rss.added_mib
     seconds = {name: [] for name in encoders}
@@ -283,6 +296,7 @@ def main(argv: list[str] | None = None) -> dict:
     results = measure(folder, record, texts, args)
     report = {"model": str(model), "texts": len(texts), "batch_size": args.batch_size, "rounds": args.rounds,
               "threads": args.threads, "pooling": record["onnx"]["pooling"],
+              "prompt": record["onnx"].get("prompt"),  # the embedding pipeline's lead, put before every text
               "load_average_1m": round(os.getloadavg()[0], 2),  # other work on the 2 cores slows every backend alike
               "results": results,
               "wall_time_s": round(time.time() - started, 1)}

@@ -26,6 +26,7 @@ def load_benchmark():
 def test_backends_side_by_side_agree_and_report_what_export_kept_out(tmp_path):
     from hf_encoderize.publish import export
     from hf_encoderize.publish.export_reference import load_model
+    from hf_encoderize.publish.onnx_embedding import export_embedding_graph
 
     bench = load_benchmark()
     texts = bench.benchmark_texts(24)
@@ -33,9 +34,9 @@ def test_backends_side_by_side_agree_and_report_what_export_kept_out(tmp_path):
     encoder = bench.tiny_encoder(tmp_path / "encoder", texts)
     st, pooling = load_model(encoder)  # the files `export` writes, without its out-of-process checks (test_export)
     (encoder / "onnx").mkdir()
-    export._export_fp32(st[0].auto_model, len(st.tokenizer), encoder / "onnx" / "model.onnx", 17)
+    graph = export_embedding_graph(st, encoder / "onnx" / "model.onnx", 17)
     export._export_int8(encoder / "onnx" / "model.onnx", encoder / "onnx" / "model_qint8.onnx")
-    record = {"onnx": {"pooling": pooling, "variants": {"model.onnx": {"verdict": "verified"},
+    record = {"onnx": {"pooling": pooling, **graph, "variants": {"model.onnx": {"verdict": "verified"},
                                                         "model_qint8.onnx": {"verdict": "verified"}}}}
     args = argparse.Namespace(threads=1, batch_size=8, rounds=1)
 
@@ -55,6 +56,30 @@ def test_backends_side_by_side_agree_and_report_what_export_kept_out(tmp_path):
     results = bench.measure(encoder, record, texts, args)
     assert results["onnx_int8"] == {"export_check": "not kept: cosine to PyTorch 0.2400 < 0.99"}
     assert results["onnx_fp32"]["min_cosine_to_pytorch"] >= 0.999
+
+
+def test_the_embedding_models_rows_compare_the_pipeline_graph_with_encode(contrastive_run, tmp_path):
+    """An embedding model (lead tokens, last-token pooling): PyTorch is `encode` with its default prompt, ONNX the
+    graph's `sentence_embedding` on prompt + text; they agree (the lead-token rule is inside the graph)."""
+    import shutil
+
+    from hf_encoderize.publish import export
+    from hf_encoderize.publish.export_reference import load_model
+    from hf_encoderize.publish.onnx_embedding import export_embedding_graph
+
+    bench = load_benchmark()
+    folder = shutil.copytree(contrastive_run / "contrastive", tmp_path / "contrastive")
+    st, pooling = load_model(folder)
+    (folder / "onnx").mkdir()
+    graph = export_embedding_graph(st, folder / "onnx" / "model.onnx", 17)
+    export._export_int8(folder / "onnx" / "model.onnx", folder / "onnx" / "model_qint8.onnx")
+    record = {"onnx": {"pooling": pooling, **graph, "variants": {"model.onnx": {"verdict": "verified"},
+                                                                 "model_qint8.onnx": {"verdict": "verified"}}}}
+    assert graph["prompt"] and pooling == "lasttoken"
+    results = bench.measure(folder, record, ["w1 w2 w3", "w4", "w5 w6 w7 w8 w9 w10"] * 4,
+                            argparse.Namespace(threads=1, batch_size=4, rounds=1))
+    assert results["onnx_fp32"]["min_cosine_to_pytorch"] >= 0.999
+    assert results["onnx_int8"]["min_cosine_to_pytorch"] >= 0.99
 
 
 @pytest.mark.slow

@@ -23,6 +23,7 @@ from hf_encoderize.common.precision import attention_dtype
 from hf_encoderize.data.sources import DataConfig
 from hf_encoderize.model.bidirectional import PACKED
 from hf_encoderize.model.loading import LoadConfig
+from hf_encoderize.model.positions import check_positions, position_limit
 from hf_encoderize.model.where_it_trains import (
     as_main_process_says,
     encoderize_where_it_trains,
@@ -169,12 +170,7 @@ def check_seq_len(load: LoadConfig, seq_len: int) -> None:
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(load.source, revision=load.revision)
-    config = getattr(config, "text_config", None) or config
-    limit = next((getattr(config, name) for name in ("max_position_embeddings", "n_positions", "max_seq_len")
-                  if isinstance(getattr(config, name, None), int)), None)
-    if limit is not None and seq_len > limit:
-        raise EncoderizeError(f"--max-seq-length {seq_len} is above the model's limit of {limit} positions; "
-                              f"use --max-seq-length {limit} or less")
+    check_positions(seq_len, position_limit(config))
 
 
 def load_encoderized(load: LoadConfig, data: DataConfig, train: TrainConfig, adapter: AdapterConfig,

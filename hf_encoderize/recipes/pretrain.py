@@ -33,6 +33,7 @@ from hf_encoderize.common.outputs import input_paths, releasing_locks
 from hf_encoderize.common.precision import attention_dtype
 from hf_encoderize.common.run_folder import read_json
 from hf_encoderize.data.sources import DataConfig, identity_as_today
+from hf_encoderize.model.positions import check_positions, position_limit
 from hf_encoderize.objectives.loss import CHUNK_ELEMENTS
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.objectives.phases import Phase, parse_schedule
@@ -262,7 +263,7 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
     data = dataclasses.replace(data, pack=data.pack is not False)  # decoders only: packed unless --no-pack
     phases = parse_schedule(spec.schedule, train.steps)
     config = model_config_from(spec.model_config)
-    _check_seq_len(config, data)
+    check_positions(data.seq_len, position_limit(config))
     memory = check_memory(spec.model_config, config, data, train) if spec.check_memory else None
     shared = _branch_identity(spec, data, masking, train)
     branch_point = Path(train.from_checkpoint) if train.from_checkpoint else None
@@ -314,14 +315,6 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
         build=build, on_start=on_start, train_phases=train_phases, end_training=end_training, save=save,
         check_branch=lambda checkpoint, built: check_checkpoint_files(checkpoint, built.model),  # shapes, once built
         summary_extra={"schedule": spec.schedule, "phases": [p.to_dict() for p in phases]}))
-
-
-def _check_seq_len(config, data: DataConfig) -> None:
-    limit = getattr(config.get_text_config(), "max_position_embeddings", None)
-    if isinstance(limit, int) and data.seq_len > limit:
-        raise EncoderizeError(f"--max-seq-length {data.seq_len} is above the config's {limit} positions; use "
-                              f"--max-seq-length "
-                              f"{limit} or less")
 
 
 def _split_name(phases: list[Phase]) -> str:
