@@ -146,7 +146,7 @@ def test_bad_input_is_one_line(tiny, unbroken, tmp_path, capsys, monkeypatch):
         (["--schedule", "mlm:0.5,clm:0.5"], "clm before mlm"),
         (["--schedule", "clm:0.01,mlm:0.99", "--max-steps", "20"], "phase clm gets 0 of 20 steps"),
         (["--model-config", "7B"], "not 210M/610M/1B"),
-        (["--max-seq-length", "128"], "above the config's 64 positions"),
+        (["--max-seq-length", "128"], "above the model's limit of 64 positions"),
         (["--from-checkpoint", str(tmp_path)], "is not a checkpoint folder"),
         (["--from-checkpoint", switch, "--max-steps", "12", "--schedule", "clm:0.25,mlm:0.75", "--warmup-steps", "4",
           "--decay-fraction", "0.2", "--learning-rate", "3e-3", "--batch-size", "4", "--eval-documents", "16"],

@@ -12,6 +12,7 @@ import torch
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import is_main_process
 from hf_encoderize.model.load_errors import is_remote_code_refusal, remote_code_message
+from hf_encoderize.model.positions import check_positions, position_limit
 from hf_encoderize.recipes.contrastive.config import POOLINGS, ContrastiveConfig
 from hf_encoderize.training.lora import AdapterConfig, check_targets, target_modules
 
@@ -55,14 +56,12 @@ def _check_positions(source: Path, max_seq_length: int | None) -> int:
     the model has positions for fail deep in the forward pass (an index error), so an explicit value above them is
     refused before the load, from the folder's config."""
     try:
-        positions = json.loads((Path(source) / "config.json").read_text()).get("max_position_embeddings")
+        positions = position_limit(json.loads((Path(source) / "config.json").read_text()))
     except (OSError, ValueError, AttributeError):
         positions = None  # no readable config here: the load below reports the folder
     if max_seq_length is None:
-        return min(DEFAULT_MAX_SEQ_LENGTH, positions) if isinstance(positions, int) else DEFAULT_MAX_SEQ_LENGTH
-    if isinstance(positions, int) and max_seq_length > positions:
-        raise EncoderizeError(f"--max-seq-length {max_seq_length} is above the model's {positions} positions; pass "
-                              f"--max-seq-length {positions} or less")
+        return min(DEFAULT_MAX_SEQ_LENGTH, positions) if positions is not None else DEFAULT_MAX_SEQ_LENGTH
+    check_positions(max_seq_length, positions)
     return max_seq_length
 
 def build_model(source: Path, config: ContrastiveConfig, dropout: dict, adapter: AdapterConfig):
