@@ -133,6 +133,7 @@ def write_documents(path: Path, count: int, words: int, seq_len: int, seed: int 
     (median ~250 words, at most 4 x seq_len), one JSON line each."""
     import numpy as np
 
+    path.parent.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     ranks = np.arange(1, words + 1)
     zipf = (1.0 / ranks) / (1.0 / ranks).sum()  # word frequencies as in natural text
