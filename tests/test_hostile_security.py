@@ -139,7 +139,17 @@ def _home_relative(out: Path) -> tuple[str, str, str]:
     return "config.json", "hf_encoderize.base_model", "~/models/my-private-decoder"
 
 
+def _relative_data_path(out: Path) -> tuple[str, str, str]:
+    """`--data-files corpora/mine.jsonl` is recorded as given; from where push runs it need not exist (issue 41)."""
+    _contrastive_record(out)
+    record = json.loads((out / "encoder" / "contrastive_run.json").read_text())
+    record["config"]["data_files"] = "corpora/mine.jsonl"
+    (out / "encoder" / "contrastive_run.json").write_text(json.dumps(record, indent=2) + "\n")
+    return "contrastive_run.json", "config.data_files", "corpora/mine.jsonl"
+
+
 PATH_ROWS = {"base model path in config.json": _base_model_path,
+             "relative data path in contrastive_run.json": _relative_data_path,
              "data path in contrastive_run.json": _contrastive_record,
              "home-relative base model": _home_relative}
 

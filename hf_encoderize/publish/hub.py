@@ -234,10 +234,17 @@ def _null_paths(value, where: str, fields: list[tuple[str, str]]):
     return value
 
 
+# A relative data path (`--data-files corpora/mine.jsonl`, recorded as given) need not exist from where push runs; a
+# Hub id never ends in a data file's suffix, so a string that does is a local path.
+DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".json.gz", ".txt", ".txt.gz", ".csv", ".tsv", ".parquet", ".arrow", ".zst")
+
+
 def _is_local_path(text: str) -> bool:
     if len(text) < 2 or len(text) > 4096 or "\n" in text:
         return False
     if text.startswith(("/", "~", "./", "../", ".\\", "file:")) or re.match(r"[A-Za-z]:[\\/]", text):
+        return True
+    if not re.match(r"[a-z][a-z0-9+.-]*://", text) and " " not in text and text.lower().endswith(DATA_SUFFIXES):
         return True
     return ("/" in text or os.sep in text) and os.path.exists(text)
 
