@@ -6,8 +6,8 @@ tree):
 - `common/`: rules every stage shares: `errors`, `files`, `identity`, `launch`, `outputs`, `precision`, `run_folder`,
   `validation`, `version`;
 - `model/`: load, encoderize (patch and probe), save: `loading`, `load_errors`, `tiny`, `plain_attention`,
-  `bidirectional`, `tokens`, `isolation`, `where_it_trains`, `saving`, `positions`, plus the `remote_code/` shipped in
-  every encoder;
+  `bidirectional`, `tokens`, `isolation`, `where_it_trains`, `saving`, `head_file`, `positions`, plus the
+  `remote_code/` shipped in every encoder;
 - `data/`: text in, rows out: `sources`, `budget`, `packing`, `prefetch`;
 - `objectives/`: what the model learns: `masking`, `phases`, `loss`, `loss_kernels`;
 - `training/`: the Accelerate engine: `train_config`, `train`, `batches`, `schedule`, `checkpoints`, `nonfinite`,
