@@ -3,8 +3,8 @@
 The pipeline, one subpackage per stage, listed from the bottom layer up; each imports only the ones above it in this
 list (the import-linter contracts in pyproject.toml enforce it, and `tests/test_layout.py` checks this map against the
 tree):
-- `common/`: rules every stage shares: `errors`, `files`, `identity`, `launch`, `outputs`, `precision`, `run_folder`,
-  `validation`, `version`;
+- `common/`: rules every stage shares: `errors`, `files`, `identity`, `launch`, `log`, `options`, `outputs`,
+  `precision`, `run_folder`, `validation`, `version`;
 - `model/`: load, encoderize (patch and probe), save: `loading`, `load_errors`, `tiny`, `plain_attention`,
   `bidirectional`, `tokens`, `isolation`, `where_it_trains`, `saving`, `head_file`, `positions`, plus the
   `remote_code/` shipped in every encoder;
@@ -15,12 +15,13 @@ tree):
 - `recipes/`: the commands that make a model: `convert`, `cpt`, `pretrain`, and the contrastive/ subpackage, one job
   per module (config, rows, model, losses, resume, train);
 - `evaluation/`: the paper's SC, TC, QA and IR suite: `loaders`, `synthetic`, `backbone`, `base`, `frozen`, `sc`, `tc`,
-  `qa`, `ir`, `config`, `grid`, `summary`, `plots`, `compare`, `mteb_suite`;
+  `qa`, `ir`, `config`, `grid`, `stats`, `bootstrap`, `summary`, `plots`, `compare`, `mteb_suite`;
 - `matrix/`: which model types encoderize and round-trip, and on this machine: `architectures`, `roundtrip`,
   `roundtrip_check`, `doctor`;
 - `publish/`: what leaves the machine: `card_facts`, `card_rows`, `card`, `licenses`, `hub`, `space`, `paraphrases`,
-  `export`, `export_reference`, `export_record`, `onnx_check`, `gguf_export`, `gguf_convert`, `gguf_check`,
-  `shipped` (where the top-level `space/` and `model_cards/` folders are, in a checkout or a wheel);
+  `export`, `export_guard`, `export_reference`, `export_record`, `onnx_embedding`, `onnx_check`, `gguf_export`,
+  `gguf_convert`, `gguf_check`, `shipped` (where the top-level `space/` and `model_cards/` folders are, in a checkout
+  or a wheel);
 - `pipeline/`: several stages in one command: `commands`, `run`, `quickstart`;
 - `cli`: the thin command-line map onto those functions.
 
