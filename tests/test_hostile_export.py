@@ -80,7 +80,13 @@ def _decoder(enc: Path) -> None:
     (enc / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
 
 
-REFUSED = {  # case: (break the folder, what the one error line says)
+def _user_gguf(enc: Path) -> None:
+    (enc / "model-q8_0.gguf").write_bytes(b"my own quantisation")
+
+
+REFUSED = {  # case: (break the folder, what the one error line says[, export's flags])
+    "the user's own model-q8_0.gguf, --format gguf": (_user_gguf, "not written by an earlier export",
+                                                      ["--format", "gguf"]),
     "an edited modeling_encoderize.py, no --trust-remote-code": (_edited_code, "--trust-remote-code"),
     "auto_map naming another module, no --trust-remote-code": (_foreign_module, "--trust-remote-code"),
     "a file named onnx where export writes a folder": (_onnx_is_a_file, "is a file"),
@@ -93,12 +99,12 @@ REFUSED = {  # case: (break the folder, what the one error line says)
 
 @pytest.mark.parametrize("case", list(REFUSED))
 def test_refused_up_front_with_every_file_unchanged(case, saved, tmp_path, capsys):
-    breaks, message = REFUSED[case]
+    breaks, message, *flags = REFUSED[case]
     enc = _copy(saved, tmp_path)
     breaks(enc)
     before = _tree(tmp_path)
     Path("/tmp/pwned-by-export").unlink(missing_ok=True)
-    code = main(["export", str(enc)])
+    code = main(["export", str(enc), *(flags[0] if flags else [])])
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and message in errors[0] and "Traceback" not in err, err
