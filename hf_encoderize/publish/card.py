@@ -25,6 +25,7 @@ from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.run_folder import (
     CONTRASTIVE_RECORD,
     ContrastiveRecord,
+    EncoderFacts,
     EvalSummary,
     RunFolder,
     RunRecord,
@@ -127,7 +128,7 @@ def gather_facts(config: CardConfig) -> CardFacts:
     encoder = encoder_dir(config.output_dir)
     run_dir = run_folder_of(encoder)
     model_config = read_json(encoder / "config.json") or {}
-    meta = model_config.get("hf_encoderize", {})
+    meta = EncoderFacts.from_dict(model_config.get("hf_encoderize"))
     contrastive = ContrastiveRecord.from_json(encoder / CONTRASTIVE_RECORD)
     # An embedding model (OUT/contrastive of `run`): stage one's record and every score live beside its source
     # encoder; it is compared with that MLM encoder.
@@ -138,10 +139,11 @@ def gather_facts(config: CardConfig) -> CardFacts:
         results, base_results = folder.summary("contrastive"), folder.summary("encoder")
     run_dir = folder.root
     run = RunRecord.from_json(folder.run_record)
-    pretrained = (run or {}).get("command") == "pretrain"  # from random weights: there is no base model
-    source = (run or meta).get("base_model") or meta.get("base_model") \
+    pretrained = run is not None and run.command == "pretrain"  # from random weights: there is no base model
+    origin = run or meta  # a converted encoder has no run record: its config.json says where it came from
+    source = origin.base_model or meta.base_model \
         or (f"random init from {run.get('model_config')}" if pretrained else "unknown")
-    revision, gguf_file = (run or meta).get("revision"), (run or meta).get("gguf_file")
+    revision, gguf_file = origin.revision, origin.gguf_file
     previous = _previous_metadata(encoder / "README.md")  # what an earlier `card --base-model-id/--license` set
     base_id = config.base_model_id or previous.get("base_model") or (source if _looks_like_hub_id(source) else None)
     license_id, language = (None, None) if pretrained else base_license(source, gguf_file, base_id, revision)
@@ -153,7 +155,7 @@ def gather_facts(config: CardConfig) -> CardFacts:
         model_ref=config.repo_id or str(encoder.resolve()),
         base_model=source, base_model_id=base_id, base_revision=revision, gguf_file=gguf_file,
         license=license_id, language=language,
-        encoderize={**meta, **((run or {}).get("encoderize") or {})}, run=run,
+        encoderize={**meta.to_dict(), **((run.encoderize if run else None) or {})}, run=run,
         results=_summary(config.results_dir, results),
         base_results=_summary(config.base_results_dir, base_results),
         contrastive=contrastive, base_label="MLM encoder" if contrastive else "base model",

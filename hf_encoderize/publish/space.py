@@ -35,7 +35,13 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
-from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD, ContrastiveRecord, RunFolder, RunRecord, read_json
+from hf_encoderize.common.run_folder import (
+    CONTRASTIVE_RECORD,
+    ContrastiveRecord,
+    EncoderFacts,
+    RunFolder,
+    RunRecord,
+)
 from hf_encoderize.common.validation import check_number
 from hf_encoderize.model.saving import encoder_dir
 from hf_encoderize.publish.hub import PushOptions
@@ -74,8 +80,7 @@ class SpaceConfig:
 
 def is_contrastive(folder: Path) -> bool:
     """A `contrastive` stage's output: its config.json records the stage under `hf_encoderize.contrastive`."""
-    config = read_json(folder / "config.json")
-    return config is not None and "contrastive" in (config.get("hf_encoderize") or {})
+    return EncoderFacts.of(folder).contrastive is not None
 
 
 def mlm_encoder(output_dir: str | os.PathLike) -> Path:
@@ -118,8 +123,8 @@ def recorded_base(output_dir: str | os.PathLike, encoder: Path) -> dict:
         record = RunRecord.from_json(folder.run_record)
         if record is not None and record.base_model:
             return {"base_model": record.base_model, "gguf_file": record.gguf_file, "revision": record.revision}
-    metadata = (read_json(encoder / "config.json") or {}).get("hf_encoderize") or {}
-    return {key: metadata.get(key) for key in ("base_model", "gguf_file", "revision")}
+    facts = EncoderFacts.of(encoder)
+    return {"base_model": facts.base_model, "gguf_file": facts.gguf_file, "revision": facts.revision}
 
 
 def app_settings(cfg: SpaceConfig):

@@ -7,9 +7,10 @@ written atomically, so a failed run leaves nothing half-written.
 
 from __future__ import annotations
 
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, replace
 from pathlib import Path
 
+from hf_encoderize.common.run_folder import EncoderFacts
 from hf_encoderize.model.loading import LoadConfig
 
 
@@ -60,7 +61,8 @@ def _convert_locked(load: LoadConfig, out: ConvertConfig, inputs) -> dict:
         model, tokenizer, report, _ = encoderize_where_it_trains(load, {}, None, False)
     else:
         model, tokenizer, report = _encoderize_unverified(load)
-    metadata = {**report.to_dict(), "base_model": load.source, "revision": load.revision, "gguf_file": load.gguf_file}
+    metadata = replace(EncoderFacts.from_dict(report.to_dict()), command="convert", base_model=load.source,
+                       revision=load.revision, gguf_file=load.gguf_file)
     save_encoder(model, tokenizer, out.output_dir, overwrite=out.overwrite, metadata=metadata)
     return {
         "output_dir": str(out.output_dir),

@@ -20,6 +20,7 @@ from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import identity_of
 from hf_encoderize.common.outputs import input_paths, releasing_locks
 from hf_encoderize.common.precision import attention_dtype
+from hf_encoderize.common.run_folder import EncoderFacts
 from hf_encoderize.data.sources import DataConfig
 from hf_encoderize.model.bidirectional import PACKED
 from hf_encoderize.model.loading import LoadConfig
@@ -101,8 +102,9 @@ def build(accelerator, load: LoadConfig, data: DataConfig, masking: MaskingConfi
     peft_model = apply_lora(model, adapter, tokenizer.mask_token_id,
                             gradient_checkpointing=train.gradient_checkpointing) if adapter.lora_r else None
     loaded_dtype = model.dtype  # the encoder is saved in it; training may keep fp32 master weights meanwhile
-    metadata = {"command": "cpt", "base_model": load.source, "objective": masking.objective,
-                "mask_ratio": masking.mask_ratio, "packing": report.packing, "model_type": report.model_type}
+    metadata = EncoderFacts(command="cpt", base_model=load.source, revision=load.revision, gguf_file=load.gguf_file,
+                            objective=masking.objective, mask_ratio=masking.mask_ratio, packing=report.packing,
+                            model_type=report.model_type)
     return Built(model, tokenizer, data, cpt_facts(load, data, masking, train, adapter),
                  export_metadata=lambda at: metadata, export_dtype=loaded_dtype,
                  extra={"report": report, "peft_model": peft_model})

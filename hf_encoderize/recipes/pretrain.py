@@ -31,7 +31,7 @@ from hf_encoderize.common.identity import HARMLESS, RESUME, identity, identity_o
 from hf_encoderize.common.launch import world_size
 from hf_encoderize.common.outputs import input_paths, releasing_locks
 from hf_encoderize.common.precision import attention_dtype
-from hf_encoderize.common.run_folder import read_json
+from hf_encoderize.common.run_folder import EncoderFacts, read_json
 from hf_encoderize.data.sources import DataConfig, identity_as_today
 from hf_encoderize.model.positions import check_positions, position_limit
 from hf_encoderize.objectives.loss import CHUNK_ELEMENTS
@@ -279,11 +279,10 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
         settings = {**{k: v for k, v in record.items() if k not in ("estimated_memory_gib",)},
                     IDENTITY: identity_of(spec, data, masking, train)}  # every field that counts for "same run?"
         return Built(model, tokenizer, data, record, settings=settings, export_dtype=model.dtype,
-                     export_metadata=lambda at: {
-                         "command": "pretrain", "base_model": None, "phases": spec.schedule,
-                         "mask_ratio": masking.mask_ratio, "objective": next(p.objective for p in phases
-                                                                             if p.start < at <= p.end),
-                         "model_type": config.model_type},
+                     export_metadata=lambda at: EncoderFacts(
+                         command="pretrain", phases=spec.schedule, mask_ratio=masking.mask_ratio,
+                         objective=next(p.objective for p in phases if p.start < at <= p.end),
+                         model_type=config.model_type),
                      extra={"tokens": tokens})
 
     def on_start(run, step: int) -> None:

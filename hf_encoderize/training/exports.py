@@ -17,9 +17,12 @@ an
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import torch
+
+from hf_encoderize.common.run_folder import EncoderFacts
 
 EXPORTS = "exports"
 
@@ -28,7 +31,7 @@ def export_dir(output_dir: Path, step: int) -> Path:
     return Path(output_dir) / EXPORTS / f"step-{step:07d}"
 
 
-def export_encoder(run, step: int, metadata: dict, saved_dtype: torch.dtype) -> Path:
+def export_encoder(run, step: int, metadata: EncoderFacts, saved_dtype: torch.dtype) -> Path:
     """Save the model as it is at `step` into `OUT/exports/step-N` (every process calls this; the main one writes)."""
     from hf_encoderize.model.saving import save_encoder
     from hf_encoderize.training.train import gather_weights
@@ -41,7 +44,7 @@ def export_encoder(run, step: int, metadata: dict, saved_dtype: torch.dtype) -> 
         state = weights if weights is not None else model.state_dict()
         state = {name: t.detach().to(saved_dtype) if t.is_floating_point() else t for name, t in state.items()}
         save_encoder(model, run.tokenizer, folder, overwrite=True, state_dict=state,  # leaves the live config be
-                     metadata={**metadata, "export_step": step, "steps": step})
+                     metadata=replace(metadata, export_step=step, steps=step))
     run.accelerator.wait_for_everyone()
     return folder
 

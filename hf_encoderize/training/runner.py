@@ -29,7 +29,7 @@ import torch
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.log import get_logger
 from hf_encoderize.common.outputs import finish_run
-from hf_encoderize.common.run_folder import RunFolder
+from hf_encoderize.common.run_folder import EncoderFacts, RunFolder
 from hf_encoderize.data.budget import check_document_length, check_token_budget
 from hf_encoderize.data.sources import DataConfig, open_documents
 from hf_encoderize.objectives.masking import MaskingConfig
@@ -72,7 +72,7 @@ class Built:
     """The data config as it trains (cpt: padded rows for a model whose packed documents would leak)."""
     facts: dict
     """The run record's settings, sent to trackers and compared on resume (`identity` included)."""
-    export_metadata: Callable[[int], dict]
+    export_metadata: Callable[[int], EncoderFacts]
     """Step -> the metadata of an intermediate encoder (`--export-steps`)."""
     export_dtype: torch.dtype
     """The dtype encoders are saved in (the loaded one; training may hold fp32 master weights)."""

@@ -436,10 +436,9 @@ def gather_weights(run: Run) -> dict | None:
 def save_run(model, tokenizer, output_dir: Path, record: dict, state_dict: dict | None = None) -> dict:
     """Save the final model to `OUT/encoder`, draw the loss curve, and write `OUT/run_record.json` (main process).
 
-    `record` holds the run's facts (`training_facts` and the recipe's own, `encoderize`, `hardware`, ...); what the
-    metrics say (tokens seen, final loss, skipped steps) and the finish time are added here. `state_dict`: the
-    gathered weights of a sharded run (`gather_weights`). Returns the record."""
-    from hf_encoderize.common.run_folder import RunFolder, RunRecord
+    `record` holds the run's facts (`training_facts`, the recipe's, `encoderize`, `hardware`, ...); the metrics' (tokens
+    seen, final loss, skipped steps) and the finish time are added. `state_dict`: gathered weights of a sharded run."""
+    from hf_encoderize.common.run_folder import EncoderFacts, RunFolder, RunRecord
     from hf_encoderize.common.version import __version__
     from hf_encoderize.model.saving import save_encoder
     from hf_encoderize.training.monitor import plot_loss_curve, read_metrics, utc_now
@@ -447,12 +446,13 @@ def save_run(model, tokenizer, output_dir: Path, record: dict, state_dict: dict 
     folder = RunFolder(output_dir)
     check_finite_result(model, state_dict, {"eval_loss": record.get("eval_loss")})
     report = record["encoderize"]
-    metadata = {**{k: report[k] for k in ("model_type", "attn_implementation", "config_switch", "modules_patched",
-                                          "causal_buffers_replaced", "tokens")},
-                "packing": report.get("packing", "packed"),
-                "base_model": record["base_model"], "objective": record["objective"],
-                "mask_ratio": record["mask_ratio"], "steps": record["steps"],
-                "lora_r": (record.get("lora") or {}).get("r", 0)}
+    patch = {k: report[k] for k in ("config_switch", "modules_patched", "causal_buffers_replaced")}
+    metadata = EncoderFacts(command=record["command"], base_model=record["base_model"], revision=record.get("revision"),
+                            gguf_file=record.get("gguf_file"), objective=record["objective"],
+                            mask_ratio=record["mask_ratio"], steps=record["steps"],
+                            lora_r=(record.get("lora") or {}).get("r", 0), phases=record.get("phases"),
+                            packing=report.get("packing", "packed"), model_type=report["model_type"],
+                            attn_implementation=report["attn_implementation"], tokens=report["tokens"], facts=patch)
     save_encoder(model, tokenizer, folder.encoder, overwrite=True, metadata=metadata, state_dict=state_dict)
     title = "MLM continued pretraining" if record["command"] == "cpt" else f"pretraining, {record.get('phases')}"
     plot_loss_curve(folder.metrics, folder.loss_curve, title=title)

@@ -15,7 +15,7 @@ from hf_encoderize.common import outputs
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import world_size
 from hf_encoderize.common.outputs import releasing_locks
-from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD, ContrastiveRecord
+from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD, ContrastiveRecord, EncoderFacts
 from hf_encoderize.model.saving import MODELING_FILE, encoder_dir
 from hf_encoderize.recipes.contrastive.config import ContrastiveConfig
 from hf_encoderize.recipes.contrastive.losses import mine_negatives, stage_loss
@@ -164,8 +164,8 @@ def _finish_folder(folder: Path, source: Path, config: ContrastiveConfig, dropou
              "processes": world_size(),
              "lead": json.loads((folder / "config_sentence_transformers.json").read_text()).get("prompts", {}).get(
                  "text", "")}
-    previous = saved.get("hf_encoderize") or {}
-    saved["hf_encoderize"] = {**previous, "contrastive": stage}
+    previous = EncoderFacts.from_dict(saved.get("hf_encoderize")).to_dict()  # the MLM encoder's facts, kept
+    saved["hf_encoderize"] = EncoderFacts.from_dict({**previous, "contrastive": stage}).to_dict()
     (folder / "config.json").write_text(json.dumps(saved, indent=2) + "\n")
     ContrastiveRecord(source=os.fspath(source), config=asdict(config), stage=stage, losses=logged,
                       facts={"metrics": log, "base_encoder": previous}).to_json(folder / CONTRASTIVE_RECORD)
