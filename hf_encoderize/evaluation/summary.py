@@ -21,7 +21,7 @@ import math
 import statistics
 from pathlib import Path
 
-from hf_encoderize.common.files import write_json_atomic
+from hf_encoderize.common.run_folder import EvalSummary
 from hf_encoderize.evaluation import bootstrap
 from hf_encoderize.evaluation.loaders import DATASETS, TASKS
 
@@ -82,7 +82,7 @@ def dataset_result(runs: list[dict]) -> dict:
     }
 
 
-def build_summary(results_dir: Path, *, model: str, model_name: str, profile: str, expected: dict) -> dict:
+def build_summary(results_dir: Path, *, model: str, model_name: str, profile: str, expected: dict) -> EvalSummary:
     groups = collect_runs(results_dir, expected)
     order = list(DATASETS)
     keys = sorted(groups, key=lambda k: (TASKS.index(k[0]), order.index(k[1]) if k[1] in order else len(order)))
@@ -96,8 +96,8 @@ def build_summary(results_dir: Path, *, model: str, model_name: str, profile: st
         scores = [r["test_mean"] for r in results if r["task"] == task]
         if scores:
             family_means[task] = _mean(scores)
-    return {"model": model, "model_name": model_name, "mode": expected["mode"], "profile": profile,
-            "protocol": protocol, "results": results, "family_means": family_means}
+    return EvalSummary(model=model, model_name=model_name, mode=expected["mode"], profile=profile, protocol=protocol,
+                       results=results, family_means=family_means)
 
 
 def _score(mean: float, ci: float | None) -> str:
@@ -149,8 +149,9 @@ def write_summary(results_dir: Path, *, model: str, model_name: str, profile: st
     """Write summary.json, summary.md, scores.png and lr_sensitivity.png into `results_dir`. Returns the summary."""
     from hf_encoderize.evaluation.plots import plot_lr_sensitivity, plot_scores
 
-    summary = build_summary(results_dir, model=model, model_name=model_name, profile=profile, expected=expected)
-    write_json_atomic(results_dir / "summary.json", summary)
+    typed = build_summary(results_dir, model=model, model_name=model_name, profile=profile, expected=expected)
+    typed.to_json(results_dir / "summary.json")  # the one writer of summary.json, the card's and `run`'s source
+    summary = typed.to_dict()
     (results_dir / "summary.md").write_text(render_markdown(summary))
     if summary["results"]:
         plot_scores({summary["model_name"]: summary}, results_dir / "scores.png")
