@@ -114,6 +114,8 @@ def test_a_model_llama_cpp_runs_causally_is_kept_out_with_one_line(smol_encoder,
     del config["is_causal"]
     (encoder / "config.json").write_text(json.dumps(config))
     (encoder / FILES[0]).write_bytes(b"stale")  # from an earlier export: it no longer matches the model
+    # ... which its record lists (only a file the record lists is ever removed: one of the user's is not)
+    (encoder / "export_record.json").write_text(json.dumps({"gguf": {"variants": {FILES[0]: {"verdict": "verified"}}}}))
     monkeypatch.setattr(gguf_export, "VARIANTS", {FILES[0]: ("f32", 0.999)})  # one conversion and check suffice
     result = gguf_export.export_gguf(encoder, ["A cat sits on the mat.", "Stock markets fell sharply today."], None)
     why = "not kept: llama.cpp runs it causally (a later token does not move position 0)"
