@@ -38,7 +38,7 @@ from hf_encoderize.publish.export_guard import check_exportable, owned_files, ve
 from hf_encoderize.publish.export_record import EXPORT_RECORD, write_export_part
 from hf_encoderize.publish.export_reference import check_texts, load_model, write_reference
 from hf_encoderize.publish.gguf_export import VARIANTS, export_gguf
-from hf_encoderize.publish.onnx_embedding import export_embedding_graph
+from hf_encoderize.publish.onnx_embedding import export_embedding_graph, fp32_block_matmuls
 
 ExportFormat = Literal["onnx", "gguf"]
 # Lowest cosine to our PyTorch embeddings a variant must reach (fp32 differs only in kernel order; int8 rounds weights).
@@ -125,11 +125,13 @@ def _export_onnx(model_dir: Path, texts: list[str], opset: int, trust_remote_cod
 def _export_int8(source: Path, path: Path) -> None:
     """Weight-only int8 (ONNX Runtime's MatMulNBits, blocks of 32). Dynamic quantization (`quantize_dynamic`) also
     rounds activations to 8 bits, and a decoder's massive activations wreck that: on the SmolLM2-135M encoder it gave
-    cosine 0.24 to PyTorch (0.30-0.43 per channel); weight-only 8-bit gave >= 0.9928."""
+    cosine 0.24 to PyTorch (0.30-0.43 per channel); weight-only 8-bit gave >= 0.9928. The first blocks stay fp32
+    (`fp32_block_matmuls` says why and what it measured)."""
     import onnx
     from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
 
-    quantizer = MatMulNBitsQuantizer(onnx.load(str(source)),
+    model = onnx.load(str(source))
+    quantizer = MatMulNBitsQuantizer(model, nodes_to_exclude=fp32_block_matmuls(model),  # the first blocks stay fp32
                                      algo_config=DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=True, bits=8))
     quantizer.process()
     quantizer.model.save_model_to_file(str(path), use_external_data_format=False)
