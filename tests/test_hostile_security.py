@@ -171,8 +171,8 @@ def test_local_paths_are_stripped_from_the_upload(plant, fake_hub, run_copy, cap
     for key in field.split("."):
         value = value[key]
     assert value is None
-    notes = [line for line in captured.out.splitlines() if "local paths" in line]
-    assert len(notes) == 1 and f"{file}: {field}" in notes[0], captured.out
+    notes = [line for line in captured.err.splitlines() if "local paths" in line]  # progress notes go to stderr
+    assert len(notes) == 1 and f"{file}: {field}" in notes[0], captured.err
     assert snapshot(run_copy) == before  # the user's own files keep their paths
 
 
