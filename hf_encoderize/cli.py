@@ -206,13 +206,28 @@ def _deprecated(base: type[argparse.Action], new: str) -> type[argparse.Action]:
     return Deprecated
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser whose refusal is one `error:` line that names the usage, not the whole usage (57 lines
+    for cpt). A positional argument a config file tried to set says so: argparse reads the command line before the
+    file, so the argument goes on the command line."""
+
+    def error(self, message: str):
+        positionals = " ".join(a.metavar or a.dest.upper() for a in self._actions
+                               if not a.option_strings and a.help != argparse.SUPPRESS)
+        if "arguments are required" in message and "--config" in sys.argv[1:] + list(self._argv or []):
+            message += " (a config file cannot set a positional argument: put it on the command line)"
+        self.exit(2, f"error: {message}; usage: {self.prog} {positionals} [options], see `{self.prog} --help`\n")
+
+    _argv: list[str] | None = None
+
+
 def build_parser() -> argparse.ArgumentParser:
     """One subparser per `COMMANDS` entry, each with its configs' arguments and `--config`; `-q`/`-v` before or after
     the command."""
     parser = argparse.ArgumentParser(prog="hf-encoderize", description="Turn any decoder LLM into a text encoder.")
     parser.add_argument("--version", action="version", version=f"hf-encoderize {__version__}")
     _add_verbosity(parser)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_CommandParser)
     for command in COMMANDS.values():
         command_parser = sub.add_parser(command.name, help=command.help, description=command.help)
         for cls in command.configs:
@@ -234,6 +249,7 @@ def _add_verbosity(parser: argparse.ArgumentParser) -> None:
 def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     """`parser.parse_args(argv)`, where an unknown flag is refused with the closest option named, as a config file's
     unknown key is."""
+    _CommandParser._argv = list(argv or [])  # main(argv) from Python: its --config counts as the shell's does
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         command = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
