@@ -56,6 +56,9 @@ def test_merge_is_a_plain_bf16_transformers_model(merged):
 def test_merge_reproduces_the_trained_encoder(merged, lora_run, decoder_dir):
     model, tokenizer = merged
     trained = load_file(lora_run / "encoder" / "model.safetensors")  # cpt's own fp32 merge
+    head = lora_run / "encoder" / "lm_head.safetensors"  # an untied MLM head is saved beside it (model/head_file.py)
+    if head.is_file():
+        trained.update(load_file(head))
     weights = {name: tensor.float() for name, tensor in model.state_dict().items()}
     assert weights.keys() == trained.keys()
     for name, tensor in trained.items():  # bf16 keeps 8 bits of mantissa: a relative error of 2^-8 per weight

@@ -14,8 +14,10 @@ Design choices:
 from __future__ import annotations
 
 import logging
-import os
 import sys
+
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.launch import is_main_process
 
 ROOT = "hf_encoderize"
 THIRD_PARTY = ("transformers", "datasets", "accelerate", "huggingface_hub", "onnxruntime", "onnx",
@@ -37,11 +39,20 @@ class _Format(logging.Formatter):
         return f"warning: {text}" if said else text
 
 
+def _main_process() -> bool:
+    """launch.is_main_process (the one reader of RANK); a broken launch environment counts as the main process here,
+    so the command itself refuses it in its one line."""
+    try:
+        return is_main_process()
+    except EncoderizeError:
+        return True
+
+
 def setup_logging(verbosity: int = 0) -> None:
     """Route `hf_encoderize.*` to stderr at the level `verbosity` asks (-1 quiet, 0 progress, 1 debug), and the
     libraries' INFO lines off unless verbose. Calling it again replaces the earlier set-up (tests call `main` often)."""
     ours = {-1: logging.WARNING, 0: logging.INFO}.get(verbosity, logging.DEBUG)
-    if int(os.environ.get("RANK", "0")) != 0:  # one process speaks for the run
+    if not _main_process():  # one process speaks for the run
         ours = max(ours, logging.WARNING)
     theirs = logging.INFO if verbosity > 0 else logging.WARNING
     handler = logging.StreamHandler(sys.stderr)
