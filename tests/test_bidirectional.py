@@ -88,9 +88,11 @@ def test_encoderize_passes_probe_for_every_backend(model_type, backend, request)
     if (model_type, backend) == ("gemma3_text", "flex_attention") and Version(transformers_version) >= Version("5.24"):
         # transformers 5.24's Gemma 3 sliding-window mask function, compiled by torch 2.13's inductor for the CPU,
         # fails in g++ (CppCompileError) on the packed-documents check; 5.17-5.23 pass. `auto` never picks flex on a
-        # CPU; on a GPU flex compiles through Triton, not this C++ path (tests/test_gpu.py).
-        request.applymarker(pytest.mark.xfail(raises=NotBidirectionalError, strict=True, reason="transformers >= 5.24: "
-                                              "inductor's CPU C++ compile of Gemma 3's flex mask fails"))
+        # CPU; on a GPU flex compiles through Triton, not this C++ path (tests/test_gpu.py). Not strict: in a fresh
+        # clone's run (2026-11-26, same versions) the compile went through and the probe passed (XPASS).
+        request.applymarker(pytest.mark.xfail(raises=NotBidirectionalError, strict=False,
+                                              reason="transformers >= 5.24: inductor's CPU C++ compile of Gemma 3's "
+                                                     "flex mask fails"))
     model = make_decoder(model_type, backend, **SLIDING[model_type])
     assert not verify_bidirectional(model, raise_on_failure=False).passed
     encoderize(model)
