@@ -5,6 +5,8 @@ list (the import-linter contracts in pyproject.toml enforce it, and `tests/test_
 tree):
 - `common/`: rules every stage shares: `errors`, `files`, `identity`, `launch`, `log`, `options`, `outputs`,
   `precision`, `run_folder`, `validation`, `version`;
+- `records/`: the typed files the stages hand each other, one writer each: `fields`, `run_record`, `eval_summary`,
+  `contrastive_record`, `encoder_facts`;
 - `model/`: load, encoderize (patch and probe), save: `loading`, `load_errors`, `tiny`, `plain_attention`,
   `bidirectional`, `tokens`, `isolation`, `where_it_trains`, `saving`, `head_file`, `positions`, plus the
   `remote_code/` shipped in every encoder;

@@ -6,7 +6,7 @@ import json
 from conftest import write_corpus
 
 from hf_encoderize.cli import main
-from hf_encoderize.common.run_folder import EncoderFacts
+from hf_encoderize.records.encoder_facts import EncoderFacts
 
 
 def test_every_saver_fills_the_same_typed_facts(decoder_dir, tmp_path):

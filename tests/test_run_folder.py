@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 
 from hf_encoderize.common.errors import EncoderizeError
-from hf_encoderize.common.run_folder import ContrastiveRecord, EvalSummary, RunFolder, RunRecord
+from hf_encoderize.common.run_folder import RunFolder
+from hf_encoderize.records.contrastive_record import ContrastiveRecord
+from hf_encoderize.records.eval_summary import EvalSummary
+from hf_encoderize.records.run_record import RunRecord
 
 PACKAGE = Path(__file__).resolve().parents[1] / "hf_encoderize"
 OWNED = ("run_record.json", "metrics.jsonl", "loss_curve.png", "push_record.json", "contrastive_run.json")

@@ -21,9 +21,9 @@ import math
 import statistics
 from pathlib import Path
 
-from hf_encoderize.common.run_folder import EvalSummary
 from hf_encoderize.evaluation import bootstrap
 from hf_encoderize.evaluation.loaders import DATASETS, TASKS
+from hf_encoderize.records.eval_summary import EvalSummary
 
 TASK_TITLES = {"sc": "Sequence classification (SC)", "tc": "Token classification (TC)",
                "qa": "Question answering (QA)", "ir": "Information retrieval (IR)"}

@@ -179,7 +179,7 @@ def _constructible(config) -> bool:
 
 
 def _write_encoder(model, tokenizer, tmp: Path, metadata, state_dict: dict | None = None) -> None:
-    from hf_encoderize.common.run_folder import EncoderFacts
+    from hf_encoderize.records.encoder_facts import EncoderFacts
 
     # The one writer of config.json's `hf_encoderize` block: typed, whatever the caller handed over.
     facts = metadata if isinstance(metadata, EncoderFacts) else EncoderFacts.from_dict(metadata)

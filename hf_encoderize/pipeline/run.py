@@ -34,16 +34,11 @@ from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import world_size
 from hf_encoderize.common.log import get_logger
 from hf_encoderize.common.options import flag, option_name
-from hf_encoderize.common.run_folder import (
-    CONTRASTIVE_RECORD,
-    EVAL_NAMES,
-    ContrastiveRecord,
-    EvalSummary,
-    RunFolder,
-    RunRecord,
-    read_json,
-)
+from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD, EVAL_NAMES, RunFolder, read_json
 from hf_encoderize.common.validation import check_number
+from hf_encoderize.records.contrastive_record import ContrastiveRecord
+from hf_encoderize.records.eval_summary import EvalSummary
+from hf_encoderize.records.run_record import RunRecord
 
 log = get_logger(__name__)
 

@@ -35,17 +35,14 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
-from hf_encoderize.common.run_folder import (
-    CONTRASTIVE_RECORD,
-    ContrastiveRecord,
-    EncoderFacts,
-    RunFolder,
-    RunRecord,
-)
+from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD, RunFolder
 from hf_encoderize.common.validation import check_number
 from hf_encoderize.model.saving import encoder_dir
 from hf_encoderize.publish.hub import PushOptions
 from hf_encoderize.publish.shipped import shipped_dir
+from hf_encoderize.records.contrastive_record import ContrastiveRecord
+from hf_encoderize.records.encoder_facts import EncoderFacts
+from hf_encoderize.records.run_record import RunRecord
 
 SPACE_DIR = shipped_dir("space")  # the Space as it deploys: app.py, README.md, requirements.txt
 APP_MODULE = "hf_encoderize_space_app"

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import KW_ONLY, dataclass, replace
 from pathlib import Path
 
-from hf_encoderize.common.run_folder import EncoderFacts
 from hf_encoderize.model.loading import LoadConfig
+from hf_encoderize.records.encoder_facts import EncoderFacts
 
 
 @dataclass

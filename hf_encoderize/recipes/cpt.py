@@ -20,7 +20,6 @@ from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import identity_of
 from hf_encoderize.common.outputs import input_paths, releasing_locks
 from hf_encoderize.common.precision import attention_dtype
-from hf_encoderize.common.run_folder import EncoderFacts
 from hf_encoderize.data.sources import DataConfig
 from hf_encoderize.model.bidirectional import PACKED
 from hf_encoderize.model.loading import LoadConfig
@@ -31,6 +30,7 @@ from hf_encoderize.model.where_it_trains import (
     packing_after_probe,
 )
 from hf_encoderize.objectives.masking import MaskingConfig
+from hf_encoderize.records.encoder_facts import EncoderFacts
 from hf_encoderize.training.checkpoints import (
     IDENTITY,
     check_branch_settings,

@@ -31,12 +31,13 @@ from hf_encoderize.common.identity import HARMLESS, RESUME, identity, identity_o
 from hf_encoderize.common.launch import world_size
 from hf_encoderize.common.outputs import input_paths, releasing_locks
 from hf_encoderize.common.precision import attention_dtype
-from hf_encoderize.common.run_folder import EncoderFacts, read_json
+from hf_encoderize.common.run_folder import read_json
 from hf_encoderize.data.sources import DataConfig, identity_as_today
 from hf_encoderize.model.positions import check_positions, position_limit
 from hf_encoderize.objectives.loss import CHUNK_ELEMENTS
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.objectives.phases import Phase, parse_schedule
+from hf_encoderize.records.encoder_facts import EncoderFacts
 from hf_encoderize.training.checkpoints import (
     IDENTITY,
     check_checkpoint_files,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from hf_encoderize.common.run_folder import EncoderFacts
+from hf_encoderize.records.encoder_facts import EncoderFacts
 
 EXPORTS = "exports"
 

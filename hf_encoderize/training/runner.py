@@ -29,10 +29,11 @@ import torch
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.log import get_logger
 from hf_encoderize.common.outputs import finish_run
-from hf_encoderize.common.run_folder import EncoderFacts, RunFolder
+from hf_encoderize.common.run_folder import RunFolder
 from hf_encoderize.data.budget import check_document_length, check_token_budget
 from hf_encoderize.data.sources import DataConfig, open_documents
 from hf_encoderize.objectives.masking import MaskingConfig
+from hf_encoderize.records.encoder_facts import EncoderFacts
 from hf_encoderize.training.checkpoints import (
     check_resume_settings,
     check_shared_output_dir,

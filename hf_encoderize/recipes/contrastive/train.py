@@ -15,7 +15,7 @@ from hf_encoderize.common import outputs
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import world_size
 from hf_encoderize.common.outputs import releasing_locks
-from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD, ContrastiveRecord, EncoderFacts
+from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD
 from hf_encoderize.model.saving import MODELING_FILE, encoder_dir
 from hf_encoderize.recipes.contrastive.config import ContrastiveConfig
 from hf_encoderize.recipes.contrastive.losses import mine_negatives, stage_loss
@@ -30,6 +30,8 @@ from hf_encoderize.recipes.contrastive.model import (
 )
 from hf_encoderize.recipes.contrastive.resume import check_resume, checkpoints, set_aside, settings_of, work_dir
 from hf_encoderize.recipes.contrastive.rows import check_distinct, load_rows
+from hf_encoderize.records.contrastive_record import ContrastiveRecord
+from hf_encoderize.records.encoder_facts import EncoderFacts
 from hf_encoderize.training.lora import AdapterConfig, check_targets_before_load
 
 
