@@ -89,7 +89,7 @@ def run_split(args, work: Path, schedule: str, from_checkpoint: str | None) -> d
     from hf_encoderize.data.sources import DataConfig
     from hf_encoderize.objectives.masking import MaskingConfig
     from hf_encoderize.recipes.pretrain import PretrainConfig, pretrain
-    from hf_encoderize.training.train import TrainConfig
+    from hf_encoderize.training.train_config import TrainConfig
 
     out = work / schedule.replace(":", "").replace(",", "_")
     spec = PretrainConfig(model_config=str(work / "config.json"), tokenizer=str(work / "tokenizer"),

@@ -156,7 +156,7 @@ def mlm_encoder(work: Path) -> Path:
     from hf_encoderize.objectives.masking import MaskingConfig
     from hf_encoderize.pipeline.quickstart import embedded_gguf, write_corpus
     from hf_encoderize.recipes.cpt import cpt
-    from hf_encoderize.training.train import TrainConfig
+    from hf_encoderize.training.train_config import TrainConfig
 
     out = work / "mlm"
     if not (out / "encoder" / "config.json").is_file():

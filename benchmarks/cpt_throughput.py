@@ -161,7 +161,7 @@ def run_ours(preset: dict, folder: Path, attn_implementation: str = "sdpa", prof
     from hf_encoderize.model.loading import LoadConfig
     from hf_encoderize.objectives.masking import MaskingConfig
     from hf_encoderize.recipes.cpt import cpt
-    from hf_encoderize.training.train import TrainConfig
+    from hf_encoderize.training.train_config import TrainConfig
 
     kind = "profile-" if profile else "compiled-" if compile else ""
     out = Path(tempfile.mkdtemp(prefix=f"ours-{kind}{attn_implementation}-", dir=folder))
@@ -374,7 +374,7 @@ def plan_runs(arms: list[str], attn_implementation: str, folder: Path) -> tuple[
 def profile_ours(preset_name: str, folder: Path, backend: str) -> dict:
     """One extra `ours` run with TrainConfig(profile=True): its OUT/profile/summary.json (seconds per step by
     component: attention, loss, optimizer, data_wait, forward_other, backward_other, total)."""
-    from hf_encoderize.training.train import TrainConfig
+    from hf_encoderize.training.train_config import TrainConfig
 
     if "profile" not in TrainConfig.__dataclass_fields__:
         return {"skipped": "this hf_encoderize's TrainConfig has no `profile` field yet"}

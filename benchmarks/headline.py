@@ -155,7 +155,7 @@ def run_arm(work: Path, arm: str, p: dict, order: int, threads: int) -> dict:
     from hf_encoderize.objectives.masking import MaskingConfig
     from hf_encoderize.recipes.cpt import cpt
     from hf_encoderize.recipes.pretrain import PretrainConfig, pretrain
-    from hf_encoderize.training.train import TrainConfig
+    from hf_encoderize.training.train_config import TrainConfig
 
     common = dict(batch_size=p["batch"], eval_every=0, log_every=50, progress=False, overwrite=True, seed=order,
                   save_every=10**9, keep_last=1)

@@ -55,7 +55,7 @@ from hf_encoderize.recipes.contrastive import ContrastiveConfig, contrastive
 from hf_encoderize.recipes.convert import ConvertConfig, convert
 from hf_encoderize.recipes.pretrain import PretrainConfig
 from hf_encoderize.training.lora import AdapterConfig
-from hf_encoderize.training.train import TrainConfig
+from hf_encoderize.training.train_config import TrainConfig
 
 log = get_logger(__name__)
 

@@ -11,8 +11,12 @@ from hf_encoderize.model.loading import LoadConfig
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.publish.card_rows import _training_rows
 from hf_encoderize.recipes.cpt import load_encoderized
+from hf_encoderize.records.run_record import RunRecord
+from hf_encoderize.training.engine.accelerator import make_accelerator
+from hf_encoderize.training.engine.build import build_run
+from hf_encoderize.training.engine.finish import training_facts
 from hf_encoderize.training.lora import AdapterConfig
-from hf_encoderize.training.train import TrainConfig, build_run, make_accelerator, training_facts
+from hf_encoderize.training.train_config import TrainConfig
 
 
 def _optimizer_eps(decoder_dir, tmp_path, **train_kwargs) -> float:
@@ -50,6 +54,6 @@ def test_a_non_positive_epsilon_is_refused_in_one_line():
 
 def test_the_card_shows_the_recorded_epsilon_and_says_when_none_was_recorded():
     record = {"betas": [0.9, 0.95], "weight_decay": 0.1, "max_grad_norm": 1.0}
-    rows = dict(_training_rows({**record, "adam_eps": 1e-5}))
+    rows = dict(_training_rows(RunRecord.from_dict({**record, "adam_eps": 1e-5})))
     assert rows["Optimizer"] == "AdamW, betas (0.9, 0.95), eps 1e-05, weight decay 0.1, gradient clipping 1.0"
-    assert "eps 1e-08 (torch's default" in dict(_training_rows(record))["Optimizer"]
+    assert "eps 1e-08 (torch's default" in dict(_training_rows(RunRecord.from_dict(record)))["Optimizer"]

@@ -57,7 +57,7 @@ def test_auto_loads_llama_with_sdpa_and_the_run_record_says_so(decoder_dir, tmp_
     from hf_encoderize.data.sources import DataConfig
     from hf_encoderize.objectives.masking import MaskingConfig
     from hf_encoderize.recipes.cpt import cpt
-    from hf_encoderize.training.train import TrainConfig
+    from hf_encoderize.training.train_config import TrainConfig
 
     corpus = write_corpus(tmp_path / "docs.jsonl", 40, lambda i: 5 + i % 11)
     cpt(LoadConfig(str(decoder_dir)), DataConfig(data_files=str(corpus), seq_len=32, eval_documents=0),
@@ -223,7 +223,7 @@ def test_auto_leaves_flash_out_when_attention_would_run_in_fp32(monkeypatch):
     from transformers import AutoConfig
 
     from hf_encoderize.common.precision import attention_dtype
-    from hf_encoderize.training.train import TrainConfig
+    from hf_encoderize.training.train_config import TrainConfig
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args: (9, 0))

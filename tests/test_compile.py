@@ -50,7 +50,7 @@ def test_cpt_with_compile_trains_and_saves_plain_names(decoder_dir, tmp_path):
     from hf_encoderize.model.loading import LoadConfig
     from hf_encoderize.objectives.masking import MaskingConfig
     from hf_encoderize.recipes.cpt import cpt
-    from hf_encoderize.training.train import TrainConfig
+    from hf_encoderize.training.train_config import TrainConfig
 
     corpus = write_corpus(tmp_path / "docs.jsonl", 120, lambda i: 5 + i % 17)
     summary = cpt(LoadConfig(str(decoder_dir), attn_implementation="sdpa"),

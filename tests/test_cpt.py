@@ -7,7 +7,7 @@ import torch
 from conftest import make_decoder, make_tokenizer, write_corpus
 from safetensors.torch import load_file
 
-import hf_encoderize.training.train as train_module
+import hf_encoderize.training.engine.loop as train_module
 from hf_encoderize.cli import main
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.data.packing import Packer
@@ -15,7 +15,7 @@ from hf_encoderize.data.sources import DataConfig
 from hf_encoderize.model.loading import LoadConfig
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.recipes.cpt import cpt
-from hf_encoderize.training.train import TrainConfig
+from hf_encoderize.training.train_config import TrainConfig
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +62,9 @@ def test_loss_goes_down_and_encoder_is_saved(decoder_dir, corpus, tmp_path):
 
 
 def test_nonfinite_loss_stops_or_skips(decoder_dir, corpus, tmp_path, monkeypatch, capsys):
-    from hf_encoderize.training.train import ObjectiveModel
+    from hf_encoderize.training.engine.loss_model import LossModel
 
-    real_forward = ObjectiveModel.forward
+    real_forward = LossModel.forward
 
     def nan_at_step_three(self, *args):
         loss, correct = real_forward(self, *args)
@@ -73,7 +73,7 @@ def test_nonfinite_loss_stops_or_skips(decoder_dir, corpus, tmp_path, monkeypatc
         self.calls = getattr(self, "calls", 0) + 1
         return (loss * float("nan"), correct) if self.calls == 3 else (loss, correct)
 
-    monkeypatch.setattr(ObjectiveModel, "forward", nan_at_step_three)
+    monkeypatch.setattr(LossModel, "forward", nan_at_step_three)
     with pytest.raises(EncoderizeError, match="non-finite loss or gradient at step 3.*step-0000002"):
         _run(decoder_dir, corpus, tmp_path / "stop", save_every=2)
     assert (tmp_path / "stop" / "checkpoints" / "step-0000002").is_dir()  # the last good checkpoint survives

@@ -12,7 +12,8 @@ from hf_encoderize.data.packing import LaneStream
 from hf_encoderize.data.prefetch import Prefetcher
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.objectives.phases import Masker
-from hf_encoderize.training.train import TrainConfig, my_lanes
+from hf_encoderize.training.batches import my_lanes
+from hf_encoderize.training.train_config import TrainConfig
 
 DOCUMENTS = [" ".join(f"w{(i * 7 + j) % 100}" for j in range(3 + (i * 13) % 29)) for i in range(200)]
 

@@ -16,8 +16,11 @@ from hf_encoderize.data.sources import DataConfig, open_documents
 from hf_encoderize.model.loading import LoadConfig
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.recipes.cpt import cpt, load_encoderized
+from hf_encoderize.training.engine.accelerator import make_accelerator
+from hf_encoderize.training.engine.build import build_run
+from hf_encoderize.training.engine.loop import train_step
 from hf_encoderize.training.lora import AdapterConfig, apply_lora
-from hf_encoderize.training.train import TrainConfig, build_run, make_accelerator, train_step
+from hf_encoderize.training.train_config import TrainConfig
 
 HERE = Path(__file__).parent
 REFERENCE = HERE / "data" / "reference_loss_curve.json"
@@ -235,7 +238,7 @@ def test_processes_wait_hours_not_minutes_for_the_main_one_to_save(tmp_path):
     a barrier; NCCL's default 10-minute timeout would abort them all mid-save for a large model."""
     import datetime
 
-    from hf_encoderize.training.train import make_accelerator
+    from hf_encoderize.training.engine.accelerator import make_accelerator
 
     accelerator = make_accelerator(TrainConfig(output_dir=str(tmp_path)), tmp_path, [])
     assert accelerator.init_handler.timeout == datetime.timedelta(hours=2)

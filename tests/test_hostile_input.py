@@ -132,9 +132,9 @@ def _strict_json_lines(path: Path) -> list[dict]:
 def test_skipped_steps_are_bounded_and_metrics_stay_json(decoder_dir, corpus, tmp_path, monkeypatch, capsys):
     """--on-nonfinite skip with a NaN every other step never reaches "10 in a row"; it used to finish and exit 0. Now
     more than 5% skipped steps stop the run in one line, no encoder is written, and metrics.jsonl is strict JSON."""
-    from hf_encoderize.training.train import ObjectiveModel
+    from hf_encoderize.training.engine.loss_model import LossModel
 
-    real_forward = ObjectiveModel.forward
+    real_forward = LossModel.forward
 
     def nan_every_other_call(self, *args):
         loss, correct = real_forward(self, *args)
@@ -143,7 +143,7 @@ def test_skipped_steps_are_bounded_and_metrics_stay_json(decoder_dir, corpus, tm
         self.calls = getattr(self, "calls", 0) + 1
         return (loss * float("nan"), correct) if self.calls % 2 == 0 else (loss, correct)
 
-    monkeypatch.setattr(ObjectiveModel, "forward", nan_every_other_call)
+    monkeypatch.setattr(LossModel, "forward", nan_every_other_call)
     out = tmp_path / "run"
     code = main([*_cpt_args(decoder_dir, corpus, out)[:-1], "--max-steps", "40", "--save-steps", "100",
                  "--on-nonfinite", "skip"])
@@ -160,7 +160,7 @@ def test_skipped_steps_are_bounded_and_metrics_stay_json(decoder_dir, corpus, tm
 def test_a_model_with_non_finite_weights_is_never_saved(decoder_dir, corpus, tmp_path, monkeypatch, capsys):
     """An update that leaves NaN in the weights (a finite gradient can still overflow) must not end in a saved encoder
     and exit 0: the run stops in one line and `encoder/` is not written."""
-    import hf_encoderize.training.train as train_module
+    import hf_encoderize.training.engine.loop as train_module
 
     real_step = train_module.train_step
 
@@ -206,7 +206,7 @@ def test_resume_falls_back_past_a_corrupt_newest_checkpoint(decoder_dir, corpus,
 @pytest.fixture(scope="module")
 def interrupted(decoder_dir, corpus, tmp_path_factory):
     """A 12-step cpt stopped after its step-4 checkpoint (WSD: decay over the last step, from step 11)."""
-    import hf_encoderize.training.train as train_module
+    import hf_encoderize.training.engine.loop as train_module
 
     out = tmp_path_factory.mktemp("runs") / "interrupted"
     real_step, calls = train_module.train_step, []
@@ -239,7 +239,7 @@ INTERRUPTS = {  # Ctrl-C during step N of a 4-step run saving every 2 steps -> w
 def test_an_interrupt_says_how_to_go_on(case, decoder_dir, corpus, tmp_path, monkeypatch, capsys):
     """Ctrl-C: exit 130 and one line saying what is left (the newest checkpoint and --resume, or that nothing was
     saved yet); the command it suggests then finishes the run."""
-    import hf_encoderize.training.train as train_module
+    import hf_encoderize.training.engine.loop as train_module
 
     at_step, message = INTERRUPTS[case]
     real_step, calls = train_module.train_step, []

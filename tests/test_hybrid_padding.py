@@ -21,7 +21,7 @@ from hf_encoderize.model.where_it_trains import encoderize_where_it_trains
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.recipes.convert import ConvertConfig, convert
 from hf_encoderize.recipes.cpt import cpt
-from hf_encoderize.training.train import TrainConfig
+from hf_encoderize.training.train_config import TrainConfig
 
 HYBRID = "qwen3_next"  # one GatedDeltaNet (linear attention) layer and one full-attention layer when built tiny
 PADDED = "padded rows: its state-space/linear-attention layers carry state from one packed document into the next"

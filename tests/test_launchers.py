@@ -12,8 +12,12 @@ from hf_encoderize.data.sources import DataConfig, open_documents
 from hf_encoderize.model.loading import LoadConfig
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.recipes.cpt import load_encoderized
+from hf_encoderize.training.engine.accelerator import make_accelerator
+from hf_encoderize.training.engine.build import build_run
+from hf_encoderize.training.engine.loop import train_step
+from hf_encoderize.training.engine.loss_model import LossModel
 from hf_encoderize.training.lora import AdapterConfig
-from hf_encoderize.training.train import ObjectiveModel, TrainConfig, build_run, make_accelerator, train_step
+from hf_encoderize.training.train_config import TrainConfig
 
 
 def test_fsdp2_wraps_each_layer_and_keeps_the_head_tied():
@@ -23,7 +27,7 @@ def test_fsdp2_wraps_each_layer_and_keeps_the_head_tied():
     from accelerate.utils import FullyShardedDataParallelPlugin
     from accelerate.utils.fsdp_utils import fsdp2_prepare_auto_wrap_policy
 
-    wrapped = ObjectiveModel(make_decoder(tie_word_embeddings=True))
+    wrapped = LossModel(make_decoder(tie_word_embeddings=True))
     plugin = FullyShardedDataParallelPlugin(fsdp_version=2, auto_wrap_policy="transformer_based_wrap")
     plugin.set_auto_wrap_policy(wrapped)
     policy = fsdp2_prepare_auto_wrap_policy(plugin, wrapped)

@@ -21,7 +21,7 @@ from hf_encoderize.objectives.loss import fused_linear_cross_entropy, mlm_loss
 from hf_encoderize.objectives.loss_kernels import LossKernel, choose_loss_implementation
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.recipes.cpt import cpt
-from hf_encoderize.training.train import TrainConfig
+from hf_encoderize.training.train_config import TrainConfig
 
 CPU = torch.device("cpu")
 SHAPE = dict(hidden=32, vocab=512, rows=64, dtype=torch.float32)

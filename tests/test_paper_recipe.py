@@ -16,8 +16,9 @@ from hf_encoderize.data.sources import DataConfig
 from hf_encoderize.model.loading import LoadConfig
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.recipes.cpt import cpt
+from hf_encoderize.training.batches import my_lanes
 from hf_encoderize.training.schedule import wsd_factor
-from hf_encoderize.training.train import TrainConfig, my_lanes
+from hf_encoderize.training.train_config import TrainConfig
 
 DOCUMENTS = [" ".join(f"w{i % 100}" for _ in range(3 + i % 5)) for i in range(120)]  # document i is made of w{i}
 

@@ -92,7 +92,7 @@ def test_run_all_stages_then_a_rerun_skips_them(decoder_dir, corpus, tmp_path, f
 
 
 def test_run_resumes_an_interrupted_cpt(decoder_dir, corpus, tmp_path, capsys, monkeypatch):
-    import hf_encoderize.training.train as train_module
+    import hf_encoderize.training.engine.loop as train_module
 
     out = tmp_path / "resume"
     base = ["--data-files", str(corpus), "--output-dir", str(out), *TINY[:-2], "--logging-steps", "1"]

@@ -9,14 +9,14 @@ from conftest import make_decoder, make_tokenizer
 from hub_server import fake_hub  # noqa: F401 (a fixture)
 from safetensors.torch import load_file
 
-import hf_encoderize.training.train as train_module
+import hf_encoderize.training.engine.loop as train_module
 from hf_encoderize.cli import main
 from hf_encoderize.data.sources import DataConfig
 from hf_encoderize.model.bidirectional import verify_bidirectional
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.recipes.pretrain import PretrainConfig, pretrain
 from hf_encoderize.training.schedule import wsd_factor
-from hf_encoderize.training.train import TrainConfig
+from hf_encoderize.training.train_config import TrainConfig
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from hf_encoderize.model.tokens import ensure_special_tokens
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.recipes.cpt import cpt
 from hf_encoderize.training.lora import AdapterConfig, apply_lora, merge_full_precision
-from hf_encoderize.training.train import TrainConfig
+from hf_encoderize.training.train_config import TrainConfig
 
 
 @pytest.fixture(scope="module")

@@ -131,7 +131,7 @@ def cpt_configs(config: QuickstartConfig, corpus: Path):
     benchmarks/quickstart_stability.py re-runs under other seeds and thread counts."""
     from hf_encoderize.data.sources import DataConfig
     from hf_encoderize.model.loading import LoadConfig
-    from hf_encoderize.training.train import TrainConfig
+    from hf_encoderize.training.train_config import TrainConfig
 
     load = LoadConfig(str(embedded_gguf()), dtype="float32")
     data = DataConfig(data_files=str(corpus), seq_len=64, eval_documents=16)

@@ -1,8 +1,9 @@
 """`hf-encoderize cpt MODEL`: load, encoderize, then MLM continued pretraining; the encoder lands in OUT/encoder.
 
-A recipe on the training engine (`train`): check everything that can be checked before any weight is loaded, load and
-encoderize the model (and verify it behaves bidirectionally), add LoRA if asked, `build_run`, `train_until` the last
-step, then work out the final model (LoRA merged, or unwrapped) and `save_run` it with the run record.
+A recipe the runner (`training.runner`) walks through the training engine (`training.engine`): check everything that
+can be checked before any weight is loaded, load and encoderize the model (and verify it behaves bidirectionally), add
+LoRA if asked; the runner builds the run, trains it and saves the final model this recipe works out (LoRA merged, or
+unwrapped) with the run record.
 
 Output folder: `checkpoints/` (full training state, never pushed), `encoder/` (the model), `metrics.jsonl`,
 `loss_curve.png` and `run_record.json` (the facts the model card reads).
@@ -35,6 +36,9 @@ from hf_encoderize.training.checkpoints import (
     IDENTITY,
     check_branch_settings,
 )
+from hf_encoderize.training.engine.accelerator import resolve_grad_accum
+from hf_encoderize.training.engine.finish import training_facts
+from hf_encoderize.training.engine.loop import train_until
 from hf_encoderize.training.lora import (
     AdapterConfig,
     apply_lora,
@@ -46,12 +50,7 @@ from hf_encoderize.training.lora import (
     quantization_config,
 )
 from hf_encoderize.training.runner import Built, Recipe, run_recipe
-from hf_encoderize.training.train import (
-    TrainConfig,
-    resolve_grad_accum,
-    train_until,
-    training_facts,
-)
+from hf_encoderize.training.train_config import TrainConfig
 
 
 def default_output_dir(load: LoadConfig) -> Path:

@@ -1,12 +1,12 @@
 """`hf-encoderize pretrain`: from-scratch CLM -> MLM biphasic pretraining under one step budget (paper, sections 3-4).
 
 The run is a list of phases (`objectives.parse_schedule`): `clm:1.0`, `mlm:1.0`, `clm:0.25,mlm:0.75`, ... A recipe
-on the training engine (`train`: data, packing, Accelerate, checkpoints and resume, monitor, run record); it adds:
+on the training engine (`training.engine`: data, packing, Accelerate, checkpoints, resume, run record); it adds:
 - the model is built from a config (the paper's 210M/610M/1B, Appendix A, or any transformers decoder config) with
   random weights, and the mask and pad tokens are in place from the start, so the vocabulary never changes mid-run;
 - one WSD schedule spans the whole run: warmup at the start, no decay before the switch, decay only at the end of the
   final phase (the paper's PFS setting, section 2 "Pretraining setups");
-- at the switch (`train.enter_phase`) the attention goes causal -> bidirectional (`bidirectional.make_bidirectional`,
+- at the switch (`enter_phase`) the attention goes causal -> bidirectional (`bidirectional.make_bidirectional`,
   then the behavioural probe) and the labels go next-token -> masked tokens; the state at the switch is saved under
   `switch/`, never pruned;
 - `from_checkpoint` branches a new split from any checkpoint of an earlier pretrain run whose schedule agrees up to
@@ -45,16 +45,12 @@ from hf_encoderize.training.checkpoints import (
     recorded_decay_steps,
     save_checkpoint,
 )
+from hf_encoderize.training.engine.accelerator import resolve_grad_accum
+from hf_encoderize.training.engine.finish import training_facts
+from hf_encoderize.training.engine.loop import enter_phase, evaluate_held_out, train_until
 from hf_encoderize.training.runner import Built, Recipe, run_recipe
 from hf_encoderize.training.schedule import decay_start
-from hf_encoderize.training.train import (
-    TrainConfig,
-    enter_phase,
-    evaluate_held_out,
-    resolve_grad_accum,
-    train_until,
-    training_facts,
-)
+from hf_encoderize.training.train_config import TrainConfig
 
 # Paper, Appendix A: EuroBERT-style Llama blocks (RMSNorm, SwiGLU, RoPE theta 10,000), context 2,048, the Llama-3
 # tokenizer (vocabulary 128,256). Untied input and output embeddings, as in EuroBERT, whose architecture the paper's

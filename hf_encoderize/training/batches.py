@@ -24,7 +24,7 @@ def my_lanes(train, processes: int, process: int) -> list[int]:
     """The lanes (row slots of the global batch) this process trains on, micro-batch by micro-batch: micro-batch m
     of process p holds slots (m x processes + p) x batch_size ... + batch_size - 1.
 
-    >>> from hf_encoderize.training.train import TrainConfig
+    >>> from hf_encoderize.training.train_config import TrainConfig
     >>> my_lanes(TrainConfig(batch_size=2, grad_accum=2), processes=2, process=1)
     [2, 3, 6, 7]
     """

@@ -34,7 +34,7 @@ def export_dir(output_dir: Path, step: int) -> Path:
 def export_encoder(run, step: int, metadata: EncoderFacts, saved_dtype: torch.dtype) -> Path:
     """Save the model as it is at `step` into `OUT/exports/step-N` (every process calls this; the main one writes)."""
     from hf_encoderize.model.saving import save_encoder
-    from hf_encoderize.training.train import gather_weights
+    from hf_encoderize.training.engine.finish import gather_weights
 
     run.rows.close()  # the prefetching thread tokenizes with the tokenizer being saved; the next step restarts it
     weights = gather_weights(run)

@@ -11,7 +11,7 @@ Design choices:
 - The training step leaves its figures on the device; they are read once every `log_every` steps (one host sync for
   all of them), so the GPU never idles waiting for a loss to be printed. Every step still gets its own line.
   Masked accuracy is computed on logged steps only (null on the others): it costs an arg-max over the vocabulary.
-- The run record (`train.save_run`) takes `hardware_facts` from here; it never holds a token or secret: it is built
+- The run record (`engine.finish`) takes `hardware_facts` from here; it never holds a token or secret: it is built
   from the config dataclasses (which have no token field) and from these facts.
 - The loss curve draws each objective's steps in its own colour: a CLM phase predicts next tokens, an MLM phase masked
   tokens, so the two losses are not the same quantity.

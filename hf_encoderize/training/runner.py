@@ -44,20 +44,12 @@ from hf_encoderize.training.checkpoints import (
     prepare_output_dir,
     resume_newest,
 )
+from hf_encoderize.training.engine.accelerator import finish_processes, make_accelerator
+from hf_encoderize.training.engine.build import Run, align_lr_with_schedule, build_run
+from hf_encoderize.training.engine.finish import gather_weights, run_summary, save_run, stream_position
+from hf_encoderize.training.engine.loop import evaluate_held_out
 from hf_encoderize.training.exports import export_encoder
 from hf_encoderize.training.monitor import TrainingMonitor, hardware_facts, parse_report_to, utc_now
-from hf_encoderize.training.train import (
-    Run,
-    align_lr_with_schedule,
-    build_run,
-    evaluate_held_out,
-    finish_processes,
-    gather_weights,
-    make_accelerator,
-    run_summary,
-    save_run,
-    stream_position,
-)
 from hf_encoderize.training.train_config import TrainConfig
 
 log = get_logger(__name__)

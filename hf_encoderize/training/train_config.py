@@ -1,4 +1,4 @@
-"""How long and how fast to train: `TrainConfig`, the settings the training engine (`train`) takes.
+"""How long and how fast to train: `TrainConfig`, the settings the training engine (`training.engine`) takes.
 
 Defaults follow the paper (section 2, Appendix A): AdamW betas (0.9, 0.95), weight decay 0.1, clipping 1.0, WSD
 with 2,000 warmup and 2,000 decay steps (`schedule`). Every field is validated where it is declared, in one line that

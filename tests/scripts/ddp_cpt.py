@@ -13,7 +13,7 @@ from hf_encoderize.data.sources import DataConfig
 from hf_encoderize.model.loading import LoadConfig
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.recipes.cpt import cpt
-from hf_encoderize.training.train import TrainConfig
+from hf_encoderize.training.train_config import TrainConfig
 
 model_dir, data_file, output_dir, losses_file, batch_size, grad_accum = sys.argv[1:7]
 if os.environ.get("HIDE_SHARED_FOLDER_FROM_RANK") == os.environ.get("RANK"):

@@ -1,0 +1,174 @@
+"""The training loop: `train_until` steps the run to a step, logging, evaluating and checkpointing on schedule.
+
+It reads top to bottom: `while step < until: train_step(); log; maybe evaluate; maybe save; maybe export`.
+
+Design choices:
+- The loss is the cross-entropy summed over labelled tokens divided by the labelled tokens of the whole global batch
+  (all-reduced on the device; the paper's token-level objective), so 1 process x 8 rows, 2 x 4 and 8 accumulation
+  steps x 1 row give the same update.
+- Metrics stay on the device and reach the host once per `log_every` steps (and before every evaluation and
+  checkpoint, so a checkpoint never follows a non-finite step).
+- Held-out rows are masked with fixed seeds (negative lanes, never a training lane), so evaluations compare across
+  steps.
+- `enter_phase` is the one change a run takes between steps: the training objective of the next phase, and on
+  entering MLM the bidirectional patch, proven by the probe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import torch
+
+from hf_encoderize.objectives.phases import Phase
+from hf_encoderize.training.batches import StepBatch, prepare_step, to_device
+from hf_encoderize.training.checkpoints import checkpoint_dir, list_checkpoints, prune_checkpoints, save_checkpoint
+from hf_encoderize.training.engine.build import Run
+from hf_encoderize.training.nonfinite import NonFiniteGuard, plain_norm
+from hf_encoderize.training.profiling import section
+from hf_encoderize.training.train_config import TrainConfig
+
+
+def enter_phase(run: Run, phase: Phase) -> tuple[int, int] | None:
+    """Point the run at `phase`'s objective; on entering MLM, make the attention bidirectional and prove it with the
+    probe (`NotBidirectionalError` otherwise). Returns the patch counts when it switched, else None."""
+    from hf_encoderize.model.bidirectional import make_bidirectional, verify_bidirectional
+
+    run.masker.objective = "clm" if phase.objective == "clm" else run.masker.masking.objective
+    model = run.accelerator.unwrap_model(run.model).model
+    if not phase.bidirectional or getattr(model.config, "is_causal", True) is False:
+        return None
+    counts = make_bidirectional(model)
+    with run.accelerator.autocast():  # where and in the precision the model trains (flash kernels need bf16)
+        verify_bidirectional(model, pad_token_id=run.tokenizer.pad_token_id)
+    return counts
+
+
+def train_until(run: Run, monitor, step: int, until: int) -> int:
+    """Train from `step` up to `until` (the whole run, or one pretraining phase): log every step, evaluate and
+    checkpoint on schedule. Returns the step reached. Metrics stay on the device and reach the host once per
+    `log_every` steps (and before every evaluation and checkpoint, so a checkpoint never follows a non-finite step)."""
+    from hf_encoderize.training.profiling import StepProfiler
+
+    train, guard = run.train, NonFiniteGuard(run.train, run.output_dir)
+    profiler = StepProfiler(run.output_dir / "profile", first=step + 3, count=3) if train.profile else None
+    try:
+        while step < until:
+            lr = run.scheduler.get_last_lr()[0]  # the LR this step applies; train_step moves the scheduler on
+            with profiler.around(step) if profiler else contextlib.nullcontext():
+                stats = train_step(run, with_accuracy=(step + 1) % train.log_every == 0 or step + 1 == until)
+            step += 1
+            guard.check_all(monitor.step(step, lr=lr, **stats))
+            if train.eval_every and step % train.eval_every == 0 and step < train.steps:
+                guard.check_all(monitor.flush())
+                monitor.evaluation(step, evaluate_held_out(run))
+            if step % train.save_every == 0 or step == train.steps:
+                guard.check_all(monitor.flush())
+                save_checkpoint(run.accelerator, checkpoint_dir(run.output_dir, step), step)
+                if run.accelerator.is_main_process:
+                    prune_checkpoints(run.output_dir, train.keep_last)
+            if step in train.exports and run.exporter is not None:
+                run.exporter(step)
+        guard.check_all(monitor.flush())
+    except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM: checkpoints are written atomically, so the newest
+        monitor.close()  # end the progress bar's line now: the CLI's one line follows it, and tqdm never redraws it
+        raise type(interrupt)(resume_hint(run.output_dir, train)) from None  # is whole; the type says which signal
+    finally:
+        run.rows.close()  # stop the prefetching thread; the stream rewinds to the last batch trained on
+        if profiler:
+            profiler.close()
+    return step
+
+
+def resume_hint(output_dir: Path, train: TrainConfig) -> str:
+    """What an interrupted run leaves, and how to go on."""
+    last = list_checkpoints(output_dir)
+    if not last:
+        return (f"no checkpoint was written yet (one every --save-steps {train.save_every} steps); run the same "
+                "command with --overwrite to start over")
+    return f"the newest checkpoint is {str(last[-1])!r}; run the same command with --resume to continue from it"
+
+
+def next_batch(run: Run) -> StepBatch:
+    """The next prepared step; re-masked here if it was prepared under the objective of the phase before."""
+    batch = run.rows.next()
+    if batch.objective != run.masker.objective:
+        pin = run.accelerator.device.type == "cuda"
+        batch = prepare_step(*batch.raw, run.masker, run.train.grad_accum, _backend(run), pin)
+    return batch
+
+
+def _backend(run: Run) -> str:
+    return run.accelerator.unwrap_model(run.model).model.config._attn_implementation
+
+
+def train_step(run: Run, with_accuracy: bool = False) -> dict:
+    """One optimizer step over `grad_accum` micro-batches of `batch_size` rows on each process.
+
+    Returns device tensors (no host sync): the summed loss, correct predictions (`with_accuracy`) and gradient norm of
+    the global batch, and its labelled and real token counts, plus the objective. `monitor.step` turns them into
+    per-token figures when it next syncs.
+    """
+    accelerator, train = run.accelerator, run.train
+    processes, micro = accelerator.num_processes, train.grad_accum
+    with section("data_wait"):
+        batch = next_batch(run)
+    device = accelerator.device
+    counts = accelerator.reduce(batch.counts.to(device, non_blocking=True), reduction="sum")  # global batch
+    # Each process's loss is a sum over its labelled tokens; DDP/FSDP average gradients over processes and Accelerate
+    # divides by the accumulation steps, so this scale makes the update the mean over the global batch's tokens.
+    scale = (processes * micro / counts[0].clamp(min=1)).float()
+    loss_sum = torch.zeros((), device=device)
+    correct = torch.zeros((), dtype=torch.long, device=device)
+    grad_norm = torch.zeros((), device=device)
+    for part in batch.micro:
+        with accelerator.accumulate(run.model):
+            loss, right = run.model(to_device(part, device), with_accuracy)
+            with section("backward"):
+                accelerator.backward(loss * scale)
+            with section("optimizer"):
+                if accelerator.sync_gradients:
+                    grad_norm = accelerator.clip_grad_norm_(run.model.parameters(), train.max_grad_norm)
+                    grad_norm = _finite_or_skip(grad_norm, run)
+                run.optimizer.step()
+                run.optimizer.zero_grad()
+        loss_sum, correct = loss_sum + loss.detach().float(), correct + right
+    run.scheduler.step()
+    totals = torch.stack([loss_sum, correct.float(), torch.as_tensor(grad_norm, device=device).float()])
+    totals = accelerator.reduce(totals, reduction="sum")
+    return {"totals": totals, "counts": counts, "processes": processes, "objective": run.masker.objective,
+            "with_accuracy": with_accuracy, "data_wait_s": run.rows.take_wait()}
+
+
+def _finite_or_skip(grad_norm, run: Run):
+    """With `--on-nonfinite skip`, drop a non-finite gradient so `optimizer.step()` leaves weights and moments as
+    they were: gradients set to None make torch's AdamW pass over the parameters (a zero gradient would still
+    apply weight decay and decay the moments). Under fp16 the GradScaler already skips overflowing steps."""
+    grad_norm = plain_norm(grad_norm)
+    if run.train.on_nonfinite != "skip" or str(run.accelerator.mixed_precision) == "fp16":
+        return grad_norm
+    if not bool(torch.isfinite(torch.as_tensor(grad_norm))):
+        run.optimizer.zero_grad(set_to_none=True)
+    return grad_norm
+
+
+@torch.no_grad()
+def evaluate_held_out(run: Run) -> dict:
+    """Loss and accuracy on the held-out rows under the current objective, masked with fixed seeds (each held-out row
+    has its own key) so evaluations are comparable across steps. Both are averaged over labelled tokens, not batches.
+    In a CLM phase the accuracy is next-token accuracy and named so."""
+    device, backend = run.accelerator.device, _backend(run)
+    run.model.eval()
+    loss_sum, correct, count = 0.0, 0, 0
+    for number, (input_ids, document_ids) in enumerate(run.eval_batches):
+        keys = [(-1 - number, row) for row in range(len(input_ids))]  # negative lanes: never a training lane
+        batch = prepare_step(input_ids, document_ids, keys, run.masker, 1, backend, pin=False)
+        loss, right = run.model(to_device(batch.micro[0], device), True)
+        loss_sum, correct, count = loss_sum + float(loss), correct + int(right), count + int(batch.counts[0])
+    run.model.train()
+    accuracy = "eval_next_token_accuracy" if run.masker.objective == "clm" else "eval_masked_accuracy"
+    if not run.eval_batches:
+        return {}
+    # No labelled token (a tiny --mlm-probability): there is no score, and 0.0 would read as a perfect one.
+    return {"eval_loss": loss_sum / count if count else None, accuracy: correct / count if count else None}
