@@ -102,13 +102,14 @@ def test_the_summary_and_the_card_say_the_backbone_was_frozen(tmp_path):
     from hf_encoderize.evaluation.summary import render_markdown
     from hf_encoderize.publish.card import protocol_sentence
     from hf_encoderize.publish.card_facts import CardFacts
+    from hf_encoderize.records.eval_summary import EvalSummary
 
     protocol = {"lrs": ["0.001"], "seeds": [0, 1], "batch_size": 16, "max_steps": 200, "warmup_ratio": 0.1,
                 "selection": "best validation"}
     for frozen in (True, False):
         summary = {"model_name": "m", "model": "m", "mode": "bidirectional", "profile": "smoke", "results": [],
                    "family_means": {}, "protocol": {**protocol, "frozen": frozen}}
-        facts = CardFacts(model_name="m", model_ref="m", base_model="b", results=summary)
+        facts = CardFacts(model_name="m", model_ref="m", base_model="b", results=EvalSummary.from_dict(summary))
         text, sentence = render_markdown(summary), protocol_sentence(facts)
         assert ("frozen hidden states" in text) is frozen and ("or one epoch" in text) is not frozen
         assert ("frozen hidden states" in sentence) is frozen

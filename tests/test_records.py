@@ -27,3 +27,67 @@ def test_every_saver_fills_the_same_typed_facts(decoder_dir, tmp_path):
     assert EncoderFacts.from_dict(old).to_dict() == old and EncoderFacts.from_dict(None) == EncoderFacts()
     config = json.loads((tmp_path / "run" / "encoder" / "config.json").read_text())
     assert None not in config["hf_encoderize"].values()  # what is known, nothing written as null
+
+
+# run_record.json as hf-encoderize 0.1 wrote it: none of the keys added since (identity, adam_eps, eval_masked_accuracy,
+# initial_eval_loss, hardware, ...), decay as a fraction, and one key no version types.
+OLD_RUN_RECORD = {
+    "command": "cpt", "base_model": "tiny", "revision": None, "gguf_file": None, "objective": "mlm", "mask_ratio": 0.4,
+    "replacement": "mask", "data": {"data_files": "docs.jsonl", "seq_len": 32, "pack": True}, "steps": 4,
+    "lr": 0.001, "schedule": "wsd", "warmup_steps": 0, "decay_fraction": 0.2, "betas": [0.9, 0.95],
+    "encoderize": {"model_type": "llama", "attn_implementation": "sdpa", "modules_patched": 2}, "eval_loss": 5.5,
+    "hf_encoderize_version": "0.1.0", "tokens_seen": 512, "finished_at": "2026-11-01T00:00:00Z", "note": "kept",
+}
+
+
+def test_a_run_record_round_trips_and_keeps_a_key_it_does_not_type(tmp_path):
+    from hf_encoderize.records.run_record import RunRecord
+
+    record = RunRecord.from_dict({**OLD_RUN_RECORD, "lora": {"r": 8, "alpha": 16, "targets": "all-linear"}})
+    assert record.facts == {"note": "kept"} and record.lora["r"] == 8 and record.decay_fraction == 0.2
+    record.to_json(tmp_path / "run_record.json")
+    again = RunRecord.from_json(tmp_path / "run_record.json")
+    assert again == record and json.loads((tmp_path / "run_record.json").read_text())["note"] == "kept"
+
+
+def test_records_are_read_by_attribute_only():
+    """No `record["key"]`, `record.get("key")` or `"key" in record`: a reader of a key no field declares fails at once
+    instead of reading None."""
+    import pytest
+
+    from hf_encoderize.records.contrastive_record import ContrastiveRecord
+    from hf_encoderize.records.eval_summary import EvalSummary
+    from hf_encoderize.records.run_record import RunRecord
+
+    for record in (RunRecord.from_dict(OLD_RUN_RECORD), EvalSummary(), ContrastiveRecord(), EncoderFacts()):
+        with pytest.raises(TypeError):
+            record["steps"]  # noqa: B018
+        with pytest.raises(TypeError):
+            "steps" in record  # noqa: B015
+        assert not hasattr(record, "get")
+
+
+def test_every_run_record_key_the_card_template_reads_is_a_field():
+    """Jinja reads `f.run.x` by attribute and renders a missing one as nothing: each must be a declared field."""
+    import re
+    from dataclasses import fields
+    from pathlib import Path
+
+    from hf_encoderize.records.run_record import RunRecord
+
+    template = (Path(__file__).resolve().parents[1] / "model_cards" / "encoder.md.j2").read_text()
+    read = set(re.findall(r"\bf\.run\.(\w+)", template))
+    assert read and read <= {f.name for f in fields(RunRecord)}, read - {f.name for f in fields(RunRecord)}
+
+
+def test_a_card_renders_from_a_record_an_older_version_wrote(tmp_path):
+    from hub_server import make_run_folder
+
+    from hf_encoderize.publish.card import CardConfig, gather_facts, render_card
+
+    out = make_run_folder(tmp_path, evaluated=False, base_evaluated=False)
+    (out / "run_record.json").write_text(json.dumps(OLD_RUN_RECORD))
+    card = render_card(gather_facts(CardConfig(str(out))))
+    assert "4 optimizer steps, 512 tokens seen" in card and "linear decay over the final 20% of steps" in card
+    assert "eps 1e-08 (torch's default: recorded before --adam-epsilon existed)" in card
+    assert "Held-out MLM loss / masked-token accuracy | 5.50 / n/a" in card

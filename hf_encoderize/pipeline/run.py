@@ -139,31 +139,30 @@ def cpt_done(out: Path, load, data, masking, train, adapter) -> bool:
     record = RunRecord.from_json(folder.run_record)
     if record is None or not (folder.encoder / "config.json").is_file():
         return False
-    differs = cpt_differences(record.to_dict(), load, data, masking, train, adapter)
+    differs = cpt_differences(record, load, data, masking, train, adapter)
     if differs:
         raise EncoderizeError(f"{str(out)!r} holds a finished cpt with other settings ({'; '.join(differs)}); "
                               "pass --overwrite to start over or pick a new --output-dir")
     return True
 
 
-def cpt_differences(record: dict, load, data, masking, train, adapter) -> list[str]:
+def cpt_differences(record: RunRecord, load, data, masking, train, adapter) -> list[str]:
     """How this invocation differs from the finished cpt `record` (`common.identity`; the key subset an older record
     holds). What cpt resolves itself is not compared against an unset option: packing (`--pack` unset: the probe
     decides) and gradient accumulation (`--tokens-per-step`: derived from the launch's processes)."""
     from hf_encoderize.common.identity import identity_of, settings_diff
     from hf_encoderize.data.sources import identity_as_today
-    from hf_encoderize.training.checkpoints import IDENTITY
 
-    if record.get(IDENTITY):
+    if record.identity:
         ignore = (("data.pack",) if data.pack is None else ()) + \
             (("train.grad_accum",) if train.tokens_per_step else ())
-        return settings_diff(identity_as_today(record[IDENTITY]), identity_of(load, data, masking, train, adapter),
+        return settings_diff(identity_as_today(record.identity), identity_of(load, data, masking, train, adapter),
                              ignore=ignore)
     wanted = {"base_model": load.source, "gguf_file": load.gguf_file, "revision": load.revision,
               "objective": masking.objective, "mask_ratio": masking.mask_ratio, "steps": train.steps, "lr": train.lr,
               "batch_size": train.batch_size}
-    recorded = {key: record.get(key) for key in LEGACY_CPT_IDENTITY}
-    recorded.update({f"data.{key}": (record.get("data") or {}).get(key) for key in LEGACY_DATA_IDENTITY})
+    recorded = {key: getattr(record, key) for key in LEGACY_CPT_IDENTITY}  # typed fields, named as 0.1 wrote them
+    recorded.update({f"data.{key}": (record.data or {}).get(key) for key in LEGACY_DATA_IDENTITY})
     wanted.update({f"data.{key}": getattr(data, key) for key in LEGACY_DATA_IDENTITY})
     return settings_diff(recorded, wanted)
 
@@ -252,7 +251,7 @@ def stage_eval(load, run_cfg: RunConfig, out: Path, name: str, causal: bool = Fa
 
     summary = evaluate(load, run_cfg.eval_config(name, str(RunFolder(out).eval), causal=causal))
     gc.collect()
-    means = ", ".join(f"{task} {mean:.2f}" for task, mean in summary.get("family_means", {}).items())
+    means = ", ".join(f"{task} {mean:.2f}" for task, mean in EvalSummary.from_dict(summary).family_means.items())
     return f"{name}: {means} -> {RunFolder(out).eval_results(name) / 'summary.md'}"
 
 

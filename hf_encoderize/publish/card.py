@@ -138,7 +138,7 @@ def gather_facts(config: CardConfig) -> CardFacts:
     pretrained = run is not None and run.command == "pretrain"  # from random weights: there is no base model
     origin = run or meta  # a converted encoder has no run record: its config.json says where it came from
     source = origin.base_model or meta.base_model \
-        or (f"random init from {run.get('model_config')}" if pretrained else "unknown")
+        or (f"random init from {run.model_config}" if pretrained else "unknown")
     revision, gguf_file = origin.revision, origin.gguf_file
     previous = _previous_metadata(encoder / "README.md")  # what an earlier `card --base-model-id/--license` set
     base_id = config.base_model_id or previous.get("base_model") or (source if _looks_like_hub_id(source) else None)
@@ -227,7 +227,7 @@ def eval_results(facts: CardFacts) -> list:
     from huggingface_hub import EvalResult
 
     results = []
-    for row in (facts.results or {}).get("results", []):
+    for row in (facts.results or EvalSummary()).results:
         metrics = {row["metric"]: row["test_mean"], **(row.get("extra_metrics") or {})}
         for metric, value in metrics.items():
             if value is None:
@@ -245,12 +245,12 @@ def card_data(facts: CardFacts):
     """The YAML metadata as a huggingface_hub `ModelCardData`."""
     from huggingface_hub import ModelCardData
 
-    run = facts.run or {}
-    data = run.get("data") or {}
+    run = facts.run or RunRecord()
+    data = run.data or {}
     tags = ["hf-encoderize", "encoder", "bidirectional", "sentence-transformers", "feature-extraction",
             "sentence-similarity" if facts.contrastive else None, "contrastive" if facts.contrastive else None,
             facts.model_type or None, "fill-mask" if facts.has_mlm_head else None,
-            "mlm" if run.get("objective") == "mlm" else run.get("objective"), "lora" if run.get("lora") else None,
+            "mlm" if run.objective == "mlm" else run.objective, "lora" if run.lora else None,
             f"arxiv:{ARXIV_ID}"]
     dataset = data.get("dataset") if not data.get("data_files") else None
     return ModelCardData(
@@ -264,9 +264,9 @@ def card_data(facts: CardFacts):
 
 def results_rows(facts: CardFacts) -> list[dict]:
     """The results table: each encoder score next to the base model's score on the same dataset and metric."""
-    base = {(r["task"], r["dataset"], r["metric"]): r for r in (facts.base_results or {}).get("results", [])}
+    base = {(r["task"], r["dataset"], r["metric"]): r for r in (facts.base_results or EvalSummary()).results}
     rows = []
-    for row in (facts.results or {}).get("results", []):
+    for row in (facts.results or EvalSummary()).results:
         other = base.get((row["task"], row["dataset"], row["metric"]))
         delta = row["test_mean"] - other["test_mean"] if other and row["test_mean"] is not None else None
         rows.append({**row, "task_name": TASK_NAMES.get(row["task"], row["task"]), "base": other, "delta": delta})
@@ -304,13 +304,14 @@ def family_table(facts: CardFacts) -> dict | None:
 
 def protocol_sentence(facts: CardFacts) -> str:
     """How the scores were obtained, from the summary's protocol block."""
-    results, protocol = facts.results or {}, (facts.results or {}).get("protocol") or {}
+    results = facts.results or EvalSummary()
+    protocol = results.protocol or {}
     seeds = protocol.get("seeds")
     seeds = len(seeds) if isinstance(seeds, list) else seeds
     how = ("with frozen hidden states (`--frozen`: only the task head trains, a probe of the representation; the "
            "paper fine-tunes the whole model, section 2)" if protocol.get("frozen")
            else "following the paper's fine-tuning protocol (section 2)")
-    text = (f"Evaluated with `hf-encoderize eval` (profile `{results.get('profile')}`, {results.get('mode')} "
+    text = (f"Evaluated with `hf-encoderize eval` (profile `{results.profile}`, {results.mode} "
             f"attention) {how}: learning rates "
             f"{', '.join(str(lr) for lr in protocol.get('lrs') or [])}, {seeds} seed(s), batch size "
             f"{protocol.get('batch_size')}, {'' if protocol.get('frozen') else 'at most '}"
@@ -319,18 +320,18 @@ def protocol_sentence(facts: CardFacts) -> str:
             "Scores are on a 0-100 scale; ± is the 95% confidence interval over seeds (none with one seed).")
     if facts.base_results:
         base = facts.base_results
-        text += (f" The {facts.base_label} column is `{base.get('model_name')}` evaluated the same way "
-                 f"({base.get('mode')} attention, profile `{base.get('profile')}`).")
-    if results.get("profile") != "paper":
-        text += (f" The `{results.get('profile')}` profile uses data subsets and fewer runs than the paper: compare "
+        text += (f" The {facts.base_label} column is `{base.model_name}` evaluated the same way "
+                 f"({base.mode} attention, profile `{base.profile}`).")
+    if results.profile != "paper":
+        text += (f" The `{results.profile}` profile uses data subsets and fewer runs than the paper: compare "
                  "its numbers only with runs of the same profile.")
     return text
 
 
 def family_rows(facts: CardFacts) -> list[dict]:
     """Mean score per task family for the encoder and, where evaluated, the base model."""
-    mine = (facts.results or {}).get("family_means") or {}
-    theirs = (facts.base_results or {}).get("family_means") or {}
+    mine = (facts.results or EvalSummary()).family_means or {}
+    theirs = (facts.base_results or EvalSummary()).family_means or {}
     return [{"task": TASK_NAMES.get(task, task), "mean": mean, "base": theirs.get(task),
              "delta": mean - theirs[task] if theirs.get(task) is not None and mean is not None else None}
             for task, mean in mine.items()]

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass, field
 
+from hf_encoderize.records.contrastive_record import ContrastiveRecord
+from hf_encoderize.records.eval_summary import EvalSummary
+from hf_encoderize.records.run_record import RunRecord
+
 
 @dataclass
 class CardFacts:
@@ -31,11 +35,11 @@ class CardFacts:
     """Languages of the base model, where its metadata says."""
     encoderize: dict = field(default_factory=dict)
     """What the attention patch and token set-up did (`hf_encoderize` block of config.json)."""
-    run: dict | None = None
+    run: RunRecord | None = None
     """`run_record.json` of the cpt run; None for a converted-only encoder."""
-    results: dict | None = None
+    results: EvalSummary | None = None
     """`summary.json` of the encoder's evaluation."""
-    base_results: dict | None = None
+    base_results: EvalSummary | None = None
     """`summary.json` of the base model's evaluation."""
     has_mlm_head: bool = True
     """The saved weights include the MLM (LM) head, so fill-mask works."""
@@ -53,7 +57,7 @@ class CardFacts:
     """sentence-transformers pooling mode (`1_Pooling/config.json`): what a serving engine must be told."""
     plots: list[str] = field(default_factory=list)
     """Repo paths of plots pushed next to the card (shown only in a pushed card)."""
-    contrastive: dict | None = None
+    contrastive: ContrastiveRecord | None = None
     """`contrastive_run.json` of an embedding model made by `contrastive` (the second stage, after cpt)."""
     base_label: str = "base model"
     """Name of the comparison column: the base decoder, or the MLM encoder for an embedding model."""
@@ -61,4 +65,4 @@ class CardFacts:
     @property
     def pretrained(self) -> bool:
         """Trained from random weights by `pretrain` (no base model), not converted from a decoder."""
-        return (self.run or {}).get("command") == "pretrain"
+        return self.run is not None and self.run.command == "pretrain"

@@ -9,6 +9,8 @@ from __future__ import annotations
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.validation import parse_dims
 from hf_encoderize.publish.card_facts import CardFacts
+from hf_encoderize.records.contrastive_record import ContrastiveRecord
+from hf_encoderize.records.run_record import RunRecord
 
 
 def done_rows(facts: CardFacts) -> list[tuple[str, str]]:
@@ -18,16 +20,16 @@ def done_rows(facts: CardFacts) -> list[tuple[str, str]]:
         else f"`{facts.base_model}`"
     if facts.pretrained:
         run = facts.run
-        rows = [("Base model", f"none: pretrained from random weights (model config `{run.get('model_config')}`, "
-                               f"tokenizer `{run.get('tokenizer')}`)")]
+        rows = [("Base model", f"none: pretrained from random weights (model config `{run.model_config}`, "
+                               f"tokenizer `{run.tokenizer}`)")]
     else:
         rows = [("Base model", base + (f" at revision `{facts.base_revision}`" if facts.base_revision else "")
                  + (f", GGUF file `{facts.gguf_file}` (de-quantised)" if facts.gguf_file else ""))]
     rows.append(("Parameters", f"{thousands(facts.num_parameters)} ({facts.model_type}, "
                                f"hidden size {facts.hidden_size})"))
     if facts.pretrained:
-        switch = facts.run.get("switch_step")
-        rows.append(("Attention", "bidirectional from the first step (MLM only)" if facts.run.get("objective") == "mlm"
+        switch = facts.run.switch_step
+        rows.append(("Attention", "bidirectional from the first step (MLM only)" if facts.run.objective == "mlm"
                      else f"causal during CLM, switched to bidirectional at step {thousands(switch)} "
                           f"({enc.get('modules_patched', 0)} attention modules patched, checked by the probe)"
                      if switch is not None else "causal throughout training (CLM only), made bidirectional for "
@@ -48,9 +50,9 @@ def done_rows(facts: CardFacts) -> list[tuple[str, str]]:
     return rows + ([("Contrastive stage", contrastive_text(facts.contrastive))] if facts.contrastive else [])
 
 
-def contrastive_text(record: dict) -> str:
+def contrastive_text(record: ContrastiveRecord) -> str:
     """The second stage in one cell, from `contrastive_run.json`."""
-    stage, config = record.get("stage") or {}, record.get("config") or {}
+    stage, config = record.stage or {}, record.config or {}
     source = config.get("data_files") or config.get("dataset") or "?"
     dropout = max((stage.get("training_dropout") or {}).values(), default=0)
     how = (f"SimCSE (unsupervised: each text twice, dropout {dropout} making the two views)"
@@ -89,46 +91,46 @@ def _text_unit(data: dict) -> str:
     return f" (one document per {unit})" if unit else ""
 
 
-def _training_rows(run: dict) -> list[tuple[str, str]]:
-    data, lora, hardware = run.get("data") or {}, run.get("lora"), run.get("hardware") or {}
+def _training_rows(run: RunRecord) -> list[tuple[str, str]]:
+    data, lora, hardware = run.data or {}, run.lora, run.hardware or {}
     source = data.get("data_files") or " ".join(filter(None, [data.get("dataset"), data.get("dataset_config")]))
-    objective = {"mlm": "MLM", "mntp": "MNTP (masked next-token prediction, LLM2Vec)"}.get(run.get("objective")) \
+    objective = {"mlm": "MLM", "mntp": "MNTP (masked next-token prediction, LLM2Vec)"}.get(run.objective) \
         or _phases_text(run)
-    replacement = "BERT 80/10/10" if run.get("replacement") == "bert" else "every masked token becomes the mask token"
+    replacement = "BERT 80/10/10" if run.replacement == "bert" else "every masked token becomes the mask token"
     adapters = "none (all weights trained)" if not lora else \
         f"LoRA r={lora.get('r')}, alpha={lora.get('alpha')}, targets {lora.get('targets')}, merged into the weights"
-    processes = run.get("num_processes") or hardware.get("num_processes") or 1
-    accuracy = run.get("eval_masked_accuracy")
+    processes = run.num_processes or hardware.get("num_processes") or 1
+    accuracy = run.eval_masked_accuracy
     return [
-        ("Objective", f"{objective}, mask ratio {run.get('mask_ratio') or 0:.0%}, {replacement}"),
+        ("Objective", f"{objective}, mask ratio {run.mask_ratio or 0:.0%}, {replacement}"),
         ("Data", f"`{source}`{_text_unit(data)}, rows of {data.get('seq_len')} tokens, "
                  f"{'packed' if data.get('pack') else 'padded'}"),
-        ("Steps", f"{thousands(run.get('steps'))} optimizer steps, {thousands(run.get('tokens_seen'))} tokens seen"),
-        ("Schedule", f"{(run.get('schedule') or 'wsd').upper()}: peak lr {run.get('lr') or 0:.1e}, "
-                     f"{thousands(run.get('warmup_steps'))} warmup steps, "
+        ("Steps", f"{thousands(run.steps)} optimizer steps, {thousands(run.tokens_seen)} tokens seen"),
+        ("Schedule", f"{(run.schedule or 'wsd').upper()}: peak lr {run.lr or 0:.1e}, "
+                     f"{thousands(run.warmup_steps)} warmup steps, "
                      f"linear decay over the final {_decay(run)}"),
-        ("Optimizer", f"AdamW, betas {tuple(run.get('betas') or (0.9, 0.95))}, eps "
-                      + (f"{run['adam_eps']:.0e}" if "adam_eps" in run else "1e-08 (torch's default: recorded before "
-                         "--adam-epsilon existed)")
-                      + f", weight decay {run.get('weight_decay')}, gradient clipping {run.get('max_grad_norm')}"),
-        ("Batch", f"{run.get('batch_size')} rows x {run.get('grad_accum')} accumulation x {processes} process(es)"),
-        ("Adapters", adapters + (" on a 4-bit NF4 base (QLoRA)" if run.get("load_in_4bit") else "")),
+        ("Optimizer", f"AdamW, betas {tuple(run.betas or (0.9, 0.95))}, eps "
+                      + (f"{run.adam_eps:.0e}" if run.adam_eps is not None
+                         else "1e-08 (torch's default: recorded before --adam-epsilon existed)")
+                      + f", weight decay {run.weight_decay}, gradient clipping {run.max_grad_norm}"),
+        ("Batch", f"{run.batch_size} rows x {run.grad_accum} accumulation x {processes} process(es)"),
+        ("Adapters", adapters + (" on a 4-bit NF4 base (QLoRA)" if run.load_in_4bit else "")),
         ("Hardware", f"{hardware.get('gpu_name') or hardware.get('device', '?')}, {processes} process(es), mixed "
                      f"precision {hardware.get('mixed_precision')}; torch {hardware.get('torch')}, "
                      f"transformers {hardware.get('transformers')}"),
-        ("Wall time", f"{duration(run.get('wall_time_s'))} ({run.get('started_at')} to {run.get('finished_at')})"),
-        ("Final training loss", score(run.get("final_train_loss"))),
-        ("Held-out MLM loss / masked-token accuracy", f"{score(run.get('eval_loss'))} / "
+        ("Wall time", f"{duration(run.wall_time_s)} ({run.started_at} to {run.finished_at})"),
+        ("Final training loss", score(run.final_train_loss)),
+        ("Held-out MLM loss / masked-token accuracy", f"{score(run.eval_loss)} / "
          + ("n/a" if accuracy is None else f"{accuracy:.1%}")),
     ]
 
 
-def _phases_text(run: dict) -> str:
+def _phases_text(run: RunRecord) -> str:
     """A pretrain run's schedule in words, e.g. "CLM for steps 0-750, then MLM for steps 750-1,000" (from
     `run_record.json`'s `phases`, the schedule string `clm:0.75,mlm:0.25`); the raw objective string otherwise."""
-    schedule, steps = run.get("phases"), run.get("steps")
+    schedule, steps = run.phases, run.steps
     if not isinstance(schedule, str) or not isinstance(steps, int):
-        return str(run.get("objective") or "unknown")
+        return str(run.objective or "unknown")
     from hf_encoderize.objectives.phases import parse_schedule
 
     try:
@@ -160,10 +162,10 @@ def duration(seconds) -> str:
     return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else f"{minutes}m {secs:02d}s"
 
 
-def _decay(run: dict) -> str:
-    if run.get("decay_steps") is not None:
-        return f"{thousands(run['decay_steps'])} steps"
-    return f"{run.get('decay_fraction', 0):.0%} of steps"  # runs recorded before decay_steps existed
+def _decay(run: RunRecord) -> str:
+    if run.decay_steps is not None:
+        return f"{thousands(run.decay_steps)} steps"
+    return f"{run.decay_fraction or 0:.0%} of steps"  # runs recorded before decay_steps existed
 
 
 # ------------------------------------------------------------------------------------------------ serving
@@ -178,7 +180,7 @@ def serve_commands(facts: CardFacts, serve: dict | None) -> list[dict]:
     a test of hf-encoderize runs as the card prints it (tests/test_card.py, tests/test_export.py run every one so
     marked); the engines this project cannot install (optimum-onnx, TEI, vLLM) are marked not verified, with why."""
     ref, pooling = facts.model_ref, pooling_mode(facts)
-    lead = (facts.contrastive or {}).get("stage", {}).get("lead") or ""
+    lead = (facts.contrastive.stage.get("lead") if facts.contrastive else None) or ""
     kept = _kept((serve or {}).get("onnx"))
     commands = [{"engine": "sentence-transformers (PyTorch)", "language": "python", "verified": True, "note": "",
                  "code": 'from sentence_transformers import SentenceTransformer\n\n'
@@ -295,10 +297,10 @@ def _llama_cpp_commands(ref: str, file: str, pooling: str, lead: str) -> list[di
 
 def pooling_mode(facts: CardFacts) -> str:
     """The model's sentence-transformers pooling (what the serving engines must be told), mean when unknown."""
-    return facts.pooling or (facts.contrastive or {}).get("stage", {}).get("pooling") or "mean"
+    return facts.pooling or (facts.contrastive.stage.get("pooling") if facts.contrastive else None) or "mean"
 
 
 def matryoshka(facts: CardFacts) -> dict | None:
     """The Matryoshka sizes a contrastive stage trained (`--matryoshka-dims`), largest first, and a size to show."""
-    dims = parse_dims(((facts.contrastive or {}).get("config") or {}).get("matryoshka_dims"))
+    dims = parse_dims(facts.contrastive.config.get("matryoshka_dims") if facts.contrastive else None)
     return {"dims": dims, "example": dims[1] if len(dims) > 1 else dims[0]} if dims else None

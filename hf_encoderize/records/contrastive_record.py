@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hf_encoderize.records.fields import Record
+from hf_encoderize.records.fields import Fields
 
 
 @dataclass
-class ContrastiveRecord(Record):
+class ContrastiveRecord(Fields):
     """`contrastive_run.json`: the contrastive stage of an embedding model, and the encoder it started from."""
 
     source: str | None = None

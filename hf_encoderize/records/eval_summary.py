@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hf_encoderize.records.fields import Record
+from hf_encoderize.records.fields import Fields
 
 
 @dataclass
-class EvalSummary(Record):
+class EvalSummary(Fields):
     """`eval/<name>/summary.json`: one model's scores under the paper's protocol (`evaluation.summary`)."""
 
     model: str | None = None

@@ -19,7 +19,15 @@ from hf_encoderize.common.run_folder import read_json
 
 @dataclass
 class Fields:
-    """Typed fields first; `facts` keeps every other key of the file, in the file's order. Read by attribute."""
+    """Typed fields first; `facts` keeps every other key of the file, in the file's order.
+
+    Read by attribute only: there is no `record["key"]` or `record.get("key")`, so a reader cannot read a key no field
+    declares (a typo or a key the writer stopped writing would read None silently).
+
+    >>> Fields.from_dict({"note": "kept"})["note"]
+    Traceback (most recent call last):
+    TypeError: 'Fields' object is not subscriptable
+    """
 
     facts: dict = field(default_factory=dict)
 
@@ -42,17 +50,3 @@ class Fields:
     def to_json(self, path: str | os.PathLike) -> None:
         write_json_atomic(Path(path), self.to_dict())
 
-
-@dataclass
-class Record(Fields):
-    """A record whose readers still read some keys by name (the card's many training facts)."""
-
-    def get(self, key: str, default=None):
-        """Any key of the file, typed or not (the card reads many of the facts)."""
-        return self.to_dict().get(key, default)
-
-    def __getitem__(self, key: str):
-        return self.to_dict()[key]
-
-    def __contains__(self, key: str) -> bool:
-        return key in self.to_dict()

@@ -1,40 +1,122 @@
-"""`run_record.json`: what a `cpt` or `pretrain` run was and what it did, the model card's main source."""
+"""`run_record.json`: what a `cpt` or `pretrain` run was and what it did, the model card's main source.
+
+Design choices:
+- Every key a reader reads (the card, the Space, `run`'s stage reuse) is a typed field documented here; readers read
+  attributes, never key strings. A key this version does not type (written by a newer or older version) stays in
+  `facts` and is written back as it was read.
+- A field a run did not record is None; readers say "n/a" or fall back (a record from before `adam_eps` existed says
+  so on the card).
+- The nested parts that stay plain dicts (`data`, `lora`, `hardware`, `encoderize`, `identity`, `data_position`) are
+  written whole by one owner each (`data.sources.data_facts`, `training.monitor.hardware_facts`, the patch report,
+  `common.identity`) and read as they were written.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hf_encoderize.records.fields import Record
+from hf_encoderize.records.fields import Fields
 
 
 @dataclass
-class RunRecord(Record):
+class RunRecord(Fields):
     """`run_record.json`: what a `cpt` or `pretrain` run was and what it did (the model card's main source).
 
-    >>> record = RunRecord.from_dict({"command": "cpt", "base_model": "m", "steps": 4, "lr": 1e-4})
-    >>> record.command, record.steps, record.facts
-    ('cpt', 4, {'lr': 0.0001})
+    >>> record = RunRecord.from_dict({"command": "cpt", "base_model": "m", "steps": 4, "note": "kept"})
+    >>> record.command, record.steps, record.lr, record.facts
+    ('cpt', 4, None, {'note': 'kept'})
     >>> RunRecord.from_dict(record.to_dict()) == record
     True
     """
 
+    # ------------------------------------------------------------------ where it started
     command: str | None = None
     """`cpt` or `pretrain`."""
     base_model: str | None = None
     """The model trained from (Hub id, folder or GGUF folder); None for `pretrain`."""
     revision: str | None = None
+    """Hub revision the base model was loaded at."""
     gguf_file: str | None = None
+    """GGUF file the base weights came from."""
+    model_config: str | None = None
+    """`pretrain`: the model config the random weights were built from."""
+    tokenizer: str | None = None
+    """`pretrain`: the tokenizer it trained with."""
+    from_checkpoint: str | None = None
+    """The checkpoint a branch started from (`--from-checkpoint`)."""
+    identity: dict | None = None
+    """Every config field that counts for "same run?" (`common.identity`; recorded since 0.2)."""
+
+    # ------------------------------------------------------------------ what it learnt
     objective: str | None = None
     """mlm, mntp, or pretrain's phases joined by "+"."""
     mask_ratio: float | None = None
+    replacement: str | None = None
+    """How masked tokens are replaced: mask (every one becomes the mask token) or bert (80/10/10)."""
+    phases: str | None = None
+    """`pretrain`'s schedule string, e.g. "clm:0.75,mlm"."""
+    switch_step: int | None = None
+    """`pretrain`: the step attention switched from causal to bidirectional (None: no switch)."""
+    data: dict | None = None
+    """The corpus (`data.sources.data_facts`): data_files or dataset/dataset_config, seq_len, pack, text_unit, ..."""
+
+    # ------------------------------------------------------------------ how it trained
     steps: int | None = None
-    identity: dict | None = None
-    """Every config field that counts for "same run?" (`common.identity`; recorded since 0.2)."""
+    """Optimizer steps."""
+    lr: float | None = None
+    """Peak learning rate."""
+    schedule: str | None = None
+    """Learning-rate schedule (wsd)."""
+    warmup_steps: int | None = None
+    decay_steps: int | None = None
+    decay_fraction: float | None = None
+    """The decay as a fraction of steps: records from before `decay_steps` existed."""
+    weight_decay: float | None = None
+    betas: list | None = None
+    """AdamW betas."""
+    adam_eps: float | None = None
+    """AdamW epsilon (None: recorded before `--adam-epsilon` existed, torch's default 1e-8)."""
+    max_grad_norm: float | None = None
+    batch_size: int | None = None
+    """Rows per process per micro-batch."""
+    grad_accum: int | None = None
+    tokens_per_step: int | None = None
+    seed: int | None = None
+    gradient_checkpointing: bool | None = None
+    master_weights: str | None = None
+    compile: bool | None = None
+    prefetch: int | None = None
+    lora: dict | None = None
+    """LoRA adapters merged into the weights: r, alpha, targets (None: all weights trained)."""
+    load_in_4bit: bool | None = None
+    """The base was quantised to 4-bit NF4 (QLoRA)."""
+    loss_implementation: str | None = None
+    saved_dtype: str | None = None
+    estimated_memory_gib: float | None = None
+    """`pretrain`: the memory estimate checked before building the model."""
+    parameters: int | None = None
+    """`pretrain`: the model's parameter count."""
+
+    # ------------------------------------------------------------------ where and when
     encoderize: dict | None = None
     """What the attention patch and the token set-up did."""
+    num_processes: int | None = None
+    hardware: dict | None = None
+    """`training.monitor.hardware_facts`: device, gpu_name, mixed_precision, torch, transformers, ..."""
+    data_position: dict | None = None
+    """Where the data stream stopped (`data.packing.data_position`): a later run can go on from there."""
+    started_at: str | None = None
+    finished_at: str | None = None
+    wall_time_s: float | None = None
+    hf_encoderize_version: str | None = None
+
+    # ------------------------------------------------------------------ what it did
+    tokens_seen: int | None = None
+    final_train_loss: float | None = None
+    skipped_nonfinite_steps: int | None = None
     eval_loss: float | None = None
     """Held-out MLM loss of the trained model."""
+    eval_masked_accuracy: float | None = None
+    """Held-out masked-token accuracy of the trained model."""
     initial_eval_loss: float | None = None
     """The same held-out loss of the starting model, before the first step (recorded since 0.3)."""
-    tokens_seen: int | None = None
-    hf_encoderize_version: str | None = None
