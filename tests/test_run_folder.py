@@ -71,6 +71,7 @@ def test_a_record_written_by_cpt_reads_back_equal(tmp_path, decoder_dir):
     on_disk = json.loads(RunFolder(out).run_record.read_text())
     record = RunRecord.from_json(RunFolder(out).run_record)
     assert record.to_dict() == on_disk and record.command == "cpt" and record.identity["train.steps"] == 2
+    assert record.facts == {}  # every key the writers write is a typed field
     assert RunRecord.from_dict(record.to_dict()) == record
 
 

@@ -6,6 +6,8 @@ Design choices:
   `facts` and is written back as it was read.
 - A field a run did not record is None; readers say "n/a" or fall back (a record from before `adam_eps` existed says
   so on the card).
+- One builder (`build_run_record`) assembles the record from the run's parts; the training engine's `save_run` is its
+  one caller and `to_json` its one writer.
 - The nested parts that stay plain dicts (`data`, `lora`, `hardware`, `encoderize`, `identity`, `data_position`) are
   written whole by one owner each (`data.sources.data_facts`, `training.monitor.hardware_facts`, the patch report,
   `common.identity`) and read as they were written.
@@ -13,7 +15,7 @@ Design choices:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hf_encoderize.records.fields import Fields
 
@@ -120,3 +122,34 @@ class RunRecord(Fields):
     """Held-out masked-token accuracy of the trained model."""
     initial_eval_loss: float | None = None
     """The same held-out loss of the starting model, before the first step (recorded since 0.3)."""
+
+
+def build_run_record(*, version: str, command: str, settings: dict, encoderize: dict, train_metrics: list[dict],
+                     final_eval: dict, initial_eval_loss: float | None, started_at: str, finished_at: str,
+                     wall_time_s: float, num_processes: int, hardware: dict, loss_implementation: str | None = None,
+                     from_checkpoint: str | None = None, saved_dtype: str | None = None,
+                     data_position: dict | None = None) -> RunRecord:
+    """The run record of a finished `cpt` or `pretrain`: the one place its parts become `run_record.json`'s fields.
+
+    `settings` is what the run was asked to do (`training.engine.finish.training_facts` and the recipe's own: base
+    model, LoRA, phases, identity): its keys are field names, and a key no field declares is kept in `facts`.
+    `train_metrics` are metrics.jsonl's train lines (tokens seen, skipped steps and the final loss are counted from
+    them); `final_eval` the trained model's held-out scores (`evaluate_held_out`).
+
+    >>> record = build_run_record(version="0.3.0", command="cpt", settings={"steps": 2, "lr": 1e-4},
+    ...     encoderize={"model_type": "llama"}, train_metrics=[{"tokens": 64, "loss": 3.0}] * 2,
+    ...     final_eval={"eval_loss": 2.4}, initial_eval_loss=3.1, started_at="t0", finished_at="t1",
+    ...     wall_time_s=1.234, num_processes=1, hardware={"device": "cpu"})
+    >>> record.tokens_seen, record.final_train_loss, record.eval_loss, record.wall_time_s, record.facts
+    (128, 3.0, 2.4, 1.23, {})
+    """
+    return replace(
+        RunRecord.from_dict(settings), hf_encoderize_version=version, command=command,
+        from_checkpoint=from_checkpoint, saved_dtype=saved_dtype, encoderize=encoderize, data_position=data_position,
+        loss_implementation=loss_implementation, num_processes=num_processes, hardware=hardware,
+        started_at=started_at, finished_at=finished_at, wall_time_s=round(wall_time_s, 2),
+        eval_loss=final_eval.get("eval_loss"), eval_masked_accuracy=final_eval.get("eval_masked_accuracy"),
+        initial_eval_loss=initial_eval_loss, tokens_seen=sum(line["tokens"] for line in train_metrics),
+        skipped_nonfinite_steps=sum(1 for line in train_metrics if line.get("skipped_nonfinite")),
+        final_train_loss=train_metrics[-1]["loss"] if train_metrics else None,
+    )
