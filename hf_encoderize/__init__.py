@@ -24,7 +24,7 @@ tree):
   `export`, `export_guard`, `export_reference`, `export_record`, `onnx_embedding`, `onnx_check`, `gguf_export`,
   `gguf_convert`, `gguf_check`, `shipped` (where the top-level `space/` and `model_cards/` folders are, in a checkout
   or a wheel);
-- `pipeline/`: several stages in one command: `commands`, `run`, `quickstart`;
+- `pipeline/`: several stages in one command: `commands`, `run`, `reuse` (is a stage already done?), `quickstart`;
 - `cli`: the thin command-line map onto those functions.
 
 Heavy imports (torch, transformers) happen inside the functions, so `import hf_encoderize` stays cheap.

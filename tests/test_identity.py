@@ -15,7 +15,7 @@ from hf_encoderize.common.identity import HARMLESS, LENGTH, RESUME, identity_of,
 from hf_encoderize.data.sources import DataConfig
 from hf_encoderize.model.loading import LoadConfig
 from hf_encoderize.objectives.masking import MaskingConfig
-from hf_encoderize.pipeline.run import cpt_done
+from hf_encoderize.pipeline.reuse import cpt_done
 from hf_encoderize.recipes.contrastive import ContrastiveConfig
 from hf_encoderize.recipes.cpt import cpt
 from hf_encoderize.training.checkpoints import HARMLESS_CHANGES, IDENTITY, SETTINGS_FILE
@@ -175,7 +175,7 @@ def test_run_never_reuses_a_finished_cpt_made_with_other_data_or_settings(decode
 def test_run_redoes_an_evaluation_of_another_attention_mode(tmp_path):
     from hf_encoderize.evaluation import EvalConfig
     from hf_encoderize.evaluation.grid import fingerprint
-    from hf_encoderize.pipeline.run import eval_done
+    from hf_encoderize.pipeline.reuse import eval_done
 
     results, load = tmp_path / "eval" / "base", LoadConfig("some/model")
     bidirectional = EvalConfig(profile="smoke", output_dir=str(tmp_path / "eval"), name="base")
