@@ -6,7 +6,7 @@ tree):
 - `common/`: rules every stage shares: `errors`, `files`, `identity`, `launch`, `log`, `options`, `outputs`,
   `precision`, `run_folder`, `validation`, `version`;
 - `records/`: the typed files the stages hand each other, one writer each: `fields`, `run_record`, `eval_summary`,
-  `contrastive_record`, `encoder_facts`;
+  `contrastive_record`, `encoder_facts`, `push_record`;
 - `model/`: load, encoderize (patch and probe), save: `loading`, `load_errors`, `tiny`, `plain_attention`,
   `bidirectional`, `tokens`, `isolation`, `where_it_trains`, `saving`, `head_file`, `positions`, plus the
   `remote_code/` shipped in every encoder;

@@ -116,10 +116,10 @@ def test_card_space_and_push_resolve_the_same_encoder(tmp_path):
 
 def test_base_comes_from_run_record_then_config(tiny_run, decoder_dir):
     encoder = tiny_run / "encoder"
-    assert recorded_base(tiny_run, encoder)["base_model"] == str(decoder_dir)
-    assert recorded_base(tiny_run / "encoder", encoder)["base_model"] == str(decoder_dir)  # OUT/encoder given
+    assert recorded_base(tiny_run, encoder).base_model == str(decoder_dir)
+    assert recorded_base(tiny_run / "encoder", encoder).base_model == str(decoder_dir)  # OUT/encoder given
     lone = shutil.copytree(encoder, tiny_run.parent / "lone-encoder")
-    assert recorded_base(lone, lone)["base_model"] == "gone/elsewhere"  # no run record: config.json metadata
+    assert recorded_base(lone, lone).base_model == "gone/elsewhere"  # no run record: config.json metadata
 
 
 def test_bad_port_and_missing_folder_are_one_line_cli_errors(tmp_path, capsys):

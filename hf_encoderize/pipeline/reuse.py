@@ -6,7 +6,7 @@ Design choices:
   `identity`, or the key subset a pre-0.2 record holds; contrastive: the stage's recorded config; eval: the summary's
   protocol and grid; push: a fingerprint of the pushed files). A finished stage made otherwise is a one-line error
   rather than two runs mixed in one folder; eval instead re-runs and reuses only its matching fine-tuning runs.
-- Records are read through their types (`RunRecord`, `ContrastiveRecord`, `EvalSummary`), by attribute.
+- Records are read through their types (`RunRecord`, `ContrastiveRecord`, `EvalSummary`, `PushRecord`), by attribute.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import hashlib
 from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
-from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD, RunFolder, read_json
+from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD, RunFolder
 from hf_encoderize.records.contrastive_record import ContrastiveRecord
 from hf_encoderize.records.eval_summary import EvalSummary
+from hf_encoderize.records.push_record import PushRecord
 from hf_encoderize.records.run_record import RunRecord
 
 # What a finished cpt recorded before 0.2 (no `identity` in its run record) must share with this invocation.
@@ -131,9 +132,9 @@ def pushed_files(out: Path) -> list[Path]:
 
 def push_done(out: Path, hub) -> str | None:
     """Why the push can be skipped: the same files already went to the same repo and revision."""
-    record = read_json(RunFolder(out).push_record)
+    record = PushRecord.from_json(RunFolder(out).push_record)
     if record is None:
         return None
-    same_target = (record.get("repo_id"), record.get("revision")) == (hub.push_to_hub, hub.hub_revision or "main")
-    unchanged = record.get("fingerprint") == files_fingerprint(pushed_files(out))
+    same_target = (record.repo_id, record.revision) == (hub.push_to_hub, hub.hub_revision or "main")
+    unchanged = record.fingerprint == files_fingerprint(pushed_files(out))
     return f"{hub.push_to_hub} already has these files" if same_target and unchanged else None

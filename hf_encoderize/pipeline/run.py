@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import json
 import os
 import sys
 import time
@@ -45,6 +44,7 @@ from hf_encoderize.pipeline.reuse import (
     pushed_files,
 )
 from hf_encoderize.records.eval_summary import EvalSummary
+from hf_encoderize.records.push_record import PushRecord
 from hf_encoderize.records.run_record import RunRecord
 
 log = get_logger(__name__)
@@ -203,10 +203,9 @@ def stage_push(out: Path, hub) -> str:
     from hf_encoderize.publish.hub import push_after
 
     files = push_after(out, hub)
-    record = {"repo_id": hub.push_to_hub, "revision": hub.hub_revision or "main", "create_pr": hub.hub_create_pr,
-              "files": files, "fingerprint": files_fingerprint(pushed_files(out)),  # after the card was rewritten
-              "pushed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    RunFolder(out).push_record.write_text(json.dumps(record, indent=2) + "\n")
+    PushRecord(repo_id=hub.push_to_hub, revision=hub.hub_revision or "main", create_pr=hub.hub_create_pr,
+               files=files, fingerprint=files_fingerprint(pushed_files(out)),  # after the card was rewritten
+               pushed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())).to_json(RunFolder(out).push_record)
     return f"pushed {len(files)} files to {hub.push_to_hub}"
 
 

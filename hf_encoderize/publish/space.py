@@ -114,14 +114,14 @@ def embedding_dir(output_dir: str | os.PathLike, choice: str = "auto") -> Path |
     return run_model if given != Path(output_dir) and (run_model / "config.json").is_file() else None
 
 
-def recorded_base(output_dir: str | os.PathLike, encoder: Path) -> dict:
-    """The base decoder the encoder came from: run_record.json of a `cpt` run, else config.json's metadata."""
+def recorded_base(output_dir: str | os.PathLike, encoder: Path) -> EncoderFacts:
+    """The base decoder the encoder came from (`base_model`, `gguf_file`, `revision`): run_record.json of a `cpt`
+    run, else config.json's metadata."""
     for folder in (RunFolder(output_dir), RunFolder(encoder.parent)):
         record = RunRecord.from_json(folder.run_record)
         if record is not None and record.base_model:
-            return {"base_model": record.base_model, "gguf_file": record.gguf_file, "revision": record.revision}
-    facts = EncoderFacts.of(encoder)
-    return {"base_model": facts.base_model, "gguf_file": facts.gguf_file, "revision": facts.revision}
+            return EncoderFacts(base_model=record.base_model, gguf_file=record.gguf_file, revision=record.revision)
+    return EncoderFacts.of(encoder)
 
 
 def app_settings(cfg: SpaceConfig):
@@ -130,15 +130,15 @@ def app_settings(cfg: SpaceConfig):
     app = load_app()
     encoder = mlm_encoder(cfg.output_dir)
     embedding = embedding_dir(cfg.output_dir, cfg.embedding_model)
-    base = {"base_model": cfg.base_model, "gguf_file": None, "revision": None}
+    base = EncoderFacts(base_model=cfg.base_model)
     if cfg.base_model and cfg.base_model.endswith(".gguf") and Path(cfg.base_model).is_file():
         path = Path(cfg.base_model).resolve()  # transformers wants the folder plus the file name
-        base = {"base_model": str(path.parent), "gguf_file": path.name, "revision": None}
+        base = EncoderFacts(base_model=str(path.parent), gguf_file=path.name)
     elif not cfg.base_model:
         base = recorded_base(cfg.output_dir, encoder)
     return app.Settings(encoder=str(encoder), embedding_model=str(embedding) if embedding else None,
-                        base_model=base["base_model"], base_gguf_file=base["gguf_file"],
-                        base_revision=base["revision"], trust_remote_code=cfg.trust_remote_code)
+                        base_model=base.base_model, base_gguf_file=base.gguf_file,
+                        base_revision=base.revision, trust_remote_code=cfg.trust_remote_code)
 
 
 def load_app():
@@ -230,7 +230,8 @@ def push_space(cfg: PushSpaceConfig) -> list[str]:
     space_config.json names the encoder (`--model-id`, else the folder bundled as encoder/) and, when the run has an
     embedding model, that too (`--embedding-model-id`, else the folder bundled as contrastive/): both in one commit.
     """
-    from hf_encoderize.publish.hub import push_folder, upload_set
+    from hf_encoderize.publish.hub import push_folder
+    from hf_encoderize.publish.upload_set import upload_set
 
     encoder = mlm_encoder(cfg.output_dir)
     embedding = None if cfg.embedding_model_id else embedding_dir(cfg.output_dir, cfg.embedding_model)
@@ -259,10 +260,10 @@ def _space_base(cfg: PushSpaceConfig, encoder: Path) -> dict:
         check_repo_id(cfg.base_model)
         return {"base_model": cfg.base_model}
     recorded = recorded_base(cfg.output_dir, encoder)
-    name = recorded.get("base_model")
+    name = recorded.base_model
     if not name or Path(name).exists() or name.count("/") != 1:
         return {}  # a local path (or nothing): the Space's Compare tab says no base is available
-    return {"base_model": name, "base_gguf_file": recorded.get("gguf_file"), "base_revision": recorded.get("revision")}
+    return {"base_model": name, "base_gguf_file": recorded.gguf_file, "base_revision": recorded.revision}
 
 
 def pinned_requirements(*, gguf: bool = False) -> str:

@@ -6,7 +6,8 @@ read by attribute only.
 - `run_record`: `run_record.json` (what a `cpt` or `pretrain` run was and did; the model card's main source);
 - `eval_summary`: `eval/<name>/summary.json` (one model's scores under the paper's protocol);
 - `contrastive_record`: `contrastive_run.json` (the contrastive stage of an embedding model);
-- `encoder_facts`: the `hf_encoderize` block of a saved encoder's config.json.
+- `encoder_facts`: the `hf_encoderize` block of a saved encoder's config.json;
+- `push_record`: `push_record.json` (what `run` pushed, so an unchanged folder is not pushed twice).
 
 The paths of these files are `common.run_folder`'s; this package sits just above `common` so every stage that writes
 or reads a record can import it.
