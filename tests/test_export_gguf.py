@@ -149,3 +149,18 @@ def test_no_converter_offline_is_one_line_naming_the_command(smol_encoder, tmp_p
     assert "llama.cpp's converter for llama-cpp-python" in err and "is not cached in" in err
     assert "pip download --no-deps --no-binary :all: llama-cpp-python==" in err and "--llama-cpp" in err
     assert sorted(p.name for p in (smol_encoder / "encoder").iterdir()) == before
+
+
+@pytest.mark.slow  # ~20 s: a conversion and a llama.cpp check
+def test_a_relative_dir_exports_from_the_parent_folder(smol_encoder, tmp_path, monkeypatch, capsys):
+    """`export enc --format gguf` run from enc's parent (issue 41): the converter and the check ran in other folders
+    with the relative path, so the export blamed the user ("enc is not a directory") or recorded the file unverified."""
+    shutil.copytree(smol_encoder / "encoder", tmp_path / "enc", ignore=shutil.ignore_patterns("*.gguf", "export_*"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(gguf_export, "VARIANTS", {FILES[0]: ("f32", 0.999)})  # one conversion and check suffice
+    code = main(["export", "enc", "--format", "gguf"])
+    captured = capsys.readouterr()
+    assert code == 0 and "error:" not in captured.err, captured.err[-2000:]
+    record = json.loads((tmp_path / "enc" / "export_record.json").read_text())["gguf"]["variants"][FILES[0]]
+    assert record["verdict"] == "verified" and record["min_cosine"] >= 0.999, record
+    assert (tmp_path / "enc" / FILES[0]).is_file() and not list(tmp_path.glob("enc/.gguf-export-*"))

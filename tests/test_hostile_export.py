@@ -180,3 +180,28 @@ def test_a_cut_sdist_is_one_line(tmp_path, capsys):
     with pytest.raises(gguf_export.EncoderizeError, match="cannot be unpacked"):
         gguf_export.unpack_converter(sdist, cache)
     assert not cache.exists() and [p.name for p in cache.parent.iterdir()] == []
+
+
+def _foreign_copy_of_our_code(enc: Path) -> None:
+    """auto_map names a module of the folder's own (a working copy of ours under another name)."""
+    (enc / "mine.py").write_text((enc / "modeling_encoderize.py").read_text())
+    config = json.loads((enc / "config.json").read_text())
+    config["auto_map"] = {"AutoModel": "mine.EncoderModel"}
+    (enc / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("foreign", [_edited_code, _foreign_copy_of_our_code], ids=["edited", "auto_map"])
+def test_trust_remote_code_lets_a_foreign_folder_through(foreign, saved, tmp_path, monkeypatch, capsys):
+    """Without the flag the folder is refused and its code never runs; with it, export loads it and exports."""
+    enc = _copy(saved, tmp_path)
+    foreign(enc)
+    ran = Path("/tmp/pwned-by-export")
+    ran.unlink(missing_ok=True)
+    monkeypatch.setattr(export_module, "THRESHOLDS", {"model.onnx": 0.999})
+    assert main(["export", str(enc)]) == 2 and not ran.exists()
+    assert "--trust-remote-code" in capsys.readouterr().err
+    assert main(["export", str(enc), "--trust-remote-code"]) == 0, capsys.readouterr().err[-2000:]
+    assert (foreign is not _edited_code) or ran.read_text() == "ran"  # the folder's code ran: the flag let it through
+    ran.unlink(missing_ok=True)
+    record = json.loads((enc / "export_record.json").read_text())["onnx"]["variants"]["model.onnx"]
+    assert record["verdict"] == "verified" and (enc / "onnx" / "model.onnx").is_file(), record

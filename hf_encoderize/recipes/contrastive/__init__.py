@@ -33,9 +33,9 @@ The package, one job per module: `config` (ContrastiveConfig and its checks), `r
 from hf_encoderize.recipes.contrastive.config import BUILDERS, LOSSES, OBJECTIVES, POOLINGS, ContrastiveConfig
 from hf_encoderize.recipes.contrastive.losses import RELATIVE_MARGIN, mine_negatives
 from hf_encoderize.recipes.contrastive.model import build_model, check_peft_integration
-from hf_encoderize.recipes.contrastive.resume import work_dir
+from hf_encoderize.recipes.contrastive.resume import recorded_settings, work_dir
 from hf_encoderize.recipes.contrastive.rows import load_rows
 from hf_encoderize.recipes.contrastive.train import contrastive
 
 __all__ = ["BUILDERS", "LOSSES", "OBJECTIVES", "POOLINGS", "RELATIVE_MARGIN", "ContrastiveConfig", "build_model",
-           "check_peft_integration", "contrastive", "load_rows", "mine_negatives", "work_dir"]
+           "check_peft_integration", "contrastive", "load_rows", "mine_negatives", "recorded_settings", "work_dir"]

@@ -130,6 +130,14 @@ class ContrastiveConfig:
         check_number("--warmup-ratio", self.warmup_ratio, minimum=0, below=1)
         check_extras(self)  # --hard-negatives, --matryoshka-dims (a size above the width: once the model loads)
 
+    def identity_value(self, name: str):
+        """The value a setting runs with, for "same run?" (`common.identity`): `data_files` by content (size and a
+        hash of each file's head, as cpt's resume counts it), not by the path text: an edit in place is other data,
+        `./pairs.jsonl` for `pairs.jsonl` the same."""
+        from hf_encoderize.data.sources import content_identity
+
+        return content_identity(self.data_files) if name == "data_files" else getattr(self, name)
+
 def check_extras(config) -> None:
     """`--hard-negatives` needs (anchor, positive) pairs and no negative column of the user's; the dims must parse."""
     parse_dims(config.matryoshka_dims)

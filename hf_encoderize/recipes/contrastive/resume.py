@@ -45,6 +45,16 @@ def settings_of(config, adapter) -> dict:
     return identity_of(config, adapter, prefixed=False)
 
 
+def recorded_settings(settings: dict, stage: dict | None = None) -> dict:
+    """A recorded `settings_of` (settings.json) or a finished stage's config (its record's `config`, with the
+    `data_identity` its `stage` holds since 0.2) in today's terms: `data_files` by content. A record from before
+    holds the path text: the files as they are now stand for it (such a record cannot tell an edit in place)."""
+    from hf_encoderize.data.sources import content_identity
+
+    recorded = (stage or {}).get("data_identity", settings.get("data_files"))
+    return {**settings, "data_files": content_identity(recorded) if isinstance(recorded, str) else recorded} \
+        if "data_files" in settings else settings
+
 def check_resume(config, adapter, work: Path) -> list[Path]:
     """Refuse --resume without a whole checkpoint or with other settings; refuse a fresh start over an interrupted
     run. Returns the broken checkpoints above the newest whole one (`set_aside` moves them before training)."""
@@ -66,7 +76,7 @@ def check_resume(config, adapter, work: Path) -> list[Path]:
         before = json.loads(recorded.read_text())
     except (OSError, ValueError):
         raise EncoderizeError(f"--resume: {str(recorded)!r} cannot be read; start over with --overwrite") from None
-    changed = settings_diff(before, settings_of(config, adapter))
+    changed = settings_diff(recorded_settings(before), settings_of(config, adapter))
     if changed:
         raise EncoderizeError(f"--resume with other settings than the run's ({'; '.join(changed)}); resume with the "
                               "same ones")

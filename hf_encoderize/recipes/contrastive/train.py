@@ -82,6 +82,7 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
         set_aside(broken, work)
     state.wait_for_everyone()
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=rows, loss=loss)
+    _first_step_trains(trainer)
     if not config.progress:  # no progress bar and no printed log dicts either (the log is in contrastive_run.json)
         from transformers.trainer_callback import PrinterCallback
 
@@ -118,6 +119,33 @@ def _training_args(config: ContrastiveConfig, work: Path, rows: int, prompts: di
         bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),  # autocast over the fp32 master weights
     )
 
+def warmup_decay_factor(step: int, total_steps: int, warmup_steps: int) -> float:
+    """Multiplier of the peak LR at optimizer step `step` (0-based), as cpt's schedule counts: linear warmup whose
+    first step already trains, then linear decay to zero at `total_steps`, the step after the last one.
+    transformers' "linear" starts at 0, so step 1 of a SimCSE run changed nothing and logged learning_rate 0.0.
+
+    >>> [round(warmup_decay_factor(s, 6, 2), 2) for s in range(6)]
+    [0.5, 1.0, 1.0, 0.75, 0.5, 0.25]
+    """
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+def _first_step_trains(trainer) -> None:
+    """Give `trainer` the warmup_decay_factor schedule (same warmup count as transformers' ratio gives). The
+    Trainer logs the LR each step applied, so the run record's learning_rate is what the step trained with."""
+    from functools import partial
+
+    def create_scheduler(num_training_steps: int, optimizer=None):
+        if trainer.lr_scheduler is None:
+            factor = partial(warmup_decay_factor, total_steps=num_training_steps,
+                             warmup_steps=trainer.args.get_warmup_steps(num_training_steps))
+            trainer.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or trainer.optimizer, factor)
+            trainer._created_lr_scheduler = True
+        return trainer.lr_scheduler
+
+    trainer.create_scheduler = create_scheduler
+
 def _write_output(trainer, model, source: Path, config: ContrastiveConfig, adapter: AdapterConfig, dropout: dict,
                   rows: int, out: Path, work: Path) -> dict:
     """Merge adapters, save under `work/final`, finish the folder, then move it into place (main process)."""
@@ -134,6 +162,7 @@ def _write_output(trainer, model, source: Path, config: ContrastiveConfig, adapt
     log = trainer.state.log_history
     summary = _finish_folder(final, source, config, dropout, [e["loss"] for e in log if "loss" in e], rows,
                              adapter, log)
+    outputs.match_umask(final)  # safetensors wrote model.safetensors 0600 beside 0644 files
     if out.is_symlink() or out.exists():  # allowed at the start; checked again now that it goes
         if out.is_dir() and not out.is_symlink() and any(out.iterdir()):
             outputs.check_deletable(out)
@@ -141,6 +170,7 @@ def _write_output(trainer, model, source: Path, config: ContrastiveConfig, adapt
     final.rename(out)
     if adapter.lora_r and adapter.save_adapter:  # the unmerged adapter, next to the merged model
         shutil.move(str(work / "adapter"), str(out / "adapter"))
+        outputs.match_umask(out / "adapter")
     outputs.write_marker(out, "contrastive")  # what a later --overwrite may replace
     shutil.rmtree(work, ignore_errors=True)
     return {**summary, "steps": trainer.state.global_step}  # the steps trained, not the ones asked for
@@ -164,6 +194,7 @@ def _finish_folder(folder: Path, source: Path, config: ContrastiveConfig, dropou
              "lora": {"r": adapter.lora_r, "alpha": adapter.lora_alpha, "targets": adapter.lora_targets,
                       "merged": True} if adapter.lora_r else None,
              "processes": world_size(),
+             "data_identity": config.identity_value("data_files"),  # what `run` compares before reusing the stage
              "lead": json.loads((folder / "config_sentence_transformers.json").read_text()).get("prompts", {}).get(
                  "text", "")}
     previous = EncoderFacts.from_dict(saved.get("hf_encoderize")).to_dict()  # the MLM encoder's facts, kept
