@@ -1,0 +1,100 @@
+"""The held-out topical-paraphrase set stays out of training, and the quickstart's docstring pairs are what the
+embedding model's new training data claims to be (issue 42, point 5)."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from topical_paraphrases import SET, held_out, score  # noqa: E402
+
+
+def _norm(text: str) -> str:
+    return " ".join(re.sub(r"[^a-z0-9 ]", " ", text.lower()).split())
+
+
+def _held_out_sentences() -> list[str]:
+    return [s for row in held_out() for s in (row["query"], row["paraphrase"], *row["distractors"])]
+
+
+def test_the_set_has_one_paraphrase_and_three_topical_distractors_per_query():
+    rows = held_out()
+    assert len(rows) == 64
+    assert all(len(row["distractors"]) == 3 for row in rows)
+    sentences = _held_out_sentences()
+    assert len(set(map(_norm, sentences))) == len(sentences)  # no sentence twice: the ranks are well defined
+
+
+@pytest.fixture(scope="module")
+def training_texts(tmp_path_factory):
+    """Every text the quickstart's contrastive stage can read: the SimCSE sentences and the docstring pairs."""
+    from docstring_pairs import write_pairs
+
+    from hf_encoderize.pipeline.quickstart import write_corpus, write_sentences
+
+    folder = tmp_path_factory.mktemp("quickstart-data")
+    texts = [json.loads(line)["text"] for line in write_sentences(write_corpus(folder)).read_text().splitlines()]
+    for line in write_pairs(folder).read_text().splitlines():
+        texts += json.loads(line).values()
+    return [_norm(text) for text in texts]
+
+
+def test_no_held_out_sentence_is_in_the_training_texts(training_texts):
+    joined = "\n".join(training_texts)
+    inside = [s for s in map(_norm, _held_out_sentences()) if s in joined]
+    assert not inside, inside[:3]
+
+
+def test_nothing_in_the_package_reads_the_set():
+    found = subprocess.run(["grep", "-rlE", f"{SET.name}|benchmarks/data", str(ROOT / "hf_encoderize")],
+                           capture_output=True, text=True)
+    assert found.stdout == "", found.stdout
+
+
+def test_pairs_have_a_hard_negative_on_the_anchors_topic(tmp_path):
+    from docstring_pairs import write_pairs
+
+    rows = [json.loads(line) for line in write_pairs(tmp_path).read_text().splitlines()]
+    assert len(rows) >= 320  # 40 steps of 16 rows see no row twice
+    assert all(row["anchor"] != row["positive"] != row["negative"] != row["anchor"] for row in rows)
+    assert write_pairs(tmp_path / "again").read_text() == write_pairs(tmp_path).read_text()  # deterministic
+    # "get signal" -> "Return the current action for the given signal", negative "Set the action for the given signal"
+    signal = next(row for row in rows if row["anchor"] == "get signal")
+    assert "signal" in signal["negative"] and signal["negative"] != signal["positive"]
+
+
+class _Lookup:
+    """A stand-in model: fixed vectors per text, so the ranking metrics can be checked by hand."""
+
+    def __init__(self, vectors):
+        self.vectors = vectors
+
+    def encode(self, texts, **_):
+        return torch.nn.functional.normalize(torch.stack([self.vectors(t) for t in texts]), dim=-1)
+
+
+def test_score_counts_a_topical_distractor_above_the_paraphrase():
+    rows = held_out()
+    index = {row["query"]: i for i, row in enumerate(rows)} | {row["paraphrase"]: i for i, row in enumerate(rows)}
+    topic = {d: i for i, row in enumerate(rows) for d in row["distractors"]}
+
+    def meaning(text):  # the paraphrase shares the query's direction exactly, a distractor has its own
+        slot = index[text] if text in index else len(rows) + topic[text]
+        return torch.nn.functional.one_hot(torch.tensor(slot), 2 * len(rows)).float()
+
+    assert score(_Lookup(meaning)) == {"recall@1": 1.0, "mrr": 1.0, "topic_beats_paraphrase": 0.0,
+                                       "recall@1_without_distractors": 1.0}
+
+    def by_topic(text):  # a distractor is the query itself, its paraphrase a little off
+        vector = torch.nn.functional.one_hot(torch.tensor(index.get(text, topic.get(text))), len(rows)).float()
+        return vector + (0.5 if text in index and text not in {r["query"] for r in rows} else 0.0)
+
+    result = score(_Lookup(by_topic))
+    assert result["topic_beats_paraphrase"] == 1.0 and result["recall@1"] == 0.0
