@@ -40,6 +40,7 @@ from pathlib import Path
 
 from hf_encoderize.evaluation.compare import metric_label, protocol_of
 from hf_encoderize.evaluation.stats import ASSUMPTIONS, sd_from_ci95, welch_verdict
+from hf_encoderize.records.eval_summary import EvalSummary
 
 VERDICTS = ("above", "below", "equivalent", "inconclusive", "not testable", "not comparable", "missing")
 MARGIN = 1.0  # score points; see the module docstring
@@ -131,19 +132,19 @@ def read_summary(path: Path) -> dict:
     """{"profile", "protocol", "scores": our dataset -> {"mean", "ci95", "n_seeds", "comparable"}} from one
     summary.json; `comparable` is False for an IR score with graded gains (the paper's are binary)."""
     try:
-        summary = json.loads(path.read_text())
+        summary = EvalSummary.from_dict(json.loads(path.read_text()))
         scores = {
             r["dataset"]: {"mean": r["test_mean"], "ci95": r.get("test_ci95"), "n_seeds": r.get("n_seeds"),
                            "comparable": "graded" not in metric_label(r)}
-            for r in summary["results"]
+            for r in summary.results
         }
         protocol = protocol_of(summary)
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise CheckError(
             f"cannot read {path} ({type(error).__name__}: {error}); re-run "
             "examples/paper/evaluate_and_plot.py to rewrite it"
         ) from None
-    return {"profile": summary.get("profile"), "protocol": protocol, "scores": scores}
+    return {"profile": summary.profile, "protocol": protocol, "scores": scores}
 
 
 def verdict(paper: dict, ours: dict, margin: float = MARGIN) -> str:

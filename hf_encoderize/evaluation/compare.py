@@ -28,6 +28,7 @@ from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.evaluation import bootstrap
 from hf_encoderize.evaluation.loaders import TASKS
 from hf_encoderize.evaluation.stats import sd_from_ci95, welch_verdict  # noqa: F401  (the paper check imports them)
+from hf_encoderize.records.eval_summary import EvalSummary
 
 PROTOCOLS = {"frozen probe": "frozen probe (only the task head trains, on the model's frozen hidden states)",
              "fine-tuned": "fine-tuned (the whole model trains with its task head, the paper's protocol, section 2)"}
@@ -54,7 +55,7 @@ def _check_results(path: Path, summary: dict) -> None:
                                   "re-run `eval` on that folder to rewrite summary.json")
 
 
-def read_summary(folder: str | Path) -> dict:
+def read_summary(folder: str | Path) -> EvalSummary:
     """The summary.json in `folder` (a results folder written by `eval`), or a one-line error."""
     path = Path(folder)
     path = path if path.name == "summary.json" else path / "summary.json"
@@ -67,12 +68,12 @@ def read_summary(folder: str | Path) -> dict:
     if not isinstance(summary, dict) or "results" not in summary or "model_name" not in summary:
         raise EncoderizeError(f"{path} is not an eval summary (no results/model_name); pass eval results folders")
     _check_results(path, summary)
-    return summary
+    return EvalSummary.from_dict(summary)
 
 
-def protocol_of(summary: dict) -> str:
+def protocol_of(summary: EvalSummary) -> str:
     """"frozen probe" or "fine-tuned": what trained when this summary's scores were made."""
-    protocol = summary.get("protocol")
+    protocol = summary.protocol
     return "frozen probe" if isinstance(protocol, dict) and protocol.get("frozen") else "fine-tuned"
 
 
@@ -85,7 +86,7 @@ def metric_label(row: dict) -> str:
     return f"{row['metric']} ({'graded' if graded else 'binary'} gains)"
 
 
-def check_protocols(summaries: list[dict], mixed: bool) -> None:
+def check_protocols(summaries: list[EvalSummary], mixed: bool) -> None:
     """Refuse a frozen probe beside a fine-tuned model, or one dataset scored with binary and graded NDCG, unless
     `mixed`: the two are different measurements, and a bold cell between them would mean nothing."""
     if mixed:
@@ -95,19 +96,19 @@ def check_protocols(summaries: list[dict], mixed: bool) -> None:
         raise EncoderizeError("these summaries mix frozen-probe and fine-tuned evaluations (the summaries' "
                               "protocol.frozen), which measure different things; compare like with like, or pass "
                               "--mixed to put them side by side with each column labelled and nothing bold across")
-    for dataset in sorted({r["dataset"] for s in summaries for r in s["results"] if r["task"] == "ir"}):
-        labels = {metric_label(r) for s in summaries for r in s["results"] if r["dataset"] == dataset}
+    for dataset in sorted({r["dataset"] for s in summaries for r in s.results if r["task"] == "ir"}):
+        labels = {metric_label(r) for s in summaries for r in s.results if r["dataset"] == dataset}
         if len(labels) > 1:
             raise EncoderizeError(f"{dataset} is scored with binary NDCG@10 in one summary and graded in another "
                                   "(eval --ndcg-gains); re-evaluate with the same gains, or pass --mixed to list them "
                                   "as separate rows")
 
 
-def _labels(summaries: list[dict]) -> list[str]:
+def _labels(summaries: list[EvalSummary]) -> list[str]:
     """Column names: model names, made unique with their mode or position when two coincide, and with their protocol
     when the table mixes protocols."""
-    labels = [s["model_name"] for s in summaries]
-    labels = [label if labels.count(label) == 1 else f"{label} ({s['mode']}, #{k + 1})"
+    labels = [s.model_name for s in summaries]
+    labels = [label if labels.count(label) == 1 else f"{label} ({s.mode}, #{k + 1})"
               for k, (label, s) in enumerate(zip(labels, summaries, strict=True))]
     if len({protocol_of(s) for s in summaries}) > 1:
         labels = [f"{label} [{protocol_of(s)}]" for label, s in zip(labels, summaries, strict=True)]
@@ -139,7 +140,7 @@ def _as_cell(value) -> Cell | None:
     return value if value is None or isinstance(value, Cell) else Cell(*value)  # (mean, ci95, n_seeds) tuples too
 
 
-def caption(summaries: list[dict], labels: list[str]) -> str:
+def caption(summaries: list[EvalSummary], labels: list[str]) -> str:
     """What the table holds: its protocol (or each column's), what a cell is, what bold means, what no test covers."""
     protocols = [protocol_of(s) for s in summaries]
     if len(set(protocols)) == 1:
@@ -155,11 +156,11 @@ def caption(summaries: list[dict], labels: list[str]) -> str:
             "is outside both tests: each column is one pretrained model.")
 
 
-def comparison_table(summaries: list[dict], labels: list[str], folders: list[str] | None = None) -> str:
+def comparison_table(summaries: list[EvalSummary], labels: list[str], folders: list[str] | None = None) -> str:
     """The caption, a blank line, then the Markdown table."""
     rows = []  # (task, dataset, metric label) in task order
     for summary in summaries:
-        for r in summary["results"]:
+        for r in summary.results:
             if (r["task"], r["dataset"], metric_label(r)) not in rows:
                 rows.append((r["task"], r["dataset"], metric_label(r)))
     rows.sort(key=lambda row: TASKS.index(row[0]))
@@ -168,7 +169,7 @@ def comparison_table(summaries: list[dict], labels: list[str], folders: list[str
     for task, dataset, metric in rows:
         cells = []
         for summary, folder in zip(summaries, folders, strict=True):
-            found = next((r for r in summary["results"] if r["dataset"] == dataset and metric_label(r) == metric),
+            found = next((r for r in summary.results if r["dataset"] == dataset and metric_label(r) == metric),
                          None)
             cells.append(Cell(found["test_mean"], found["test_ci95"], found.get("n_seeds") or 1,
                               found.get("test_bootstrap"), protocol_of(summary), folder, found) if found else None)
@@ -179,7 +180,7 @@ def comparison_table(summaries: list[dict], labels: list[str], folders: list[str
             lines.append(f"| {task} | {dataset}, zero-shot (untrained map) | {metric} | " + " | ".join(_cells(zero))
                          + " |")
     for task in TASKS:
-        means = [Cell(s["family_means"][task], None, 1) if task in s.get("family_means", {}) else None
+        means = [Cell(s.family_means[task], None, 1) if task in (s.family_means or {}) else None
                  for s in summaries]
         if any(means):
             lines.append(f"| {task} | **family mean** | | " + " | ".join(_cells(means)) + " |")
@@ -241,7 +242,7 @@ def compare(folders: list[str], output_dir: str = "comparison", *, mixed: bool =
     out.mkdir(parents=True, exist_ok=True)
     header = f"# Comparison\n\n{len(summaries)} eval summaries side by side.\n\n"
     (out / "comparison.md").write_text(header + table)
-    plot_scores(dict(zip(labels, summaries, strict=True)), out / "comparison.png")
+    plot_scores(dict(zip(labels, [s.to_dict() for s in summaries], strict=True)), out / "comparison.png")
     return {"table": table, "markdown": str(out / "comparison.md"), "plot": str(out / "comparison.png")}
 
 
