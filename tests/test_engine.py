@@ -207,8 +207,6 @@ def test_training_never_builds_a_tensor_on_the_default_device(corpus, tmp_path, 
     Here the default device is meta while the model trains on the CPU: every device tensor must follow the model or
     the accelerator, every host tensor must name the CPU, and the run must equal the same run without the meta
     default. The prefetch thread keeps the CPU default (the mode is per thread), as host preparation does on a GPU."""
-    import hf_encoderize.recipes.cpt as cpt_module
-
     model_dir = tmp_path / "model"
     make_decoder().save_pretrained(model_dir)
     make_tokenizer().save_pretrained(model_dir)
@@ -226,7 +224,7 @@ def test_training_never_builds_a_tensor_on_the_default_device(corpus, tmp_path, 
     monkeypatch.setattr(where_it_trains, "probe_where_it_trains", on_meta_default(probe))
     import hf_encoderize.training.runner as runner
 
-    monkeypatch.setattr(cpt_module, "train_until", on_meta_default(cpt_module.train_until))
+    monkeypatch.setattr(runner, "train_phases", on_meta_default(runner.train_phases))
     monkeypatch.setattr(runner, "evaluate_held_out", on_meta_default(runner.evaluate_held_out))
     emulated = run("meta-default")
     assert emulated["losses"] == reference["losses"]

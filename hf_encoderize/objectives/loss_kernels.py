@@ -171,34 +171,28 @@ def choose_loss_implementation(requested: str, device: torch.device, hidden: int
     return chosen, {**report, "chosen": chosen}
 
 
-def choose_loss_kernel(accelerator, objective, masking, data, train) -> dict:
-    """Pick the MLM loss kernel (`--loss-implementation`, see `loss_kernels`) on the shape one micro-batch gives, set
-    it on the prepared objective, and return the report for the run record. The main process's choice is broadcast,
-    so every process runs the same kernel. A head the fused path cannot read (FSDP2 shard, ZeRO-3 partition, a
-    peft-wrapped head) takes the checkpointed fallback whatever is asked, and the report says so. `masking`, `data`,
-    `train`: the run's MaskingConfig, DataConfig and TrainConfig."""
+def choose_loss_kernel(requested: str, head, masked_rows: int, accelerator) -> tuple[Callable | None, dict]:
+    """Pick the MLM loss kernel (`--loss-implementation` `requested`, see `loss_kernels`) for the prepared LM `head`
+    on the shape one micro-batch gives (`masked_rows` labelled positions): returns the kernel (None: ours, the
+    reference) and the report for the run record. The main process's choice is broadcast, so every process runs the
+    same kernel. A head the fused path cannot read (FSDP2 shard, ZeRO-3 partition, a peft-wrapped head) takes the
+    checkpointed fallback whatever is asked, and the report says so."""
     from accelerate.utils import broadcast_object_list
 
-    objective = accelerator.unwrap_model(objective)  # the ObjectiveModel, whatever wraps it
-    head = objective.model.get_output_embeddings()
-    if objective.native_encoder:
-        return {"requested": train.loss_implementation, "chosen": "native MLM head",
-                "why": "a native encoder's MLM head has a transform before its decoder: its whole head runs"}
     if head is None or not fusable_head(head):
-        return {"requested": train.loss_implementation, "chosen": "checkpointed",
-                "why": "the LM head is not a plain Linear here (sharded, partitioned or wrapped)"}
+        return None, {"requested": requested, "chosen": "checkpointed",
+                      "why": "the LM head is not a plain Linear here (sharded, partitioned or wrapped)"}
     dtype = autocast_dtype(accelerator) or head.weight.dtype
-    rows = max(1, round(masking.mask_ratio * train.batch_size * data.seq_len))
-    name, report = choose_loss_implementation(train.loss_implementation, accelerator.device, head.weight.shape[1],
-                                              head.weight.shape[0], rows, dtype, bias=head.bias is not None)
+    name, report = choose_loss_implementation(requested, accelerator.device, head.weight.shape[1],
+                                              head.weight.shape[0], max(1, masked_rows), dtype,
+                                              bias=head.bias is not None)
     if accelerator.num_processes > 1:
         box = [(name, report)]
         broadcast_object_list(box, from_process=0)
         name, report = box[0]
-    objective.loss_kernel = None if name == REFERENCE else loss_function(name)
     if name != REFERENCE and accelerator.is_main_process:
         log.info(f"MLM loss: {name} ({report.get('seconds', {})} s per step on the probe)")
-    return report
+    return (None if name == REFERENCE else loss_function(name)), report
 
 
 def probe_loss_implementations(names: list[str], device: torch.device, hidden: int, vocab: int, rows: int,

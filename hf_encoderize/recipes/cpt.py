@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -22,7 +23,7 @@ from hf_encoderize.common.identity import identity_of
 from hf_encoderize.common.outputs import input_paths, releasing_locks
 from hf_encoderize.common.precision import attention_dtype
 from hf_encoderize.data.sources import DataConfig
-from hf_encoderize.model.bidirectional import PACKED
+from hf_encoderize.model.bidirectional import PACKED, EncoderizeReport
 from hf_encoderize.model.loading import LoadConfig
 from hf_encoderize.model.positions import check_positions, position_limit
 from hf_encoderize.model.where_it_trains import (
@@ -31,6 +32,7 @@ from hf_encoderize.model.where_it_trains import (
     packing_after_probe,
 )
 from hf_encoderize.objectives.masking import MaskingConfig
+from hf_encoderize.objectives.phases import Phase
 from hf_encoderize.records.encoder_facts import EncoderFacts
 from hf_encoderize.training.checkpoints import (
     IDENTITY,
@@ -38,7 +40,6 @@ from hf_encoderize.training.checkpoints import (
 )
 from hf_encoderize.training.engine.accelerator import resolve_grad_accum
 from hf_encoderize.training.engine.finish import training_facts
-from hf_encoderize.training.engine.loop import train_until
 from hf_encoderize.training.lora import (
     AdapterConfig,
     apply_lora,
@@ -49,7 +50,8 @@ from hf_encoderize.training.lora import (
     merged_model,
     quantization_config,
 )
-from hf_encoderize.training.runner import Built, Recipe, run_recipe
+from hf_encoderize.training.recipe import Built, FinalModel, Trained
+from hf_encoderize.training.runner import run_recipe
 from hf_encoderize.training.train_config import TrainConfig
 
 
@@ -69,70 +71,99 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
                               "load and refuses to re-quantise them); drop --load-in-4bit (--lora-r alone trains "
                               "LoRA on the de-quantised weights)")
     train = resolve_grad_accum(train, data.seq_len)
-    output_dir = Path(train.output_dir) if train.output_dir else default_output_dir(load)
-    return run_recipe(Recipe(
-        command="cpt", output_dir=output_dir, data=data, masking=masking, train=train, extendable=True,
-        inputs=input_paths(load.input_path, data.data_files, train.from_checkpoint),
-        check_launch=lambda accelerator: check_launch(accelerator, train, adapter, load),
-        build=lambda accelerator: build(accelerator, load, data, masking, train, adapter),
-        check_branch=lambda checkpoint, built: check_branch_settings(checkpoint, built.facts, built.model),
-        train_phases=lambda run, monitor, step: train_until(run, monitor, step, train.steps),
-        save=lambda run, built, weights: final_model(run, built, weights, load, adapter)))
+    return run_recipe(Cpt(load=load, data=data, masking=masking, train=train, adapter=adapter,
+                          output_dir=Path(train.output_dir) if train.output_dir else default_output_dir(load)))
 
 
-def check_launch(accelerator, train: TrainConfig, adapter: AdapterConfig, load: LoadConfig) -> None:
-    """What this launch cannot do, refused before any work (a `--lora-targets` typo too, on the model's skeleton)."""
-    check_launcher(accelerator, adapter)
-    if not load.gguf_file and not load.trust_remote_code:
-        check_targets_before_load(load.source, adapter)
-    if train.exports and adapter.lora_r:
-        raise EncoderizeError("--export-steps saves full encoders; with --lora-r the adapters would need merging at "
-                              "every export: export from a full fine-tune, or drop --export-steps")
+@dataclass(frozen=True, kw_only=True)
+class CptBuilt(Built):
+    """`Built`, with what the final model needs: the patch report and the peft model (None without LoRA)."""
+
+    report: EncoderizeReport
+    peft_model: torch.nn.Module | None
 
 
-def build(accelerator, load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: TrainConfig,
-          adapter: AdapterConfig) -> Built:
-    """Load and encoderize the model where it trains, then make it trainable (gradient checkpointing, LoRA)."""
-    model, tokenizer, report = load_encoderized(load, data, train, adapter, accelerator)
-    check_precision(accelerator, model, train, adapter)
-    data = dataclasses.replace(data, pack=report.packing == PACKED)  # a hybrid whose layers leak: padded rows
-    if train.gradient_checkpointing and not adapter.lora_r:
-        enable_checkpointing(model)
-    peft_model = apply_lora(model, adapter, tokenizer.mask_token_id,
-                            gradient_checkpointing=train.gradient_checkpointing) if adapter.lora_r else None
-    loaded_dtype = model.dtype  # the encoder is saved in it; training may keep fp32 master weights meanwhile
-    metadata = EncoderFacts(command="cpt", base_model=load.source, revision=load.revision, gguf_file=load.gguf_file,
-                            objective=masking.objective, mask_ratio=masking.mask_ratio, packing=report.packing,
-                            model_type=report.model_type)
-    return Built(model, tokenizer, data, cpt_facts(load, data, masking, train, adapter),
-                 export_metadata=lambda at: metadata, export_dtype=loaded_dtype,
-                 extra={"report": report, "peft_model": peft_model})
+@dataclass(frozen=True, kw_only=True)
+class Cpt:
+    """The cpt recipe (`training.recipe.Recipe`): one MLM phase on a model that arrives an encoder."""
 
+    load: LoadConfig
+    data: DataConfig
+    masking: MaskingConfig
+    train: TrainConfig
+    adapter: AdapterConfig
+    output_dir: Path
+    command: str = "cpt"
+    switches_attention: bool = False  # encoderized (and probed) at load
+    scores_starting_model: bool = True  # the base's held-out MLM loss, before the first step
+    extendable: bool = True
+    start_files: dict = field(default_factory=dict)
+    summary_extra: dict = field(default_factory=dict)
+    curve_title: str = "MLM continued pretraining"
 
-def final_model(run, built: Built, weights: dict | None, load: LoadConfig, adapter: AdapterConfig):
-    """The encoder to save (main process): LoRA merged, in the dtype it was loaded in. Returns (model, weights,
-    the record's cpt entries)."""
-    output_dir, loaded_dtype, peft_model = run.output_dir, built.export_dtype, built.extra["peft_model"]
-    final = run.accelerator.unwrap_model(run.model).model
-    if peft_model is not None and adapter.load_in_4bit:
-        # Merging into NF4 weights would re-quantise them and save a 4-bit checkpoint that needs bitsandbytes and
-        # a GPU: reload the base in bf16 on CPU and merge the adapter there, for a plain model.
-        peft_model.save_pretrained(output_dir / "adapter")
-        final, _ = merge_full_precision(output_dir / "adapter", load)
-        if not adapter.save_adapter:
-            shutil.rmtree(output_dir / "adapter")
-    elif peft_model is not None:
-        if adapter.save_adapter:
+    @property
+    def inputs(self) -> list[Path]:
+        return input_paths(self.load.input_path, self.data.data_files, self.train.from_checkpoint)
+
+    @property
+    def phases(self) -> list[Phase]:
+        return [Phase("mlm", 0, self.train.steps)]
+
+    def check_launch(self, accelerator) -> None:
+        """What this launch cannot do, refused before any work (a `--lora-targets` typo too, on the model's
+        skeleton)."""
+        check_launcher(accelerator, self.adapter)
+        if not self.load.gguf_file and not self.load.trust_remote_code:
+            check_targets_before_load(self.load.source, self.adapter)
+        if self.train.exports and self.adapter.lora_r:
+            raise EncoderizeError("--export-steps saves full encoders; with --lora-r the adapters would need merging "
+                                  "at every export: export from a full fine-tune, or drop --export-steps")
+
+    def build(self, accelerator) -> CptBuilt:
+        """Load and encoderize the model where it trains, then make it trainable (gradient checkpointing, LoRA)."""
+        load, masking, train, adapter = self.load, self.masking, self.train, self.adapter
+        model, tokenizer, report = load_encoderized(load, self.data, train, adapter, accelerator)
+        check_precision(accelerator, model, train, adapter)
+        data = dataclasses.replace(self.data, pack=report.packing == PACKED)  # a hybrid whose layers leak: padded
+        if train.gradient_checkpointing and not adapter.lora_r:
+            enable_checkpointing(model)
+        peft_model = apply_lora(model, adapter, tokenizer.mask_token_id,
+                                gradient_checkpointing=train.gradient_checkpointing) if adapter.lora_r else None
+        metadata = EncoderFacts(command="cpt", base_model=load.source, revision=load.revision,
+                                gguf_file=load.gguf_file, objective=masking.objective, mask_ratio=masking.mask_ratio,
+                                packing=report.packing, model_type=report.model_type)
+        facts = cpt_facts(load, data, masking, train, adapter)
+        # The encoder is saved in the loaded dtype; training may keep fp32 master weights meanwhile.
+        return CptBuilt(model=model, tokenizer=tokenizer, data=data, facts=facts, settings=facts,
+                        export_facts=lambda at: metadata, export_dtype=model.dtype, report=report,
+                        peft_model=peft_model)
+
+    def check_branch(self, checkpoint: Path, built: Built) -> None:
+        check_branch_settings(checkpoint, built.facts, built.model)
+
+    def final_model(self, run, built: CptBuilt, trained: Trained, weights: dict | None) -> FinalModel:
+        """The encoder to save (main process): LoRA merged, in the dtype it was loaded in."""
+        output_dir, loaded_dtype, peft_model, adapter = run.output_dir, built.export_dtype, built.peft_model, \
+            self.adapter
+        final = run.accelerator.unwrap_model(run.model).model
+        if peft_model is not None and adapter.load_in_4bit:
+            # Merging into NF4 weights would re-quantise them and save a 4-bit checkpoint that needs bitsandbytes and
+            # a GPU: reload the base in bf16 on CPU and merge the adapter there, for a plain model.
             peft_model.save_pretrained(output_dir / "adapter")
-        final = merged_model(peft_model)
-    if weights is not None:
-        weights = {name: t.to(loaded_dtype) if t.is_floating_point() else t for name, t in weights.items()}
-    elif final.dtype != loaded_dtype and not adapter.load_in_4bit:
-        final = final.to(loaded_dtype)
-    saved_dtype = loaded_dtype if weights is not None else final.dtype
-    report = built.extra["report"]
-    return final, weights, {"saved_dtype": str(saved_dtype).removeprefix("torch."),
-                            "encoderize": {**report.to_dict(), **report.tokens}}
+            final, _ = merge_full_precision(output_dir / "adapter", self.load)
+            if not adapter.save_adapter:
+                shutil.rmtree(output_dir / "adapter")
+        elif peft_model is not None:
+            if adapter.save_adapter:
+                peft_model.save_pretrained(output_dir / "adapter")
+            final = merged_model(peft_model)
+        if weights is not None:
+            weights = {name: t.to(loaded_dtype) if t.is_floating_point() else t for name, t in weights.items()}
+        elif final.dtype != loaded_dtype and not adapter.load_in_4bit:
+            final = final.to(loaded_dtype)
+        saved_dtype = loaded_dtype if weights is not None else final.dtype
+        return FinalModel(model=final, weights=weights, saved_dtype=str(saved_dtype).removeprefix("torch."),
+                          encoderize={**built.report.to_dict(), **built.report.tokens})
 
 
 def check_launcher(accelerator, adapter: AdapterConfig) -> None:
@@ -181,7 +212,6 @@ def load_encoderized(load: LoadConfig, data: DataConfig, train: TrainConfig, ada
 
     With an `accelerator`, the probe runs where and in the precision the model will train (a flash-attention kernel
     cannot run on CPU tensors or in fp32); a model that FSDP/DeepSpeed will place goes back to the CPU afterwards."""
-    from hf_encoderize.model.bidirectional import EncoderizeReport
     from hf_encoderize.model.isolation import install_document_isolation
     from hf_encoderize.model.loading import is_native_encoder, load_encoder
 

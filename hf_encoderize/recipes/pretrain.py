@@ -19,7 +19,6 @@ Before anything is built, the training memory is estimated from the config and a
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from dataclasses import KW_ONLY, asdict, dataclass, field
 from pathlib import Path
@@ -41,14 +40,12 @@ from hf_encoderize.records.encoder_facts import EncoderFacts
 from hf_encoderize.training.checkpoints import (
     IDENTITY,
     check_checkpoint_files,
-    checkpoint_dir,
     recorded_decay_steps,
-    save_checkpoint,
 )
 from hf_encoderize.training.engine.accelerator import resolve_grad_accum
 from hf_encoderize.training.engine.finish import training_facts
-from hf_encoderize.training.engine.loop import enter_phase, evaluate_held_out, train_until
-from hf_encoderize.training.runner import Built, Recipe, run_recipe
+from hf_encoderize.training.recipe import Built, FinalModel, Trained
+from hf_encoderize.training.runner import run_recipe
 from hf_encoderize.training.schedule import decay_start
 from hf_encoderize.training.train_config import TrainConfig
 
@@ -268,49 +265,80 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
         check_branch(branch_point, phases, shared, train)
     output_dir = Path(train.output_dir) if train.output_dir else \
         Path("runs") / f"pretrain-{Path(spec.model_config).stem}-{_split_name(phases)}"
-    state = {"counts": None}  # the attention switch's module counts, from the last phase entered
+    return run_recipe(Pretrain(spec=spec, config=config, data=data, masking=masking, train=train, phases=phases,
+                               memory=memory, shared=shared, output_dir=output_dir))
 
-    def build(accelerator) -> Built:
-        model, tokenizer, tokens = _build_model(spec, config, train, attention_dtype(accelerator, train))
-        record = _run_facts(spec, data, masking, train, phases, memory)
+
+@dataclass(frozen=True, kw_only=True)
+class PretrainBuilt(Built):
+    """`Built`, with the special tokens set up at build time (the final report records them)."""
+
+    tokens: object
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pretrain:
+    """The pretrain recipe (`training.recipe.Recipe`): a random model through CLM then MLM phases, switching its
+    attention at MLM and ending bidirectional."""
+
+    spec: PretrainConfig
+    config: object
+    """The transformers config the random model is built from."""
+    data: DataConfig
+    masking: MaskingConfig
+    train: TrainConfig
+    phases: list[Phase]
+    memory: dict | None
+    """The memory estimate (`check_memory`), None with --no-check-memory."""
+    shared: dict
+    """What a branch must share with its source (`_branch_identity`)."""
+    output_dir: Path
+    command: str = "pretrain"
+    switches_attention: bool = True
+    scores_starting_model: bool = False  # random weights; its objective at step 0 is the first phase's
+    extendable: bool = False
+
+    @property
+    def inputs(self) -> list[Path]:
+        return input_paths(self.spec.model_config, self.spec.tokenizer, self.data.data_files,
+                           self.train.from_checkpoint)
+
+    @property
+    def start_files(self) -> dict[str, dict]:
+        return {SCHEDULE_FILE: _schedule_record(self.spec, self.phases, self.shared, self.train)}
+
+    @property
+    def summary_extra(self) -> dict:
+        return {"schedule": self.spec.schedule, "phases": [p.to_dict() for p in self.phases]}
+
+    @property
+    def curve_title(self) -> str:
+        return f"pretraining, {self.spec.schedule}"
+
+    def check_launch(self, accelerator) -> None:
+        """Nothing to refuse beyond what `pretrain` checked before the launch."""
+
+    def build(self, accelerator) -> PretrainBuilt:
+        spec, data, masking, train, phases = self.spec, self.data, self.masking, self.train, self.phases
+        model, tokenizer, tokens = _build_model(spec, self.config, train, attention_dtype(accelerator, train))
+        record = _run_facts(spec, data, masking, train, phases, self.memory)
         settings = {**{k: v for k, v in record.items() if k not in ("estimated_memory_gib",)},
                     IDENTITY: identity_of(spec, data, masking, train)}  # every field that counts for "same run?"
-        return Built(model, tokenizer, data, record, settings=settings, export_dtype=model.dtype,
-                     export_metadata=lambda at: EncoderFacts(
-                         command="pretrain", phases=spec.schedule, mask_ratio=masking.mask_ratio,
-                         objective=next(p.objective for p in phases if p.start < at <= p.end),
-                         model_type=config.model_type),
-                     extra={"tokens": tokens})
+        model_type = self.config.model_type
+        return PretrainBuilt(model=model, tokenizer=tokenizer, data=data, facts=record, settings=settings,
+                             export_dtype=model.dtype, tokens=tokens,
+                             export_facts=lambda at: EncoderFacts(
+                                 command="pretrain", phases=spec.schedule, mask_ratio=masking.mask_ratio,
+                                 objective=next(p.objective for p in phases if p.start < at <= p.end),
+                                 model_type=model_type))
 
-    def on_start(run, step: int) -> None:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / SCHEDULE_FILE).write_text(json.dumps(_schedule_record(spec, phases, shared, train), indent=2))
+    def check_branch(self, checkpoint: Path, built: Built) -> None:
+        check_checkpoint_files(checkpoint, built.model)  # shapes, once built
 
-    def train_phases(run, monitor, step: int) -> int:
-        for phase in phases:
-            if step >= phase.end:
-                continue  # resumed or branched past it
-            state["counts"] = enter_phase(run, phase) or state["counts"]
-            step = train_until(run, monitor, step, phase.end)
-            if phase.end < train.steps:
-                _at_switch(run, monitor, step)
-        return step
-
-    def end_training(run, step: int) -> None:
-        # Every split ends as an encoder, clm:1.0 too: the paper fine-tunes all of them bidirectionally (section 2).
-        state["counts"] = enter_phase(run, Phase("mlm", step, step)) or state["counts"] or (0, 0)
-
-    def save(run, built: Built, weights):
-        report = _report(built.model, state["counts"], built.extra["tokens"], data.pack)
-        return (run.accelerator.unwrap_model(run.model).model, weights,
-                {"encoderize": {**report.to_dict(), **report.tokens}})
-
-    return run_recipe(Recipe(
-        command="pretrain", output_dir=output_dir, data=data, masking=masking, train=train,
-        inputs=input_paths(spec.model_config, spec.tokenizer, data.data_files, train.from_checkpoint),
-        build=build, on_start=on_start, train_phases=train_phases, end_training=end_training, save=save,
-        check_branch=lambda checkpoint, built: check_checkpoint_files(checkpoint, built.model),  # shapes, once built
-        summary_extra={"schedule": spec.schedule, "phases": [p.to_dict() for p in phases]}))
+    def final_model(self, run, built: PretrainBuilt, trained: Trained, weights: dict | None) -> FinalModel:
+        report = _report(built.model, trained.switch_counts, built.tokens, self.data.pack)
+        return FinalModel(model=run.accelerator.unwrap_model(run.model).model, weights=weights,
+                          encoderize={**report.to_dict(), **report.tokens})
 
 
 def _split_name(phases: list[Phase]) -> str:
@@ -360,14 +388,6 @@ def _report(model, counts: tuple[int, int], tokens, pack: bool):
 
     return EncoderizeReport(model.config.model_type, model.config._attn_implementation, True, counts[0], counts[1],
                             asdict(tokens), packing=PACKED if pack else "padded rows: --no-pack")
-
-
-def _at_switch(run, monitor, step: int) -> None:
-    """Score the phase that just ended on the held-out rows (always, --eval-steps 0 included: the end of a phase is
-    an end, and the branch point's score is what a split comparison reads), then save the state others branch from."""
-    if run.eval_batches:
-        monitor.evaluation(step, evaluate_held_out(run))
-    save_checkpoint(run.accelerator, checkpoint_dir(run.output_dir, step, folder="switch"), step)
 
 
 def _schedule_record(spec: PretrainConfig, phases: list[Phase], identity: dict, train: TrainConfig) -> dict:

@@ -32,6 +32,7 @@ from hf_encoderize.data.sources import DataConfig, Documents
 from hf_encoderize.objectives.loss_kernels import choose_loss_kernel
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.objectives.phases import Masker
+from hf_encoderize.records.encoder_facts import EncoderFacts
 from hf_encoderize.training.batches import my_lanes, prepare_step
 from hf_encoderize.training.checkpoints import register_state
 from hf_encoderize.training.engine.accelerator import configure_deepspeed
@@ -58,24 +59,31 @@ class Run:
     eval_batches: list
     train: TrainConfig
     output_dir: Path
-    exporter: Callable[[int], object] | None = None
-    """Saves the encoder at a `--export-steps` step (set by the recipe, which knows what the export records)."""
-    loss_implementation: dict | None = None
+    loss_kernel: Callable | None
+    """The fused linear + cross-entropy `loss_kernels` chose for the run's shape; None: ours (the reference)."""
+    loss_implementation: dict
     """The MLM loss kernel chosen (`loss_kernels.choose_loss_implementation`'s report), for the run record."""
+    export_facts: Callable[[int], EncoderFacts]
+    """Step -> the config facts of an intermediate encoder (`--export-steps`, `engine.export`)."""
+    export_dtype: torch.dtype | None
+    """The dtype encoders are saved in (the loaded one; training may hold fp32 master weights); None: the model's."""
 
 
 def build_run(accelerator, model, tokenizer, documents: Documents, data: DataConfig, masking: MaskingConfig,
-              train: TrainConfig, output_dir: Path) -> Run:
-    """Objective, AdamW, one WSD schedule over `train.steps`, the packed row stream and the masker, prepared by
+              train: TrainConfig, output_dir: Path,
+              export_facts: Callable[[int], EncoderFacts] = lambda step: EncoderFacts(),
+              export_dtype: torch.dtype | None = None) -> Run:
+    """The loss model, AdamW, one WSD schedule over `train.steps`, the packed row stream and the masker, prepared by
     Accelerate, with the scheduler, packer and masker registered for checkpointing. The held-out rows are the first
-    `data.eval_documents` documents, never trained on.
+    `data.eval_documents` documents, never trained on. `export_facts` and `export_dtype`: what a `--export-steps`
+    encoder records (default: the step alone) and the dtype it is saved in (default: the model's).
 
     With LoRA, `model` already holds the injected adapters (peft patches in place), so only they train."""
     backend = getattr(getattr(model, "config", None), "_attn_implementation", None)
     if backend == "flex_attention" and accelerator.device.type == "cpu":  # torch has no flex backward on CPU
         raise EncoderizeError("--attn-implementation flex_attention cannot train on CPU (torch has no backward pass "
                               "for it there); use sdpa or auto, or train on a GPU")
-    objective = LossModel(model)
+    loss_model = LossModel(model)
     trainable = [p for p in model.parameters() if p.requires_grad]
     if train.master_weights == "fp32":
         for parameter in trainable:  # bf16 weights would lose AdamW's small updates (and weight decay) to rounding
@@ -100,8 +108,9 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
         from hf_encoderize.training.compiling import compile_decoder_layers
 
         compile_decoder_layers(model)
-    objective, optimizer = accelerator.prepare(objective, optimizer)
-    loss_report = choose_loss_kernel(accelerator, objective, masking, data, train)
+    loss_model, optimizer = accelerator.prepare(loss_model, optimizer)
+    loss_kernel, loss_report = pick_loss_kernel(accelerator, loss_model, train.loss_implementation,
+                                                masked_rows=round(masking.mask_ratio * train.batch_size * data.seq_len))
     embeddings = model.get_input_embeddings().weight
     vocab_size = getattr(embeddings, "ds_shape", embeddings.shape)[0]  # ZeRO-3 partitions report an empty shape
     masker = Masker.for_tokenizer(tokenizer, masking, vocab_size, seed=train.seed)  # stateless: seeds per row
@@ -124,8 +133,18 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
         register_state(accelerator, name, stateful)
     held_out = held_out_batches(documents, Packer(tokenizer, data.seq_len, pack), data.eval_documents,
                                 data.eval_max_rows, train.batch_size)
-    return Run(accelerator, objective, optimizer, scheduler, rows, masker, tokenizer, held_out, train,
-               Path(output_dir), loss_implementation=loss_report)
+    return Run(accelerator, loss_model, optimizer, scheduler, rows, masker, tokenizer, held_out, train,
+               Path(output_dir), loss_kernel, loss_report, export_facts, export_dtype)
+
+
+def pick_loss_kernel(accelerator, loss_model, requested: str, masked_rows: int) -> tuple[Callable | None, dict]:
+    """The MLM loss kernel and its report (`loss_kernels.choose_loss_kernel`); a native encoder's whole MLM head runs
+    instead, for its transform before the decoder."""
+    unwrapped = accelerator.unwrap_model(loss_model)  # the LossModel, whatever wraps it
+    if unwrapped.native_encoder:
+        return None, {"requested": requested, "chosen": "native MLM head",
+                      "why": "a native encoder's MLM head has a transform before its decoder: its whole head runs"}
+    return choose_loss_kernel(requested, unwrapped.model.get_output_embeddings(), masked_rows, accelerator)
 
 
 def align_lr_with_schedule(run: Run) -> None:

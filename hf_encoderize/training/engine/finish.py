@@ -10,11 +10,12 @@ Design choices:
 from __future__ import annotations
 
 import time
-from pathlib import Path
+from dataclasses import dataclass
 
 from hf_encoderize.data.packing import data_position
 from hf_encoderize.data.sources import DataConfig, data_facts
 from hf_encoderize.objectives.masking import MaskingConfig
+from hf_encoderize.records.encoder_facts import EncoderFacts
 from hf_encoderize.training.checkpoints import state_of
 from hf_encoderize.training.engine.build import Run
 from hf_encoderize.training.nonfinite import check_finite_result
@@ -54,38 +55,72 @@ def stream_position(run: Run, data: DataConfig) -> dict:
     return data_position(lanes, total, data.skip_documents)
 
 
-def save_run(model, tokenizer, output_dir: Path, record: dict, state_dict: dict | None = None) -> dict:
-    """Save the final model to `OUT/encoder`, draw the loss curve, and write `OUT/run_record.json` (main process).
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """What a run was and did, beyond what the engine knows itself: the parts of its record, typed."""
 
-    `record` holds the run's facts (`training_facts`, the recipe's, `encoderize`, `hardware`, ...); the metrics' (tokens
-    seen, final loss, skipped steps) and the finish time are added. `state_dict`: gathered weights of a sharded run."""
+    command: str
+    """`cpt` or `pretrain`."""
+    facts: dict
+    """The settings (`training_facts` and the recipe's: base model, LoRA, phases, identity, ...)."""
+    from_checkpoint: str | None
+    encoderize: dict
+    """What the attention patch and the token set-up did."""
+    saved_dtype: str | None
+    data_position: dict
+    """Where the data stream stopped (`stream_position`)."""
+    started_at: str
+    wall_time_s: float
+    final_eval: dict
+    """The trained model's held-out scores (`evaluate_held_out`)."""
+    initial_eval_loss: float | None
+    """The starting model's held-out loss on the same rows (None: not scored)."""
+    curve_title: str
+    """The loss curve's title."""
+
+
+def save_run(run: Run, model, outcome: Outcome, state_dict: dict | None = None) -> dict:
+    """Save the final model to `OUT/encoder`, draw the loss curve, and write `OUT/run_record.json` (main process):
+    the one writer of a training run's record, from `outcome` and what the run and its metrics say (loss kernel,
+    processes, hardware, tokens seen, final loss, skipped steps, finish time). `state_dict`: gathered weights of a
+    sharded run. Returns the record as written."""
     from hf_encoderize.common.run_folder import RunFolder
     from hf_encoderize.common.version import __version__
     from hf_encoderize.model.saving import save_encoder
-    from hf_encoderize.records.encoder_facts import EncoderFacts
     from hf_encoderize.records.run_record import RunRecord
-    from hf_encoderize.training.monitor import plot_loss_curve, read_metrics, utc_now
+    from hf_encoderize.training.monitor import hardware_facts, plot_loss_curve, read_metrics, utc_now
 
-    folder = RunFolder(output_dir)
-    check_finite_result(model, state_dict, {"eval_loss": record.get("eval_loss")})
-    report = record["encoderize"]
-    patch = {k: report[k] for k in ("config_switch", "modules_patched", "causal_buffers_replaced")}
-    metadata = EncoderFacts(command=record["command"], base_model=record["base_model"], revision=record.get("revision"),
-                            gguf_file=record.get("gguf_file"), objective=record["objective"],
-                            mask_ratio=record["mask_ratio"], steps=record["steps"],
-                            lora_r=(record.get("lora") or {}).get("r", 0), phases=record.get("phases"),
-                            packing=report.get("packing", "packed"), model_type=report["model_type"],
-                            attn_implementation=report["attn_implementation"], tokens=report["tokens"], facts=patch)
-    save_encoder(model, tokenizer, folder.encoder, overwrite=True, metadata=metadata, state_dict=state_dict)
-    title = "MLM continued pretraining" if record["command"] == "cpt" else f"pretraining, {record.get('phases')}"
-    plot_loss_curve(folder.metrics, folder.loss_curve, title=title)
+    folder = RunFolder(run.output_dir)
+    check_finite_result(model, state_dict, {"eval_loss": outcome.final_eval.get("eval_loss")})
+    save_encoder(model, run.tokenizer, folder.encoder, overwrite=True, metadata=encoder_facts(outcome),
+                 state_dict=state_dict)
+    plot_loss_curve(folder.metrics, folder.loss_curve, title=outcome.curve_title)
     train_records = [r for r in read_metrics(folder.metrics) if r["kind"] == "train"]
-    record = {"hf_encoderize_version": __version__, **record,
+    dtype = {"saved_dtype": outcome.saved_dtype} if outcome.saved_dtype else {}
+    record = {"hf_encoderize_version": __version__, "command": outcome.command, **outcome.facts,
+              "from_checkpoint": outcome.from_checkpoint, **dtype, "encoderize": outcome.encoderize,
+              "data_position": outcome.data_position, "loss_implementation": run.loss_implementation,
+              "num_processes": run.accelerator.num_processes, "hardware": hardware_facts(run.accelerator),
+              "wall_time_s": round(outcome.wall_time_s, 2), "eval_loss": outcome.final_eval.get("eval_loss"),
+              "eval_masked_accuracy": outcome.final_eval.get("eval_masked_accuracy"),
+              "started_at": outcome.started_at, "initial_eval_loss": outcome.initial_eval_loss,
               "tokens_seen": sum(r["tokens"] for r in train_records),
               "skipped_nonfinite_steps": sum(1 for r in train_records if r.get("skipped_nonfinite")),
               "final_train_loss": train_records[-1]["loss"] if train_records else None, "finished_at": utc_now()}
     RunRecord.from_dict(record).to_json(folder.run_record)
     return record
+
+
+def encoder_facts(outcome: Outcome) -> EncoderFacts:
+    """The saved encoder's config facts, from the run's settings and what the patch did."""
+    facts, report = outcome.facts, outcome.encoderize
+    return EncoderFacts(command=outcome.command, base_model=facts["base_model"], revision=facts.get("revision"),
+                        gguf_file=facts.get("gguf_file"), objective=facts["objective"], mask_ratio=facts["mask_ratio"],
+                        steps=facts["steps"], lora_r=(facts.get("lora") or {}).get("r", 0),
+                        phases=facts.get("phases"), packing=report.get("packing", "packed"),
+                        model_type=report["model_type"], attn_implementation=report["attn_implementation"],
+                        tokens=report["tokens"],
+                        facts={k: report[k] for k in ("config_switch", "modules_patched", "causal_buffers_replaced")})
 
 
 def run_summary(run: Run, monitor, step: int, started: float, final_eval: dict) -> dict:

@@ -25,6 +25,7 @@ from hf_encoderize.objectives.phases import Phase
 from hf_encoderize.training.batches import StepBatch, prepare_step, to_device
 from hf_encoderize.training.checkpoints import checkpoint_dir, list_checkpoints, prune_checkpoints, save_checkpoint
 from hf_encoderize.training.engine.build import Run
+from hf_encoderize.training.engine.export import export_encoder
 from hf_encoderize.training.nonfinite import NonFiniteGuard, plain_norm
 from hf_encoderize.training.profiling import section
 from hf_encoderize.training.train_config import TrainConfig
@@ -43,6 +44,37 @@ def enter_phase(run: Run, phase: Phase) -> tuple[int, int] | None:
     with run.accelerator.autocast():  # where and in the precision the model trains (flash kernels need bf16)
         verify_bidirectional(model, pad_token_id=run.tokenizer.pad_token_id)
     return counts
+
+
+def train_phases(run: Run, monitor, step: int, phases: list[Phase], switches_attention: bool,
+                 ) -> tuple[int, tuple[int, int] | None]:
+    """Train from `step` through `phases` (those already passed by a resume or branch are skipped; the last is always
+    entered, so the row stream closes). With `switches_attention` (pretrain), each phase is entered with
+    `enter_phase` and the run ends bidirectional, as an encoder; otherwise (cpt) the model arrived as one. Every phase
+    that ends before the run does is closed with `close_phase`. Returns the step reached and the attention switch's
+    patch counts (None when no switch ran)."""
+    counts = None
+    for phase in phases:
+        if step >= phase.end and phase is not phases[-1]:
+            continue  # resumed or branched past it
+        if switches_attention:
+            counts = enter_phase(run, phase) or counts
+        step = train_until(run, monitor, step, phase.end)
+        if phase.end < run.train.steps:
+            close_phase(run, monitor, step)
+    if switches_attention:
+        # Every split ends as an encoder, clm:1.0 too: the paper fine-tunes all of them bidirectionally (section 2).
+        counts = enter_phase(run, Phase("mlm", step, step)) or counts or (0, 0)
+    return step, counts
+
+
+def close_phase(run: Run, monitor, step: int) -> None:
+    """Score the phase that just ended on the held-out rows (always, --eval-steps 0 included: the end of a phase is
+    an end, and the branch point's score is what a split comparison reads), then save the state others branch from
+    under `switch/`, never pruned."""
+    if run.eval_batches:
+        monitor.evaluation(step, evaluate_held_out(run))
+    save_checkpoint(run.accelerator, checkpoint_dir(run.output_dir, step, folder="switch"), step)
 
 
 def train_until(run: Run, monitor, step: int, until: int) -> int:
@@ -68,8 +100,8 @@ def train_until(run: Run, monitor, step: int, until: int) -> int:
                 save_checkpoint(run.accelerator, checkpoint_dir(run.output_dir, step), step)
                 if run.accelerator.is_main_process:
                     prune_checkpoints(run.output_dir, train.keep_last)
-            if step in train.exports and run.exporter is not None:
-                run.exporter(step)
+            if step in train.exports:
+                export_encoder(run, step)
         guard.check_all(monitor.flush())
     except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM: checkpoints are written atomically, so the newest
         monitor.close()  # end the progress bar's line now: the CLI's one line follows it, and tqdm never redraws it
@@ -124,7 +156,7 @@ def train_step(run: Run, with_accuracy: bool = False) -> dict:
     grad_norm = torch.zeros((), device=device)
     for part in batch.micro:
         with accelerator.accumulate(run.model):
-            loss, right = run.model(to_device(part, device), with_accuracy)
+            loss, right = run.model(to_device(part, device), with_accuracy, run.loss_kernel)
             with section("backward"):
                 accelerator.backward(loss * scale)
             with section("optimizer"):
@@ -164,7 +196,7 @@ def evaluate_held_out(run: Run) -> dict:
     for number, (input_ids, document_ids) in enumerate(run.eval_batches):
         keys = [(-1 - number, row) for row in range(len(input_ids))]  # negative lanes: never a training lane
         batch = prepare_step(input_ids, document_ids, keys, run.masker, 1, backend, pin=False)
-        loss, right = run.model(to_device(batch.micro[0], device), True)
+        loss, right = run.model(to_device(batch.micro[0], device), True, run.loss_kernel)
         loss_sum, correct, count = loss_sum + float(loss), correct + int(right), count + int(batch.counts[0])
     run.model.train()
     accuracy = "eval_next_token_accuracy" if run.masker.objective == "clm" else "eval_masked_accuracy"

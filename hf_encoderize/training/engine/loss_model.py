@@ -32,7 +32,6 @@ class LossModel(torch.nn.Module):
         super().__init__()
         self.model = model
         self.native_encoder = classify_config(model.config) == ENCODER
-        self.loss_kernel = None  # another fused linear + cross-entropy (`loss_kernels`); None: ours
 
     # What Accelerate reads off the prepared object, delegated to the wrapped transformers model: FSDP2's transformer
     # wrap policy reads `_no_split_modules` (without it the whole model is one FSDP unit), and FSDP2's
@@ -58,9 +57,10 @@ class LossModel(torch.nn.Module):
     def get_output_embeddings(self):
         return self.model.get_output_embeddings()
 
-    def forward(self, batch: dict, with_accuracy: bool = False):
+    def forward(self, batch: dict, with_accuracy: bool = False, kernel=None):
         """`batch`: one micro-batch on the device (`prepare_step`): masked `input_ids`, `document_ids`, `labels`, the
-        flat `index` and `targets` of the labelled positions, and the packed-attention inputs."""
+        flat `index` and `targets` of the labelled positions, and the packed-attention inputs. `kernel`: the fused
+        linear + cross-entropy the run chose (`Run.loss_kernel`; None: ours)."""
         from hf_encoderize.model.bidirectional import base_model_of, last_hidden_state
 
         packed = batch["packed"]
@@ -75,5 +75,5 @@ class LossModel(torch.nn.Module):
                                     packed=packed, use_cache=False)
         with section("loss"):
             loss, correct = mlm_loss(last_hidden_state(output), self.model.get_output_embeddings(), batch["index"],
-                                     batch["targets"], with_accuracy=with_accuracy, kernel=self.loss_kernel)
+                                     batch["targets"], with_accuracy=with_accuracy, kernel=kernel)
         return loss, correct if correct is not None else torch.zeros((), dtype=torch.long, device=loss.device)

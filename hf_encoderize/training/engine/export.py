@@ -20,9 +20,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-import torch
-
-from hf_encoderize.records.encoder_facts import EncoderFacts
+from hf_encoderize.training.engine.build import Run
+from hf_encoderize.training.engine.finish import gather_weights
 
 EXPORTS = "exports"
 
@@ -31,10 +30,10 @@ def export_dir(output_dir: Path, step: int) -> Path:
     return Path(output_dir) / EXPORTS / f"step-{step:07d}"
 
 
-def export_encoder(run, step: int, metadata: EncoderFacts, saved_dtype: torch.dtype) -> Path:
-    """Save the model as it is at `step` into `OUT/exports/step-N` (every process calls this; the main one writes)."""
+def export_encoder(run: Run, step: int) -> Path:
+    """Save the model as it is at `step` into `OUT/exports/step-N` (every process calls this; the main one writes),
+    with the run's `export_facts(step)` in its config and its weights in `run.export_dtype`."""
     from hf_encoderize.model.saving import save_encoder
-    from hf_encoderize.training.engine.finish import gather_weights
 
     run.rows.close()  # the prefetching thread tokenizes with the tokenizer being saved; the next step restarts it
     weights = gather_weights(run)
@@ -42,9 +41,10 @@ def export_encoder(run, step: int, metadata: EncoderFacts, saved_dtype: torch.dt
     if run.accelerator.is_main_process:
         model = run.accelerator.unwrap_model(run.model).model
         state = weights if weights is not None else model.state_dict()
-        state = {name: t.detach().to(saved_dtype) if t.is_floating_point() else t for name, t in state.items()}
+        dtype = run.export_dtype or model.dtype
+        state = {name: t.detach().to(dtype) if t.is_floating_point() else t for name, t in state.items()}
         save_encoder(model, run.tokenizer, folder, overwrite=True, state_dict=state,  # leaves the live config be
-                     metadata=replace(metadata, export_step=step, steps=step))
+                     metadata=replace(run.export_facts(step), export_step=step, steps=step))
     run.accelerator.wait_for_everyone()
     return folder
 

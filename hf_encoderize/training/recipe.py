@@ -1,0 +1,106 @@
+"""The recipe interface: what a training command (`cpt`, `pretrain`) tells the runner, and what it hands back, typed.
+
+Design choices:
+- A recipe is a `typing.Protocol`: settings as fields (what differs between the commands is a field, never a test on
+  the command's name) and four verbs the runner calls: `check_launch` before any work, `build` once the output folder
+  was checked, `check_branch` when branching, and `final_model` after training, on the main process.
+- What goes in and out is a frozen dataclass (`Built`, `Trained`, `FinalModel`), built complete: a recipe that needs
+  more at the end (cpt: the patch report and the peft model) subclasses `Built` with typed fields.
+- The training phases are data (`phases`, `switches_attention`): the engine walks them (`engine.loop.train_phases`),
+  so a run does not call back into the recipe to train.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from hf_encoderize.data.sources import DataConfig
+from hf_encoderize.objectives.masking import MaskingConfig
+from hf_encoderize.objectives.phases import Phase
+from hf_encoderize.records.encoder_facts import EncoderFacts
+from hf_encoderize.training.engine.build import Run
+from hf_encoderize.training.train_config import TrainConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class Built:
+    """What a recipe's `build` returns: the model where it trains, and the facts that depend on it."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    data: DataConfig
+    """The data config as it trains (cpt: padded rows for a model whose packed documents would leak)."""
+    facts: dict
+    """The run record's settings, sent to trackers (`identity` included)."""
+    settings: dict
+    """What a resume compares (pretrain leaves its memory estimate out of `facts`)."""
+    export_facts: Callable[[int], EncoderFacts]
+    """Step -> the config facts of an intermediate encoder (`--export-steps`)."""
+    export_dtype: torch.dtype
+    """The dtype encoders are saved in (the loaded one; training may hold fp32 master weights)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trained:
+    """What training left: the last step, and the attention switch's patch counts (None: no switch ran)."""
+
+    step: int
+    switch_counts: tuple[int, int] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinalModel:
+    """The encoder to save, from the recipe's `final_model` (main process)."""
+
+    model: torch.nn.Module
+    weights: dict | None
+    """The weights as they are to be saved (a sharded run's gathered ones, cast), or None: the model's own."""
+    encoderize: dict
+    """What the attention patch and the token set-up did (`EncoderizeReport.to_dict()` and its tokens)."""
+    saved_dtype: str | None = None
+    """The dtype the encoder is saved in, when the recipe casts it (cpt)."""
+
+
+class Recipe(Protocol):
+    """What differs between the training commands; `training.runner` does the rest."""
+
+    command: str
+    """`cpt` or `pretrain`: the run record's command, the output folder's marker, the monitor's label."""
+    output_dir: Path
+    data: DataConfig
+    masking: MaskingConfig
+    train: TrainConfig
+    inputs: list[Path]
+    """Local inputs the output folder must never be, hold or sit inside (`common.outputs`)."""
+    phases: list[Phase]
+    """The training objective per step range, in order (cpt: one MLM phase)."""
+    switches_attention: bool
+    """Enter each phase (causal -> bidirectional at MLM) and end bidirectional (pretrain); False: the model arrives
+    an encoder (cpt)."""
+    scores_starting_model: bool
+    """Score the starting model on the held-out rows before step 1 (cpt: the base; pretrain's random weights: no)."""
+    extendable: bool
+    """A resume may extend --max-steps (cpt); pretrain's phases are fixed by its budget."""
+    start_files: dict[str, dict]
+    """JSON files (name -> content) written into the output folder when training starts (pretrain: its schedule)."""
+    summary_extra: dict
+    """Added to the summary the command returns."""
+    curve_title: str
+    """The loss curve's title (`loss_curve.png`)."""
+
+    def check_launch(self, accelerator) -> None:
+        """Refuse, before any work, what this launch cannot do."""
+
+    def build(self, accelerator) -> Built:
+        """The model, loaded or built where it trains. Runs after the output folder was checked."""
+
+    def check_branch(self, checkpoint: Path, built: Built) -> None:
+        """Refuse a branch point (`--from-checkpoint`) once the model's facts are known."""
+
+    def final_model(self, run: Run, built: Built, trained: Trained, weights: dict | None) -> FinalModel:
+        """Main process, after training: the encoder to save, from the trained run and the gathered weights."""
