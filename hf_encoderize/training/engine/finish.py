@@ -87,7 +87,7 @@ def save_run(run: Run, model, outcome: Outcome, state_dict: dict | None = None) 
     from hf_encoderize.common.run_folder import RunFolder
     from hf_encoderize.common.version import __version__
     from hf_encoderize.model.saving import save_encoder
-    from hf_encoderize.records.run_record import RunRecord
+    from hf_encoderize.records.run_record import build_run_record
     from hf_encoderize.training.monitor import hardware_facts, plot_loss_curve, read_metrics, utc_now
 
     folder = RunFolder(run.output_dir)
@@ -96,19 +96,15 @@ def save_run(run: Run, model, outcome: Outcome, state_dict: dict | None = None) 
                  state_dict=state_dict)
     plot_loss_curve(folder.metrics, folder.loss_curve, title=outcome.curve_title)
     train_records = [r for r in read_metrics(folder.metrics) if r["kind"] == "train"]
-    dtype = {"saved_dtype": outcome.saved_dtype} if outcome.saved_dtype else {}
-    record = {"hf_encoderize_version": __version__, "command": outcome.command, **outcome.facts,
-              "from_checkpoint": outcome.from_checkpoint, **dtype, "encoderize": outcome.encoderize,
-              "data_position": outcome.data_position, "loss_implementation": run.loss_implementation,
-              "num_processes": run.accelerator.num_processes, "hardware": hardware_facts(run.accelerator),
-              "wall_time_s": round(outcome.wall_time_s, 2), "eval_loss": outcome.final_eval.get("eval_loss"),
-              "eval_masked_accuracy": outcome.final_eval.get("eval_masked_accuracy"),
-              "started_at": outcome.started_at, "initial_eval_loss": outcome.initial_eval_loss,
-              "tokens_seen": sum(r["tokens"] for r in train_records),
-              "skipped_nonfinite_steps": sum(1 for r in train_records if r.get("skipped_nonfinite")),
-              "final_train_loss": train_records[-1]["loss"] if train_records else None, "finished_at": utc_now()}
-    RunRecord.from_dict(record).to_json(folder.run_record)
-    return record
+    record = build_run_record(
+        version=__version__, command=outcome.command, settings=outcome.facts, encoderize=outcome.encoderize,
+        train_metrics=train_records, final_eval=outcome.final_eval, initial_eval_loss=outcome.initial_eval_loss,
+        started_at=outcome.started_at, finished_at=utc_now(), wall_time_s=outcome.wall_time_s,
+        num_processes=run.accelerator.num_processes, hardware=hardware_facts(run.accelerator),
+        loss_implementation=run.loss_implementation, from_checkpoint=outcome.from_checkpoint,
+        saved_dtype=outcome.saved_dtype, data_position=outcome.data_position)
+    record.to_json(folder.run_record)
+    return record.to_dict()
 
 
 def encoder_facts(outcome: Outcome) -> EncoderFacts:
