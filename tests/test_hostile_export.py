@@ -93,6 +93,8 @@ REFUSED = {  # case: (break the folder, what the one error line says[, export's 
     "the user's own onnx/model.onnx": (_user_onnx, "not written by an earlier export"),
     "truncated weights": (_cut_weights, "cannot be read"),
     "a cut config.json": (_cut_config, "not valid JSON"),
+    "a cut config.json, --format gguf": (_cut_config, "not valid JSON", ["--format", "gguf"]),
+    "truncated weights, --format gguf": (_cut_weights, "cannot be read", ["--format", "gguf"]),
     "a decoder folder (no pad token)": (_decoder, "pad token"),
 }
 

@@ -81,3 +81,60 @@ def test_a_resume_counts_the_data_by_content(edit, encoder, text, tmp_path, monk
     else:
         assert main(_argv(encoder, "./text.jsonl", out, "--resume")) == 0
         assert (out / "model.safetensors").is_file()
+
+
+def _empty(tmp, text=""):
+    path = tmp / "empty.jsonl"
+    path.write_text(text)
+    return path
+
+
+ROWS = {  # case: (argv from (decoder folder, encoder folder, tmp), what the one error line says)
+    "cpt on an empty JSONL (was StopIteration)": (
+        lambda dec, enc, tmp: ["cpt", str(dec), "--data-files", str(_empty(tmp)), "--max-steps", "1",
+                               "--max-seq-length", "16", "--no-progress", "--output-dir", str(tmp / "out")],
+        "empty.jsonl"),
+    "cpt on a blank JSONL": (
+        lambda dec, enc, tmp: ["cpt", str(dec), "--data-files", str(_empty(tmp, "\n\n")), "--max-steps", "1",
+                               "--max-seq-length", "16", "--no-progress", "--output-dir", str(tmp / "out")],
+        "empty.jsonl"),
+    "contrastive on an empty JSONL (was StopIteration)": (
+        lambda dec, enc, tmp: ["contrastive", str(enc), "--data-files", str(_empty(tmp)), "--max-steps", "1",
+                               "--no-progress", "--output-dir", str(tmp / "out")], "holds no rows"),
+}
+
+
+@pytest.mark.parametrize("case", list(ROWS))
+def test_refused_in_one_line_with_nothing_written(case, decoder_dir, encoder, tmp_path, capsys):
+    argv = ROWS[case][0](decoder_dir, encoder, tmp_path)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    code = main(argv)
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and ROWS[case][1] in errors[0] and "Traceback" not in err, err[-3000:]
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before and not (tmp_path / "out").exists()
+
+
+def test_the_token_budget_line_of_a_data_files_run_advises_its_own_options(tmp_path):
+    """It advised --dataset-config (a Hub option) for a --data-files run."""
+    from conftest import make_tokenizer, write_corpus
+
+    from hf_encoderize.data.budget import check_token_budget
+    from hf_encoderize.data.sources import DataConfig, open_documents
+
+    corpus = write_corpus(tmp_path / "docs.jsonl", 100, lambda i: 10)
+    cfg = DataConfig(data_files=str(corpus), seq_len=10, eval_documents=0)
+    lines = []
+    check_token_budget(cfg, open_documents(cfg), make_tokenizer(), rows_per_step=10, steps=30, say=lines.append)
+    assert len(lines) == 1 and "--dataset-config" not in lines[0] and "--data-files" in lines[0], lines
+
+
+def test_a_gguf_file_with_nan_embeddings_is_not_verified():
+    """A NaN cosine is not `< threshold`: the GGUF check called NaN embeddings "verified" too."""
+    from hf_encoderize.publish import export_guard, gguf_export
+
+    assert gguf_export.verdict is export_guard.verdict  # one rule for both formats
+    for cosine in (float("nan"), None, float("inf") * 0):
+        said = gguf_export.verdict({"min_cosine": cosine}, 0.99, "llama.cpp")
+        assert said.startswith("not kept") and "not finite" in said, said
+    assert gguf_export.verdict({"min_cosine": 0.995}, 0.99, "llama.cpp") == "verified"
