@@ -153,7 +153,7 @@ def write_summary(results_dir: Path, *, model: str, model_name: str, profile: st
     typed.to_json(results_dir / "summary.json")  # the one writer of summary.json, the card's and `run`'s source
     summary = typed.to_dict()
     (results_dir / "summary.md").write_text(render_markdown(summary))
-    if summary["results"]:
-        plot_scores({summary["model_name"]: summary}, results_dir / "scores.png")
+    if typed.results:
+        plot_scores({typed.model_name: summary}, results_dir / "scores.png")
         plot_lr_sensitivity(summary, results_dir / "lr_sensitivity.png")
     return summary
