@@ -72,7 +72,9 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
                               "LoRA on the de-quantised weights)")
     train = resolve_grad_accum(train, data.seq_len)
     return run_recipe(Cpt(load=load, data=data, masking=masking, train=train, adapter=adapter,
-                          output_dir=Path(train.output_dir) if train.output_dir else default_output_dir(load)))
+                          output_dir=Path(train.output_dir) if train.output_dir else default_output_dir(load),
+                          inputs=input_paths(load.input_path, data.data_files, train.from_checkpoint),
+                          phases=[Phase("mlm", 0, train.steps)]))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +95,9 @@ class Cpt:
     train: TrainConfig
     adapter: AdapterConfig
     output_dir: Path
+    inputs: list[Path]
+    phases: list[Phase]
+    """One MLM phase over every step (its objective, mlm or mntp, is `masking.objective`)."""
     command: str = "cpt"
     switches_attention: bool = False  # encoderized (and probed) at load
     scores_starting_model: bool = True  # the base's held-out MLM loss, before the first step
@@ -100,14 +105,6 @@ class Cpt:
     start_files: dict = field(default_factory=dict)
     summary_extra: dict = field(default_factory=dict)
     curve_title: str = "MLM continued pretraining"
-
-    @property
-    def inputs(self) -> list[Path]:
-        return input_paths(self.load.input_path, self.data.data_files, self.train.from_checkpoint)
-
-    @property
-    def phases(self) -> list[Phase]:
-        return [Phase("mlm", 0, self.train.steps)]
 
     def check_launch(self, accelerator) -> None:
         """What this launch cannot do, refused before any work (a `--lora-targets` typo too, on the model's

@@ -265,8 +265,12 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
         check_branch(branch_point, phases, shared, train)
     output_dir = Path(train.output_dir) if train.output_dir else \
         Path("runs") / f"pretrain-{Path(spec.model_config).stem}-{_split_name(phases)}"
-    return run_recipe(Pretrain(spec=spec, config=config, data=data, masking=masking, train=train, phases=phases,
-                               memory=memory, shared=shared, output_dir=output_dir))
+    return run_recipe(Pretrain(
+        spec=spec, config=config, data=data, masking=masking, train=train, phases=phases, memory=memory,
+        output_dir=output_dir, curve_title=f"pretraining, {spec.schedule}",
+        inputs=input_paths(spec.model_config, spec.tokenizer, data.data_files, train.from_checkpoint),
+        start_files={SCHEDULE_FILE: _schedule_record(spec, phases, shared, train)},
+        summary_extra={"schedule": spec.schedule, "phases": [p.to_dict() for p in phases]}))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -290,30 +294,16 @@ class Pretrain:
     phases: list[Phase]
     memory: dict | None
     """The memory estimate (`check_memory`), None with --no-check-memory."""
-    shared: dict
-    """What a branch must share with its source (`_branch_identity`)."""
     output_dir: Path
+    inputs: list[Path]
+    start_files: dict[str, dict]
+    """The schedule next to the checkpoints (`SCHEDULE_FILE`): what a branch must agree with."""
+    curve_title: str
+    summary_extra: dict
     command: str = "pretrain"
     switches_attention: bool = True
     scores_starting_model: bool = False  # random weights; its objective at step 0 is the first phase's
     extendable: bool = False
-
-    @property
-    def inputs(self) -> list[Path]:
-        return input_paths(self.spec.model_config, self.spec.tokenizer, self.data.data_files,
-                           self.train.from_checkpoint)
-
-    @property
-    def start_files(self) -> dict[str, dict]:
-        return {SCHEDULE_FILE: _schedule_record(self.spec, self.phases, self.shared, self.train)}
-
-    @property
-    def summary_extra(self) -> dict:
-        return {"schedule": self.spec.schedule, "phases": [p.to_dict() for p in self.phases]}
-
-    @property
-    def curve_title(self) -> str:
-        return f"pretraining, {self.spec.schedule}"
 
     def check_launch(self, accelerator) -> None:
         """Nothing to refuse beyond what `pretrain` checked before the launch."""
