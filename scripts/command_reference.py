@@ -19,7 +19,8 @@ import inspect
 import sys
 from pathlib import Path
 
-from hf_encoderize.cli import COMMANDS, field_docs
+from hf_encoderize.cli import COMMANDS
+from hf_encoderize.common.arguments import field_docs
 from hf_encoderize.common.options import choices, flag, option_name
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "commands.md"

@@ -27,7 +27,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-# The kinds that get a row (`model.loading.ENCODERIZABLE`; restated: this script runs without importing the package).
+# The kinds that get a row (`model.kinds.ENCODERIZABLE`; restated: this script runs without importing the package).
 ENCODERIZABLE = ("decoder-only", "hybrid attention+SSM")
 SUBSET = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "olmo2", "granite",
           "stablelm", "gpt_neo", "gpt2", "smollm3", "falcon_h1"]

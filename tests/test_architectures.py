@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from hf_encoderize.matrix.architectures import parse_committed_count, passing_count, render_markdown, run_matrix
-from hf_encoderize.model.loading import DECODER, ENCODER, ENCODER_DECODER, MULTIMODAL, RECURRENT
+from hf_encoderize.model.kinds import DECODER, ENCODER, ENCODER_DECODER, MULTIMODAL, RECURRENT
 
 TABLE = Path(__file__).resolve().parents[1] / "docs" / "architectures.md"
 

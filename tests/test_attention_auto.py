@@ -3,7 +3,7 @@ and passes the probe, recorded in the saved config and the run record; an explic
 one line, not a load error.
 
 `python tests/test_attention_auto.py` times sdpa, eager and flex_attention on a packed CPU batch: the measurement
-behind `auto`'s CPU candidates (`loading.py`)."""
+behind `auto`'s CPU candidates (`attention_backends.py`)."""
 
 import json
 import math
@@ -14,9 +14,10 @@ from conftest import make_decoder, make_tokenizer, write_corpus
 
 from hf_encoderize.cli import main
 from hf_encoderize.common.errors import EncoderizeError
-from hf_encoderize.model import loading, where_it_trains
+from hf_encoderize.model import attention_backends, where_it_trains
+from hf_encoderize.model.attention_backends import backend_candidates, choose_backend
 from hf_encoderize.model.bidirectional import NotBidirectionalError, verify_bidirectional
-from hf_encoderize.model.loading import LoadConfig, backend_candidates, choose_backend, load_decoder_trying
+from hf_encoderize.model.loading import LoadConfig, load_decoder_trying
 from hf_encoderize.model.where_it_trains import encoderize_where_it_trains
 
 CPU_SKIPS = [{"backend": "flash_attention_2", "skipped": "needs a CUDA or ROCm GPU"},
@@ -122,7 +123,7 @@ def test_an_explicit_backend_the_architecture_lacks_is_one_line(gptneo_dir, tmp_
 def test_a_backend_error_at_load_is_skipped_by_auto_and_one_line_when_explicit(gptneo_dir, monkeypatch, tmp_path,
                                                                                capsys):
     # As for remote code, the class is not known up front: transformers' own refusal is met at load time.
-    monkeypatch.setattr(loading, "_causal_lm_class", lambda config, trust_remote_code: None)
+    monkeypatch.setattr(attention_backends, "_causal_lm_class", lambda config, trust_remote_code: None)
     model, _, tried = load_decoder_trying(LoadConfig(str(gptneo_dir)))
     assert model.config._attn_implementation == "eager"
     assert tried[2]["backend"] == "sdpa" and tried[2]["skipped"].startswith("load failed: GPTNeoForCausalLM does not "
@@ -162,7 +163,7 @@ def test_a_backend_failing_the_probe_gives_way_to_the_next(decoder_dir, monkeypa
 
 def test_flex_attention_still_cannot_train_on_cpu():
     # Why `auto` leaves flex out on CPU (besides a forward 1.4x slower than sdpa). If this starts passing, re-measure
-    # with `python tests/test_attention_auto.py` and update `loading.machine_skips`.
+    # with `python tests/test_attention_auto.py` and update `attention_backends.machine_skips`.
     from torch.nn.attention.flex_attention import flex_attention
 
     query = torch.randn(1, 2, 128, 8, requires_grad=True)

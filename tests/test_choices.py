@@ -6,12 +6,20 @@ import dataclasses
 
 import pytest
 
+from hf_encoderize.cli import main
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.options import choices, choices_of
+from hf_encoderize.data.sources import DataConfig
 from hf_encoderize.evaluation.config import EvalConfig
+from hf_encoderize.model.loading import LoadConfig
+from hf_encoderize.objectives.masking import MaskingConfig
+from hf_encoderize.pipeline.run import RunConfig
+from hf_encoderize.publish.export import ExportConfig
 from hf_encoderize.recipes.contrastive import ContrastiveConfig
+from hf_encoderize.recipes.pretrain import PretrainConfig
 from hf_encoderize.training.train_config import TrainConfig
 
+BACKENDS = ("auto", "eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3")
 CONTRASTIVE = dict(encoder="enc", output_dir="o", data_files="x.jsonl")
 ENUMERATED = [
     (TrainConfig, {}, "mixed_precision", ("auto", "bf16", "fp16", "no")),
@@ -25,6 +33,16 @@ ENUMERATED = [
     (ContrastiveConfig, CONTRASTIVE, "objective", ("simcse", "supervised")),
     (ContrastiveConfig, CONTRASTIVE, "pooling", ("mean", "lasttoken", "weightedmean")),
     (ContrastiveConfig, CONTRASTIVE, "loss", ("mnrl", "cached_mnrl")),
+    (LoadConfig, {"source": "m"}, "attn_implementation", BACKENDS),
+    (LoadConfig, {"source": "m"}, "dtype", ("auto", "float32", "bfloat16", "float16")),
+    (PretrainConfig, {"model_config": "210M", "tokenizer": "t"}, "attn_implementation", BACKENDS),
+    (MaskingConfig, {}, "replacement", ("mask", "bert")),
+    (MaskingConfig, {}, "objective", ("mlm", "mntp")),
+    (DataConfig, {}, "text_unit", ("line", "paragraph", "file")),
+    (RunConfig, {"contrastive_data_files": "p.jsonl"}, "contrastive", ("simcse", "supervised", "none")),
+    (RunConfig, {}, "eval_profile", ("paper", "quick", "smoke", "none")),
+    (RunConfig, {}, "eval_base", ("bidirectional", "causal", "both", "none")),
+    (ExportConfig, {"output_dir": "o"}, "format", ("onnx", "gguf")),
 ]
 
 
@@ -45,3 +63,24 @@ def test_an_enumerated_option_is_a_literal_and_refuses_other_values_in_one_wordi
 def test_choices_of_names_a_field_that_is_not_enumerated():
     with pytest.raises(TypeError, match="TrainConfig.lr is not declared as a Literal"):
         choices_of(TrainConfig, "lr")
+
+
+@pytest.mark.parametrize("argv, flag, values", [
+    (["cpt", "m", "--replacement", "random"], "--replacement", "'mask', 'bert'"),
+    (["cpt", "m", "--dtype", "fp8"], "--dtype", "'auto', 'float32', 'bfloat16', 'float16'"),
+    (["run", "m", "--eval-base", "encoder"], "--eval-base", "'bidirectional', 'causal', 'both', 'none'"),
+    (["contrastive", "enc", "out", "--pooling", "max"], "--pooling", "'mean', 'lasttoken', 'weightedmean'"),
+])
+def test_a_value_outside_the_literal_is_refused_on_the_command_line_in_one_line(argv, flag, values, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and err.startswith("error: ")
+    assert f"argument {flag}: invalid choice" in err and f"(choose from {values})" in err
+
+
+def test_help_lists_a_literal_option_s_values(capsys):
+    with pytest.raises(SystemExit):
+        main(["cpt", "--help"])
+    assert "--attn-implementation {auto,eager,sdpa,flex_attention,flash_attention_2,flash_attention_3}" in \
+        capsys.readouterr().out

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from hf_encoderize.cli import COMMANDS, field_docs, main
+from hf_encoderize.cli import COMMANDS, main
+from hf_encoderize.common.arguments import field_docs
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.options import flag, option_name
 from hf_encoderize.model.loading import load_decoder

@@ -29,7 +29,7 @@ def test_the_committed_command_reference_is_what_the_script_writes_now():
 
 
 def test_the_reference_names_every_command_and_every_option_with_its_default_and_docstring():
-    from hf_encoderize.cli import field_docs
+    from hf_encoderize.common.arguments import field_docs
 
     text = _script().render()
     for name, command in COMMANDS.items():

@@ -9,7 +9,7 @@ import transformers
 from hf_encoderize.cli import main
 from hf_encoderize.matrix import doctor as doctor_module
 from hf_encoderize.matrix.doctor import DoctorConfig, doctor, doctor_report, known_bad, supported_ranges
-from hf_encoderize.model.loading import backend_candidates
+from hf_encoderize.model.attention_backends import backend_candidates
 
 
 def test_versions_are_the_installed_ones_checked_against_our_own_requirements():

@@ -16,7 +16,7 @@ from hf_encoderize.model.bidirectional import encoderize  # noqa: E402
 from hf_encoderize.model.saving import save_encoder  # noqa: E402
 from hf_encoderize.publish import export as export_module  # noqa: E402
 from hf_encoderize.publish.card import CardConfig, write_card  # noqa: E402
-from hf_encoderize.publish.hub import upload_set  # noqa: E402
+from hf_encoderize.publish.upload_set import upload_set  # noqa: E402
 
 # Run by the test itself in a fresh process without our package: the ONNX files alone, as a user would run them.
 ORT_CHECK = """

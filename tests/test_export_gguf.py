@@ -19,7 +19,7 @@ pytest.importorskip("llama_cpp", reason="export --format gguf needs pip install 
 from hf_encoderize.cli import main  # noqa: E402
 from hf_encoderize.publish import gguf_export  # noqa: E402
 from hf_encoderize.publish.card import CardConfig, write_card  # noqa: E402
-from hf_encoderize.publish.hub import upload_set  # noqa: E402
+from hf_encoderize.publish.upload_set import upload_set  # noqa: E402
 
 FILES = ("model-f32.gguf", "model-q8_0.gguf")
 # Run by the test itself in a fresh process without our package: the q8_0 file's metadata, as llama.cpp reads it.

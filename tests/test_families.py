@@ -9,7 +9,7 @@ import torch
 
 from hf_encoderize.matrix.architectures import PADDED_ROWS, PASS, ArchitectureResult, probe_architecture
 from hf_encoderize.model.bidirectional import ProbeResult, encoderize
-from hf_encoderize.model.loading import DECODER, HYBRID
+from hf_encoderize.model.kinds import DECODER, HYBRID
 from hf_encoderize.model.tiny import tiny_config
 
 # model type -> the backend probed (eager where the crash was eager-only, or where only eager exists)

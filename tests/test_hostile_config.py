@@ -142,7 +142,8 @@ def test_a_yaml_list_is_a_comma_separated_option(case, decoder_dir, corpus, user
     """The flag takes `1e-5,2e-5`; the file took only that text and refused the list (issue 41)."""
     import yaml
 
-    from hf_encoderize.cli import COMMANDS, build_configs, build_parser
+    from hf_encoderize.cli import COMMANDS, build_parser
+    from hf_encoderize.common.config_file import build_configs
 
     command, content, option, text = YAML_LISTS[case]
     argv = _command(command, decoder_dir, corpus, user_dir)

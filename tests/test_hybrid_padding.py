@@ -65,7 +65,7 @@ def test_passed_without_packing_ignores_only_the_packing_check():
 
 def test_flash_attention_is_never_picked_for_a_hybrid():
     # Its varlen path flattens the batch into one row: the state-space layers would carry state from row to row.
-    from hf_encoderize.model.loading import backend_plan
+    from hf_encoderize.model.attention_backends import backend_plan
     from hf_encoderize.model.tiny import tiny_config
 
     config = tiny_config(HYBRID)

@@ -10,8 +10,9 @@ import pytest
 from conftest import make_tokenizer
 
 from hf_encoderize.evaluation.config import EvalConfig
+from hf_encoderize.evaluation.converters import judged_rows
 from hf_encoderize.evaluation.ir import Retrieval, ndcg_at_10, rank_metrics
-from hf_encoderize.evaluation.loaders import DATASETS, _judged_rows
+from hf_encoderize.evaluation.loaders import DATASETS
 
 
 def test_ndcg_by_hand():
@@ -61,14 +62,14 @@ def test_rank_metrics_report_both_and_binary_is_the_headline():
 
 def test_judged_rows_keep_encodeval_binarisation_and_the_judged_grade():
     qrels = [("q", "a", 3), ("q", "b", 1), ("q", "c", 0)]
-    rows = _judged_rows({"q": "Query: x"}, {"a": "A", "b": "B", "c": "C"}, qrels)
+    rows = judged_rows({"q": "Query: x"}, {"a": "A", "b": "B", "c": "C"}, qrels)
     assert [(d["grade"], d["judged"]) for d in rows[0]["docs"]] == [(1, 3), (1, 1), (0, 0)]
 
 
 def test_eval_set_carries_graded_judgments_only_when_there_are_any():
     task = Retrieval(DATASETS["msmarco"], make_tokenizer(), 32)
-    graded = _judged_rows({"q": "x"}, {"a": "A", "b": "B"}, [("q", "a", 2), ("q", "b", 1)])
-    binary = _judged_rows({"q": "x"}, {"a": "A", "b": "B"}, [("q", "a", 1), ("q", "b", 0)])
+    graded = judged_rows({"q": "x"}, {"a": "A", "b": "B"}, [("q", "a", 2), ("q", "b", 1)])
+    binary = judged_rows({"q": "x"}, {"a": "A", "b": "B"}, [("q", "a", 1), ("q", "b", 0)])
     assert task.eval_set(graded)["judged"] == [{"a": 2, "b": 1}]
     assert task.eval_set(binary)["judged"] is None
 

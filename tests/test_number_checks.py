@@ -12,6 +12,7 @@ import dataclasses
 import pytest
 
 from hf_encoderize import cli
+from hf_encoderize.common.arguments import value_type
 from hf_encoderize.common.options import flag, option_name
 
 # Fields where 0 is a legitimate value, each with the reason. Every other numeric field must refuse 0.
@@ -54,7 +55,7 @@ def _numeric_fields() -> list[tuple[str, str, type]]:
     for name, command in cli.COMMANDS.items():
         for cls in command.configs:
             for field in dataclasses.fields(cls):
-                kind, _ = cli._value_type(field)
+                kind, _ = value_type(field)
                 if kind in (int, float):
                     rows.append((name, field.name, kind))
     return rows

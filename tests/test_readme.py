@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hf_encoderize.cli import COMMANDS, build_configs, build_parser
+from hf_encoderize.cli import COMMANDS, build_parser
+from hf_encoderize.common.config_file import build_configs
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"

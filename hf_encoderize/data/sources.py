@@ -30,11 +30,11 @@ import os
 import random
 from collections.abc import Iterable, Iterator
 from dataclasses import KW_ONLY, dataclass, field
-from typing import Literal, get_args
+from typing import Literal
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, identity
-from hf_encoderize.common.validation import check_number
+from hf_encoderize.common.validation import check_choice, check_number
 
 PRECHECK_BYTES = 64 << 20  # local sources up to this size are read through (not tokenized) before training
 HEAD_BYTES = 1 << 20  # what `content_identity` hashes of each file: an edit in place shows there or in the size
@@ -86,9 +86,7 @@ class DataConfig:
     """Stream Hub datasets instead of downloading them first."""
 
     def __post_init__(self):
-        if self.text_unit not in get_args(TextUnit):
-            raise EncoderizeError(f"--text-unit must be one of {', '.join(get_args(TextUnit))}, not "
-                                  f"{self.text_unit!r}")
+        check_choice("--text-unit", self.text_unit, DataConfig, "text_unit")  # the Literal's values
         check_number("--max-seq-length", self.seq_len, minimum=8, integer=True)
         check_number("--eval-documents", self.eval_documents, minimum=0, integer=True)
         check_number("--skip-documents", self.skip_documents, minimum=0, integer=True)

@@ -19,7 +19,7 @@ from typing import Literal
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, RESUME, identity
 from hf_encoderize.common.validation import check_choice, check_number
-from hf_encoderize.evaluation.loaders import DATASETS, REAL, SYNTHETIC, TASKS
+from hf_encoderize.evaluation.loaders import DATASETS, REAL, SYNTHETIC, TASKS, DatasetSource
 
 PAPER_LRS = (1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4)  # section 2, "Fine-tuning protocol"
 MODEL_LIMIT_FRACTION = 0.99  # EncodEval abstract_eval.py: `round(0.99 * max_length)`, "Apply 1% buffer"
@@ -129,7 +129,7 @@ class EvalConfig:
     data_dir: str | None = field(default=None, metadata=protocol(kind=HARMLESS))
     """Local copies of the datasets: DIR/<dataset>/<split>.parquet or .jsonl in the Hub schema, used instead of the
     Hub."""
-    dataset_source: Literal["authors", "original"] = field(default="authors", metadata=protocol("dataset_source"))
+    dataset_source: DatasetSource = field(default="authors", metadata=protocol("dataset_source"))
     """authors (the Hub copies the authors' EncodEval loads: hgissbkh/conll2003-en, BeIR/msmarco, ...) or original
     (the upstream repos: eriktks/conll2003, microsoft/ms_marco, Tevatron/wikipedia-nq, Shitao/MLDR, ...)."""
     frozen: bool = field(default=False, metadata=protocol("frozen"))
@@ -176,7 +176,7 @@ class EvalConfig:
         tasks = _split_list(self.tasks)
         for task in tasks or []:
             if task not in TASKS:
-                raise EncoderizeError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
+                raise EncoderizeError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")  # `loaders.Task`
         names = _split_list(self.datasets)
         for name in names or []:
             if name not in DATASETS:

@@ -2,8 +2,8 @@
 
 Design choices:
 - One `DatasetSpec` per dataset: where it lives on the Hub, which splits to read, and a converter from the Hub row
-  schema to the canonical row the task family reads. Converters are plain functions, tested on fixture files that
-  have exactly the Hub schema (tests/fixtures/eval/ and the authors' schemas built in tests/test_eval_loaders.py).
+  schema to the canonical row the task family reads (`evaluation.converters`, plain functions tested on fixture files
+  that have exactly the Hub schema).
 - Two source sets. `authors` (the default) reads the Hub copies the authors' evaluation code loads (EncodEval, branch
   MLM_vs_CLM, encodeval/datasets.py): nyu-mll/glue, hgissbkh/conll2003-en, hgissbkh/ontonotes5, hgissbkh/uner_en,
   rajpurkar/squad(_v2), hgissbkh/record, hgissbkh/msmarco-pairs (IR training), BeIR/msmarco(-qrels), BeIR/nq(-qrels),
@@ -29,18 +29,34 @@ Design choices:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
-import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, get_args
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.evaluation import synthetic
+from hf_encoderize.evaluation.converters import (
+    beir,
+    halve_queries,
+    mldr_authors,
+    msmarco,
+    msmarco_pairs,
+    record,
+    record_authors,
+    sc,
+    sc_template,
+    squad,
+    tc,
+    tevatron,
+)
 
+# The task families (section 2) and the two source sets of the datasets: `eval`'s --tasks and --dataset-source.
+Task = Literal["sc", "tc", "qa", "ir"]
+DatasetSource = Literal["authors", "original"]
 PARQUET_EXPORT = "refs/convert/parquet"
 IR_NOTE = ("IR corpus restricted to the labelled documents (judged in the qrels) of the evaluation queries, as in "
            "the paper (Appendix B) and the authors' loaders; far easier than full-corpus BEIR/MTEB scores, which "
@@ -61,7 +77,7 @@ class DatasetSpec:
     """One evaluation dataset: its task family, metric, source and the converter to canonical rows."""
 
     name: str
-    task: str
+    task: Task
     metric: str
     convert: Callable[[dict], dict | None] | None = None
     hub: str | None = None
@@ -84,7 +100,7 @@ class DatasetSpec:
     (the authors' IR sets: queries, corpus and qrels joined)."""
     train_from: str | None = None
     """Train on this other dataset (its own training rows): NQ and MLDR train on MS MARCO, MS MARCO on its pairs."""
-    source_set: str = "authors"
+    source_set: DatasetSource = "authors"
     """`authors` (EncodEval's Hub copies) or `original` (upstream repos); `train_from` resolves in the same set."""
     label_names: tuple[str, ...] = ()
     max_length: int | None = None
@@ -105,149 +121,6 @@ class DatasetSpec:
                                    if p) for repo in repos if repo)
 
 
-# ------------------------------------------------------------------------------------------------------ converters
-
-
-def _sc(first: str, second: str | None) -> Callable[[dict], dict | None]:
-    def convert(row: dict) -> dict | None:
-        if row["label"] < 0:  # GLUE test splits carry label -1
-            return None
-        pair = row[second] if second else None
-        return {"id": str(row["idx"]), "text": row[first], "text_pair": pair, "label": int(row["label"])}
-
-    return convert
-
-
-def _sc_template(first: str, second: str, template: str) -> Callable[[dict], dict | None]:
-    """EncodEval's SC inputs (encodeval/datasets.py mnli_m, qqp): both sentences in one text, e.g.
-    "Premise: {premise}\nHypothesis: {hypothesis}", rather than a tokenizer pair."""
-    def convert(row: dict) -> dict | None:
-        if row["label"] < 0:
-            return None
-        text = template.format(row[first], row[second])
-        return {"id": str(row["idx"]), "text": text, "text_pair": None, "label": int(row["label"])}
-
-    return convert
-
-
-def _tc(tag_column: str, id_column: str | None, token_column: str = "tokens") -> Callable[[dict], dict | None]:
-    def convert(row: dict) -> dict | None:
-        tokens = row[token_column]
-        if not tokens:
-            return None
-        row_id = str(row[id_column]) if id_column else hashlib.sha1(" ".join(tokens).encode()).hexdigest()[:12]
-        return {"id": row_id, "tokens": list(tokens), "tags": [int(t) for t in row[tag_column]]}
-
-    return convert
-
-
-def _squad(row: dict) -> dict:
-    answers = row["answers"]
-    row_id = row.get("id") or hashlib.sha1((row["question"] + row["context"]).encode()).hexdigest()[:16]
-    return {"id": str(row_id), "question": row["question"], "context": row["context"],
-            "answers": {"text": list(answers["text"]), "answer_start": [int(s) for s in answers["answer_start"]]}}
-
-
-def _record(row: dict) -> dict:
-    """ReCoRD as extractive QA: the cloze query is the question, each answer entity a gold answer (its text scores
-    F1/EM; its first occurrence in the passage is the training span).
-
-    Spans are found in the passage text itself rather than taken from `entity_spans`, whose offsets refer to the
-    passage before its `@highlight` markers were rewritten."""
-    context = row["passage"]
-    texts, starts = [], []
-    for answer in dict.fromkeys(row["answers"]):
-        start = context.find(answer)
-        if start >= 0:
-            texts.append(answer)
-            starts.append(start)
-    return {"id": f"{row['idx']['passage']}-{row['idx']['query']}", "question": row["query"], "context": context,
-            "answers": {"text": texts, "answer_start": starts}}
-
-
-def _record_authors(row: dict) -> dict:
-    """hgissbkh/record: EncodEval's `record()` renames nothing and its QA code reads SQuAD's columns (context,
-    question, answers), so the copy is read as SQuAD; rows in SuperGLUE's schema (passage, query) are also taken."""
-    return _record(row) if "passage" in row else _squad(row)
-
-
-def _doc_id(text: str) -> str:
-    # MS MARCO v1.1 passages carry no id; the same passage under two queries is one corpus document.
-    return "p" + hashlib.sha1(text.encode()).hexdigest()[:16]
-
-
-def _msmarco(row: dict) -> dict | None:
-    passages = row["passages"]
-    docs = [{"id": _doc_id(text), "text": text, "grade": int(selected)}
-            for text, selected in zip(passages["passage_text"], passages["is_selected"], strict=True)]
-    return {"id": str(row["query_id"]), "query": row["query"], "docs": docs}
-
-
-def _msmarco_pairs(row: dict) -> dict:
-    """hgissbkh/msmarco-pairs (query, positive) with EncodEval's prefixes (datasets.py `msmarco_pairs`)."""
-    text = f"Document: {row['positive']}"
-    return {"id": _doc_id(row["query"]), "query": f"Query: {row['query']}",
-            "docs": [{"id": _doc_id(text), "text": text, "grade": 1}]}
-
-
-def _tevatron(row: dict) -> dict | None:
-    """Tevatron-style rows (NQ, MLDR): positive and negative passages with document ids."""
-    def text(passage: dict) -> str:
-        return f"{passage['title']} {passage['text']}".strip() if passage.get("title") else passage["text"]
-
-    docs = [{"id": str(p["docid"]), "text": text(p), "grade": 1} for p in row["positive_passages"]]
-    docs += [{"id": str(p["docid"]), "text": text(p), "grade": 0} for p in row["negative_passages"]]
-    return {"id": str(row["query_id"]), "query": row["query"], "docs": docs}
-
-
-def _judged_rows(queries: dict, corpus: dict, qrels: list[tuple[str, str, int]]) -> list[dict]:
-    """One canonical row per judged query; grade 1 when the qrels score is at least 1 (EncodEval's binarisation, the
-    paper profile's NDCG), else 0; `judged` keeps the qrels score for graded NDCG (`ir.rank_metrics`)."""
-    rows: dict[str, dict] = {}
-    for query_id, doc_id, score in qrels:
-        row = rows.setdefault(query_id, {"id": query_id, "query": queries[query_id], "docs": []})
-        row["docs"].append({"id": doc_id, "text": corpus[doc_id], "grade": int(score >= 1), "judged": int(score)})
-    return list(rows.values())
-
-
-def halve_queries(qrels: list[tuple], fraction: float, seed: int = 42) -> tuple[list[tuple], list[tuple]]:
-    """Split judged pairs by query: `fraction` of the (sorted) query ids, drawn with a fixed seed, go to validation.
-    EncodEval's `nq()` draws `random.sample(query_ids, round(0.5 * n))` without a seed of its own."""
-    ids = sorted({q for q, *_ in qrels})
-    held = set(random.Random(seed).sample(ids, round(fraction * len(ids))))
-    return [r for r in qrels if r[0] in held], [r for r in qrels if r[0] not in held]
-
-
-def _beir(document: Callable[[dict], str], qrel_splits: tuple[str, ...], fraction: float | None = None):
-    """EncodEval's `msmarco()`/`nq()`: BeIR queries, corpus and qrels; the corpus keeps the judged documents only."""
-    def reader(read) -> tuple[list[dict], list[dict], list[dict]]:
-        qrels = {split: [(str(r["query-id"]), str(r["corpus-id"]), int(r["score"])) for r in read(f"qrels_{split}")]
-                 for split in qrel_splits}
-        if fraction is not None:  # NQ: one judged split, halved into validation and test
-            qrels = dict(zip(("validation", "test"), halve_queries(qrels["test"], fraction), strict=True))
-        wanted_q = {q for pairs in qrels.values() for q, _, _ in pairs}
-        wanted_d = {d for pairs in qrels.values() for _, d, _ in pairs}
-        queries = {str(r["_id"]): f"Query: {r['text']}" for r in read("queries") if str(r["_id"]) in wanted_q}
-        corpus = {str(r["_id"]): document(r) for r in read("corpus") if str(r["_id"]) in wanted_d}
-        rows = {split: _judged_rows(queries, corpus, pairs) for split, pairs in qrels.items()}
-        return rows["validation"], rows["test"], [{"id": k, "text": v} for k, v in corpus.items()]
-
-    return reader
-
-
-def _mldr_authors(read) -> tuple[list[dict], list[dict], list[dict]]:
-    """EncodEval's `mldr_en()`: hgissbkh/mldr-en dev and test; the corpus is the queries' positive passages only."""
-    qrels, queries = {}, {}
-    for split, part in (("validation", "dev"), ("test", "test")):
-        rows = list(read(part))
-        queries.update({str(r["query_id"]): f"Query: {r['query']}" for r in rows})
-        qrels[split] = [(str(r["query_id"]), str(p["docid"]), 1) for r in rows for p in r["positive_passages"]]
-    wanted = {d for pairs in qrels.values() for _, d, _ in pairs}
-    corpus = {str(r["docid"]): f"Document: {r['text']}" for r in read("corpus") if str(r["docid"]) in wanted}
-    rows = {split: _judged_rows(queries, corpus, pairs) for split, pairs in qrels.items()}
-    return rows["validation"], rows["test"], [{"id": k, "text": v} for k, v in corpus.items()]
-
-
 # --------------------------------------------------------------------------------------------------------- registry
 
 _BEIR_PARQUET = PARQUET_EXPORT  # BeIR/msmarco and BeIR/nq carry loading scripts (EncodEval: trust_remote_code=True)
@@ -264,62 +137,62 @@ _MLDR_PARTS = {"dev": ("hgissbkh/mldr-en", "default", "dev", None),
 
 # EncodEval encodeval/datasets.py, one entry per loader; the TC copies keep train/validation/test.
 REAL = (
-    DatasetSpec("sst2", "sc", "accuracy", _sc("sentence", None), "nyu-mll/glue", "sst2", label_names=("neg", "pos")),
-    DatasetSpec("mnli", "sc", "accuracy", _sc_template("premise", "hypothesis", "Premise: {}\nHypothesis: {}"),
+    DatasetSpec("sst2", "sc", "accuracy", sc("sentence", None), "nyu-mll/glue", "sst2", label_names=("neg", "pos")),
+    DatasetSpec("mnli", "sc", "accuracy", sc_template("premise", "hypothesis", "Premise: {}\nHypothesis: {}"),
                 "nyu-mll/glue", "mnli", test_split="validation_matched",
                 label_names=("entailment", "neutral", "contradiction")),
-    DatasetSpec("qqp", "sc", "accuracy", _sc_template("question1", "question2", "Question 1: {}\nQuestion 2: {}"),
+    DatasetSpec("qqp", "sc", "accuracy", sc_template("question1", "question2", "Question 1: {}\nQuestion 2: {}"),
                 "nyu-mll/glue", "qqp", label_names=("not_duplicate", "duplicate")),
-    DatasetSpec("conll2003", "tc", "f1", _tc("ner", None, "words"), "hgissbkh/conll2003-en", test_split="test",
+    DatasetSpec("conll2003", "tc", "f1", tc("ner", None, "words"), "hgissbkh/conll2003-en", test_split="test",
                 validation_split="validation", label_names=CONLL_TAGS),
-    DatasetSpec("ontonotes5", "tc", "f1", _tc("tags", None), "hgissbkh/ontonotes5", revision=PARQUET_EXPORT,
+    DatasetSpec("ontonotes5", "tc", "f1", tc("tags", None), "hgissbkh/ontonotes5", revision=PARQUET_EXPORT,
                 test_split="test", validation_split="validation", label_names=ONTONOTES_TAGS),
-    DatasetSpec("uner", "tc", "f1", _tc("ner_tags", "idx"), "hgissbkh/uner_en", test_split="test",
+    DatasetSpec("uner", "tc", "f1", tc("ner_tags", "idx"), "hgissbkh/uner_en", test_split="test",
                 validation_split="validation", label_names=UNER_TAGS),
-    DatasetSpec("squad", "qa", "f1", _squad, "rajpurkar/squad", "plain_text"),
-    DatasetSpec("squad_v2", "qa", "f1", _squad, "rajpurkar/squad_v2", "squad_v2"),
-    DatasetSpec("record", "qa", "f1", _record_authors, "hgissbkh/record"),
+    DatasetSpec("squad", "qa", "f1", squad, "rajpurkar/squad", "plain_text"),
+    DatasetSpec("squad_v2", "qa", "f1", squad, "rajpurkar/squad_v2", "squad_v2"),
+    DatasetSpec("record", "qa", "f1", record_authors, "hgissbkh/record"),
     DatasetSpec("msmarco", "ir", "ndcg@10", hub="BeIR/msmarco", parts=_MSMARCO_PARTS, train_from="msmarco-pairs",
-                reader=_beir(lambda r: f"Document: {r['text']}", ("validation", "test")),
+                reader=beir(lambda r: f"Document: {r['text']}", ("validation", "test")),
                 note=IR_NOTE + "; validation: BeIR dev qrels, test: BeIR test qrels (TREC DL 2019)"),
     DatasetSpec("nq", "ir", "ndcg@10", hub="BeIR/nq", parts=_NQ_PARTS, train_from="msmarco-pairs", query_split=0.5,
-                reader=_beir(lambda r: f"Document: {r['title']}. {r['text']}", ("test",), fraction=0.5),
+                reader=beir(lambda r: f"Document: {r['title']}. {r['text']}", ("test",), fraction=0.5),
                 note=IR_NOTE + "; trained on MS MARCO; NQ's judged queries halved (fixed seed): learning rate chosen "
                                "on one half, scored on the other"),
     DatasetSpec("mldr", "ir", "ndcg@10", hub="hgissbkh/mldr-en", parts=_MLDR_PARTS, train_from="msmarco-pairs",
-                reader=_mldr_authors, max_length=2048,
+                reader=mldr_authors, max_length=2048,
                 note=IR_NOTE + "; trained on MS MARCO, learning rate chosen on MLDR dev; corpus: positives only"),
 )
 TRAIN_ONLY = (
-    DatasetSpec("msmarco-pairs", "ir", "ndcg@10", _msmarco_pairs, "hgissbkh/msmarco-pairs"),
+    DatasetSpec("msmarco-pairs", "ir", "ndcg@10", msmarco_pairs, "hgissbkh/msmarco-pairs"),
 )
 # The upstream repos this package read first (`--dataset-source original`), where they differ from the authors'.
 ORIGINAL = (
-    DatasetSpec("sst2", "sc", "accuracy", _sc("sentence", None), "nyu-mll/glue", "sst2", label_names=("neg", "pos"),
+    DatasetSpec("sst2", "sc", "accuracy", sc("sentence", None), "nyu-mll/glue", "sst2", label_names=("neg", "pos"),
                 source_set="original"),
-    DatasetSpec("mnli", "sc", "accuracy", _sc("premise", "hypothesis"), "nyu-mll/glue", "mnli",
+    DatasetSpec("mnli", "sc", "accuracy", sc("premise", "hypothesis"), "nyu-mll/glue", "mnli",
                 test_split="validation_matched", label_names=("entailment", "neutral", "contradiction"),
                 source_set="original"),
-    DatasetSpec("qqp", "sc", "accuracy", _sc("question1", "question2"), "nyu-mll/glue", "qqp",
+    DatasetSpec("qqp", "sc", "accuracy", sc("question1", "question2"), "nyu-mll/glue", "qqp",
                 label_names=("not_duplicate", "duplicate"), source_set="original"),
-    DatasetSpec("conll2003", "tc", "f1", _tc("ner_tags", "id"), "eriktks/conll2003", "conll2003",
+    DatasetSpec("conll2003", "tc", "f1", tc("ner_tags", "id"), "eriktks/conll2003", "conll2003",
                 revision=PARQUET_EXPORT, test_split="test", validation_split="validation", label_names=CONLL_TAGS,
                 source_set="original"),
-    DatasetSpec("ontonotes5", "tc", "f1", _tc("tags", None), "tner/ontonotes5", "ontonotes5",
+    DatasetSpec("ontonotes5", "tc", "f1", tc("tags", None), "tner/ontonotes5", "ontonotes5",
                 revision=PARQUET_EXPORT, test_split="test", validation_split="validation",
                 label_names=ONTONOTES_TAGS, source_set="original"),
-    DatasetSpec("uner", "tc", "f1", _tc("ner_tags", "idx"), "universalner/universal_ner", "en_ewt",
+    DatasetSpec("uner", "tc", "f1", tc("ner_tags", "idx"), "universalner/universal_ner", "en_ewt",
                 revision=PARQUET_EXPORT, test_split="test", validation_split="validation", label_names=UNER_TAGS,
                 source_set="original"),
-    DatasetSpec("record", "qa", "f1", _record, "aps/super_glue", "record", source_set="original"),
-    DatasetSpec("msmarco", "ir", "ndcg@10", _msmarco, "microsoft/ms_marco", "v1.1", note=IR_NOTE,
+    DatasetSpec("record", "qa", "f1", record, "aps/super_glue", "record", source_set="original"),
+    DatasetSpec("msmarco", "ir", "ndcg@10", msmarco, "microsoft/ms_marco", "v1.1", note=IR_NOTE,
                 source_set="original"),
-    DatasetSpec("nq", "ir", "ndcg@10", _tevatron, "Tevatron/wikipedia-nq", "default", revision=PARQUET_EXPORT,
+    DatasetSpec("nq", "ir", "ndcg@10", tevatron, "Tevatron/wikipedia-nq", "default", revision=PARQUET_EXPORT,
                 train_split=None, test_split="dev", query_split=0.5, train_from="msmarco", source_set="original",
                 note=IR_NOTE + "; trained on MS MARCO; NQ dev queries halved (fixed seed): learning rate chosen on "
                                "one half, scored on the other"),
     # Shitao/MLDR is a loading-script repo (MLDR.py); the script reads mldr-v1.0-<lang>/<split>.jsonl.gz, so do we.
-    DatasetSpec("mldr", "ir", "ndcg@10", _tevatron, "Shitao/MLDR", "en", files="mldr-v1.0-en/{split}.jsonl.gz",
+    DatasetSpec("mldr", "ir", "ndcg@10", tevatron, "Shitao/MLDR", "en", files="mldr-v1.0-en/{split}.jsonl.gz",
                 train_split=None, test_split="test", validation_split="dev", train_from="msmarco", max_length=2048,
                 source_set="original", note=IR_NOTE + "; trained on MS MARCO, learning rate chosen on MLDR dev"),
 )
@@ -337,13 +210,12 @@ SYNTHETIC = (
                 note="synthetic offline set; " + IR_NOTE.split(",")[0]),
 )
 DATASETS: dict[str, DatasetSpec] = {spec.name: spec for spec in REAL + SYNTHETIC}
-TASKS = ("sc", "tc", "qa", "ir")
-SOURCES = ("authors", "original")
+TASKS = get_args(Task)
 _BY_SOURCE = {"authors": {s.name: s for s in REAL + TRAIN_ONLY + SYNTHETIC},
               "original": {**{s.name: s for s in REAL + SYNTHETIC}, **{s.name: s for s in ORIGINAL}}}
 
 
-def dataset_spec(name: str, source: str = "authors") -> DatasetSpec:
+def dataset_spec(name: str, source: DatasetSource = "authors") -> DatasetSpec:
     """The spec of `name` in the `authors` (default) or `original` source set."""
     return _BY_SOURCE[source][name]
 

@@ -19,7 +19,7 @@ from dataclasses import KW_ONLY, asdict, dataclass, field
 from pathlib import Path
 
 from hf_encoderize.common.log import get_logger
-from hf_encoderize.model.loading import ENCODERIZABLE, HYBRID, classify_config
+from hf_encoderize.model.kinds import ENCODERIZABLE, HYBRID, classify_config
 from hf_encoderize.model.tiny import tiny_config
 
 log = get_logger(__name__)

@@ -6,9 +6,9 @@ Design choices:
   package (a flash-attn built for another torch) is still listed, and the check stays quick.
 - The supported ranges are read from hf-encoderize's own installed requirements, not restated here: pyproject.toml is
   their one home.
-- The `auto` picks are those of the functions training calls (`loading.backend_candidates`, `kernel_unavailable`),
-  so doctor cannot disagree with a run. The loss kernel that `auto` finally takes is timed at run start; doctor lists
-  the candidates it would time.
+- The `auto` picks are those of the functions training calls (`attention_backends.backend_candidates`,
+  `kernel_unavailable`), so doctor cannot disagree with a run. The loss kernel that `auto` finally takes is timed at
+  run start; doctor lists the candidates it would time.
 - Known-bad combinations are a table of version specifiers and the one line to show (`KNOWN_BAD`).
 - A model is judged by its architecture: its config is read (nothing else is downloaded), classified, and a tiny
   model of its type is encoderized and probed under sdpa and eager (`architectures.probe_architecture`).
@@ -131,7 +131,7 @@ def auto_picks() -> dict:
     """What `--attn-implementation auto` and `--loss-implementation auto` would consider on this machine."""
     import torch
 
-    from hf_encoderize.model.loading import backend_candidates, machine_skips
+    from hf_encoderize.model.attention_backends import backend_candidates, machine_skips
     from hf_encoderize.objectives.loss_kernels import KERNELS, REFERENCE, kernel_unavailable
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -147,14 +147,9 @@ def model_verdict(source: str) -> dict:
     """Whether `source` converts here: its kind, and the tiny-copy probe of its model type under sdpa and eager."""
     from hf_encoderize.common.errors import EncoderizeError
     from hf_encoderize.matrix.architectures import probe_architecture
-    from hf_encoderize.model.loading import (
-        ENCODERIZABLE,
-        LoadConfig,
-        choose_backend,
-        classify_config,
-        load_config,
-        refusal_message,
-    )
+    from hf_encoderize.model.attention_backends import choose_backend
+    from hf_encoderize.model.kinds import ENCODERIZABLE, classify_config, refusal_message
+    from hf_encoderize.model.loading import LoadConfig, load_config
 
     try:
         config = load_config(LoadConfig(source))

@@ -82,7 +82,7 @@ def encoderize(model, tokenizer=None) -> EncoderizeReport:
 
     Works for eager, sdpa, flex_attention and flash_attention_2/3. Returns an `EncoderizeReport`.
     """
-    from hf_encoderize.model.loading import ENCODERIZABLE, classify_config, refusal_message
+    from hf_encoderize.model.kinds import ENCODERIZABLE, classify_config, refusal_message
     from hf_encoderize.model.tokens import ensure_special_tokens
 
     kind = classify_config(model.config)

@@ -185,7 +185,7 @@ def _write_encoder(model, tokenizer, tmp: Path, metadata, state_dict: dict | Non
     facts = metadata if isinstance(metadata, EncoderFacts) else EncoderFacts.from_dict(metadata)
     config = model.config
     model_type = config.model_type
-    from hf_encoderize.model.loading import ENCODER, classify_config
+    from hf_encoderize.model.kinds import ENCODER, classify_config
 
     native_encoder = classify_config(config) == ENCODER  # BertForMaskedLM & co load with plain AutoModelForMaskedLM
     default_backend, changes = None, {}

@@ -71,7 +71,7 @@ def packing_after_probe(model, tokenizer, accelerator, quantized: bool, pack: bo
     rows are to be packed (`other_backends`; never for a hybrid, whose state-space layers leak under every backend);
     refuses an explicit `--pack` on a model that leaks."""
     from hf_encoderize.model.bidirectional import PACKED, NotBidirectionalError
-    from hf_encoderize.model.loading import HYBRID, classify_config
+    from hf_encoderize.model.kinds import HYBRID, classify_config
 
     chosen = PACKED if pack is not False else "padded rows: --no-pack"
     try:

@@ -15,11 +15,11 @@ the LM head only on labelled positions, in chunks, so a 128k vocabulary never ma
 from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass
+from typing import Literal
 
 import torch
 
-from hf_encoderize.common.errors import EncoderizeError
-from hf_encoderize.common.validation import check_number
+from hf_encoderize.common.validation import check_choice, check_number
 from hf_encoderize.objectives.loss import IGNORE, mlm_loss
 
 
@@ -30,17 +30,15 @@ class MaskingConfig:
     _: KW_ONLY
     mask_ratio: float = 0.4
     """Probability of masking each maskable token. 0.4 follows the paper (section 3)."""
-    replacement: str = "mask"
+    replacement: Literal["mask", "bert"] = "mask"
     """`mask`: every masked token becomes the mask token (paper, section 2); `bert`: 80% mask, 10% random, 10% kept."""
-    objective: str = "mlm"
+    objective: Literal["mlm", "mntp"] = "mlm"
     """`mlm`: predict the token at its own position; `mntp`: predict it from the previous position (LLM2Vec)."""
 
     def __post_init__(self):
         check_number("--mlm-probability", self.mask_ratio, above=0, below=1)
-        if self.replacement not in ("mask", "bert"):
-            raise EncoderizeError(f"--replacement must be 'mask' or 'bert', got {self.replacement!r}")
-        if self.objective not in ("mlm", "mntp"):
-            raise EncoderizeError(f"--objective must be 'mlm' or 'mntp', got {self.objective!r}")
+        for name in ("replacement", "objective"):  # the Literal's values, declared above
+            check_choice(f"--{name}", getattr(self, name), MaskingConfig, name)
 
 
 def mask_tokens(

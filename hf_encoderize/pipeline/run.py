@@ -27,13 +27,14 @@ import time
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
+from typing import Literal
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import world_size
 from hf_encoderize.common.log import get_logger
 from hf_encoderize.common.options import flag, option_name
 from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD, EVAL_NAMES, RunFolder
-from hf_encoderize.common.validation import check_number
+from hf_encoderize.common.validation import check_choice, check_number
 from hf_encoderize.pipeline.reuse import (
     card_kept,
     contrastive_done,
@@ -58,10 +59,10 @@ class RunConfig:
     """What `run` does after continued pretraining."""
 
     _: KW_ONLY
-    eval_profile: str = "quick"
+    eval_profile: Literal["paper", "quick", "smoke", "none"] = "quick"
     """Evaluation after training: paper (the full protocol), quick (one lr, one seed), smoke (offline synthetic
     sets) or none."""
-    eval_base: str = "bidirectional"
+    eval_base: Literal["bidirectional", "causal", "both", "none"] = "bidirectional"
     """Also evaluate the base model, for the comparison: bidirectional (how the paper fine-tunes CLM models, section
     2), causal (its native attention: the fair baseline of a frozen probe, which cannot adapt to a mask it never
     trained with), both (OUT/eval/base and OUT/eval/base-causal), or none."""
@@ -81,7 +82,7 @@ class RunConfig:
     """Local copies of the evaluation datasets (see `eval --data-dir`)."""
     base_model_id: str | None = None
     """Hub id of the base model for the card's metadata, when MODEL is a local folder or GGUF file."""
-    contrastive: str = "none"
+    contrastive: Literal["simcse", "supervised", "none"] = "none"
     """After cpt, make the encoder an embedding model in OUT/contrastive: simcse (on cpt's own text source),
     supervised (on `contrastive_data_files`), or none."""
     contrastive_data_files: str | None = None
@@ -101,8 +102,8 @@ class RunConfig:
     """With --contrastive and an eval profile, evaluate the embedding model too."""
 
     def __post_init__(self):
-        if self.contrastive not in ("simcse", "supervised", "none"):
-            raise EncoderizeError(f"--contrastive must be simcse, supervised or none, got {self.contrastive!r}")
+        for name in ("contrastive", "eval_profile", "eval_base"):  # the Literal's values, declared above
+            check_choice(f"--{name.replace('_', '-')}", getattr(self, name), RunConfig, name)
         if self.contrastive == "supervised" and not self.contrastive_data_files:
             raise EncoderizeError("--contrastive supervised needs --contrastive-data-files (anchor, positive columns)")
         check_number("--contrastive-max-steps", self.contrastive_steps, minimum=1, integer=True)
@@ -110,10 +111,6 @@ class RunConfig:
         check_number("--contrastive-max-seq-length", self.contrastive_max_seq_length, minimum=1, integer=True)
         check_number("--contrastive-dropout", self.contrastive_dropout, minimum=0, below=1)
         check_number("--contrastive-learning-rate", self.contrastive_lr, above=0)
-        if self.eval_profile not in ("paper", "quick", "smoke", "none"):
-            raise EncoderizeError(f"--eval-profile must be paper, quick, smoke or none, got {self.eval_profile!r}")
-        if self.eval_base not in ("bidirectional", "causal", "both", "none"):
-            raise EncoderizeError(f"--eval-base must be bidirectional, causal, both or none, got {self.eval_base!r}")
         check_number("--eval-max-steps", self.eval_max_steps, minimum=1, integer=True)
         if self.eval_profile != "none":
             self.eval_config("encoder", "results")  # unknown tasks/datasets fail now, not after training

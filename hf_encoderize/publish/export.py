@@ -28,10 +28,11 @@ import sys
 import tempfile
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Literal
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.outputs import add_to_marker
+from hf_encoderize.common.validation import check_choice
 from hf_encoderize.model.saving import encoder_dir
 from hf_encoderize.publish.card import CardConfig, is_generated_card, write_card
 from hf_encoderize.publish.export_guard import check_exportable, owned_files, verdict
@@ -67,8 +68,7 @@ class ExportConfig:
     writes, byte for byte; without it such a folder is refused."""
 
     def __post_init__(self):
-        if self.format not in get_args(ExportFormat):
-            raise EncoderizeError(f"--format must be one of {', '.join(get_args(ExportFormat))}, not {self.format!r}")
+        check_choice("--format", self.format, ExportConfig, "format")  # the Literal's values
         if self.check_texts is not None and not Path(self.check_texts).is_file():
             raise EncoderizeError(f"--check-texts: {self.check_texts!r} is not a file; pass a text file, one per line")
         if not 11 <= self.opset <= 21:

@@ -32,6 +32,7 @@ from hf_encoderize.common.outputs import input_paths, releasing_locks
 from hf_encoderize.common.precision import attention_dtype
 from hf_encoderize.common.run_folder import read_json
 from hf_encoderize.data.sources import DataConfig, identity_as_today
+from hf_encoderize.model.attention_backends import AttentionBackend
 from hf_encoderize.model.positions import check_positions, position_limit
 from hf_encoderize.objectives.loss import CHUNK_ELEMENTS
 from hf_encoderize.objectives.masking import MaskingConfig
@@ -81,7 +82,7 @@ class PretrainConfig:
     schedule: str = "clm:0.25,mlm:0.75"
     """Phases in order with their share of --max-steps: clm:1.0, mlm:1.0, clm:0.5,mlm:0.5, ... The default 25-75 split
     is the one that reliably beats MLM alone (paper, section 4)."""
-    attn_implementation: str = "auto"
+    attn_implementation: AttentionBackend = "auto"
     """Attention backend: auto (the fastest the architecture supports here; see cpt), eager, sdpa, flex_attention,
     flash_attention_2 or flash_attention_3."""
     check_memory: bool = field(default=True, metadata=identity(HARMLESS))
@@ -102,7 +103,7 @@ def model_config_from(spec: str):
     """A transformers config for `spec`: one of the paper's sizes, a config file, a folder or a Hub id."""
     from transformers import AutoConfig
 
-    from hf_encoderize.model.loading import DECODER, classify_config
+    from hf_encoderize.model.kinds import DECODER, classify_config
 
     size = {name.lower(): name for name in PAPER_SIZES}.get(str(spec).lower())
     if size:
@@ -339,8 +340,8 @@ def _build_model(spec: PretrainConfig, config, train: TrainConfig, dtype: torch.
     """Tokenizer, random model, special tokens, document isolation. `dtype`: the dtype attention trains in."""
     from transformers import AutoModelForCausalLM
 
+    from hf_encoderize.model.attention_backends import check_backend_available, choose_backend
     from hf_encoderize.model.isolation import install_document_isolation
-    from hf_encoderize.model.loading import check_backend_available, choose_backend
     from hf_encoderize.model.tokens import ensure_special_tokens
 
     tokenizer = _load_tokenizer(spec.tokenizer)

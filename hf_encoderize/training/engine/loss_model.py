@@ -27,7 +27,7 @@ class LossModel(torch.nn.Module):
     tensor, so the training step needs no extra host sync)."""
 
     def __init__(self, model):
-        from hf_encoderize.model.loading import ENCODER, classify_config
+        from hf_encoderize.model.kinds import ENCODER, classify_config
 
         super().__init__()
         self.model = model

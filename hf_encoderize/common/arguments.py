@@ -1,0 +1,112 @@
+"""A config dataclass as command-line arguments: the one builder every subcommand's parser goes through.
+
+Design choices:
+- Every field becomes an argument, positional when declared before `_: KW_ONLY`, else `--option-name` (the field's
+  public name, `common.options`) with the old spelling as a hidden alias that notes its use; the field's docstring is
+  its help text and a `Literal`'s values are its choices (usage lists them, a wrong value is refused naming them).
+- A refusal is one `error:` line naming the usage (cpt's whole usage is 57 lines), and an unknown flag names the
+  closest option, as a config file's unknown key does (`common.config_file`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import sys
+import textwrap
+
+from hf_encoderize.common.options import choices, closest, flag, option_name
+
+
+def field_docs(cls) -> dict[str, str]:
+    """Attribute docstrings (the string right after each field) of a dataclass, inherited fields included (the push
+    options are declared once, on `PushOptions`)."""
+    docs = {}
+    for klass in reversed([base for base in cls.__mro__ if dataclasses.is_dataclass(base)]):
+        body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body
+        for node, following in zip(body, body[1:], strict=False):
+            if isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr):
+                if isinstance(following.value, ast.Constant) and isinstance(following.value.value, str):
+                    docs[node.target.id] = " ".join(following.value.value.split())
+    return docs
+
+
+def value_type(field: dataclasses.Field) -> tuple[type, bool]:
+    """(type of one value, whether the field holds a list of them), read from annotations like `int | None`."""
+    annotation = field.type if isinstance(field.type, str) else inspect.formatannotation(field.type)
+    first = annotation.split("|")[0].strip()
+    is_list = first.startswith("list[")
+    return {"int": int, "float": float, "bool": bool}.get(first[5:-1] if is_list else first, str), is_list
+
+
+def add_dataclass_args(parser: argparse.ArgumentParser, cls) -> None:
+    """One argument per field of `cls`: positional before `_: KW_ONLY`, `--option-name` after (`common.options`: the
+    field's public name) with the old spelling as a hidden alias; help: its docstring; a `Literal`'s values its
+    `choices` (listed in usage; another value is refused before any config is built)."""
+    docs = field_docs(cls)
+    for field in sorted(dataclasses.fields(cls), key=lambda field: field.kw_only):  # positionals before inherited ones
+        help_text = docs.get(field.name, "").replace("%", "%%")  # argparse %-formats help strings
+        kind, is_list = value_type(field)
+        name, values = option_name(cls, field), choices(cls, field)
+        metavar = "{" + ",".join(map(str, values)) + "}" if values else None
+        if not field.kw_only:
+            parser.add_argument(field.name, type=kind, nargs="+" if is_list else None, help=help_text,
+                                metavar=metavar or name, choices=values)
+            continue
+        help_text = f"{help_text} (default: {field.default})"
+        action = argparse.BooleanOptionalAction if kind is bool else None
+        given = {"action": action} if action else {"type": kind, "nargs": "*" if is_list else None,
+                                                   "metavar": metavar or name.upper(), "choices": values}
+        parser.add_argument(flag(name), dest=field.name, default=None, help=help_text, **given)
+        if name != field.name:  # the old spelling still works, hidden from --help, with one deprecation line
+            alias = _deprecated(action or argparse._StoreAction, flag(name))
+            parser.add_argument(flag(field.name), dest=field.name, default=None, help=argparse.SUPPRESS,
+                                **{**given, "action": alias})
+
+
+def _deprecated(base: type[argparse.Action], new: str) -> type[argparse.Action]:
+    """`base`, noting that the old spelling was used (`--no-` twins map to `--no-` twins)."""
+
+    class Deprecated(base):
+        def __call__(self, parser, namespace, values, option_string=None):
+            now = f"--no-{new[2:]}" if option_string and option_string.startswith("--no-") else new
+            said = getattr(namespace, "deprecated", None) or []  # said once logging is set up (`main`)
+            namespace.deprecated = [*said, f"{option_string} is now {now}"]
+            super().__call__(parser, namespace, values, option_string)
+
+    return Deprecated
+
+
+class CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser whose refusal is one `error:` line that names the usage, not the whole usage (57 lines
+    for cpt). A positional argument a config file tried to set says so: argparse reads the command line before the
+    file, so the argument goes on the command line."""
+
+    def error(self, message: str):
+        positionals = " ".join(a.metavar or a.dest.upper() for a in self._actions
+                               if not a.option_strings and a.help != argparse.SUPPRESS)
+        if "arguments are required" in message and "--config" in sys.argv[1:] + list(self._argv or []):
+            message += " (a config file cannot set a positional argument: put it on the command line)"
+        self.exit(2, f"error: {message}; usage: {self.prog} {positionals} [options], see `{self.prog} --help`\n")
+
+    _argv: list[str] | None = None
+
+
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """`parser.parse_args(argv)`, where an unknown flag is refused with the closest option named, as a config file's
+    unknown key is."""
+    CommandParser._argv = list(argv or [])  # main(argv) from Python: its --config counts as the shell's does
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        command = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
+        visible = {a.dest: a.option_strings[0] for a in command._actions
+                   if a.option_strings and a.help != argparse.SUPPRESS}
+        canonical = {option: visible.get(a.dest, option) for a in command._actions for option in a.option_strings}
+        match = closest(unknown[0].split("=")[0], canonical) if unknown[0].startswith("-") else None
+        guess = f"; did you mean {canonical[match]}?" if match else ""
+        command.error(f"unrecognized arguments: {' '.join(unknown)}{guess}")
+    return args

@@ -1,0 +1,146 @@
+"""A `--config` file's values as config dataclasses: YAML (or a finished run's `run_settings.json`) overridden by the
+flags given.
+
+Design choices:
+- The file's values get the checks argparse gives flags, from the same field annotations (`arguments.value_type`): a
+  key that no config of the command has is refused (naming the closest option), and so is a value of the wrong type
+  (`steps: many`); ints and numeric text (`1e-4`, which YAML 1.1 reads as text) pass for floats, only true/false for
+  bools. Ranges and choices are the configs' own `__post_init__` checks.
+- A key is the option's name (`learning_rate`) or its field's (`lr`: the Python API's, a run's `run_settings.json`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Protocol
+
+from hf_encoderize.common.arguments import field_docs, value_type
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.options import closest, option_name
+
+
+class Command(Protocol):
+    """What building a command's configs reads of it (the CLI's `Command`): its name and its config classes."""
+
+    name: str
+    configs: tuple[type, ...]
+
+
+def load_yaml(path: str | None) -> dict:
+    if not path:
+        return {}
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+    except OSError as err:
+        raise EncoderizeError(f"cannot read config file {path!r}: {err.strerror}") from None
+    except UnicodeDecodeError:
+        raise EncoderizeError(f"config file {path!r} is not UTF-8 text; pass a YAML file") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise EncoderizeError(f"config file {path!r} is not valid YAML ({getattr(err, 'problem', None) or 'syntax'}"
+                              f"{where}); fix it, e.g. `steps: 100` on each line") from None
+    if data is None:
+        return {}  # an empty file (or only comments) sets nothing
+    if not isinstance(data, dict):
+        raise EncoderizeError(f"config file {path!r} must hold a mapping of option names to values (e.g. `steps: "
+                              f"100`), not a {type(data).__name__}")
+    if bad := [key for key in data if not isinstance(key, str)]:
+        raise EncoderizeError(f"config file {path!r} has the key {bad[0]!r}, which is not an option name; keys are "
+                              "option names such as `steps`")
+    return {key.replace("-", "_"): value for key, value in data.items()}
+
+
+_TYPE_NAMES = {int: "a whole number", float: "a number", bool: "true or false", str: "text"}
+
+
+def _yaml_value(where: str, key: str, value, field: dataclasses.Field):
+    """`value` as the field's flag would give it (an int for a float field becomes a float), or a one-line refusal."""
+    kind, is_list = value_type(field)
+    if value is None:
+        return None  # `key:` with nothing after it: the default
+    if is_list:
+        if not isinstance(value, list):
+            raise EncoderizeError(f"{where} sets {key!r} to {value!r}; it takes a list, e.g. `{key}: [a, b]`")
+        return [_scalar(where, key, item, kind) for item in value]
+    return _scalar(where, key, value, kind)
+
+
+def _scalar(where: str, key: str, value, kind: type):
+    if kind is float and isinstance(value, str):
+        value = _number_text(value)  # YAML 1.1 reads `1e-4` (no dot) as text; a float option takes what it spells
+    fits = {bool: isinstance(value, bool),
+            int: isinstance(value, int) and not isinstance(value, bool),
+            float: isinstance(value, int | float) and not isinstance(value, bool),
+            str: isinstance(value, str | int | float) and not isinstance(value, bool)}[kind]
+    if not fits:
+        hint = "; quote it to pass it as text" if kind is str and isinstance(value, bool) else ""
+        raise EncoderizeError(f"{where} sets {key!r} to {value!r}, but it takes {_TYPE_NAMES[kind]}{hint}")
+    return kind(value)
+
+
+def _number_text(text: str):
+    """`text` as a float when it spells one (`1e-4`, ` 3 `, `nan`: the range check refuses NaN in one line), else the
+    text itself, for the type refusal to name."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def build_config(cls, args: argparse.Namespace, yaml_values: dict):
+    """Instantiate `cls` from YAML values overridden by the flags the user actually gave."""
+    values = {}
+    for field in dataclasses.fields(cls):
+        given = getattr(args, field.name, None)
+        value = given if given is not None else yaml_values.get(field.name, None)
+        if value is not None:
+            values[field.name] = value
+    positional = [f.name for f in dataclasses.fields(cls) if not f.kw_only and f.name in values]
+    return cls(*[values.pop(name) for name in positional], **values)
+
+
+def build_configs(command: Command, args: argparse.Namespace, yaml_values: dict) -> list:
+    """Every config of `command`; a YAML key that none of them has is refused rather than silently ignored."""
+    fields = {field.name: field for cls in reversed(command.configs) for field in dataclasses.fields(cls)}
+    # a key is the option's name (`learning_rate`) or its field's (`lr`: the Python API's, a run's run_settings.json)
+    names = {option_name(cls, field): field.name for cls in command.configs for field in dataclasses.fields(cls)}
+    known = {**{name: name for name in fields}, **names}
+    where = f"config file {args.config!r}" if getattr(args, "config", None) else "the config"
+    if isinstance(yaml_values.get("identity"), dict):
+        yaml_values = replayed(yaml_values, known)
+    if unknown := [key for key in yaml_values if key not in known]:
+        match = closest(unknown[0], known)
+        guess = f"did you mean {_option_of(match, names)!r}? " if match else ""
+        raise EncoderizeError(f"{where} sets {', '.join(map(repr, unknown))}, which `{command.name}` has no option "
+                              f"for; {guess}see `hf-encoderize {command.name} --help`")
+    yaml_values = {known[key]: value for key, value in yaml_values.items()}
+    # A comma-separated option takes a YAML list too (`lrs: [1e-5, 2e-5]`), as its flag takes `1e-5,2e-5`.
+    listed = {name for cls in command.configs for name, doc in field_docs(cls).items() if doc.startswith("Comma-sep")}
+    yaml_values = {key: ",".join(map(str, value)) if key in listed and isinstance(value, list)
+                   and all(isinstance(item, str | int | float) and not isinstance(item, bool) for item in value)
+                   else value for key, value in yaml_values.items()}
+    yaml_values = {key: _yaml_value(where, key, value, fields[key]) for key, value in yaml_values.items()}
+    return [build_config(cls, args, yaml_values) for cls in command.configs]
+
+
+def _option_of(name: str, names: dict) -> str:
+    """The option name for a field or option name (`lr` -> `learning_rate`)."""
+    return name if name in names else next((option for option, field in names.items() if field == name), name)
+
+
+def replayed(settings: dict, known: dict) -> dict:
+    """A finished run's `run_settings.json` as option values, to replay the run: its `identity` block (every setting
+    that counts, `"train.lr": 1e-4`) and the model it loaded (`base_model`, the `source` option). The rest is what the
+    run wrote about itself (parameter count, resolved betas, the `data` facts again) and is not an option: left out.
+    Options that do not count (output folder, logging cadence) take their defaults or the flags given."""
+    values = {key.split(".", 1)[-1]: value for key, value in settings["identity"].items()}
+    if isinstance(values.get("data_files"), list):  # the identity holds the files' content; the facts their path
+        values["data_files"] = (settings.get("data") or {}).get("data_files")
+    if settings.get("base_model") is not None:
+        values.setdefault("source", settings["base_model"])
+    return {key: value for key, value in values.items() if key in known}
