@@ -14,7 +14,9 @@ queries and passages, several lengths):
 - `onnx_fp32` / `onnx_int8`: the tokenizer, an ONNX Runtime session, and the model's pooling in numpy, as a user
   without our package runs `onnx/model.onnx` / `onnx/model_qint8.onnx`;
 - `gguf_f32` / `gguf_q8_0`: `Llama(..., embedding=True).embed(texts)` on `model-f32.gguf` / `model-q8_0.gguf`, with
-  the file's own tokenizer and pooling (llama.cpp packs the texts of a batch as separate sequences: no padding).
+  the file's own tokenizer and pooling (llama.cpp packs the texts of a batch as separate sequences: no padding);
+- `gguf_f32_client_pooled` (an embedding model with a lead only): the f32 file with pooling none, the lead read as
+  special tokens, and the mean over the token states after the lead's first token, as `encode` pools.
 Timing rounds alternate the backends (A, B, C, A, B, C, ...) so that a noisy 2-core machine slows them alike; the
 figure is the median round. Peak memory is the highest resident set size (sampled every 2 ms) while a backend loads
 and encodes the texts once, minus the RSS just before it loaded: what that backend adds to a serving process.
@@ -41,6 +43,7 @@ import numpy as np
 # Backend name -> (export format, file under the model folder).
 VARIANTS = {"onnx_fp32": ("onnx", "onnx/model.onnx"), "onnx_int8": ("onnx", "onnx/model_qint8.onnx"),
             "gguf_f32": ("gguf", "model-f32.gguf"), "gguf_q8_0": ("gguf", "model-q8_0.gguf")}
+POOLED = "gguf_f32_client_pooled"  # an embedding model's GGUF f32, token states pooled by the client as `encode` does
 
 
 class PeakRSS:
@@ -122,9 +125,12 @@ def exported(model: Path, work: Path) -> tuple[Path, dict]:
 
     source = encoder_dir(model)
     copy = work / "exported" / source.resolve().parent.name / source.name
-    record, refused = copy / EXPORT_RECORD, copy.parent / "gguf_refused.txt"
+    # Per copy, not per parent: runs/quickstart/encoder and runs/quickstart/contrastive share a parent's name, and
+    # exporting one removed the other's files.
+    record, refused = copy / EXPORT_RECORD, copy.parent / f"{copy.name}.gguf_refused.txt"
     if not record.is_file() or record.stat().st_mtime < (source / "config.json").stat().st_mtime:
-        shutil.rmtree(copy.parent, ignore_errors=True)
+        shutil.rmtree(copy, ignore_errors=True)
+        refused.unlink(missing_ok=True)
         shutil.copytree(source, copy, ignore=shutil.ignore_patterns("onnx", "*.gguf", EXPORT_RECORD))
         formats = ["onnx"] + (["gguf"] if importlib.util.find_spec("llama_cpp") else [])
         for fmt in formats:
@@ -212,6 +218,27 @@ def gguf_backend(folder: Path, file: str, threads: int, prompt: str = ""):
     return encode
 
 
+def gguf_pooled_backend(folder: Path, file: str, threads: int, prompt: str, skip: int, normalize: bool):
+    """The embedding model's GGUF pooled as `encode` pools, by the client: llama.cpp returns every token's state
+    (pooling none), the lead is read as its special tokens (llama-cpp-python's `embed` reads it as plain text), and
+    the mean leaves out the first `skip` tokens, as `Pooling(include_prompt=False)` does. llama.cpp's own poolings
+    (none, mean, cls, last, rank) have no "skip the prompt" setting, so no GGUF metadata can make it pool this way."""
+    from llama_cpp import LLAMA_POOLING_TYPE_NONE, Llama
+
+    llm = Llama(str(folder / file), embedding=True, n_ctx=4096, n_batch=4096, n_ubatch=4096, n_threads=threads,
+                n_threads_batch=threads, type_k=0, type_v=0, pooling_type=LLAMA_POOLING_TYPE_NONE, verbose=False)
+    llm.tokenize = lambda text, add_bos=True, special=False: Llama.tokenize(llm, text, add_bos, True)
+
+    def encode(texts):
+        # One text per call: with pooling none, llama-cpp-python 0.3.36's `embed` of several texts returned token
+        # states that did not belong to them (cosine 0.03 to `encode`; 1.00000 one text at a time).
+        states = [llm.embed(prompt + t) for t in texts]  # per text: (tokens, hidden)
+        rows = np.stack([np.asarray(tokens, dtype=np.float32)[skip:].mean(0) for tokens in states])
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True) if normalize else rows  # (texts, hidden)
+
+    return encode
+
+
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
@@ -236,6 +263,13 @@ def measure(folder: Path, record: dict, texts: list[str], args) -> dict:
                               if fmt == "onnx" else gguf_backend(folder, file, args.threads, prompt or ""))
             embeddings[name] = encoders[name](texts)
         memory[name] = rss.added_mib
+    if prompt and (folder / VARIANTS["gguf_f32"][1]).is_file() and record["onnx"]["pooling"] == "mean":
+        normalize = "Normalize" in record["onnx"].get("modules", [])
+        with PeakRSS() as rss:
+            encoders[POOLED] = gguf_pooled_backend(folder, VARIANTS["gguf_f32"][1], args.threads, prompt,
+                                                   record["onnx"]["prompt_length"], normalize)
+            embeddings[POOLED] = encoders[POOLED](texts)
+        memory[POOLED] = rss.added_mib
     seconds = {name: [] for name in encoders}
     for _ in range(args.rounds):
         for name, encode in encoders.items():
@@ -243,7 +277,9 @@ def measure(folder: Path, record: dict, texts: list[str], args) -> dict:
             encode(texts)
             seconds[name].append(time.perf_counter() - started)
     results = {}
-    for name in ("pytorch", *VARIANTS):
+    for name in ("pytorch", *VARIANTS, POOLED):
+        if name == POOLED and name not in encoders:
+            continue  # an encoder (no lead): llama.cpp's own pooling is the model's
         if name not in encoders:
             results[name] = {"export_check": _verdict(record, name)}
             continue
@@ -254,8 +290,9 @@ def measure(folder: Path, record: dict, texts: list[str], args) -> dict:
                          "min_cosine_to_pytorch": round(float(agree.min()), 5),
                          "speed_vs_pytorch": None, "file_mib": None}
         if name != "pytorch":
-            results[name]["export_check"] = _verdict(record, name)
-            results[name]["file_mib"] = round((folder / VARIANTS[name][1]).stat().st_size / 2**20, 1)
+            variant = "gguf_f32" if name == POOLED else name
+            results[name]["export_check"] = _verdict(record, variant)
+            results[name]["file_mib"] = round((folder / VARIANTS[variant][1]).stat().st_size / 2**20, 1)
     for row in results.values():
         if "sentences_per_s" in row:
             row["speed_vs_pytorch"] = round(row["sentences_per_s"] / results["pytorch"]["sentences_per_s"], 2)
