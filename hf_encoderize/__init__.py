@@ -12,8 +12,9 @@ tree):
   `remote_code/` shipped in every encoder;
 - `data/`: text in, rows out: `sources`, `budget`, `packing`, `prefetch`;
 - `objectives/`: what the model learns: `masking`, `phases`, `loss`, `loss_kernels`;
-- `training/`: the Accelerate engine: `train_config`, `train`, `batches`, `schedule`, `checkpoints`, `nonfinite`,
-  `monitor`, `profiling`, `flops`, `compiling`, `lora`, `exports`, and `runner` (the recipes' lockstep sequence);
+- `training/`: the Accelerate engine (`engine/`, one job per module) and its parts: `train_config`, `batches`,
+  `schedule`, `checkpoints`, `nonfinite`, `monitor`, `profiling`, `flops`, `compiling`, `lora`, `recipe` (the typed
+  recipe interface) and `runner` (the recipes' lockstep sequence: setup, train, finish);
 - `recipes/`: the commands that make a model: `convert`, `cpt`, `pretrain`, and the contrastive/ subpackage, one job
   per module (config, rows, model, losses, resume, train);
 - `evaluation/`: the paper's SC, TC, QA and IR suite: `loaders`, `synthetic`, `backbone`, `base`, `frozen`, `sc`, `tc`,

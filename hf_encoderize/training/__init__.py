@@ -1,1 +1,2 @@
-"""The Accelerate training engine and its parts: config, schedule, checkpoints, monitor, LoRA, exports."""
+"""Training: the Accelerate engine (`engine/`), the recipe interface and its runner, config, schedule, checkpoints,
+monitor, LoRA."""
