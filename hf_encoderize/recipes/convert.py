@@ -84,6 +84,5 @@ def _encoderize_unverified(load: LoadConfig):
     from hf_encoderize.model.loading import load_decoder_trying
 
     model, tokenizer, tried = load_decoder_trying(load)
-    report = encoderize(model, tokenizer)
-    report.attn_candidates, report.packing = tried, "not checked (--no-verify)"
+    report = replace(encoderize(model, tokenizer), attn_candidates=tried, packing="not checked (--no-verify)")
     return model, tokenizer, report

@@ -230,8 +230,8 @@ def load_encoderized(load: LoadConfig, data: DataConfig, train: TrainConfig, ada
         install_document_isolation()
         report.packing = packing_after_probe(model, tokenizer, accelerator, adapter.load_in_4bit, data.pack,
                                              report, other_backends=False)
-    report.packing = as_main_process_says(accelerator, report.packing)
-    return model, tokenizer, report
+    # Every process trains on the rows the main one chose, packed or padded.
+    return model, tokenizer, dataclasses.replace(report, packing=as_main_process_says(accelerator, report.packing))
 
 
 def cpt_facts(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: TrainConfig,
