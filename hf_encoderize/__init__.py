@@ -3,13 +3,14 @@
 The pipeline, one subpackage per stage, listed from the bottom layer up; each imports only the ones above it in this
 list (the import-linter contracts in pyproject.toml enforce it, and `tests/test_layout.py` checks this map against the
 tree):
-- `common/`: rules every stage shares: `errors`, `files`, `identity`, `launch`, `log`, `options`, `outputs`,
-  `precision`, `run_folder`, `validation`, `version`;
+- `common/`: rules every stage shares: `errors`, `files`, `identity`, `launch`, `log`, `options`, `arguments` (a
+  config dataclass as argparse options), `config_file` (`--config`), `outputs`, `precision`, `run_folder`,
+  `validation`, `version`;
 - `records/`: the typed files the stages hand each other, one writer each: `fields`, `run_record`, `eval_summary`,
   `contrastive_record`, `encoder_facts`, `push_record`;
-- `model/`: load, encoderize (patch and probe), save: `loading`, `load_errors`, `tiny`, `plain_attention`,
-  `bidirectional`, `tokens`, `isolation`, `where_it_trains`, `saving`, `head_file`, `positions`, plus the
-  `remote_code/` shipped in every encoder;
+- `model/`: load, encoderize (patch and probe), save: `kinds`, `loading`, `attention_backends`, `load_errors`, `tiny`,
+  `plain_attention`, `bidirectional`, `tokens`, `isolation`, `where_it_trains`, `saving`, `head_file`, `positions`,
+  plus the `remote_code/` shipped in every encoder;
 - `data/`: text in, rows out: `sources`, `budget`, `packing`, `prefetch`;
 - `objectives/`: what the model learns: `masking`, `phases`, `loss`, `loss_kernels`;
 - `training/`: the Accelerate engine (`engine/`, one job per module) and its parts: `train_config`, `batches`,
@@ -17,14 +18,14 @@ tree):
   recipe interface) and `runner` (the recipes' lockstep sequence: setup, train, finish);
 - `recipes/`: the commands that make a model: `convert`, `cpt`, `pretrain`, and the contrastive/ subpackage, one job
   per module (config, rows, model, losses, resume, train);
-- `evaluation/`: the paper's SC, TC, QA and IR suite: `loaders`, `synthetic`, `backbone`, `base`, `frozen`, `sc`, `tc`,
-  `qa`, `ir`, `config`, `grid`, `stats`, `bootstrap`, `summary`, `plots`, `compare`, `mteb_suite`;
+- `evaluation/`: the paper's SC, TC, QA and IR suite: `loaders`, `converters`, `synthetic`, `backbone`, `base`,
+  `frozen`, `sc`, `tc`, `qa`, `ir`, `config`, `grid`, `stats`, `bootstrap`, `summary`, `plots`, `compare`, `mteb_suite`;
 - `matrix/`: which model types encoderize and round-trip, and on this machine: `architectures`, `roundtrip`,
   `roundtrip_check`, `doctor`;
-- `publish/`: what leaves the machine: `card_facts`, `card_rows`, `card`, `licenses`, `hub`, `space`, `paraphrases`,
-  `export`, `export_guard`, `export_reference`, `export_record`, `onnx_embedding`, `onnx_check`, `gguf_export`,
-  `gguf_convert`, `gguf_check`, `shipped` (where the top-level `space/` and `model_cards/` folders are, in a checkout
-  or a wheel);
+- `publish/`: what leaves the machine: `card_facts`, `card_rows`, `card`, `licenses`, `hub`, `upload_set`, `space`,
+  `paraphrases`, `export`, `export_guard`, `export_reference`, `export_record`, `onnx_embedding`, `onnx_check`,
+  `gguf_export`, `gguf_convert`, `gguf_check`, `shipped` (where the top-level `space/` and `model_cards/` folders are,
+  in a checkout or a wheel);
 - `pipeline/`: several stages in one command: `commands`, `run`, `reuse` (is a stage already done?), `quickstart`;
 - `cli`: the thin command-line map onto those functions.
 
