@@ -58,6 +58,7 @@ def _load(name: str, path: Path):
 
 
 bench = _load("cpt_throughput", REPO / "benchmarks" / "cpt_throughput.py")
+synthetic = _load("synthetic_inputs", REPO / "benchmarks" / "synthetic_inputs.py")
 gpu_check = _load("gpu_check", REPO / "scripts" / "gpu_check.py")
 
 SHAPES = ("gpu-0.5b", "gpu-1b")
@@ -106,7 +107,7 @@ def prepare(inputs: Path, shapes: tuple[str, ...]) -> dict:
         words = min(bench.PRESETS[s]["model"]["vocab_size"] for s in group) - 4
         preset = bench.PRESETS[shape]
         plain = target.with_suffix("")
-        bench.write_documents(plain, max(bench.PRESETS[s]["documents"] for s in group), words, preset["seq_len"],
+        synthetic.write_documents(plain, max(bench.PRESETS[s]["documents"] for s in group), words, preset["seq_len"],
                               DOCS_SEED)
         with plain.open("rb") as source, gzip.open(target, "wb", compresslevel=6) as sink:
             shutil.copyfileobj(source, sink)
@@ -203,7 +204,7 @@ def stage_shape(session: Session, shape: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     with gzip.open(documents_file(session.inputs, shape), "rb") as source, (folder / "docs.jsonl").open("wb") as sink:
         shutil.copyfileobj(source, sink)
-    bench.build_model(bench.PRESETS[shape], folder / "model", device="cuda" if session.cuda else "cpu")
+    synthetic.build_model(bench.PRESETS[shape], folder / "model", device="cuda" if session.cuda else "cpu")
     (folder / "preset.json").write_text(json.dumps({"preset": shape}))
     return folder
 
