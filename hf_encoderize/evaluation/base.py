@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from hf_encoderize.evaluation.loaders import DatasetSpec
+from hf_encoderize.training.batches import to_device
 
 
 @dataclass
@@ -144,10 +145,6 @@ class Task:
     def hidden(self, model, batch: dict) -> torch.Tensor:
         """Last hidden states (B, T, H)."""
         return model(**self.encoder_inputs(batch)).last_hidden_state
-
-
-def to_device(batch: dict, device: torch.device) -> dict:
-    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
 # transformers' Trainer.get_decay_parameter_names: the name patterns it exempts from weight decay (plus every
