@@ -31,10 +31,12 @@ Design choices:
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import gc
 import gzip
 import importlib.util
 import json
+import os
 import shutil
 import signal
 import sys
@@ -350,4 +352,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    faulthandler.enable()  # a native crash prints every thread's stack, so a session log says where it died
+    code = main()
+    # A part cut by its SIGALRM limit can leave native threads behind (the profiler's, inductor's compile workers).
+    # Their teardown at interpreter exit crashed once with SIGSEGV on a loaded CI machine, after every row was on disk
+    # (stop 46). Everything is written and flushed by now, so the process leaves without that teardown.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
