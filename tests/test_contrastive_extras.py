@@ -96,3 +96,22 @@ def test_pairs_left_without_negatives_are_reported_and_none_left_says_what_to_do
     monkeypatch.setattr(st_util, "mine_hard_negatives", lambda rows, *a, **k: rows[:1])
     with pytest.raises(EncoderizeError, match="train a stage without --hard-negatives first"):
         mine_negatives(None, rows, config, {})
+
+
+@pytest.mark.parametrize("objective, columns", [
+    ("simcse", dict(text_column="text")),
+    ("supervised", dict(anchor_column="text", positive_column="para")),
+])
+def test_a_negative_column_comes_last_whatever_its_place_in_the_file(objective, columns, tmp_path):
+    """The loss reads (anchor, positive, negative) by position; a file whose negative column came first trained the
+    negative as the anchor. simcse takes a negative column too: a text that must embed apart from the row's own."""
+    from hf_encoderize.recipes.contrastive import ContrastiveConfig, load_rows
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps({"neg": f"other {i}", "para": f"para {i}", "text": f"text {i}"}) + "\n"
+                            for i in range(4)))
+    rows = load_rows(ContrastiveConfig("unused", objective=objective, data_files=str(path), negative_column="neg",
+                                       lead_token=False, **columns))
+    assert rows.column_names == ["anchor", "positive", "negative"]
+    assert rows[0] == {"anchor": "text 0", "positive": "text 0" if objective == "simcse" else "para 0",
+                       "negative": "other 0"}

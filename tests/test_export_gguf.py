@@ -164,3 +164,39 @@ def test_a_relative_dir_exports_from_the_parent_folder(smol_encoder, tmp_path, m
     record = json.loads((tmp_path / "enc" / "export_record.json").read_text())["gguf"]["variants"][FILES[0]]
     assert record["verdict"] == "verified" and record["min_cosine"] >= 0.999, record
     assert (tmp_path / "enc" / FILES[0]).is_file() and not list(tmp_path.glob("enc/.gguf-export-*"))
+
+
+@pytest.mark.slow  # ~40 s: two SimCSE steps, two conversions, the checks
+def test_a_lead_token_embedding_model_gets_a_client_pooled_snippet_that_matches_encode(smol_encoder, tmp_path):
+    """llama.cpp's own pooling of a lead-token embedding model cannot match `encode` (it pools the lead, and `embed`
+    reads the lead as plain text), so the card prints the client-pooled snippet; export's check measures it, and,
+    run as printed in a process without our package, it gives `SentenceTransformer(folder).encode`'s embeddings."""
+    import numpy as np
+    from sentence_transformers import SentenceTransformer
+
+    from hf_encoderize.recipes.contrastive import ContrastiveConfig, contrastive
+
+    texts = [f"Sentence number {i} is about {topic}." for i, topic in enumerate(
+        ["cats", "stocks", "rivers", "trains", "bread", "music", "rain", "chess"] * 2)]
+    data = tmp_path / "sentences.jsonl"
+    data.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts))
+    folder = smol_encoder / "contrastive"
+    contrastive(ContrastiveConfig(str(smol_encoder / "encoder"), output_dir=str(folder), data_files=str(data), steps=2,
+                                  batch_size=4, progress=False))  # mean pooling, lead tokens: the quickstart's kind
+    assert main(["export", str(folder), "--format", "gguf"]) == 0
+    record = json.loads((folder / "export_record.json").read_text())["gguf"]
+    assert record["prompt"] and record["prompt_length"] == 1 and record["normalize"] is False
+    f32 = record["variants"]["model-f32.gguf"]
+    assert f32["client_pooled_min_cosine"] >= 0.999, f32
+    snippets = {engine: (ok, code) for engine, ok, _, code in serve_commands_in((folder / "README.md").read_text())}
+    ok, code = snippets["llama.cpp (llama-cpp-python)"]
+    assert ok and "LLAMA_POOLING_TYPE_NONE" in code and repr(record["prompt"]) in code
+    program = ("import sys\nsys.modules['hf_encoderize'] = None\n" + code +
+               "\nimport json\nprint(json.dumps(embeddings.tolist()))\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    gguf_side = np.array(json.loads(done.stdout.strip().splitlines()[-1]))
+    torch_side = SentenceTransformer(str(folder), device="cpu").encode(["A cat sits on the mat.",
+                                                                       "Stock markets fell today."])
+    cosines = (gguf_side * torch_side).sum(1) / np.linalg.norm(gguf_side, axis=1) / np.linalg.norm(torch_side, axis=1)
+    assert cosines.min() >= 0.999, cosines

@@ -202,7 +202,7 @@ def serve_commands(facts: CardFacts, serve: dict | None) -> list[dict]:
                                  f'model = SentenceTransformer("{ref}", backend="onnx")  # onnx/model.onnx{int8}'})
     gguf = _kept((serve or {}).get("gguf"))
     if gguf:
-        commands += _llama_cpp_commands(ref, gguf[-1], pooling, lead)  # q8_0 when kept: a quarter of f32's size
+        commands += _llama_cpp_commands(ref, gguf[-1], pooling, lead, serve["gguf"])  # q8_0 when kept: 1/4 of f32
     prompt = (f" Neither adds this model's lead `{lead}`: put it before every text yourself; both then pool every "
               "token, where sentence-transformers leaves lead tokens out of the pooling." if lead else "")
     commands.append({"engine": "Text Embeddings Inference", "language": "bash", "verified": False,
@@ -270,12 +270,16 @@ def _kept(part: dict | None) -> list[str]:
 LLAMA_CPP_POOLING = {"mean": "mean", "cls": "cls", "lasttoken": "last"}
 
 
-def _llama_cpp_commands(ref: str, file: str, pooling: str, lead: str) -> list[dict]:
+def _llama_cpp_commands(ref: str, file: str, pooling: str, lead: str, record: dict) -> list[dict]:
     """llama-cpp-python (what `export`'s check runs, and tests/test_export_gguf.py runs as printed) and llama-server.
-    Both read the attention (`attention.causal = false`) and the pooling type from the file."""
+    Both read the attention (`attention.causal = false`) and the pooling type from the file. A lead-token model with
+    mean pooling gets the client-pooled snippet instead, verified when export's check measured it (`record`)."""
     local = ref.startswith("/")
     path = repr(f"{ref}/{file}") if local else f"hf_hub_download({ref!r}, {file!r})"
     download = "" if local else "from huggingface_hub import hf_hub_download\n"
+    checked = (record.get("variants") or {}).get(file, {})
+    if lead and pooling == "mean" and "prompt_length" in record and "client_pooled_min_cosine" in checked:
+        return [_llama_cpp_client_pooled(path, download, record, checked), _llama_cpp_server(ref, file, pooling)]
     code = (f"{download}from llama_cpp import GGML_TYPE_F32, Llama\n\n"
             f"# {pooling} pooling and bidirectional attention come from the file; the f32 KV cache keeps short texts "
             "exact\n"
@@ -283,16 +287,47 @@ def _llama_cpp_commands(ref: str, file: str, pooling: str, lead: str) -> list[di
             'embeddings = model.embed(["A cat sits on the mat.", "Stock markets fell today."])\n'
             "print((len(embeddings), len(embeddings[0])))")
     note = f"prepend `{lead}` to every text yourself, so no test runs it on this model" if lead else ""
+    return [{"engine": "llama.cpp (llama-cpp-python)", "language": "python", "verified": not lead, "note": note,
+             "code": code}, _llama_cpp_server(ref, file, pooling)]
+
+
+def _llama_cpp_client_pooled(path: str, download: str, record: dict, checked: dict) -> dict:
+    """llama-cpp-python with the pooling done by the client, as `export`'s check (gguf_check.client_pooled) measured
+    it: llama.cpp's poolings cannot leave the lead out, and its `embed` reads the lead as plain text."""
+    prompt, skip, normalize = record["prompt"], record["prompt_length"], record["normalize"]
+    finish = "return vector / np.linalg.norm(vector)  # the model ends in Normalize" if normalize else "return vector"
+    code = (f"import numpy as np\n{download}from llama_cpp import GGML_TYPE_F32, LLAMA_POOLING_TYPE_NONE, Llama\n\n"
+            "# Bidirectional attention comes from the file. Pooling none: one state per token, pooled below as\n"
+            "# sentence-transformers pools (the lead's first token left out); the f32 KV cache keeps short texts\n"
+            "# exact\n"
+            f"model = Llama({path}, embedding=True, pooling_type=LLAMA_POOLING_TYPE_NONE, type_k=GGML_TYPE_F32,\n"
+            "              type_v=GGML_TYPE_F32, verbose=False)\n"
+            "# the lead is special tokens, not text: embed() would otherwise tokenize it as plain text\n"
+            "model.tokenize = lambda text, add_bos=True, special=False: Llama.tokenize(model, text, add_bos, True)"
+            "\n\n\n"
+            f"def embed(text: str, lead: str = {prompt!r}, skip: int = {skip}) -> np.ndarray:\n"
+            "    vector = np.asarray(model.embed(lead + text))[skip:].mean(0)  # one text per call\n"
+            f"    {finish}\n\n\n"
+            'embeddings = np.stack([embed(text) for text in ["A cat sits on the mat.", "Stock markets fell today."]])\n'
+            "print(embeddings.shape)")
+    return {"engine": "llama.cpp (llama-cpp-python)", "language": "python", "code": code,
+            "verified": checked["client_pooled_min_cosine"] >= checked.get("threshold", 0.999),
+            "note": f"pooled by the client: export's check read cosine {checked['client_pooled_min_cosine']:.5f} "
+                    "(lowest of its texts) to `SentenceTransformer.encode`; llama.cpp's own pooling would include "
+                    "the lead"}
+
+
+def _llama_cpp_server(ref: str, file: str, pooling: str) -> dict:
+    """llama-server: a binary this project cannot build here, so never marked verified."""
+    local = ref.startswith("/")
     server = (f"llama-server -m {ref}/{file}" if local else f"llama-server -hf {ref} --hf-file {file}") + \
         f" --embedding --pooling {LLAMA_CPP_POOLING.get(pooling, pooling)} -ctk f32 -ctv f32"
-    return [{"engine": "llama.cpp (llama-cpp-python)", "language": "python", "verified": not lead, "note": note,
-             "code": code},
-            {"engine": "llama.cpp server", "language": "bash", "verified": False, "code": server,
-             "note": "llama-server is a binary of the llama.cpp release llama-cpp-python vendors; the package "
-                     "installed here builds the library only, so no test runs the server (`--pooling` repeats what "
-                     "the file says; `-ctk f32 -ctv f32` is the f32 KV cache the check ran with: the default f16 "
-                     "cache moved a short text of the SmolLM2-135M encoder to cosine 0.996; `curl "
-                     "localhost:8080/v1/embeddings -d '{\"input\": \"...\"}'` queries it)"}]
+    return {"engine": "llama.cpp server", "language": "bash", "verified": False, "code": server,
+            "note": "llama-server is a binary of the llama.cpp release llama-cpp-python vendors; the package "
+                    "installed here builds the library only, so no test runs the server (`--pooling` repeats what "
+                    "the file says; `-ctk f32 -ctv f32` is the f32 KV cache the check ran with: the default f16 "
+                    "cache moved a short text of the SmolLM2-135M encoder to cosine 0.996; `curl "
+                    "localhost:8080/v1/embeddings -d '{\"input\": \"...\"}'` queries it)"}
 
 
 def pooling_mode(facts: CardFacts) -> str:

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
-from hf_encoderize.publish.onnx_embedding import default_prompt
+from hf_encoderize.publish.onnx_embedding import default_prompt, prompt_length
 
 # Texts of several lengths, padded in one batch by the ONNX check, so padding must not move the real tokens' outputs.
 # 24 of them, short ones many: with the first 4 alone the SmolLM2-135M int8 export passed at 0.9928, while
@@ -97,6 +97,9 @@ def write_reference(st, pooling: str, texts: list[str], path: Path) -> Path:
     path.write_text(json.dumps({
         "texts": texts, "embeddings": embeddings.tolist(), "pooling": pooling, "max_length": max_length,
         "prompt": prompt, "encoded": encoded.tolist(), "encoded_max_length": encoded_max_length,
+        # what a client that pools token states itself must do to match `encode` (GGUF: llama.cpp cannot leave the
+        # prompt out of its pooling): skip the prompt's first `prompt_length` tokens, then normalise if the model does
+        "prompt_length": prompt_length(st, prompt), "normalize": any(type(m).__name__ == "Normalize" for m in st),
         "probe_ids": probe, "probe_other_id": (probe[-1] + 1) % len(tokenizer),
         "probe_texts": [" ".join(words), " ".join(changed)], "n_ctx": max(64, tokens + 16),
     }))

@@ -8,6 +8,10 @@ llama.cpp text, not token ids: the GGUF's own tokenizer, its pooling type and it
 Checks: (a) bidirectional on token-level outputs: with pooling "none", changing a later word moves position 0's
 output (in a causal model it cannot); (b) the texts, embedded in one batch with the pooling the GGUF names, match
 PyTorch's embeddings (lowest cosine reported). The GGUF must name the model's pooling: llama.cpp pools as it says.
+(c) For a model with a default prompt (a contrastive model's lead tokens) and mean pooling: the card's client-pooled
+snippet, done here the same way (pooling none, the prompt read as special tokens, the mean after its first
+`prompt_length` tokens, normalised when the model normalises), against what `encode` returns, prompt and all:
+llama.cpp's own pooling cannot leave the prompt out, and its `embed` reads the prompt as plain text.
 """
 
 import json
@@ -35,13 +39,15 @@ def main(model_file: str, reference_file: str) -> dict:
     # embed(text) with pooling none: one row per token; [0] is position 0's output, (dim,)
     first, changed = (np.array(tokens.embed(text)[0]) for text in reference["probe_texts"])
     moved = float(np.abs(first - changed).max() / max(np.abs(first).max(), 1e-12))
+    client = client_pooled(tokens, reference, np) if reference.get("prompt") and reference["pooling"] == "mean" \
+        else {}
     del tokens
 
     pooled_model = load(llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED)  # the pooling type the GGUF names
     named = POOLING.get(int(pooled_model.pooling_type()), "unknown")
     result = {"position_0_moved": moved, "bidirectional": moved > 1e-4, "gguf_pooling": named,
               "token_counts": sorted({len(pooled_model.tokenize(t.encode())) for t in reference["texts"]}),
-              "llama_cpp_python": llama_cpp.__version__, "hf_encoderize_importable": False}
+              "llama_cpp_python": llama_cpp.__version__, "hf_encoderize_importable": False, **client}
     if named != reference["pooling"]:
         return {**result, "min_cosine": None}
     # All texts in one call, as a server batches them: one sequence each, which must not see the others.
@@ -49,6 +55,23 @@ def main(model_file: str, reference_file: str) -> dict:
     torch_side = np.array(reference["embeddings"], dtype=np.float32)
     cosines = (pooled * torch_side).sum(1) / (np.linalg.norm(pooled, axis=1) * np.linalg.norm(torch_side, axis=1))
     return {**result, "min_cosine": float(cosines.min())}
+
+
+def client_pooled(model, reference: dict, np) -> dict:
+    """(c): the lowest cosine of the client-pooled embeddings of prompt + text to `encode`'s, one text per call (with
+    pooling none, llama-cpp-python 0.3.36's `embed` of a list returned states that were not the texts')."""
+    import llama_cpp
+
+    # embed() tokenizes with special=False: the lead `<|im_end|><|im_end|>` would be plain text, not two EOS tokens
+    model.tokenize = lambda text, add_bos=True, special=False: llama_cpp.Llama.tokenize(model, text, add_bos, True)
+    rows = []
+    for text in reference["texts"]:
+        vector = np.asarray(model.embed(reference["prompt"] + text), dtype=np.float32)[reference["prompt_length"]:]
+        vector = vector.mean(0)
+        rows.append(vector / np.linalg.norm(vector) if reference["normalize"] else vector)
+    pooled, encoded = np.stack(rows), np.array(reference["encoded"], dtype=np.float32)
+    cosines = (pooled * encoded).sum(1) / (np.linalg.norm(pooled, axis=1) * np.linalg.norm(encoded, axis=1))
+    return {"client_pooled_min_cosine": float(cosines.min())}
 
 
 if __name__ == "__main__":

@@ -59,13 +59,15 @@ def export_gguf(model_dir: Path, texts: list[str], llama_cpp: str | None, *, tru
     try:
         reference = write_reference(st, pooling, texts, staging / "reference.json")
         del st
+        written = json.loads(reference.read_text())  # a client pooling its own states needs these (the card's snippet)
+        client = {key: written[key] for key in ("prompt", "prompt_length", "normalize")} if written["prompt"] else {}
         _convert(converter, model_dir, staging)
         variants = {name: _check(staging / name, reference, threshold) for name, (_, threshold) in VARIANTS.items()}
         _keep_passing(model_dir, staging, variants, owned)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     write_export_part(model_dir, "gguf", {"pooling": pooling, "texts": len(texts), "llama_cpp_python": version,
-                                          "variants": variants})
+                                          **client, "variants": variants})
     return variants
 
 

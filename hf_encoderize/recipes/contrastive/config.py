@@ -53,7 +53,8 @@ class ContrastiveConfig:
     positive_column: str = "positive"
     """supervised: the positive column."""
     negative_column: str | None = None
-    """supervised: a hard-negative column (optional; in-batch negatives are always used)."""
+    """A hard-negative column (optional; in-batch negatives are always used). supervised: the anchor's negative;
+    simcse: a text that must embed apart from the row's text (for example a neighbouring sentence on the same topic)."""
     max_rows: int | None = None
     """Use at most this many rows."""
     pooling: Pooling = "mean"

@@ -13,7 +13,7 @@ from hf_encoderize.recipes.contrastive.config import BUILDERS, ContrastiveConfig
 
 def _columns(config: ContrastiveConfig) -> list[str]:
     if config.objective == "simcse":
-        return [config.text_column]
+        return [config.text_column] + ([config.negative_column] if config.negative_column else [])
     return [config.anchor_column, config.positive_column] + ([config.negative_column] if config.negative_column else [])
 
 def load_rows(config: ContrastiveConfig):
@@ -59,10 +59,14 @@ def load_rows(config: ContrastiveConfig):
                               "in-batch negatives need at least 2")
     # With a lead, the prefixes are part of the prompts the trainer adds (left out of the pooling), not of the rows.
     query, document = ("", "") if config.lead_token else (config.query_prefix, config.document_prefix)
-    if config.objective == "simcse":  # the same text twice: dropout makes the two views
-        text = config.text_column
-        return rows.map(lambda row: {"anchor": query + row[text], "positive": document + row[text]},
-                        remove_columns=[text])
+    if config.objective == "simcse":  # the same text twice: dropout makes the two views; a negative column optional
+        text, negative = config.text_column, config.negative_column
+        rows = rows.map(lambda row: {"anchor": query + row[text], "positive": document + row[text],
+                                     **({"negative": document + row[negative]} if negative else {})},
+                        remove_columns=[c for c in (text, negative) if c])  # datasets keeps what the map returns
+        # The loss reads columns by position (anchor, positive, negative), not by name: a file whose negative column
+        # came first would have trained the negative as the anchor.
+        return rows.select_columns(["anchor", "positive"] + (["negative"] if negative else []))
     renamed = {config.anchor_column: "anchor", config.positive_column: "positive"}
     if config.negative_column:
         renamed[config.negative_column] = "negative"
