@@ -79,56 +79,65 @@ def minilm_dir() -> Path | None:
     return folder if folder and folder.is_dir() else None
 
 
-def train(encoder: Path, out: Path, objective: str, data: Path, steps: int) -> tuple[str, float]:
+def train(encoder: Path, out: Path, objective: str, data: Path, steps: int, seed: int = 0,
+          negative: str | None = None) -> tuple[str, float]:
     """A contrastive stage with the quickstart's settings (16 rows per step, 24 tokens, lr 1e-4): (folder, seconds)."""
     from hf_encoderize.recipes.contrastive import ContrastiveConfig, contrastive
 
-    extra = dict(dropout=0.1) if objective == "simcse" else dict(negative_column="negative")
+    extra = dict(dropout=0.1) if objective == "simcse" else {}
     started = time.time()
     summary = contrastive(ContrastiveConfig(str(encoder), objective=objective, data_files=str(data),
                                             output_dir=str(out), steps=steps, batch_size=16, max_seq_length=24,
                                             learning_rate=1e-4, overwrite=True, progress=False, save_every=10**6,
-                                            **extra))
+                                            seed=seed, negative_column=negative, **extra))
     return summary["output_dir"], round(time.time() - started, 1)
 
 
+def mean_of(rows: list[dict]) -> dict:
+    return {key: round(sum(row[key] for row in rows) / len(rows), 3) for key in rows[0]}
+
+
 def main() -> None:
-    from docstring_pairs import write_pairs
     from sentence_transformers import SentenceTransformer
 
     from hf_encoderize.pipeline.quickstart import write_corpus, write_sentences
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--encoder", required=True, help="the quickstart's MLM encoder (runs/quickstart/encoder)")
-    parser.add_argument("--simcse", help="the old SimCSE embedding model (default: trained here)")
-    parser.add_argument("--pairs", help="a docstring-pairs model trained earlier (default: trained here)")
+    parser.add_argument("--pairs", help="also score the docstring-pairs arm, trained here (`train`) or this folder")
     parser.add_argument("--work", default="/tmp/topical-paraphrases", help="folder for data and models")
     parser.add_argument("--steps", type=int, default=40, help="optimizer steps of each contrastive stage")
+    parser.add_argument("--seeds", default="0,1,2", help="contrastive seeds (data order, dropout) of each arm")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    seconds, arms = {}, {"mlm_encoder": args.encoder}
-    if args.simcse:
-        arms["simcse_old"] = args.simcse
-    else:
-        sentences = write_sentences(write_corpus(work / "corpus"))
-        arms["simcse_old"], seconds["simcse_old"] = train(Path(args.encoder), work / "simcse", "simcse", sentences,
-                                                          args.steps)
-    if args.pairs:
-        arms["pairs_new"] = args.pairs
-    else:
-        arms["pairs_new"], seconds["pairs_new"] = train(Path(args.encoder), work / "pairs", "supervised",
-                                                        write_pairs(work / "pairs-data"), args.steps)
+    sentences = write_sentences(write_corpus(work / "corpus"))
+    scored = {"mlm_encoder": [score(SentenceTransformer(args.encoder, device="cpu"))]}
+    seconds = {}
+    for seed in (int(seed) for seed in args.seeds.split(",")):
+        for arm, negative in (("simcse", None), ("simcse_neighbour_negatives", "negative")):
+            folder, seconds[f"{arm}/{seed}"] = train(Path(args.encoder), work / f"{arm}-{seed}", "simcse", sentences,
+                                                     args.steps, seed, negative)
+            scored.setdefault(arm, []).append(score(SentenceTransformer(folder, device="cpu")))
+            print(arm, seed, scored[arm][-1], flush=True)
+        if args.pairs == "train":
+            from docstring_pairs import write_pairs
+
+            folder, seconds[f"pairs/{seed}"] = train(Path(args.encoder), work / f"pairs-{seed}", "supervised",
+                                                     write_pairs(work / "pairs-data"), args.steps, seed, "negative")
+            scored.setdefault("docstring_pairs", []).append(score(SentenceTransformer(folder, device="cpu")))
+    if args.pairs and args.pairs != "train":
+        scored["docstring_pairs"] = [score(SentenceTransformer(args.pairs, device="cpu"))]
     if minilm := minilm_dir():
-        arms["all-MiniLM-L6-v2"] = str(minilm)
-    results = {name: score(SentenceTransformer(path, device="cpu")) for name, path in arms.items()}
-    old, new = results["simcse_old"], results["pairs_new"]
+        scored["all-MiniLM-L6-v2"] = [score(SentenceTransformer(str(minilm), device="cpu"))]
+    results = {arm: {"mean": mean_of(rows), "per_seed": rows} for arm, rows in scored.items()}
+    plain, neighbour = results["simcse"]["mean"], results["simcse_neighbour_negatives"]["mean"]
     print(json.dumps({"set": str(SET), "queries": len(held_out()), "candidates": 4 * len(held_out()),
-                      "results": results, "train_seconds": seconds, "threads": args.threads,
-                      "new_over_old_recall@1": round(new["recall@1"] / max(old["recall@1"], 1e-9), 2),
-                      "new_over_old_mrr": round(new["mrr"] / max(old["mrr"], 1e-9), 2)}, indent=1))
+                      "seeds": args.seeds, "results": results, "train_seconds": seconds, "threads": args.threads,
+                      "neighbour_minus_plain": {key: round(neighbour[key] - plain[key], 3) for key in plain}},
+                     indent=1))
 
 
 if __name__ == "__main__":

@@ -216,6 +216,11 @@ def test_run_supervised_contrastive_needs_data(decoder_dir, corpus, tmp_path, ca
     assert main(["run", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(out),
                  "--contrastive", "supervised"]) == 2
     assert "--contrastive-data-files" in capsys.readouterr().err and not out.exists()
+    # a negative column names a column of the stage's own file: without one, refused before anything is written
+    assert main(["run", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(out),
+                 "--contrastive", "simcse", "--contrastive-negative-column", "negative"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --contrastive-negative-column") and len(err.splitlines()) == 1 and not out.exists()
 
 
 def test_run_contrastive_is_evaluated_compared_and_carded(decoder_dir, corpus, tmp_path, capsys):

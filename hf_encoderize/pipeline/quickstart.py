@@ -115,14 +115,20 @@ def write_corpus(folder: Path) -> Path:
 
 
 def write_sentences(corpus: Path) -> Path:
-    """The corpus's distinct sentences of 30-200 characters, one JSON line each, beside it: SimCSE's texts."""
-    texts = []
+    """The corpus's distinct sentences of 30-200 characters, one JSON line each, beside it: SimCSE's texts (`text`),
+    each with the next sentence of its document (the one before, for the last) as `negative`, "" when the document has
+    one sentence. The neighbour is on the same topic but says something else: the hard negative SimCSE is given when
+    `--contrastive-negative-column negative` is on (benchmarks/topical_paraphrases.py measures both)."""
+    rows = {}
     for line in corpus.read_text().splitlines():
-        for sentence in json.loads(line)["text"].replace("\n", " ").split(". "):
-            if 30 < len(sentence.strip()) < 200:
-                texts.append(sentence.strip())
+        sentences = [s.strip() for s in json.loads(line)["text"].replace("\n", " ").split(". ")
+                     if 30 < len(s.strip()) < 200]
+        for i, sentence in enumerate(sentences):
+            neighbour = sentences[i + 1] if i + 1 < len(sentences) else sentences[i - 1] if i else ""
+            rows.setdefault(sentence, neighbour)  # the first place a repeated sentence appears
     path = corpus.parent / "pydoc_sentences.jsonl"
-    path.write_text("".join(json.dumps({"text": text}) + "\n" for text in dict.fromkeys(texts)))
+    path.write_text("".join(json.dumps({"text": text, "negative": negative}) + "\n"
+                            for text, negative in rows.items()))
     return path
 
 

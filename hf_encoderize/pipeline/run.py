@@ -88,6 +88,9 @@ class RunConfig:
     contrastive_data_files: str | None = None
     """supervised: JSON/JSONL/CSV/Parquet pairs or triplets with anchor, positive[, negative] columns; simcse: texts
     (a `text` column) to train on instead of cpt's own source."""
+    contrastive_negative_column: str | None = None
+    """A hard-negative column of `contrastive_data_files` (supervised: the anchor's negative; simcse: a text that
+    must embed apart from the row's, such as the quickstart's neighbouring sentence)."""
     contrastive_steps: int = 1000
     """Optimizer steps of the contrastive stage."""
     contrastive_batch_size: int = 64
@@ -106,6 +109,9 @@ class RunConfig:
             check_choice(f"--{name.replace('_', '-')}", getattr(self, name), RunConfig, name)
         if self.contrastive == "supervised" and not self.contrastive_data_files:
             raise EncoderizeError("--contrastive supervised needs --contrastive-data-files (anchor, positive columns)")
+        if self.contrastive_negative_column and not self.contrastive_data_files:
+            raise EncoderizeError("--contrastive-negative-column names a column of --contrastive-data-files; pass "
+                                  "the file too")
         check_number("--contrastive-max-steps", self.contrastive_steps, minimum=1, integer=True)
         check_number("--contrastive-batch-size", self.contrastive_batch_size, minimum=2, integer=True)
         check_number("--contrastive-max-seq-length", self.contrastive_max_seq_length, minimum=1, integer=True)
@@ -159,6 +165,7 @@ def contrastive_config(data, run_cfg: RunConfig, out: Path, resume: bool = False
                              resume=resume, objective=run_cfg.contrastive, steps=run_cfg.contrastive_steps,
                              batch_size=run_cfg.contrastive_batch_size,
                              max_seq_length=run_cfg.contrastive_max_seq_length, **source,
+                             negative_column=run_cfg.contrastive_negative_column,
                              **({"dropout": run_cfg.contrastive_dropout} if run_cfg.contrastive_dropout is not None
                                 else {}),
                              **({"learning_rate": run_cfg.contrastive_lr} if run_cfg.contrastive_lr is not None
