@@ -279,7 +279,7 @@ def _llama_cpp_commands(ref: str, file: str, pooling: str, lead: str, record: di
     download = "" if local else "from huggingface_hub import hf_hub_download\n"
     checked = (record.get("variants") or {}).get(file, {})
     if lead and pooling == "mean" and "prompt_length" in record and "client_pooled_min_cosine" in checked:
-        return [_llama_cpp_client_pooled(path, download, record, checked), _llama_cpp_server(ref, file, pooling)]
+        return [_llama_cpp_client_pooled(path, download, record, checked), _llama_cpp_server(ref, file, pooling, lead)]
     code = (f"{download}from llama_cpp import GGML_TYPE_F32, Llama\n\n"
             f"# {pooling} pooling and bidirectional attention come from the file; the f32 KV cache keeps short texts "
             "exact\n"
@@ -288,7 +288,7 @@ def _llama_cpp_commands(ref: str, file: str, pooling: str, lead: str, record: di
             "print((len(embeddings), len(embeddings[0])))")
     note = f"prepend `{lead}` to every text yourself, so no test runs it on this model" if lead else ""
     return [{"engine": "llama.cpp (llama-cpp-python)", "language": "python", "verified": not lead, "note": note,
-             "code": code}, _llama_cpp_server(ref, file, pooling)]
+             "code": code}, _llama_cpp_server(ref, file, pooling, lead)]
 
 
 def _llama_cpp_client_pooled(path: str, download: str, record: dict, checked: dict) -> dict:
@@ -317,7 +317,7 @@ def _llama_cpp_client_pooled(path: str, download: str, record: dict, checked: di
                     "the lead"}
 
 
-def _llama_cpp_server(ref: str, file: str, pooling: str) -> dict:
+def _llama_cpp_server(ref: str, file: str, pooling: str, lead: str) -> dict:
     """llama-server: a binary this project cannot build here, so never marked verified."""
     local = ref.startswith("/")
     server = (f"llama-server -m {ref}/{file}" if local else f"llama-server -hf {ref} --hf-file {file}") + \
@@ -327,7 +327,9 @@ def _llama_cpp_server(ref: str, file: str, pooling: str) -> dict:
                     "installed here builds the library only, so no test runs the server (`--pooling` repeats what "
                     "the file says; `-ctk f32 -ctv f32` is the f32 KV cache the check ran with: the default f16 "
                     "cache moved a short text of the SmolLM2-135M encoder to cosine 0.996; `curl "
-                    "localhost:8080/v1/embeddings -d '{\"input\": \"...\"}'` queries it)"}
+                    "localhost:8080/v1/embeddings -d '{\"input\": \"...\"}'` queries it)" +
+                    (f". Its pooling cannot leave out this model's lead `{lead}`: use `--pooling none` and pool as the "
+                     "llama-cpp-python snippet does" if lead else "")}
 
 
 def pooling_mode(facts: CardFacts) -> str:
