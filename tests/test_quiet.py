@@ -88,3 +88,19 @@ def test_a_saved_encoder_loads_without_a_load_report_in_a_clean_client(tmp_path)
     assert torch.equal(mlm.lm_head.weight.detach().float(), head)  # the shipped class reads the head file
     again, _ = load_decoder(LoadConfig(str(out)))  # a cpt that continues from the encoder trains the same head
     assert torch.equal(again.lm_head.weight.detach().float(), head)
+
+
+def test_the_default_prompt_warning_of_our_own_models_is_shown_only_with_verbose(monkeypatch, capsys):
+    """sentence-transformers 6 warns at every load that a model has a default prompt; every contrastive model has one
+    (its lead tokens), so the quickstart printed it between its result lines. Other library warnings still show."""
+    def load(*configs):
+        logging.getLogger("sentence_transformers.base.model").warning("Default prompt name is set to 'text'. ...")
+        logging.getLogger("sentence_transformers.base.model").warning("something else")
+        return "result"
+
+    doctor = cli.COMMANDS["doctor"]
+    monkeypatch.setitem(cli.COMMANDS, "doctor", dataclasses.replace(doctor, function=load))
+    assert cli.main(["doctor"]) == 0
+    assert capsys.readouterr().err.splitlines() == ["warning: [sentence_transformers.base.model] something else"]
+    assert cli.main(["-v", "doctor"]) == 0
+    assert "Default prompt name is set to" in capsys.readouterr().err

@@ -39,6 +39,15 @@ class _Format(logging.Formatter):
         return f"warning: {text}" if said else text
 
 
+# Library warnings about what this package chose on purpose, dropped unless -v: sentence-transformers 6 warns at every
+# load that a model has a default prompt, and every contrastive model has one (its lead tokens, `lead_token`).
+EXPECTED = (("sentence_transformers", "Default prompt name is set to "),)
+
+
+def _not_expected(record: logging.LogRecord) -> bool:
+    return not any(record.name.startswith(name) and str(record.msg).startswith(start) for name, start in EXPECTED)
+
+
 def _main_process() -> bool:
     """launch.is_main_process (the one reader of RANK); a broken launch environment counts as the main process here,
     so the command itself refuses it in its one line."""
@@ -58,6 +67,8 @@ def setup_logging(verbosity: int = 0) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Format("%(message)s"))
     handler.set_name(ROOT)
+    if verbosity <= 0:
+        handler.addFilter(_not_expected)
     root = logging.getLogger()
     teardown_logging()
     _BEFORE.update({name: logging.getLogger(name or None).level for name in ("", ROOT, *THIRD_PARTY)})
