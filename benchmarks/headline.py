@@ -60,8 +60,8 @@ PRESETS = {
     # `reduced` with a second data order (corpus shuffle, tokenizer, initialisation) per arm: pretraining variance.
     "reduced2": dict(corpus_tokens=2_000_000, **ELEVEN_M, seq_len=128, batch=16, pretrain_steps=200, cpt_steps=68,
                      lr=1e-3, cpt_lr=5e-4, ft_lrs=(2e-4, 5e-4), ft_seeds=(0, 1, 2), ft_steps=24, orders=(0, 1)),
-    # About 50 minutes on two idle cores, estimated from rates measured there (under 0.85 s a pretraining step, ~170 s
-    # for one seed x lr of the four families at 40 steps); full fine-tuning dominates, hence 3 seeds, not 5.
+    # Sized for about 50 minutes on two idle cores; measured: 38 min (2,276 s) with 1 torch thread on 2 cores shared
+    # with two other jobs (docs/headline.md). 3 fine-tuning seeds, not 5.
     "cpu": dict(corpus_tokens=2_000_000, **ELEVEN_M, seq_len=128, batch=16, pretrain_steps=500, cpt_steps=170,
                 lr=1e-3, cpt_lr=5e-4, ft_lrs=(2e-4, 5e-4), ft_seeds=(0, 1, 2), ft_steps=30, orders=(0,)),
     # `cpu` with a second data order (corpus shuffle, tokenizer, initialisation) per arm: pretraining variance. Give it
@@ -335,7 +335,8 @@ def finished(out: Path, seed: int, p: dict) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--budget", choices=sorted(PRESETS), default="cpu",
-                        help="tiny (seconds, a test), reduced, cpu (under an hour on 2 cores), gpu (~10 min, H100)")
+                        help="tiny (seconds, a test), reduced[2], cpu (38 min measured on 2 cores), cpu2 (cpu + a "
+                             "second data order), gpu (~10 min, H100, not run)")
     parser.add_argument("--out", default="runs/headline")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--analyse-only", action="store_true",

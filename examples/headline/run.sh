@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The paper's headline at small scale (section 5): a CLM base and an MLM base on the same data and budget, the same
 # MLM CPT on each, full fine-tuning on the four synthetic families, then mean ± CI, Welch and a paired bootstrap.
-#   bash examples/headline/run.sh [tiny|reduced|cpu|gpu] [OUT] [--threads N | --analyse-only]
+#   bash examples/headline/run.sh [tiny|reduced|reduced2|cpu|cpu2|gpu] [OUT] [--threads N | --analyse-only]
 # Re-running with the same OUT skips the finished arms and fine-tuning runs. See examples/headline/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
