@@ -32,6 +32,11 @@ def test_progress_on_stderr_the_summary_on_stdout_and_q_keeps_it_quiet(decoder_d
     assert "step 1/2" not in err and json.loads(out)["steps"] == 2
 
 
+def _doctor_runs(function, monkeypatch) -> None:
+    """`hf-encoderize doctor` runs `function` instead: the CLI's logging set-up around a body that logs."""
+    monkeypatch.setitem(cli.COMMANDS, "doctor", dataclasses.replace(cli.COMMANDS["doctor"], function=function))
+
+
 def test_library_info_lines_only_with_verbose(monkeypatch, capsys):
     from transformers.utils import logging as transformers_logging
 
@@ -45,8 +50,7 @@ def test_library_info_lines_only_with_verbose(monkeypatch, capsys):
         logging.getLogger("hf_encoderize.somewhere").debug("our debug line")
         return "result"
 
-    doctor = cli.COMMANDS["doctor"]
-    monkeypatch.setitem(cli.COMMANDS, "doctor", dataclasses.replace(doctor, function=chatter))
+    _doctor_runs(chatter, monkeypatch)
     assert cli.main(["doctor"]) == 0
     out, err = capsys.readouterr()
     assert out == "result" and err.splitlines() == ["our progress"]
@@ -98,8 +102,7 @@ def test_the_default_prompt_warning_of_our_own_models_is_shown_only_with_verbose
         logging.getLogger("sentence_transformers.base.model").warning("something else")
         return "result"
 
-    doctor = cli.COMMANDS["doctor"]
-    monkeypatch.setitem(cli.COMMANDS, "doctor", dataclasses.replace(doctor, function=load))
+    _doctor_runs(load, monkeypatch)
     assert cli.main(["doctor"]) == 0
     assert capsys.readouterr().err.splitlines() == ["warning: [sentence_transformers.base.model] something else"]
     assert cli.main(["-v", "doctor"]) == 0
