@@ -22,10 +22,25 @@ if [ "$("$base" -c 'import sys; print(sys.prefix != sys.base_prefix)')" = True ]
     exit 0
 fi
 if [ ! -x "$venv/bin/python" ]; then
+    # Only what this script made may go when `-m venv` fails: a folder that was there before (the user's, or a
+    # half-made venv with its pyvenv.cfg) is kept, and a non-empty folder that is no venv is not written into at all.
+    before=none
+    if [ -e "$venv" ] || [ -L "$venv" ]; then
+        before=empty
+        if [ -n "$(ls -A "$venv" 2>/dev/null)" ]; then before=full; fi
+        if [ "$before" = full ] && [ ! -e "$venv/pyvenv.cfg" ]; then
+            echo "error: $venv exists and is not a virtual environment; set HF_ENCODERIZE_VENV to a new folder" \
+                "(or to an existing virtual environment), or activate a virtual environment of your own" >&2
+            exit 2
+        fi
+    fi
     echo "venv_python.sh: $("$base" -c 'import sys; print(sys.executable)') is not a virtual environment;" \
         "making the project environment $venv" >&2
     if ! "$base" -m venv "$venv"; then
-        rm -rf "$venv"
+        case "$before" in
+            none) rm -rf "$venv" ;;
+            empty) find "$venv" -mindepth 1 -delete ;;  # the folder was the user's, what is in it now is ours
+        esac
         echo "error: $base could not make a virtual environment at $venv; on Debian/Ubuntu install the" \
             "python3-venv package (apt install python3-venv), or activate a virtual environment of your own" >&2
         exit 2
