@@ -1,5 +1,7 @@
 """--compile: compiled decoder layers give the same loss and gradients as eager ones, and save under the same names."""
 
+import json
+
 import pytest
 import torch
 from conftest import make_decoder
@@ -60,6 +62,68 @@ def test_cpt_with_compile_trains_and_saves_plain_names(decoder_dir, tmp_path):
     assert all(torch.isfinite(torch.tensor(summary["losses"])))
     names = load_file(tmp_path / "run" / "encoder" / "model.safetensors").keys()
     assert names and not any("_orig_mod" in name for name in names)
+    # The record says the layers ran compiled, and that dynamo neither broke the graph nor hit its recompile limit
+    # (either would have run layers eagerly without a word): the check the GPU session reads under flex and flash.
+    compiled = json.loads((tmp_path / "run" / "run_record.json").read_text())["compiled"]
+    assert compiled["on"] and compiled["why"] == "--compile"
+    assert compiled["unique_graphs"] >= 1 and compiled["graph_breaks"] == 0 and compiled["recompile_limit_hits"] == 0
+
+
+class _FourBit(torch.nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = type("Config", (), {"quantization_config": config})()
+
+
+@pytest.mark.parametrize(("device", "kwargs", "on", "says"), [
+    ("cuda", {}, True, "on by default"),  # a CUDA or ROCm GPU (ROCm's torch device is "cuda" too)
+    ("cpu", {}, False, "off on cpu"),
+    ("mps", {}, False, "off on mps"),
+    ("cuda", {"gradient_checkpointing": True}, False, "--gradient-checkpointing"),
+    ("cuda", {"deepspeed": True}, False, "DeepSpeed"),
+])
+def test_compile_is_on_by_default_on_a_gpu_and_off_where_something_rules_it_out(device, kwargs, on, says):
+    from hf_encoderize.training.compiling import compile_decision
+
+    decision = compile_decision(None, torch.device(device), None, **kwargs)
+    assert decision["on"] is on and says in decision["why"]
+
+
+@pytest.mark.parametrize("config", [{"load_in_4bit": True}, type("BnB", (), {"load_in_4bit": True})()])
+def test_a_four_bit_model_is_not_compiled_unless_asked(config):
+    from hf_encoderize.training.compiling import compile_decision
+
+    assert not compile_decision(None, torch.device("cuda"), _FourBit(config))["on"]
+    assert compile_decision(True, torch.device("cuda"), _FourBit(config))["on"]  # --compile is taken as asked
+
+
+def test_no_compile_and_compile_are_taken_as_asked_and_the_flags_parse():
+    from hf_encoderize.cli import build_parser
+    from hf_encoderize.training.compiling import compile_decision
+
+    assert not compile_decision(False, torch.device("cuda"), None)["on"]
+    parser = build_parser()
+    for argv, expected in ((["--no-compile"], False), (["--compile"], True), ([], None)):
+        args = parser.parse_args(["cpt", "some/model", "--data-files", "x.txt", "--output-dir", "o", *argv])
+        assert args.compile is expected
+
+
+def test_a_cpu_run_records_that_it_did_not_compile_and_why(decoder_dir, tmp_path):
+    from conftest import write_corpus
+
+    from hf_encoderize.data.sources import DataConfig
+    from hf_encoderize.model.loading import LoadConfig
+    from hf_encoderize.objectives.masking import MaskingConfig
+    from hf_encoderize.recipes.cpt import cpt
+    from hf_encoderize.training.train_config import TrainConfig
+
+    corpus = write_corpus(tmp_path / "docs.jsonl", 60, lambda i: 5 + i % 17)
+    cpt(LoadConfig(str(decoder_dir), attn_implementation="sdpa"),
+        DataConfig(data_files=str(corpus), seq_len=32, eval_documents=4), MaskingConfig(),
+        TrainConfig(output_dir=str(tmp_path / "run"), steps=2, batch_size=2, eval_every=0, progress=False))
+    record = json.loads((tmp_path / "run" / "run_record.json").read_text())
+    assert record["compile"] is None and record["compiled"]["on"] is False
+    assert record["compiled"]["why"].startswith("off on cpu")
 
 
 class _VarlenLayer(torch.nn.Module):

@@ -87,6 +87,10 @@ class RunRecord(Fields):
     gradient_checkpointing: bool | None = None
     master_weights: str | None = None
     compile: bool | None = None
+    """`--compile` as asked: True, False, or None (unset: decided by the device, see `compiled`)."""
+    compiled: dict | None = None
+    """Whether the decoder layers ran compiled, why, and dynamo's counters over the run (graphs compiled, graph
+    breaks, recompile-limit hits); None: recorded before this field existed."""
     prefetch: int | None = None
     lora: dict | None = None
     """LoRA adapters merged into the weights: r, alpha, targets (None: all weights trained)."""
@@ -128,7 +132,7 @@ def build_run_record(*, version: str, command: str, settings: dict, encoderize: 
                      final_eval: dict, initial_eval_loss: float | None, started_at: str, finished_at: str,
                      wall_time_s: float, num_processes: int, hardware: dict, loss_implementation: str | None = None,
                      from_checkpoint: str | None = None, saved_dtype: str | None = None,
-                     data_position: dict | None = None) -> RunRecord:
+                     data_position: dict | None = None, compiled: dict | None = None) -> RunRecord:
     """The run record of a finished `cpt` or `pretrain`: the one place its parts become `run_record.json`'s fields.
 
     `settings` is what the run was asked to do (`training.engine.finish.training_facts` and the recipe's own: base
@@ -146,7 +150,7 @@ def build_run_record(*, version: str, command: str, settings: dict, encoderize: 
     return replace(
         RunRecord.from_dict(settings), hf_encoderize_version=version, command=command,
         from_checkpoint=from_checkpoint, saved_dtype=saved_dtype, encoderize=encoderize, data_position=data_position,
-        loss_implementation=loss_implementation, num_processes=num_processes, hardware=hardware,
+        loss_implementation=loss_implementation, num_processes=num_processes, hardware=hardware, compiled=compiled,
         started_at=started_at, finished_at=finished_at, wall_time_s=round(wall_time_s, 2),
         eval_loss=final_eval.get("eval_loss"), eval_masked_accuracy=final_eval.get("eval_masked_accuracy"),
         initial_eval_loss=initial_eval_loss, tokens_seen=sum(line["tokens"] for line in train_metrics),

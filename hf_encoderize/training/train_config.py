@@ -87,9 +87,10 @@ class TrainConfig:
     weight, round to nothing, and weight decay with it)."""
     gradient_checkpointing: bool = field(default=False, metadata=identity(HARMLESS))
     """Recompute activations in the backward pass to save memory."""
-    compile: bool = field(default=False, metadata=identity(HARMLESS))
-    """`torch.compile` every decoder layer (static shapes: packing gives fixed batch x seq len). Off by default until
-    measured faster on the GPU at hand; the first steps pay the compilation."""
+    compile: bool | None = field(default=None, metadata=identity(HARMLESS))
+    """`torch.compile` every decoder layer (static shapes: packing gives fixed batch x seq len). Unset: on for a CUDA
+    or ROCm GPU unless the run rules it out (4-bit, gradient checkpointing, DeepSpeed), off elsewhere
+    (`training.compiling`); the first steps pay the compilation."""
     loss_implementation: LossImplementation = field(default="auto", metadata=identity(HARMLESS))
     """The MLM loss kernel: auto (on CUDA, the fastest of our fused linear + cross-entropy, ours with a compiled
     softmax gradient, Liger-Kernel's and Cut-Cross-Entropy's that runs and agrees with ours, timed on this run's shape;

@@ -35,6 +35,7 @@ from hf_encoderize.objectives.phases import Masker
 from hf_encoderize.records.encoder_facts import EncoderFacts
 from hf_encoderize.training.batches import my_lanes, prepare_step
 from hf_encoderize.training.checkpoints import register_state
+from hf_encoderize.training.compiling import compile_decision, compile_decoder_layers, dynamo_counters
 from hf_encoderize.training.engine.accelerator import configure_deepspeed
 from hf_encoderize.training.engine.loss_model import LossModel
 from hf_encoderize.training.schedule import wsd_scheduler
@@ -67,6 +68,9 @@ class Run:
     """Step -> the config facts of an intermediate encoder (`--export-steps`, `engine.export`)."""
     export_dtype: torch.dtype | None
     """The dtype encoders are saved in (the loaded one; training may hold fp32 master weights); None: the model's."""
+    compiled: dict
+    """Whether the decoder layers were compiled and why (`compiling.compile_decision`), with dynamo's counters as they
+    stood before (`dynamo_counters`); the run record gets the difference at the end."""
 
 
 def build_run(accelerator, model, tokenizer, documents: Documents, data: DataConfig, masking: MaskingConfig,
@@ -104,13 +108,17 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
                                   weight_decay=train.weight_decay, fused=fused)
     scheduler = wsd_scheduler(optimizer, train.steps, train.warmup, train.decay)
     configure_deepspeed(accelerator, train)
-    if train.compile:
-        from hf_encoderize.training.compiling import compile_decoder_layers
-
+    compiled = compile_decision(train.compile, accelerator.device, model, gradient_checkpointing=
+                                train.gradient_checkpointing,
+                                deepspeed=getattr(accelerator.state, "deepspeed_plugin", None) is not None)
+    compiled["counters_before"] = dynamo_counters()
+    if compiled["on"]:
         compile_decoder_layers(model)
     loss_model, optimizer = accelerator.prepare(loss_model, optimizer)
     loss_kernel, loss_report = pick_loss_kernel(accelerator, loss_model, train.loss_implementation,
                                                 masked_rows=round(masking.mask_ratio * train.batch_size * data.seq_len))
+    if torch.cuda.is_available():  # the probe's scratch tensors are not the run's memory: peak memory counts from here
+        torch.cuda.reset_peak_memory_stats()
     embeddings = model.get_input_embeddings().weight
     vocab_size = getattr(embeddings, "ds_shape", embeddings.shape)[0]  # ZeRO-3 partitions report an empty shape
     masker = Masker.for_tokenizer(tokenizer, masking, vocab_size, seed=train.seed)  # stateless: seeds per row
@@ -134,7 +142,7 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
     held_out = held_out_batches(documents, Packer(tokenizer, data.seq_len, pack), data.eval_documents,
                                 data.eval_max_rows, train.batch_size)
     return Run(accelerator, loss_model, optimizer, scheduler, rows, masker, tokenizer, held_out, train,
-               Path(output_dir), loss_kernel, loss_report, export_facts, export_dtype)
+               Path(output_dir), loss_kernel, loss_report, export_facts, export_dtype, compiled)
 
 
 def pick_loss_kernel(accelerator, loss_model, requested: str, masked_rows: int) -> tuple[Callable | None, dict]:

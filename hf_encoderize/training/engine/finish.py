@@ -88,6 +88,7 @@ def save_run(run: Run, model, outcome: Outcome, state_dict: dict | None = None) 
     from hf_encoderize.common.version import __version__
     from hf_encoderize.model.saving import save_encoder
     from hf_encoderize.records.run_record import build_run_record
+    from hf_encoderize.training.compiling import compile_report
     from hf_encoderize.training.monitor import hardware_facts, plot_loss_curve, read_metrics, utc_now
 
     folder = RunFolder(run.output_dir)
@@ -102,7 +103,7 @@ def save_run(run: Run, model, outcome: Outcome, state_dict: dict | None = None) 
         started_at=outcome.started_at, finished_at=utc_now(), wall_time_s=outcome.wall_time_s,
         num_processes=run.accelerator.num_processes, hardware=hardware_facts(run.accelerator),
         loss_implementation=run.loss_implementation, from_checkpoint=outcome.from_checkpoint,
-        saved_dtype=outcome.saved_dtype, data_position=outcome.data_position)
+        saved_dtype=outcome.saved_dtype, data_position=outcome.data_position, compiled=compile_report(run.compiled))
     record.to_json(folder.run_record)
     return record.to_dict()
 
