@@ -97,6 +97,17 @@ class RunFolder:
                                                              "push_record", "card_sources"))
 
 
+def run_model_results(model: str | os.PathLike) -> Path | None:
+    """Where the scores of a run's own model belong: RUN/eval/encoder for RUN/encoder, RUN/eval/contrastive for
+    RUN/contrastive (RUN holds run_record.json), the folders `card`, `push` and `run` read; None for any other model.
+    `eval` writes there by default, and the card's "not evaluated yet" line names the commands from here."""
+    model = Path(str(model).rstrip("/"))
+    run = RunFolder(model.parent)
+    if model.name in ("encoder", "contrastive") and run.run_record.is_file():
+        return run.eval_results(model.name)
+    return None
+
+
 def read_json(path: str | os.PathLike) -> dict | None:
     """The JSON object in `path`, None when there is no such file; one line when it is not valid JSON."""
     path = Path(path)

@@ -12,12 +12,13 @@ Where the paper is silent we follow the authors' evaluation code (EncodEval, bra
 from __future__ import annotations
 
 import re
-from dataclasses import KW_ONLY, dataclass, field, fields
+from dataclasses import KW_ONLY, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, RESUME, identity
+from hf_encoderize.common.run_folder import run_model_results
 from hf_encoderize.common.validation import check_choice, check_number
 from hf_encoderize.evaluation.loaders import DATASETS, REAL, SYNTHETIC, TASKS, DatasetSource
 
@@ -122,10 +123,13 @@ class EvalConfig:
     (linear gains, pytrec_eval's): which NDCG@10 is the IR score. Both are reported for sets with graded judgments."""
     max_eval_examples: int | None = field(default=None, metadata=protocol("max_eval_examples"))
     """Cap on validation and test examples (queries for IR) per dataset (quick profile: 2000)."""
-    output_dir: str = field(default="results", metadata=protocol(kind=HARMLESS))
-    """Results go to OUTPUT_DIR/<model name>/<task>/<dataset>/lr<lr>_sd<seed>/results.json, plus the summary."""
+    output_dir: str | None = field(default=None, metadata=protocol(kind=HARMLESS))
+    """Results go to OUTPUT_DIR/<model name>/<task>/<dataset>/lr<lr>_sd<seed>/results.json, plus the summary.
+    Default: RUN/eval for a run's RUN/encoder or RUN/contrastive (as RUN/eval/encoder, where `card RUN` and `push`
+    read it), else results."""
     name: str | None = field(default=None, metadata=protocol(kind=HARMLESS))
-    """Model name used for the results folder (default: the folder or repo name; `-causal` added with --causal)."""
+    """Model name used for the results folder (default: encoder or contrastive for a run's model, else the folder or
+    repo name; `-causal` added with --causal)."""
     data_dir: str | None = field(default=None, metadata=protocol(kind=HARMLESS))
     """Local copies of the datasets: DIR/<dataset>/<split>.parquet or .jsonl in the Hub schema, used instead of the
     Hub."""
@@ -230,6 +234,18 @@ class EvalConfig:
             "synthetic_sizes": SMOKE_SIZES if self.profile == "smoke" else None,
         }
 
+
+    def placed(self, source: str) -> EvalConfig:
+        """This config with its results folder decided for the model `source`. A run folder's encoder or embedding
+        model (RUN/encoder, RUN/contrastive: RUN holds run_record.json) is scored into RUN/eval/encoder or
+        RUN/eval/contrastive, the folders `card`, `push` and `run` read; any other model into results/<model name>.
+        An --output-dir given is kept, and so is --name."""
+        if self.output_dir is not None:
+            return self
+        home = None if self.causal else run_model_results(source)  # --causal: not the model the card describes
+        if home is not None:
+            return replace(self, output_dir=str(home.parent), name=self.name or home.name)
+        return replace(self, output_dir="results")
 
     def adamw(self):
         """The AdamW settings of every fine-tuning run."""

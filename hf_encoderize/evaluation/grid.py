@@ -94,6 +94,7 @@ def evaluate(load: LoadConfig, cfg: EvalConfig, *, progress: Callable[[str], Non
     from hf_encoderize.common.outputs import check_output_dir
     from hf_encoderize.evaluation.backbone import pick_device
 
+    cfg = cfg.placed(load.source)
     # Before any model or data loads: a results path that is (or runs through) a file, and a device this machine
     # lacks, are one line each, not a traceback after the first fine-tuning.
     check_output_dir(cfg.output_dir, overwrite=False, resume=True, check_lock=False)

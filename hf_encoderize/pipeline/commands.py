@@ -42,6 +42,7 @@ def evaluate_and_push(load, config, hub: HubConfig) -> dict:
         raise EncoderizeError("eval --mteb does not push; run it without --push-to-hub (the card carries the "
                               "fine-tuning suite's scores, not MTEB's)")
     check_push_ready(hub)
+    config = config.placed(load.source)  # RUN/encoder: RUN/eval/encoder, where the card reads it
     target = eval_push_target(load.source) if hub.push_to_hub else None
     summary = evaluate(load, config)
     if target is not None:

@@ -22,7 +22,7 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
-from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD, RunFolder, read_json
+from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD, RunFolder, read_json, run_model_results
 from hf_encoderize.model.saving import encoder_dir
 from hf_encoderize.publish.card_facts import CardFacts
 from hf_encoderize.publish.card_rows import done_rows, duration, matryoshka, score, serve_commands, signed, thousands
@@ -160,7 +160,19 @@ def gather_facts(config: CardConfig) -> CardFacts:
         hidden_size=text.get("hidden_size"), max_seq_length=st_config.get("max_seq_length"),
         pooling=_pooling(read_json(encoder / "1_Pooling" / "config.json") or {}),
         plots=[f"plots/{p}" for p in plot_files(run_dir)] if config.repo_id else [],
+        evaluate_hint=evaluate_hint(config.output_dir, encoder),
     )
+
+
+def evaluate_hint(given: str, encoder: Path) -> str:
+    """The commands that put scores in this card, true for where `eval` writes them: a run's own model is scored
+    into the run folder, where `card` reads it; any other encoder into results/<name>, which `card` is then told."""
+    if run_model_results(encoder) is not None:
+        return f"`hf-encoderize eval {encoder}` runs the paper's suite, then `hf-encoderize card {given}` adds the"
+    name = encoder.resolve().name
+    results = Path("results") / name
+    return (f"`hf-encoderize eval {encoder} --name {name}` runs the paper's suite into `{results}`, then "
+            f"`hf-encoderize card {given} --results-dir {results}` adds the")
 
 
 def _previous_metadata(readme: Path) -> dict:

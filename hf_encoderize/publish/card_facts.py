@@ -59,6 +59,8 @@ class CardFacts:
     """Repo paths of plots pushed next to the card (shown only in a pushed card)."""
     contrastive: ContrastiveRecord | None = None
     """`contrastive_run.json` of an embedding model made by `contrastive` (the second stage, after cpt)."""
+    evaluate_hint: str = ""
+    """The commands that evaluate this model and bring its scores into the card (shown while it has none)."""
     base_label: str = "base model"
     """Name of the comparison column: the base decoder, or the MLM encoder for an embedding model."""
 
