@@ -8,6 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hub_server import fake_hub, make_run_folder  # noqa: F401 (fake_hub is a fixture)
+
+from hf_encoderize.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,3 +60,30 @@ def test_a_failed_venv_removes_only_what_the_script_made(before, tmp_path):
         assert _files(venv) == kept
     if before == "the user's folder with files":
         assert "is not a virtual environment" in errors[0] and "HF_ENCODERIZE_VENV" in errors[0]
+
+
+# ------------------------------------------------------------------------------------------------ push
+
+
+def test_push_uploads_only_what_the_run_recorded_writing(fake_hub, tmp_path, capsys):  # noqa: F811
+    """A file the user put in RUN/encoder/ (no command wrote it) was uploaded; the top-level one was left out."""
+    out = make_run_folder(tmp_path)
+    assert main(["card", str(out)]) == 0
+    (out / "NOTES.md").write_text("private top-level notes\n")
+    (out / "encoder" / "NOTES.md").write_text("private notes inside the encoder\n")
+    (out / "encoder" / "drafts").mkdir()
+    (out / "encoder" / "drafts" / "todo.txt").write_text("private\n")
+    before = _files(out)
+    capsys.readouterr()
+    assert main(["push", str(out), "someone/enc", "--dry-run"]) == 0
+    dry = capsys.readouterr()
+    assert "NOTES.md" not in dry.out and "todo.txt" not in dry.out and "model.safetensors" in dry.out
+    assert main(["push", str(out), "someone/enc"]) == 0
+    pushed = capsys.readouterr()
+    uploaded = fake_hub.files("someone/enc")
+    assert "model.safetensors" in uploaded and "README.md" in uploaded and "config.json" in uploaded
+    assert not [name for name in uploaded if "NOTES" in name or "drafts" in name], sorted(uploaded)
+    for said in (dry.err, pushed.err):  # what is left out is named, once
+        notes = [line for line in said.splitlines() if "left out of the upload, as no hf-encoderize" in line]
+        assert len(notes) == 1 and "NOTES.md" in notes[0] and "drafts/todo.txt" in notes[0], said
+    assert _files(out) == before

@@ -25,6 +25,7 @@ from conftest import write_corpus
 from hub_server import fake_hub, make_run_folder  # noqa: F401 (fake_hub is a fixture)
 
 from hf_encoderize.cli import main
+from hf_encoderize.common.outputs import add_to_marker
 
 SECRET = "AWS_SECRET_ACCESS_KEY=do-not-upload-me"
 
@@ -108,6 +109,7 @@ def test_a_symlink_leaving_the_folder_refuses_the_push(make_link, fake_hub, run_
 
 def test_a_symlink_inside_the_folder_uploads_its_file(fake_hub, run_copy, capsys):  # noqa: F811
     (run_copy / "encoder" / "alias.json").symlink_to("tokenizer_config.json")
+    add_to_marker(run_copy / "encoder", ["alias.json"])  # recorded as ours: push uploads only what was recorded
     assert main(["push", str(run_copy), "someone/inside"]) == 0, capsys.readouterr().err
     uploaded = fake_hub.files("someone/inside")
     assert uploaded["alias.json"] == (run_copy / "encoder" / "tokenizer_config.json").read_bytes()
@@ -128,6 +130,7 @@ def _contrastive_record(out: Path) -> tuple[str, str, str]:
                         "lora": None, "processes": 1, "lead": ""},
               "losses": [1.0], "facts": {"metrics": [], "base_encoder": {}}}
     (out / "encoder" / "contrastive_run.json").write_text(json.dumps(record, indent=2) + "\n")
+    add_to_marker(out / "encoder", ["contrastive_run.json"])  # as the contrastive stage's save records it
     return "contrastive_run.json", "config.data_files", local
 
 

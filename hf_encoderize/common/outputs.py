@@ -115,10 +115,37 @@ def _temporary(name: str) -> bool:
     return any(fnmatch.fnmatch(name, p) for p in OUR_TEMPORARIES)
 
 
+def _ours(folder: Path, marker: dict) -> set[str]:
+    """The top-level names of `folder` that its marker's command wrote (listed in the marker, or known for it)."""
+    return set(marker.get("entries") or []) | {name.replace("{name}", folder.name)
+                                               for name in KNOWN_ENTRIES.get(marker.get("command"), ())}
+
+
+def written_by_us(folder: Path, rel: Path) -> bool | None:
+    """Whether the file `rel` under `folder` is one our commands wrote, by the same record `--overwrite` reads (the
+    markers, KNOWN_ENTRIES, FILES_OF); None when `folder` carries no marker (nothing was recorded)."""
+    marker = read_marker(folder)
+    return None if marker is None else _written(Path(folder), marker, Path(rel).parts)
+
+
+def _written(folder: Path, marker: dict, parts: tuple[str, ...]) -> bool:
+    if parts[0] not in _ours(folder, marker):
+        return False
+    sub = folder / parts[0]
+    if len(parts) == 1:
+        return True
+    if (inner := read_marker(sub)) is not None:
+        return _written(sub, inner, parts[1:])
+    if parts[0] not in FILES_OF:  # checkpoints/, 1_Pooling/: ours whole
+        return True
+    if len(parts) > 2 and (inner := read_marker(sub / parts[1])) is not None:
+        return _written(sub / parts[1], inner, parts[2:])
+    return any(fnmatch.fnmatch(parts[-1], p) for p in FILES_OF[parts[0]])
+
+
 def _foreign_entry(folder: Path, marker: dict) -> str | None:
     """The first path under `folder` (relative) that we did not write, by its marker, recursively; None if none."""
-    ours = set(marker.get("entries") or []) | {name.replace("{name}", folder.name)
-                                               for name in KNOWN_ENTRIES.get(marker.get("command"), ())}
+    ours = _ours(folder, marker)
     for entry in sorted(folder.iterdir()):
         if _temporary(entry.name):
             continue

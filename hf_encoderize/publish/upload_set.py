@@ -3,6 +3,9 @@
 Design choices:
 - The folder's files minus training state (`checkpoints/`, optimizer/scheduler/RNG state, hidden files, our output
   marker and lock), plus named extras (the card, plots); extras win over folder files.
+- Of a folder our command marked, only what it recorded writing (the record `--overwrite` reads, `common.outputs`):
+  a file the user put there (`encoder/NOTES.md`) is left out and named in a warning. A folder without a marker (made
+  by hand, or by an older version) recorded nothing, so it goes as it is.
 - Regular files inside the folder only: a symlink whose target leaves the folder is refused in one line (never
   followed, never silently skipped).
 - Local paths in the uploaded JSON (the base model's folder, the data files) are set to null in the staged bytes and
@@ -20,7 +23,10 @@ import re
 from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
-from hf_encoderize.common.outputs import LOCK, MARKER
+from hf_encoderize.common.log import get_logger
+from hf_encoderize.common.outputs import LOCK, MARKER, written_by_us
+
+log = get_logger(__name__)
 
 # Never uploaded: training state and local clutter. Matched against each path component / the file name.
 EXCLUDED_DIRS = {"checkpoints", "__pycache__", "adapter-checkpoints"}
@@ -37,12 +43,18 @@ def upload_set(folder: str | os.PathLike, extra_files: dict | None = None) -> di
     if not folder.is_dir():
         raise EncoderizeError(f"{str(folder)!r} is not a folder; nothing to push")
     files: dict[str, Path | bytes] = {}
+    unrecorded = []
     for path in sorted(folder.rglob("*")):
         rel = path.relative_to(folder)
         if not _excluded(rel):
             _refuse_link_out(path, folder, rel.as_posix())
-            if path.is_file():
+            if path.is_file() and written_by_us(folder, rel) is False:
+                unrecorded.append(rel.as_posix())
+            elif path.is_file():
                 files[rel.as_posix()] = path
+    if unrecorded:
+        log.warning(f"left out of the upload, as no hf-encoderize command wrote them into {str(folder)!r}: "
+                    f"{', '.join(unrecorded)}; upload them yourself if they are meant to be public")
     for repo_path, value in (extra_files or {}).items():
         if not isinstance(value, bytes):  # an extra (a run's plot) may not leave the folder it lives in either
             _refuse_link_out(Path(value), Path(value).parent, repo_path)
