@@ -171,8 +171,9 @@ def test_close_stops_a_thread_blocked_on_a_full_queue():
 
 
 def test_profile_writes_a_per_component_summary(decoder_dir, tmp_path):
-    """`--torch-profile` times steps 3-5 by component and writes summary.json (+ a Chrome trace); the parts are positive
-    where they must be and add up to no more than the step."""
+    """`--torch-profile` times 3 steady steps by component and writes summary.json (+ a Chrome trace): attention
+    forward and backward found by the ops that ran them, the head's backward by autograd's sequence number, the parts
+    adding up to the step, and the top kernels listed."""
     import json
 
     from conftest import write_corpus
@@ -189,8 +190,14 @@ def test_profile_writes_a_per_component_summary(decoder_dir, tmp_path):
                     profile=True))
     summary = json.loads((out / "profile" / "summary.json").read_text())
     assert summary["steps"] == 3 and summary["device"] == "cpu"
-    for part in ("attention", "loss", "optimizer", "forward_other", "backward_other", "total"):
+    assert summary["profiled_steps"] == [4, 6]  # the last 3 of a 7-step run, not the first steps
+    for part in ("attention_forward", "attention_backward", "loss", "head_backward", "optimizer", "forward_other",
+                 "backward_other", "total"):
         assert summary[part] > 0, part
-    parts = sum(summary[k] for k in ("attention", "loss", "optimizer", "data_wait", "forward_other", "backward_other"))
-    assert parts <= summary["total"] * 1.05
+    parts = sum(summary[k] for k in ("attention", "loss", "head_backward", "optimizer", "data_wait", "forward_other",
+                                     "backward_other"))
+    assert abs(parts + summary["unaccounted"] - summary["total"]) < 1e-6
+    assert parts <= summary["total"] * 1.05 and summary["unaccounted"] < 0.1 * summary["total"]
+    assert summary["attention_by_kernel_name"] == 0  # every attention op was found by the op that ran it
+    assert 0 < len(summary["top_kernels"]) <= 20
     assert (out / "profile" / "trace.json").stat().st_size > 0

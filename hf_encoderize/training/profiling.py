@@ -1,14 +1,25 @@
-"""Where a training step's time goes: `cpt --torch-profile` (and `benchmarks/cpt_throughput.py --profile`).
+"""Where a training step's time goes: `cpt --profile` (and `benchmarks/cpt_throughput.py --profile`).
 
 Design choices:
-- The engine marks its parts with `section(name)`: data_wait, forward (the backbone), loss, backward, optimizer.
-  Outside a profiled step a section is a no-op. Inside one, it synchronises the device before and after and adds the
-  wall time to its total, so the parts add up to the step (the timed steps run slower than unprofiled ones).
-- Attention cannot be timed that way (it runs inside every layer), so it is read off `torch.profiler`: the device
-  time (CPU time on CPU) of the kernels and ops whose names say attention (flash, fmha, sdpa, flex, efficient
-  attention), split into forward and backward by name (`bwd`/`backward`), and subtracted from forward and backward.
-- `OUT/profile/summary.json` holds seconds per step for attention, loss, optimizer, data_wait, forward_other,
-  backward_other and total, plus the device; `OUT/profile/trace.json` is the Chrome trace.
+- The engine marks its parts with `section(name)`: data_wait, forward (the backbone), loss (the MLM head's forward),
+  backward, optimizer. Outside a profiled step a section is a no-op. Inside one, it synchronises the device before
+  and after, adds the wall time to its total (so the parts add up to the step; profiled steps run slower than
+  unprofiled ones) and opens a `record_function("hf_encoderize::<name>")` region in the profiler's trace.
+- The profiled steps are steady ones (`steady_window`): 3 steps after the first 10 of the run, or the last 3 of a
+  shorter one, never the first steps, which pay compilation, the allocator's growth and the first kernel launches.
+- Attention and the head run inside other parts, so their device time is read off `torch.profiler` and classified
+  by **who launched each kernel**, not by the kernel's name: a kernel belongs to attention when its launching op or
+  one of that op's ancestors is an attention op (aten's scaled_dot_product / flash / efficient / cuDNN attention,
+  flash-attn's functions, flex attention), and to the backward pass when it ran inside the autograd engine
+  (`autograd::engine::evaluate_function: ...`). A backward node is also tied to its forward op by autograd's sequence
+  number, so the head's backward (and a backward kernel whose op names nothing) is found from the forward op that
+  made it. Names alone misfiled the masked-SDPA backward (`fmha_cutlassB_*` says neither `bwd` nor `backward`) as
+  forward. A kernel no op claims but whose name says attention (compiled flex templates) is counted as attention and
+  reported apart (`attention_by_kernel_name`), so the reader sees how much rests on names.
+- On CPU the "kernels" are the ops' own (self) CPU times, classified the same way.
+- `OUT/profile/summary.json` holds seconds per step by part (attention forward/backward, head forward/backward,
+  optimizer, data wait, the rest of forward and backward, total, and what the parts leave unaccounted), the 20
+  kernels with the most device time, and the device; `OUT/profile/trace.json` is the Chrome trace.
 """
 
 from __future__ import annotations
@@ -17,25 +28,39 @@ import contextlib
 import json
 import re
 import time
+from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-ATTENTION = re.compile(r"flash|fmha|attention|attn|sdpa|flex", re.IGNORECASE)
-BACKWARD = re.compile(r"bwd|backward", re.IGNORECASE)
+PROFILE_AFTER = 10  # steps before the profiled window: compilation and warm-up are over by then
+PROFILE_STEPS = 3
+ATTENTION_OPS = re.compile(r"scaled_dot_product|ScaledDotProduct|_flash_attention|_efficient_attention|"
+                           r"_cudnn_attention|flash_attn|FlashAttn|flex_attention|FlexAttention|"
+                           r"hf_encoderize::attention")
+# The fallback for a kernel no op claims. Inductor's template kernels (`triton_tem_*`) are flex attention's under the
+# default compile mode (matmul templates come only with max-autotune).
+ATTENTION_KERNEL_NAMES = re.compile(r"flash|fmha|attention|attn|sdpa|flex|^triton_tem_", re.IGNORECASE)
+BACKWARD_REGION = re.compile(r"^autograd::engine::evaluate_function|CompiledFunctionBackward|"
+                             r"hf_encoderize::(attention|loss)_backward$")
+HEAD = "hf_encoderize::loss"
+HEAD_BACKWARD = "hf_encoderize::loss_backward"
+ATTENTION_BACKWARD = "hf_encoderize::attention_backward"
 _TIMES: dict[str, float] | None = None  # section totals while a profiled step runs; None otherwise
 
 
 @contextlib.contextmanager
 def section(name: str):
-    """Time this part of a step when the step is profiled; a no-op otherwise."""
+    """Time this part of a step when the step is profiled (and mark it in the trace); a no-op otherwise."""
     if _TIMES is None:
         yield
         return
     _synchronize()
     started = time.perf_counter()
     try:
-        yield
+        with torch.profiler.record_function(f"hf_encoderize::{name}"):
+            yield
     finally:
         _synchronize()
         _TIMES[name] = _TIMES.get(name, 0.0) + time.perf_counter() - started
@@ -46,10 +71,20 @@ def _synchronize() -> None:
         torch.cuda.synchronize()
 
 
+def steady_window(start: int, until: int) -> int:
+    """The first profiled step of a run going from `start` to `until`: `PROFILE_AFTER` steps in, or as late as leaves
+    `PROFILE_STEPS` steps in a shorter run.
+
+    >>> steady_window(0, 35), steady_window(0, 5), steady_window(0, 2)
+    (10, 2, 0)
+    """
+    return start + max(0, min(PROFILE_AFTER, until - start - PROFILE_STEPS))
+
+
 class StepProfiler:
     """Profile steps `[first, first + count)` of a run (`around(step)` wraps each step); writes the summary on close."""
 
-    def __init__(self, folder: Path, first: int, count: int):
+    def __init__(self, folder: Path, first: int, count: int = PROFILE_STEPS):
         self.folder, self.first, self.count = Path(folder), first, count
         self.profiler, self.steps, self.wall = None, 0, 0.0
 
@@ -89,54 +124,142 @@ class StepProfiler:
         if PartialState().is_main_process:
             self.folder.mkdir(parents=True, exist_ok=True)
             self.profiler.export_chrome_trace(str(self.folder / "trace.json"))
-            summary = summarize(times, attention_seconds(self.profiler), self.wall, max(self.steps, 1))
+            launched = launched_kernels(self.profiler.events(), on_device=torch.cuda.is_available())
+            summary = summarize(times, classify(launched), self.wall, max(self.steps, 1))
+            summary["profiled_steps"] = [self.first, self.first + self.steps - 1]
             (self.folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         self.profiler = None
 
 
-def attention_seconds(profiler) -> dict:
-    """Forward and backward attention time from the profiler: device kernels on a GPU, outermost ops on CPU."""
-    forward = backward = 0.0
-    on_gpu = torch.cuda.is_available()
-    for event in profiler.events():
-        if not ATTENTION.search(event.name):
+@dataclass(frozen=True)
+class Launched:
+    """One kernel's device time (on CPU: one op's own CPU time) and who launched it: the launching op's name first,
+    then its ancestors outward, with `hf_encoderize::*_backward` marks where a backward node was tied to its forward
+    op by autograd's sequence number."""
+
+    name: str
+    seconds: float
+    chain: tuple[str, ...]
+
+
+def launched_kernels(events, on_device: bool) -> list[Launched]:
+    """The profiler's `events()` as `Launched` records: each device kernel with its launching CPU op (on a GPU), or
+    each CPU op with its self time (on CPU)."""
+    events = list(events)
+    marks = _backward_marks(events)
+    launched = []
+    for event in events:
+        if event.device_type != torch.autograd.DeviceType.CPU:
             continue
-        if on_gpu:
-            if event.device_type != torch.autograd.DeviceType.CUDA:
-                continue
-            seconds = event.device_time / 1e6  # a kernel: its own time
-        else:
-            if _has_attention_ancestor(event):
-                continue  # counted in the outermost attention op
-            seconds = event.cpu_time_total / 1e6
-        if BACKWARD.search(event.name):
-            backward += seconds
-        else:
-            forward += seconds
-    return {"forward": forward, "backward": backward}
+        chain = _chain(event, marks)
+        if on_device:
+            launched += [Launched(kernel.name, kernel.duration / 1e6, chain) for kernel in event.kernels]
+        elif event.self_cpu_time_total > 0:
+            launched.append(Launched(event.name, event.self_cpu_time_total / 1e6, chain))
+    return launched
 
 
-def _has_attention_ancestor(event) -> bool:
-    parent = event.cpu_parent
-    while parent is not None:
-        if ATTENTION.search(parent.name):
-            return True
-        parent = parent.cpu_parent
-    return False
+def _chain(event, marks: dict) -> tuple[str, ...]:
+    names = []
+    while event is not None:
+        names.append(event.name)
+        if id(event) in marks:
+            names.append(marks[id(event)])
+        event = event.cpu_parent
+    return tuple(names)
 
 
-def summarize(times: dict, attention: dict, wall: float, steps: int) -> dict:
-    """Seconds per step by component; the parts not timed separately land in `forward_other`/`backward_other`.
+def _backward_marks(events) -> dict[int, str]:
+    """Backward nodes (`autograd::engine::evaluate_function: X`) whose autograd sequence number is that of a forward
+    op run inside the head's region or inside an attention op: id(node) -> the mark added to their kernels' chains."""
+    head, attention = set(), set()
+    for event in events:
+        if event.sequence_nr < 0 or event.name.startswith("autograd::engine"):
+            continue
+        names = [event.name]
+        parent = event.cpu_parent
+        while parent is not None:
+            names.append(parent.name)
+            parent = parent.cpu_parent
+        if HEAD in names:
+            head.add(event.sequence_nr)
+        if any(ATTENTION_OPS.search(name) for name in names):
+            attention.add(event.sequence_nr)
+    marks = {}
+    for event in events:
+        if event.name.startswith("autograd::engine::evaluate_function") and event.sequence_nr >= 0:
+            if event.sequence_nr in head:
+                marks[id(event)] = HEAD_BACKWARD
+            elif event.sequence_nr in attention:
+                marks[id(event)] = ATTENTION_BACKWARD
+    return marks
 
-    >>> summarize({"forward": 2.0, "loss": 1.0, "backward": 4.0, "optimizer": 1.0, "data_wait": 0.5},
-    ...           {"forward": 1.0, "backward": 2.0}, wall=9.0, steps=1)["backward_other"]
-    2.0
+
+def kernel_class(item: Launched) -> tuple[str, str]:
+    """(part, basis) of one launched kernel: part is attention_forward, attention_backward, head_forward,
+    head_backward or other; basis says what decided it (launching op, sequence number, kernel name)."""
+    backward = any(BACKWARD_REGION.search(name) for name in item.chain)
+    direction = "backward" if backward else "forward"
+    if HEAD_BACKWARD in item.chain:
+        return "head_backward", "sequence number"
+    if HEAD in item.chain and not backward:
+        return "head_forward", "launching op"
+    if ATTENTION_BACKWARD in item.chain:
+        return "attention_backward", "sequence number"
+    if any(ATTENTION_OPS.search(name) for name in item.chain):
+        return f"attention_{direction}", "launching op"
+    if ATTENTION_KERNEL_NAMES.search(item.name):
+        return f"attention_{direction}", "kernel name"
+    return "other", "launching op"
+
+
+def classify(launched: list[Launched]) -> dict:
+    """Seconds by part (`kernel_class`), seconds classified as attention by kernel name alone, all kernels' seconds,
+    and the 20 kernels with the most time, each with its part."""
+    parts, by_name, classes = defaultdict(float), defaultdict(float), {}
+    by_kernel_name = 0.0
+    for item in launched:
+        part, basis = kernel_class(item)
+        parts[part] += item.seconds
+        by_name[item.name] += item.seconds
+        classes.setdefault(item.name, part)
+        if basis == "kernel name":
+            by_kernel_name += item.seconds
+    top = sorted(by_name.items(), key=lambda pair: -pair[1])[:20]
+    return {"parts": dict(parts), "attention_by_kernel_name": by_kernel_name, "kernel_total": sum(by_name.values()),
+            "top": [{"name": name, "seconds": seconds, "part": classes[name]} for name, seconds in top]}
+
+
+def summarize(times: dict, classified: dict, wall: float, steps: int) -> dict:
+    """Seconds per step by component. The sections' wall times are the frame (they add up to the step); attention
+    and the head's backward are taken out of forward and backward by the kernels' time, and what the parts leave of
+    the step's wall time is `unaccounted`.
+
+    >>> parts = {"attention_forward": 1.0, "attention_backward": 2.0, "head_backward": 0.5}
+    >>> s = summarize({"forward": 2.0, "loss": 1.0, "backward": 4.0, "optimizer": 1.0, "data_wait": 0.5},
+    ...               {"parts": parts, "attention_by_kernel_name": 0.0, "kernel_total": 7.0, "top": []},
+    ...               wall=9.0, steps=1)
+    >>> s["backward_other"], s["unaccounted"]
+    (1.5, 0.5)
     """
     per = {name: value / steps for name, value in times.items()}
-    forward_attention, backward_attention = attention["forward"] / steps, attention["backward"] / steps
-    return {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu", "steps": steps,
-            "attention": forward_attention + backward_attention, "attention_forward": forward_attention,
-            "attention_backward": backward_attention, "loss": per.get("loss", 0.0),
-            "optimizer": per.get("optimizer", 0.0), "data_wait": per.get("data_wait", 0.0),
-            "forward_other": max(0.0, per.get("forward", 0.0) - forward_attention),
-            "backward_other": max(0.0, per.get("backward", 0.0) - backward_attention), "total": wall / steps}
+    part = {name: value / steps for name, value in classified["parts"].items()}
+    attention_forward, attention_backward = part.get("attention_forward", 0.0), part.get("attention_backward", 0.0)
+    head_backward = part.get("head_backward", 0.0)
+    summary = {
+        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu", "steps": steps,
+        "attention": attention_forward + attention_backward, "attention_forward": attention_forward,
+        "attention_backward": attention_backward, "loss": per.get("loss", 0.0),
+        "head_forward_kernels": part.get("head_forward", 0.0), "head_backward": head_backward,
+        "optimizer": per.get("optimizer", 0.0), "data_wait": per.get("data_wait", 0.0),
+        "forward_other": max(0.0, per.get("forward", 0.0) - attention_forward),
+        "backward_other": max(0.0, per.get("backward", 0.0) - attention_backward - head_backward),
+        "total": wall / steps,
+    }
+    sections = sum(per.get(name, 0.0) for name in ("data_wait", "forward", "loss", "backward", "optimizer"))
+    summary["unaccounted"] = summary["total"] - sections
+    summary["attention_by_kernel_name"] = classified["attention_by_kernel_name"] / steps
+    summary["kernel_time"] = classified["kernel_total"] / steps
+    summary["top_kernels"] = [{"name": item["name"], "seconds_per_step": item["seconds"] / steps,
+                               "part": item["part"]} for item in classified["top"]]
+    return summary

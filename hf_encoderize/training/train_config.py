@@ -99,8 +99,10 @@ class TrainConfig:
     prefetch: int = field(default=2, metadata=identity(HARMLESS))
     """Batches tokenized, packed, masked (and pinned, on a GPU) ahead in a background thread; 0: in the loop."""
     profile: bool = field(default=False, metadata=identity(HARMLESS))
-    """Time steps 3-5 by component (attention, loss, optimizer, data wait, ...) with torch.profiler; writes
-    OUT/profile/summary.json and a Chrome trace. The timed steps synchronise the GPU, so they run slower."""
+    """Time 3 steady steps (after the first 10, or the last 3 of a shorter run) by component (attention and the MLM
+    head, forward and backward, optimizer, data wait, ...) with torch.profiler; writes OUT/profile/summary.json (with
+    the 20 kernels that take the most time) and a Chrome trace. The timed steps synchronise the GPU, so they run
+    slower."""
     on_nonfinite: Literal["stop", "skip"] = "stop"
     """What to do when the loss or gradient norm is NaN/inf: `stop` (one-line error; the last checkpoint is intact)
     or `skip` (drop that update, count it in metrics.jsonl; stop after 10 in a row)."""

@@ -81,10 +81,10 @@ def train_until(run: Run, monitor, step: int, until: int) -> int:
     """Train from `step` up to `until` (the whole run, or one pretraining phase): log every step, evaluate and
     checkpoint on schedule. Returns the step reached. Metrics stay on the device and reach the host once per
     `log_every` steps (and before every evaluation and checkpoint, so a checkpoint never follows a non-finite step)."""
-    from hf_encoderize.training.profiling import StepProfiler
+    from hf_encoderize.training.profiling import StepProfiler, steady_window
 
     train, guard = run.train, NonFiniteGuard(run.train, run.output_dir)
-    profiler = StepProfiler(run.output_dir / "profile", first=step + 3, count=3) if train.profile else None
+    profiler = StepProfiler(run.output_dir / "profile", first=steady_window(step, until)) if train.profile else None
     try:
         while step < until:
             lr = run.scheduler.get_last_lr()[0]  # the LR this step applies; train_step moves the scheduler on
