@@ -14,7 +14,14 @@ Design choices:
 - Paired: the difference of the two models' replicates on the same drawn examples, so what both models find hard
   cancels. It is significant when its 95% interval excludes 0; `p_value` is the two-sided bootstrap tail.
 - Replicates (2,000) and the generator's seed (0) are fixed, so a summary is reproducible bit for bit.
-- Pretraining variance stays outside: each model is one pretrained checkpoint (`stats`).
+- Pretraining variance stays outside `interval` and `paired`: each model is one pretrained checkpoint (`stats`).
+- Pretraining runs (data orders) as the top level: `difference_test` takes parts (O, S, N, k), O pretraining runs of
+  S fine-tuning seeds, and redraws the orders (the same draw for both arms: order o of each arm shares its data order
+  and initialisation), then the seeds within each drawn order, then the examples (one draw for everything). With 2-3
+  orders that bootstrap alone is far too narrow (2 orders give 3 distinct draws), so a difference also needs a t-test
+  over the top-level unit: Welch over seeds for one order, a paired t over the per-order differences for two or more
+  (n - 1 degrees of freedom, exact for any n under normal noise). Zero spread is not testable (`stats.untestable`).
+  Its false-alarm rate under three nulls is simulated in `benchmarks/headline_stats.py` and held at 5% by a test.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ import json
 from pathlib import Path
 
 import numpy as np
+
+from hf_encoderize.evaluation import stats
 
 REPLICATES = 2000
 CHUNK = 250  # replicates drawn at a time: a (CHUNK, N) weight matrix, 20 MB at N = 10,000 test examples
@@ -74,27 +83,53 @@ def seed_parts(task: str, records: list[dict]) -> tuple[list, np.ndarray] | None
     return ids, np.stack(stacked)
 
 
-def _replicates(task: str, parts: np.ndarray, weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Seed-averaged score of each replicate: parts (S, N, k), weights (B, N) -> (B,)."""
-    sums = np.einsum("bn,snk->sbk", weights, parts)  # (S, B, k)
-    per_seed = statistic(task, sums, parts.shape[1])  # (S, B)
-    drawn = rng.integers(0, parts.shape[0], size=(weights.shape[0], parts.shape[0]))  # (B, S) seeds per replicate
-    return np.take_along_axis(per_seed.T, drawn, axis=1).mean(axis=1)
+def order_parts(task: str, orders: list[list[dict]]) -> np.ndarray | None:
+    """(O, S, N, k) parts of one arm: `orders` holds each pretraining run's (data order's) seed records; examples
+    aligned by id across all of them. None when a run lacks per-example scores or the test sets differ."""
+    found = [seed_parts(task, records) for records in orders]
+    if not found or any(f is None for f in found) or len({f[1].shape[0] for f in found}) > 1:
+        return None
+    ids = found[0][0]
+    stacked = []
+    for order_ids, parts in found:
+        if sorted(map(str, order_ids)) != sorted(map(str, ids)):
+            return None
+        position = {str(i): k for k, i in enumerate(order_ids)}
+        stacked.append(parts[:, [position[str(i)] for i in ids]])
+    return np.stack(stacked)
+
+
+def _replicates(task: str, parts: np.ndarray, weights: np.ndarray, orders: np.ndarray,
+                rng: np.random.Generator) -> np.ndarray:
+    """Score of each replicate, averaged over the drawn orders and the seeds drawn within them: parts (O, S, N, k),
+    weights (B, N), orders (B, O) drawn orders -> (B,)."""
+    sums = np.einsum("bn,osnk->bosk", weights, parts)  # (B, O, S, k)
+    per_run = statistic(task, sums, parts.shape[2])  # (B, O, S)
+    replicates, n_orders, n_seeds = per_run.shape
+    drawn = rng.integers(0, n_seeds, size=(replicates, n_orders, n_seeds))  # seeds redrawn within each drawn order
+    rows = np.arange(replicates)[:, None, None]
+    return per_run[rows, orders[:, :, None], drawn].mean(axis=(1, 2))
 
 
 def _weights(n: int, rng: np.random.Generator, replicates: int) -> np.ndarray:
-    """How often each example is drawn in each replicate, (B, N)."""
-    return rng.multinomial(n, np.full(n, 1.0 / n), size=replicates).astype(np.float64)
+    """How often each example is drawn in each replicate, (B, N): n draws with replacement per replicate, counted
+    (the multinomial counts; ~18x faster than `rng.multinomial`, which made the null simulation crawl)."""
+    drawn = rng.integers(0, n, size=(replicates, n)) + n * np.arange(replicates)[:, None]  # (B, N), row-offset
+    return np.bincount(drawn.ravel(), minlength=replicates * n).reshape(replicates, n).astype(np.float64)
 
 
 def _scores(task: str, models: list[np.ndarray], replicates: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Replicate scores of each model's parts (S, N, k), all on the same examples: each replicate's examples are drawn
-    once for every model (what pairs them), CHUNK replicates at a time."""
+    """Replicate scores of each model's parts (O, S, N, k), all on the same examples and orders: each replicate's
+    examples (and, with two or more orders, its orders) are drawn once for every model (what pairs them), CHUNK
+    replicates at a time. One order draws nothing for it, so one-order replicates stay what they always were."""
     out: list[list[np.ndarray]] = [[] for _ in models]
+    n_orders = models[0].shape[0]
     for start in range(0, replicates, CHUNK):
-        weights = _weights(models[0].shape[1], rng, min(CHUNK, replicates - start))
+        size = min(CHUNK, replicates - start)
+        weights = _weights(models[0].shape[2], rng, size)
+        orders = rng.integers(0, n_orders, size=(size, n_orders)) if n_orders > 1 else np.zeros((size, 1), int)
         for k, parts in enumerate(models):
-            out[k].append(_replicates(task, parts, weights, rng))
+            out[k].append(_replicates(task, parts, weights, orders, rng))
     return [np.concatenate(scores) for scores in out]
 
 
@@ -106,7 +141,7 @@ def interval(task: str, records: list[dict], *, replicates: int = REPLICATES, se
         return None
     parts = found[1]
     rng = np.random.default_rng(seed)
-    (scores,) = _scores(task, [parts], replicates, rng)
+    (scores,) = _scores(task, [parts[None]], replicates, rng)
     low, high = np.percentile(scores, [2.5, 97.5])
     return {"low": float(low), "high": float(high), "examples": int(parts.shape[1]), "seeds": int(parts.shape[0]),
             "replicates": replicates}
@@ -121,14 +156,53 @@ def paired(task: str, records_a: list[dict], records_b: list[dict], *, replicate
         return None
     position = {str(i): k for k, i in enumerate(b[0])}
     parts_b = b[1][:, [position[str(i)] for i in a[0]]]  # B's examples in A's order
+    return paired_parts(task, a[1][None], parts_b[None], replicates=replicates, seed=seed)
+
+
+def run_scores(task: str, parts: np.ndarray) -> np.ndarray:
+    """Each run's test score, what its results.json says: parts (O, S, N, k) -> (O, S)."""
+    return statistic(task, parts.sum(axis=2), parts.shape[2])
+
+
+def paired_parts(task: str, parts_a: np.ndarray, parts_b: np.ndarray, *, replicates: int = REPLICATES,
+                 seed: int = 0) -> dict:
+    """`paired` on arrays: parts (O, S, N, k) of two arms on the same examples, order o of A paired with order o
+    of B. {"difference", "low", "high", "p_value"}: the mean over orders and seeds of A minus B's, and its
+    bootstrap interval and two-sided tail with orders (when O > 1), seeds and examples redrawn."""
+    if parts_a.shape[0] != parts_b.shape[0] or parts_a.shape[2:] != parts_b.shape[2:]:
+        raise ValueError(f"the arms must share their orders and test examples: {parts_a.shape} vs {parts_b.shape}")
     rng = np.random.default_rng(seed)
-    scores_a, scores_b = _scores(task, [a[1], parts_b], replicates, rng)
+    scores_a, scores_b = _scores(task, [parts_a, parts_b], replicates, rng)
     difference = scores_a - scores_b
-    n = a[1].shape[1]
-    observed = float(statistic(task, a[1].sum(1), n).mean() - statistic(task, parts_b.sum(1), n).mean())
+    observed = float(run_scores(task, parts_a).mean() - run_scores(task, parts_b).mean())
     low, high = np.percentile(difference, [2.5, 97.5])
     tail = min(float(np.mean(difference <= 0)), float(np.mean(difference >= 0)))
     return {"difference": observed, "low": float(low), "high": float(high), "p_value": min(1.0, 2 * tail)}
+
+
+def difference_test(task: str, parts_a: np.ndarray, parts_b: np.ndarray, *, alpha: float = 0.05,
+                    replicates: int = REPLICATES, seed: int = 0) -> dict:
+    """Is arm A above or below arm B? parts (O, S, N, k) as in `paired_parts`. Both must reject at `alpha`: the
+    t-test over the top-level unit (Welch over the seeds' scores for one order; a paired t over the per-order
+    differences of the seed means for two or more) and the bootstrap (`paired_parts`). Returns {"direction": ">" |
+    "<" | "~" | "not testable", "unit": "seeds" | "data orders", "difference", "bootstrap": paired_parts' dict,
+    "t": {"p_value", "low", "high", "reason"} ("low"/"high" only for orders)}. "~" is no evidence of equivalence."""
+    runs_a, runs_b = run_scores(task, parts_a), run_scores(task, parts_b)  # (O, S)
+    if parts_a.shape[0] == 1:
+        unit, t_test = "seeds", stats.welch_samples(list(runs_a[0]), list(runs_b[0]), alpha=alpha)
+    else:
+        unit, t_test = "data orders", stats.paired_t(list(runs_a.mean(1) - runs_b.mean(1)), alpha=alpha)
+    boot = paired_parts(task, parts_a, parts_b, replicates=replicates, seed=seed)
+    if t_test["verdict"] == "not testable":
+        direction = "not testable"
+    elif t_test["verdict"] == "above" and boot["low"] > 0:
+        direction = ">"
+    elif t_test["verdict"] == "below" and boot["high"] < 0:
+        direction = "<"
+    else:
+        direction = "~"
+    t_cells = {k: t_test.get(k) for k in ("p_value", "low", "high", "reason")}
+    return {"direction": direction, "unit": unit, "difference": boot["difference"], "bootstrap": boot, "t": t_cells}
 
 
 def best_lr_records(folder: str | Path, result: dict) -> list[dict]:

@@ -11,9 +11,13 @@ Design choices:
   difference that is both significant and under the margin reads `above`/`below`, never `equivalent`.
 - No spread, no test: one seed, a missing interval, or a zero interval (every seed scored the same; 50.01 ± 0.00
   against 50.00 ± 0.00 would otherwise give p = 0) is `not testable`.
-- Outside every test here: pretraining variance. Each side is one pretrained checkpoint; another pretraining seed or
+- Samples in, the same rules: `welch_samples` turns two lists of seed scores into the sides `welch_verdict` takes, so
+  the headline benchmark's Welch and the paper check's cannot disagree on zero spread; `paired_t` is the one-sample
+  t-test of per-pretraining-run differences (the unit when there are two or more data orders), with the same
+  "not testable" for one run or zero spread.
+- Outside `welch_verdict`: pretraining variance. Each side is one pretrained checkpoint; another pretraining seed or
   data order moves its mean by an amount neither table measures, so a verdict is about these checkpoints, not the
-  recipe that made them.
+  recipe that made them. `paired_t` over data orders is the test that includes it.
 """
 
 from __future__ import annotations
@@ -68,3 +72,38 @@ def welch_verdict(ours: dict, paper: dict, *, paper_n: int = 5, alpha: float = 0
     p_equivalence = float(max(t.sf((difference + margin) / se, df), t.cdf((difference - margin) / se, df)))
     verdict = "equivalent" if p_equivalence < alpha else "inconclusive"
     return {**result, "verdict": verdict, "p_value": p_value, "p_equivalence": p_equivalence}
+
+
+def side(values: list[float]) -> dict:
+    """{"mean", "ci95", "n_seeds"} of seed scores: the Student t half-width `welch_verdict` reads back."""
+    from scipy.stats import t
+
+    n, mean = len(values), math.fsum(values) / len(values)
+    if n < 2:
+        return {"mean": mean, "ci95": None, "n_seeds": n}
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    return {"mean": mean, "ci95": float(t.ppf(0.975, n - 1)) * sd / math.sqrt(n), "n_seeds": n}
+
+
+def welch_samples(a: list[float], b: list[float], *, alpha: float = 0.05) -> dict:
+    """`welch_verdict` of mean(a) against mean(b) from the seed scores themselves (no margin: never "equivalent")."""
+    return welch_verdict(side(a), side(b), paper_n=len(b), alpha=alpha)
+
+
+def paired_t(differences: list[float], *, alpha: float = 0.05) -> dict:
+    """One-sample t-test of paired differences (one per data order) against 0, n - 1 degrees of freedom. Returns
+    {"verdict": "above" | "below" | "inconclusive" | "not testable", "p_value", "low", "high" (the 95% interval of
+    the mean difference), "reason"}."""
+    from scipy.stats import t
+
+    result = {"verdict": "not testable", "p_value": None, "low": None, "high": None, "reason": None}
+    summary = side(differences)
+    reason = untestable(summary)
+    if reason:
+        return {**result, "reason": "one data order" if reason == "one seed" else reason}
+    n, mean = summary["n_seeds"], summary["mean"]
+    se = summary["ci95"] / float(t.ppf(0.975, n - 1))
+    p_value = float(2 * t.sf(abs(mean) / se, n - 1))
+    half = float(t.ppf(1 - alpha / 2, n - 1)) * se
+    verdict = "inconclusive" if p_value >= alpha else "above" if mean > 0 else "below"
+    return {**result, "verdict": verdict, "p_value": p_value, "low": mean - half, "high": mean + half}
