@@ -37,12 +37,17 @@ import torch.nn.functional as F
 from hf_encoderize.objectives.loss import checkpointed_cross_entropy, fused_linear_cross_entropy
 from hf_encoderize.objectives.loss_kernels import kernel_unavailable, loss_function
 
-ARMS = ("dense", "checkpointed", "fused", "compiled", "liger", "cce")
-KERNEL_ARMS = ("compiled", "liger", "cce")
+ARMS = ("dense", "dense_compiled", "checkpointed", "fused", "compiled", "liger", "cce")
+KERNEL_ARMS = {"dense_compiled": "dense", "compiled": "compiled", "liger": "liger", "cce": "cce"}  # arm -> kernel
 
 
 def dense(rows, head, targets):
     return F.cross_entropy(head(rows).float(), targets, reduction="sum")
+
+
+def dense_compiled(rows, head, targets):
+    """`--loss-implementation dense`: one GEMM over the rows and a compiled cross-entropy."""
+    return loss_function("dense")(rows, head.weight, targets, None, False)[0]
 
 
 def checkpointed(rows, head, targets):
@@ -103,7 +108,7 @@ def compare(vocab: int, args) -> dict:
     """All arms at one vocabulary, each in a fresh process, and the fused arm's ratios against the others."""
     arms, skipped = {}, {}
     for arm in ARMS:
-        why = kernel_unavailable(arm, torch.device(args.device)) if arm in KERNEL_ARMS else None
+        why = kernel_unavailable(KERNEL_ARMS[arm], torch.device(args.device)) if arm in KERNEL_ARMS else None
         if why:
             skipped[arm] = why
             continue

@@ -25,7 +25,7 @@ ENUMERATED = [
     (TrainConfig, {}, "mixed_precision", ("auto", "bf16", "fp16", "no")),
     (TrainConfig, {}, "master_weights", ("fp32", "loaded")),
     (TrainConfig, {}, "on_nonfinite", ("stop", "skip")),
-    (TrainConfig, {}, "loss_implementation", ("auto", "fused", "compiled", "liger", "cce")),
+    (TrainConfig, {}, "loss_implementation", ("auto", "fused", "compiled", "dense", "liger", "cce")),
     (EvalConfig, {}, "profile", ("paper", "quick", "smoke")),
     (EvalConfig, {}, "batching", ("random", "length")),
     (EvalConfig, {}, "ndcg_gains", ("binary", "graded")),

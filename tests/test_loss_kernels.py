@@ -57,7 +57,7 @@ def _register(monkeypatch, **kernels):
 def test_on_cpu_auto_keeps_ours_and_says_why_the_kernels_cannot_run():
     name, report = choose_loss_implementation("auto", CPU, **SHAPE)
     assert name == "fused" and report["chosen"] == "fused"
-    assert set(report["unavailable"]) == {"compiled", "liger", "cce"}
+    assert set(report["unavailable"]) == {"compiled", "dense", "liger", "cce"}
     assert all("cuda only" in why for why in report["unavailable"].values())
     assert "seconds" not in report  # nothing to time against
 
@@ -163,7 +163,7 @@ def test_a_run_trains_through_the_chosen_kernel_and_records_it(decoder_dir, tmp_
 
 
 def test_an_unknown_loss_implementation_is_refused_in_one_line():
-    with pytest.raises(EncoderizeError, match="--loss-implementation must be one of auto, fused, compiled, liger, cce"):
+    with pytest.raises(EncoderizeError, match="--loss-implementation must be one of auto, fused, compiled, dense, liger, cce"):
         TrainConfig(loss_implementation="triton")
 
 
@@ -174,3 +174,33 @@ def test_compiled_is_left_out_by_auto_on_cpu_but_runs_when_named():
     assert name == "fused" and "--loss-implementation compiled runs it here" in report["unavailable"]["compiled"]
     name, report = choose_loss_implementation("compiled", CPU, **SHAPE)
     assert name == "compiled" and set(report["seconds"]) == {"fused", "compiled"} and not report["failed"]
+
+
+def test_dense_masked_rows_agree_with_ours_when_named_on_the_cpu():
+    """`dense`: one GEMM over the masked rows and a compiled cross-entropy. `auto` times it on CUDA only; named, it
+    passes the probe's agreement check with ours (loss and both gradients), with and without an LM-head bias, and
+    counts the same right predictions."""
+    for bias in (False, True):
+        name, report = choose_loss_implementation("dense", CPU, **SHAPE, bias=bias)
+        assert name == "dense" and set(report["seconds"]) == {"fused", "dense"} and not report["failed"]
+    generator = torch.Generator().manual_seed(0)
+    rows, weight = torch.randn(50, 32, generator=generator), torch.randn(512, 32, generator=generator)
+    targets = torch.randint(512, (50,), generator=generator)
+    for count in (50, 17):  # another row count: the compiled cross-entropy is dynamic, the answer the same
+        dense = loss_kernels.loss_function("dense")(rows[:count], weight, targets[:count], None, True)
+        ours = fused_linear_cross_entropy(rows[:count], weight, targets[:count], None, with_accuracy=True)
+        torch.testing.assert_close(dense[0], ours[0], rtol=1e-5, atol=1e-4)
+        assert int(dense[1]) == int(ours[1])
+
+
+def test_auto_leaves_dense_out_where_its_logits_do_not_fit(monkeypatch):
+    """On a GPU, `auto` times `dense` only where the masked rows' logits and their gradient take at most a quarter of
+    the free memory; otherwise it says how much they would take. (The CUDA calls are stood in for.)"""
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (8 * 2**30, 80 * 2**30))
+    cuda = torch.device("cuda")
+    assert loss_kernels._dense_fits(cuda, 3277, 128256, torch.bfloat16) is None  # 1B: 1.6 GiB of 8 free
+    too_big = loss_kernels._dense_fits(cuda, 16384, 151936, torch.bfloat16)  # 9.3 GiB
+    assert "exceed a quarter of the free device memory (8.0 GiB)" in too_big
+    reason = loss_kernels.kernel_unavailable("dense", cuda, auto=True,
+                                             shape={"rows": 16384, "vocab": 151936, "dtype": torch.bfloat16})
+    assert reason.startswith("its logits") and "--loss-implementation dense runs it anyway" in reason

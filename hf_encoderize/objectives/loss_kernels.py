@@ -7,6 +7,11 @@ Design choices:
   Apple's Cut-Cross-Entropy (`linear_cross_entropy`) are Triton kernels for CUDA, so they are candidates only on a
   CUDA device with the package importable. `compiled` is ours with each chunk's softmax gradient under
   `torch.compile` (`loss.softmax_gradient`): a CUDA candidate of `auto` too, and runnable on the CPU when named.
+- `dense` is the plain path where the masked rows' logits fit: one GEMM over the labelled rows (N x V in the compute
+  dtype), a compiled cross-entropy (one graph for every N: `dynamic=True`) and autograd's two GEMMs back. No chunk
+  loop, no host sync, no grad_W accumulator read and written per chunk. At a 1B Llama shape (4 rows x 2048 tokens,
+  40% masked: 3,277 rows x 128,256) its bf16 logits and their gradient take 1.7 GB, so `auto` times it only where
+  they take at most a quarter of the free device memory (`_dense_fits`), and says so otherwise.
 - `auto` (the default) measures rather than assumes: on the run's shape (the masked rows one micro-batch holds x
   hidden x vocabulary, in the compute dtype, with the head's fp32 master weight) it times forward + backward of each
   candidate, checks each against the reference (loss within 1e-3 relative, gradients within 2e-2 relative in norm:
@@ -31,6 +36,7 @@ Design choices:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import time
 from collections.abc import Callable
@@ -47,7 +53,7 @@ from hf_encoderize.objectives.loss import fusable_head, fused_linear_cross_entro
 log = get_logger(__name__)
 
 REFERENCE = "fused"
-LossImplementation = Literal["auto", "fused", "compiled", "liger", "cce"]  # "fused" is REFERENCE
+LossImplementation = Literal["auto", "fused", "compiled", "dense", "liger", "cce"]  # "fused" is REFERENCE
 LOSS_IMPLEMENTATIONS = get_args(LossImplementation)
 LOSS_RTOL, GRAD_RTOL = 1e-3, 2e-2  # agreement with the reference in the probe (bf16 matmuls)
 PROBE_REPEATS = 3  # timed forward + backward steps per candidate, after one warm-up step
@@ -84,6 +90,39 @@ def _compiled(rows, weight, targets, bias, with_accuracy):
     return fused_linear_cross_entropy(rows, weight, targets, bias, with_accuracy=with_accuracy, compiled=True)
 
 
+@functools.cache
+def _summed_cross_entropy():
+    """torch's cross-entropy, summed, in fp32, compiled once for every row count (`dynamic=True`): inductor fuses the
+    upcast, log-sum-exp and the gradient's softmax minus one-hot into passes over the 16-bit logits."""
+
+    def summed(logits, targets):
+        return torch.nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
+
+    return torch.compile(summed, dynamic=True)
+
+
+def _dense(rows, weight, targets, bias, with_accuracy):
+    dtype = compute_dtype(rows)
+    logits = torch.nn.functional.linear(rows.to(dtype), weight.to(dtype),  # (N, V): one GEMM over the masked rows
+                                        None if bias is None else bias.to(dtype))
+    loss = _summed_cross_entropy()(logits, targets)
+    correct = (logits.detach().argmax(-1) == targets).sum() if with_accuracy else None
+    return loss, correct
+
+
+def _dense_fits(device: torch.device, rows: int, vocab: int, dtype: torch.dtype) -> str | None:
+    """Why `auto` leaves `dense` out on this shape (its logits and their gradient over a quarter of the free device
+    memory), or None when they fit."""
+    if device.type != "cuda":
+        return None
+    needed = 2 * rows * vocab * torch.empty((), dtype=dtype).element_size()
+    free = torch.cuda.mem_get_info(device)[0]
+    if needed <= free / 4:
+        return None
+    return (f"its logits and their gradient ({needed / 2**30:.1f} GiB) exceed a quarter of the free device memory "
+            f"({free / 2**30:.1f} GiB)")
+
+
 @dataclass(frozen=True)
 class LossKernel:
     """A fused linear + cross-entropy from another package: `fn(rows, weight, targets, bias, with_accuracy)` returns
@@ -98,6 +137,8 @@ class LossKernel:
     """torch device types it runs on."""
     auto_devices: tuple[str, ...] = ("cuda",)
     """Device types on which `auto` times it (elsewhere it runs only when named)."""
+    fits: Callable | None = None
+    """`(device, rows, vocab, dtype) -> reason or None`: why `auto` leaves it out on the run's shape (memory)."""
 
 
 KERNELS: dict[str, LossKernel] = {
@@ -105,19 +146,25 @@ KERNELS: dict[str, LossKernel] = {
     # compiler is all inductor needs there); `auto` leaves it out on the CPU, where compiling costs seconds per run
     # and the full loss measured no faster (its matmuls dominate there).
     "compiled": LossKernel("torch._inductor", "torch", _compiled, devices=("cuda", "cpu")),
+    # One GEMM and a compiled cross-entropy over the masked rows, where their logits fit (see the module docstring).
+    "dense": LossKernel("torch._inductor", "torch", _dense, devices=("cuda", "cpu"), fits=_dense_fits),
     "liger": LossKernel("liger_kernel", "liger-kernel", _liger),
     "cce": LossKernel("cut_cross_entropy", "cut-cross-entropy", _cce),
 }
 
 
-def kernel_unavailable(name: str, device: torch.device, auto: bool = False) -> str | None:
+def kernel_unavailable(name: str, device: torch.device, auto: bool = False, shape: dict | None = None) -> str | None:
     """Why kernel `name` cannot run on `device` here (one phrase), or None when it can; with `auto`, also why `auto`
-    leaves it out."""
+    leaves it out (on the run's `shape`: rows, vocab, dtype, where the kernel checks that it fits)."""
     kernel = KERNELS[name]
     if device.type not in kernel.devices:
         return f"runs on {' or '.join(kernel.devices)} only (this run is on {device.type})"
     if auto and device.type not in kernel.auto_devices:
         return f"auto times it on {' or '.join(kernel.auto_devices)} only; --loss-implementation {name} runs it here"
+    if auto and kernel.fits and shape:
+        too_big = kernel.fits(device, shape["rows"], shape["vocab"], shape["dtype"])
+        if too_big:
+            return f"{too_big}; --loss-implementation {name} runs it anyway"
     try:
         importlib.import_module(kernel.module)
     except Exception as err:  # noqa: BLE001 - a broken install (missing triton, CUDA mismatch) is "not available"
@@ -149,7 +196,8 @@ def choose_loss_implementation(requested: str, device: torch.device, hidden: int
               "unavailable": {}, "failed": {}}
     candidates = []
     for name in names:
-        reason = kernel_unavailable(name, device, auto=requested == "auto")
+        reason = kernel_unavailable(name, device, auto=requested == "auto",
+                                    shape={"rows": rows, "vocab": vocab, "dtype": dtype})
         if reason is None:
             candidates.append(name)
         elif requested == "auto":

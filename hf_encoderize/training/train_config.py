@@ -93,9 +93,9 @@ class TrainConfig:
     (`training.compiling`); the first steps pay the compilation."""
     loss_implementation: LossImplementation = field(default="auto", metadata=identity(HARMLESS))
     """The MLM loss kernel: auto (on CUDA, the fastest of our fused linear + cross-entropy, ours with a compiled
-    softmax gradient, Liger-Kernel's and Cut-Cross-Entropy's that runs and agrees with ours, timed on this run's shape;
-    ours elsewhere), fused (ours), compiled, liger or cce (`loss_kernels`). The run record says which ran, with the
-    timings."""
+    softmax gradient, one dense GEMM over the masked rows with a compiled cross-entropy where its logits fit,
+    Liger-Kernel's and Cut-Cross-Entropy's that runs and agrees with ours, timed on this run's shape; ours elsewhere),
+    fused (ours), compiled, dense, liger or cce (`loss_kernels`). The run record says which ran, with the timings."""
     prefetch: int = field(default=2, metadata=identity(HARMLESS))
     """Batches tokenized, packed, masked (and pinned, on a GPU) ahead in a background thread; 0: in the loop."""
     profile: bool = field(default=False, metadata=identity(HARMLESS))
