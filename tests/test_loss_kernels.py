@@ -163,7 +163,8 @@ def test_a_run_trains_through_the_chosen_kernel_and_records_it(decoder_dir, tmp_
 
 
 def test_an_unknown_loss_implementation_is_refused_in_one_line():
-    with pytest.raises(EncoderizeError, match="--loss-implementation must be one of auto, fused, compiled, dense, liger, cce"):
+    with pytest.raises(EncoderizeError,
+                       match="--loss-implementation must be one of auto, fused, compiled, dense, liger, cce"):
         TrainConfig(loss_implementation="triton")
 
 
