@@ -249,7 +249,7 @@ def score_prediction(predicted: str, observed: str, leader_above_chance: bool = 
     if predicted == "~":
         return "null (no margin)" if observed == "~" else "contradicted"
     if predicted == "<=":
-        return "match" if observed in ("<", "~") else "reversed"
+        return {"<": "match", "~": "match (no difference, which ≤ allows)"}.get(observed, "reversed")
     return "match" if observed == predicted else "null" if observed == "~" else "reversed"
 
 
@@ -281,7 +281,7 @@ def analyse(out: Path, p: dict) -> dict:
 
 def verdict(table: dict, orders: int, tokens_per_parameter: float) -> str:
     """The summary line: each prediction scored as written, the count, and what this run can and cannot show."""
-    matches = [f.upper() for f, row in table.items() if row["scored"] == "match"]
+    matches = [f.upper() for f, row in table.items() if row["scored"].startswith("match")]
     scored = "; ".join(f"{f.upper()} {row['scored']}" for f, row in table.items())
     where = (f"at {tokens_per_parameter:.2f} pretraining tokens per parameter, which cannot show whether Tables 14-17 "
              "hold (the paper's bases are converged, 610M)")
@@ -295,11 +295,12 @@ def verdict(table: dict, orders: int, tokens_per_parameter: float) -> str:
 
 def render(table: dict, budget: str, seeds: list[int], orders: int = 1, tokens_per_parameter: float = 0.0) -> str:
     unit = "seeds" if orders == 1 else "data orders"
+    redrawn = "seeds and test examples" if orders == 1 else "orders, seeds within them and test examples"
     lines = [verdict(table, orders, tokens_per_parameter), "",
              f"Budget `{budget}`, {orders} data order(s) x seeds {seeds}: CLM+MLM CPT vs MLM+MLM CPT, full "
              "fine-tuning, test scores (0-100), mean ± 95% CI over the " + unit + " at the lr chosen on validation; "
              "diff = CLM+MLM - MLM+MLM. A difference (> or <) needs both the t-test over the " + unit +
-             " and the bootstrap (orders, seeds and test examples redrawn) to exclude zero; ~ means at least one "
+             " and the bootstrap (" + redrawn + " redrawn) to exclude zero; ~ means at least one "
              "does not, which is not equivalence.", ""]
     if budget == "tiny":
         lines += ["**tiny: a smoke test of the chain. These scores say nothing about the paper's claim.**", ""]
@@ -308,7 +309,7 @@ def render(table: dict, budget: str, seeds: list[int], orders: int = 1, tokens_p
     for family, row in table.items():
         t, boot = row["test"]["t"], row["test"]["bootstrap"]
         cells = [f"{row[arm]['mean']:.2f} ± {row[arm]['ci']:.2f} ({row[arm]['lr']:g})" for arm in ("clm", "mlm")]
-        t_cell = t["reason"] or f"{t['p_value']:.3f}"
+        t_cell = f"{t['p_value']:.3f}" if t["p_value"] is not None else f"not testable ({t['reason']})"
         if t.get("low") is not None:
             t_cell += f" [{t['low']:+.2f}, {t['high']:+.2f}]"
         lines.append(f"| {family.upper()} | {cells[0]} | {cells[1]} | {row['test']['difference']:+.2f} | {t_cell} | "

@@ -28,7 +28,7 @@ def test_each_prediction_is_scored_as_written():
     headline = _load("headline")
     score = headline.score_prediction
     assert [score(">", o) for o in (">", "~", "<")] == ["match", "null", "reversed"]
-    assert [score("<=", o) for o in ("<", "~", ">")] == ["match", "match", "reversed"]
+    assert [score("<=", o) for o in ("<", "~", ">")] == ["match", "match (no difference, which ≤ allows)", "reversed"]
     assert [score("~", o) for o in ("~", ">")] == ["null (no margin)", "contradicted"]
     assert score(">", ">", leader_above_chance=False) == "null (at chance)"
     assert score(">", "not testable") == "not testable"
