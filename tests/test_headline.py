@@ -37,8 +37,8 @@ def test_each_prediction_is_scored_as_written():
 
 def test_the_summary_line_counts_matches_and_says_what_one_order_cannot_show():
     headline = _load("headline")
-    table = {f: {"scored": s} for f, s in zip(("sc", "tc", "qa", "ir"),
-                                              ("null (at chance)", "match", "reversed", "null (no margin)"))}
+    scored = ("null (at chance)", "match", "reversed", "null (no margin)")
+    table = {f: {"scored": s} for f, s in zip(("sc", "tc", "qa", "ir"), scored, strict=True)}
     line = headline.verdict(table, orders=1, tokens_per_parameter=0.09)
     assert line.startswith("Scored as pre-registered: 1 of 4 predictions match (TC): SC null (at chance); TC match")
     assert "two checkpoints" in line and "0.09 pretraining tokens per parameter" in line and "support" not in line
