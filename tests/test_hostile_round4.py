@@ -3,7 +3,9 @@ the headline recipe and the top-level CLI, each refused in one line or made righ
 
 The audit table of every case and the test that covers it is docs/hostile_input.md."""
 
+import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -87,3 +89,82 @@ def test_push_uploads_only_what_the_run_recorded_writing(fake_hub, tmp_path, cap
         notes = [line for line in said.splitlines() if "left out of the upload, as no hf-encoderize" in line]
         assert len(notes) == 1 and "NOTES.md" in notes[0] and "drafts/todo.txt" in notes[0], said
     assert _files(out) == before
+
+
+# ------------------------------------------------------------------------------------------------ replay
+
+TINY = ["--max-seq-length", "32", "--batch-size", "4", "--eval-documents", "8", "--save-steps", "100", "--no-progress",
+        "--logging-steps", "100", "--eval-steps", "0"]
+
+
+def _docs(path: Path, shift: int = 0) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"text": " ".join(f"w{(7 * d + i + shift) % 120}" for i in range(6 + d % 20))})
+                            + "\n" for d in range(120)))
+    return path
+
+
+def one_error(err: str, *needles: str) -> str:
+    assert "Traceback" not in err, err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, err
+    assert all(needle in errors[0] for needle in needles), errors[0]
+    return errors[0]
+
+
+@pytest.fixture(scope="module")
+def replayable(decoder_dir, tmp_path_factory):
+    """A finished 2-step cpt run on the relative path `docs.jsonl`, started in its own folder."""
+    home = tmp_path_factory.mktemp("replay")
+    _docs(home / "docs.jsonl")
+    cwd = os.getcwd()
+    os.chdir(home)
+    try:
+        assert main(["cpt", str(decoder_dir), "--data-files", "docs.jsonl", "--max-steps", "2", "--output-dir",
+                     "first", *TINY]) == 0
+    finally:
+        os.chdir(cwd)
+    return home
+
+
+@pytest.mark.parametrize("where", ["another folder, other docs.jsonl", "the same folder, docs.jsonl edited"])
+def test_a_replay_on_other_data_is_refused(where, replayable, decoder_dir, tmp_path, monkeypatch, capsys):
+    """`--config RUN/run_settings.json` replayed the relative data path and ignored the recorded content: from another
+    folder it trained on another docs.jsonl, exit 0, no word."""
+    settings = replayable / "first" / "run_settings.json"
+    if where.startswith("another"):
+        _docs(tmp_path / "docs.jsonl", shift=3)
+        monkeypatch.chdir(tmp_path)
+    else:
+        shutil.copytree(replayable, tmp_path / "home")
+        settings = tmp_path / "home" / "first" / "run_settings.json"
+        _docs(tmp_path / "home" / "docs.jsonl", shift=3)
+        monkeypatch.chdir(tmp_path / "home")
+    capsys.readouterr()
+    assert main(["cpt", str(decoder_dir), "--config", str(settings), "--output-dir", "again", "--no-progress"]) == 2
+    one_error(capsys.readouterr().err, "--data-files 'docs.jsonl'", "other data", "give --data-files")
+    assert not Path("again").exists()
+
+
+def test_a_replay_on_the_same_data_from_elsewhere_runs(replayable, decoder_dir, tmp_path, monkeypatch, capsys):
+    shutil.copyfile(replayable / "docs.jsonl", tmp_path / "docs.jsonl")
+    monkeypatch.chdir(tmp_path)
+    settings = replayable / "first" / "run_settings.json"
+    assert main(["cpt", str(decoder_dir), "--config", str(settings), "--output-dir", "again", "--no-progress"]) == 0
+    # and other data on purpose: the flag says so
+    _docs(tmp_path / "other.jsonl", shift=5)
+    assert main(["cpt", str(decoder_dir), "--config", str(settings), "--data-files", "other.jsonl", "--output-dir",
+                 "other", "--no-progress"]) == 0, capsys.readouterr().err
+
+
+def test_an_unknown_key_in_a_replay_is_refused(replayable, decoder_dir, tmp_path, capsys):
+    """A YAML config's unknown key is refused; a replay file's was dropped silently."""
+    settings = json.loads((replayable / "first" / "run_settings.json").read_text())
+    settings["identity"]["train.learnin_rate"] = 0.5
+    edited = tmp_path / "run_settings.json"
+    edited.write_text(json.dumps(settings))
+    capsys.readouterr()
+    assert main(["cpt", str(decoder_dir), "--config", str(edited), "--data-files", str(replayable / "docs.jsonl"),
+                 "--output-dir", str(tmp_path / "again")]) == 2
+    one_error(capsys.readouterr().err, "'train.learnin_rate'", "no option")
+    assert not (tmp_path / "again").exists()

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from hf_encoderize.common.arguments import field_docs, value_type
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.identity import identity_of, settings_diff
 from hf_encoderize.common.options import closest, option_name
 
 
@@ -111,13 +112,15 @@ def build_configs(command: Command, args: argparse.Namespace, yaml_values: dict)
     names = {option_name(cls, field): field.name for cls in command.configs for field in dataclasses.fields(cls)}
     known = {**{name: name for name in fields}, **names}
     where = f"config file {args.config!r}" if getattr(args, "config", None) else "the config"
-    if isinstance(yaml_values.get("identity"), dict):
-        yaml_values = replayed(yaml_values, known)
+    recorded = yaml_values.get("identity") if isinstance(yaml_values.get("identity"), dict) else None
+    if recorded is not None:
+        yaml_values = replayed(yaml_values, known, where, command.name)
     if unknown := [key for key in yaml_values if key not in known]:
         match = closest(unknown[0], known)
         guess = f"did you mean {_option_of(match, names)!r}? " if match else ""
         raise EncoderizeError(f"{where} sets {', '.join(map(repr, unknown))}, which `{command.name}` has no option "
                               f"for; {guess}see `hf-encoderize {command.name} --help`")
+    _refuse_two_spellings(where, yaml_values, known, fields)
     yaml_values = {known[key]: value for key, value in yaml_values.items()}
     # A comma-separated option takes a YAML list too (`lrs: [1e-5, 2e-5]`), as its flag takes `1e-5,2e-5`.
     listed = {name for cls in command.configs for name, doc in field_docs(cls).items() if doc.startswith("Comma-sep")}
@@ -125,7 +128,41 @@ def build_configs(command: Command, args: argparse.Namespace, yaml_values: dict)
                    and all(isinstance(item, str | int | float) and not isinstance(item, bool) for item in value)
                    else value for key, value in yaml_values.items()}
     yaml_values = {key: _yaml_value(where, key, value, fields[key]) for key, value in yaml_values.items()}
-    return [build_config(cls, args, yaml_values) for cls in command.configs]
+    configs = [build_config(cls, args, yaml_values) for cls in command.configs]
+    if recorded is not None:
+        check_replay(where, recorded, configs, args)
+    return configs
+
+
+def check_replay(where: str, recorded: dict, configs: list, args: argparse.Namespace) -> None:
+    """A replay must run what the record says, unless a flag changed it: the settings that count, rebuilt here, are
+    compared with the recorded ones. The data above all: a recorded relative `data_files` path read from another
+    folder, or a corpus edited since, is other data (the record holds its content identity)."""
+    now = identity_of(*configs)
+    given = {key for key in now if getattr(args, key.split(".", 1)[-1], None) is not None}
+    before = {key: _number_text(value) if isinstance(value, str) and isinstance(now.get(key), float) else value
+              for key, value in recorded.items() if key not in given  # YAML 1.1 read `1e-05` as text
+              and not (key.endswith(".data_files") and isinstance(value, str))}  # a path text: before 0.2's identity
+    data = next((key for key in settings_diff(before, now) if key.split(" ", 1)[0].endswith(".data_files")), None)
+    if data is not None:
+        path = next(config.data_files for config in configs if hasattr(config, "data_files"))
+        raise EncoderizeError(f"{where} replays a run on --data-files {path!r}, but from here {path!r} is missing or "
+                              "holds other data than the run read; replay from the folder the run started in, or "
+                              "give --data-files to train on other data as a new run")
+    if differs := settings_diff(before, now):
+        raise EncoderizeError(f"{where} replays a run, but here {'; '.join(differs)}; give that option as a flag to "
+                              "change it on purpose")
+
+
+def _refuse_two_spellings(where: str, yaml_values: dict, known: dict, fields: dict) -> None:
+    """`learning_rate: 1e-4` and `lr: 3e-4` in one file: one line naming both, as two flags of one option are."""
+    seen: dict[str, str] = {}
+    for key, value in yaml_values.items():
+        other = seen.setdefault(known[key], key)
+        field, first = fields[known[key]], yaml_values[other]
+        if other != key and _yaml_value(where, other, first, field) != _yaml_value(where, key, value, field):
+            raise EncoderizeError(f"{where} sets {other}: {first} and {key}: {value}, two spellings of one option "
+                                  "with different values; keep one")
 
 
 def _option_of(name: str, names: dict) -> str:
@@ -133,12 +170,16 @@ def _option_of(name: str, names: dict) -> str:
     return name if name in names else next((option for option, field in names.items() if field == name), name)
 
 
-def replayed(settings: dict, known: dict) -> dict:
+def replayed(settings: dict, known: dict, where: str, command: str) -> dict:
     """A finished run's `run_settings.json` as option values, to replay the run: its `identity` block (every setting
     that counts, `"train.lr": 1e-4`) and the model it loaded (`base_model`, the `source` option). The rest is what the
     run wrote about itself (parameter count, resolved betas, the `data` facts again) and is not an option: left out.
     Options that do not count (output folder, logging cadence) take their defaults or the flags given."""
     values = {key.split(".", 1)[-1]: value for key, value in settings["identity"].items()}
+    if unknown := [key for key in settings["identity"] if key.split(".", 1)[-1] not in known]:
+        raise EncoderizeError(f"{where} replays {', '.join(map(repr, unknown))}, which `{command}` has no option for "
+                              f"(a run of another command, or an edited file?); replay a `{command}` run's "
+                              "run_settings.json, or remove the key")
     if isinstance(values.get("data_files"), list):  # the identity holds the files' content; the facts their path
         values["data_files"] = (settings.get("data") or {}).get("data_files")
     if settings.get("base_model") is not None:
