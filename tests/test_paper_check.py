@@ -324,3 +324,23 @@ def test_a_frozen_probe_or_graded_ndcg_is_not_comparable_and_no_difference_is_no
     report = check.compare(tmp_path)
     assert {r["verdict"] for r in report["runs"][0]["rows"] if r["verdict"] != "missing"} == {"not comparable"}
     assert "our evaluation profile paper, frozen probe" in check.render(report)
+
+
+def test_section_5_is_checked_on_the_difference_never_called_reproduced(tmp_path):
+    """Table 15, 22K CPT: UNER CLM 92.94 (0.11) against MLM 92.10 (0.57), +0.84; CoNLL 92.30 (0.19) against 91.41
+    (0.16), +0.89. Ours reversed on UNER (-1.00: below 0, and differs from +0.84); on CoNLL the paper's +0.89 exactly
+    (not distinguished, which the report must not call agreement)."""
+    _summary(tmp_path / "cpt-clm-42000-22000", {"uner": (92.00, 0.10), "conll2003": (92.30, 0.19)})
+    _summary(tmp_path / "cpt-mlm-42000-22000", {"uner": (93.00, 0.10), "conll2003": (91.41, 0.16)})
+    report = check.compare(tmp_path)
+    rows = {row["dataset"]: row for row in report["cpt_differences"]}
+    assert set(rows) == {"UNER", "CoNLL"}  # TC average needs OntoNotes too
+    assert rows["UNER"]["against_zero"] == "below" and rows["UNER"]["verdict"] == "differs"
+    assert rows["UNER"]["ours"] == pytest.approx(-1.0) and rows["UNER"]["paper"] == pytest.approx(0.84)
+    assert rows["CoNLL"]["against_zero"] == "above" and rows["CoNLL"]["verdict"] == "not distinguished"
+    text = check.render(report)
+    assert "| 22K | 15 | UNER | +0.84 | -1.00 | below | differs |" in text
+    assert "reproduc" not in text.lower() and "reproduced" not in check.__doc__.split("\n")[0]
+    one_arm = tmp_path / "alone"
+    _summary(one_arm / "cpt-clm-42000-2000", {"uner": (92.0, 0.1)})
+    assert check.compare(one_arm)["cpt_differences"] == []  # one arm: no difference to test

@@ -1,4 +1,6 @@
-"""Put a results folder next to the paper's Appendix C tables and say, dataset by dataset, whether we reproduced them.
+"""Put a results folder next to the paper's Appendix C tables: dataset by dataset, are our scores above, below or
+within a margin of the paper's, and does our CLM+MLM minus MLM+MLM CPT difference (section 5) differ from the paper's?
+No verdict says "reproduced": a test can show a difference, or agreement within a margin, never a reproduction.
 
     python examples/paper/check_against_paper.py runs/paper/610M [--size 610M] [--json]
 
@@ -23,6 +25,12 @@ Design choices:
   testable`. Overlapping intervals flagged 0.6% of runs with no true difference at 5 seeds a side, and a 1-seed point
   32%; the test flags 5% (tests/test_verdict.py simulates it). The assumptions (the paper's "(x)" read as a Student t
   half-width; pretraining variance outside the test) are printed with every report (`stats.ASSUMPTIONS`).
+- The 1-point margin is as large as section 5's effects themselves (CLM+MLM minus MLM+MLM after 22K CPT steps: 0.25
+  to 1.04 points on the family averages), so each CPT arm `equivalent` to its row says nothing about their
+  difference: a reversed difference can hide inside two 1-point margins. Section 5's claim is tested on the
+  difference itself: for each CPT length where both arms are evaluated, our CLM+MLM minus MLM+MLM against 0 (Welch)
+  and against the paper's difference (`stats.difference_against`, four independent means): `differs` or
+  `not distinguished`, never agreement.
 - Only like with like: the paper fine-tunes the whole model and scores IR with binary NDCG@10 gains (EncodEval). A
   frozen-probe summary (`eval --frozen`), or an IR score with graded gains, is `not comparable`, never tested.
 - Task averages are tested too: the paper prints each family's average over its three datasets; ours is the mean of
@@ -39,7 +47,7 @@ import sys
 from pathlib import Path
 
 from hf_encoderize.evaluation.compare import metric_label, protocol_of
-from hf_encoderize.evaluation.stats import ASSUMPTIONS, sd_from_ci95, welch_verdict
+from hf_encoderize.evaluation.stats import ASSUMPTIONS, difference_against, sd_from_ci95, welch_verdict
 from hf_encoderize.records.eval_summary import EvalSummary
 
 VERDICTS = ("above", "below", "equivalent", "inconclusive", "not testable", "not comparable", "missing")
@@ -210,12 +218,56 @@ def compare(root: Path, size: str = "610M", margin: float = MARGIN) -> dict:
         "source": tables["source"],
         "size": size,
         "margin": margin,
+        "cpt_differences": cpt_differences(runs),
         "parentheses": tables["parentheses"],
         "counts": counts,
         "runs": runs,
         "missing_runs": missing_runs,
         "not_in_tables": sorted(set(summaries) - {r["run"] for r in runs}),
     }
+
+
+CPT_STEPS = (2000, 12000, 22000)  # Tables 14-17's CPT lengths
+
+
+def cpt_differences(runs: list[dict]) -> list[dict]:
+    """Section 5's comparison, per CPT length with both arms evaluated and per dataset and family average: our
+    CLM+MLM minus MLM+MLM against 0 and against the paper's difference."""
+    by_name, out = {run["run"]: run for run in runs}, []
+    for steps in CPT_STEPS:
+        clm, mlm = by_name.get(f"cpt-clm-42000-{steps}"), by_name.get(f"cpt-mlm-42000-{steps}")
+        if clm is None or mlm is None:
+            continue
+        others = {row["dataset"]: row for row in mlm["rows"] + mlm.get("averages", [])}
+        for a in clm["rows"] + clm.get("averages", []):
+            b = others.get(a["dataset"])
+            if a["ours"] is None or b is None or b["ours"] is None:
+                continue
+            row = {"cpt_steps": steps, "dataset": a["dataset"], "tables": a["tables"]}
+            if not (a["ours"].get("comparable", True) and b["ours"].get("comparable", True)):
+                out.append({**row, "verdict": "not comparable", "against_zero": "not comparable",
+                            "ours": None, "paper": a["paper"]["mean"] - b["paper"]["mean"]})
+                continue
+            test = difference_against(a["ours"], b["ours"], a["paper"], b["paper"])
+            zero = welch_verdict(a["ours"], b["ours"], paper_n=b["ours"].get("n_seeds") or 1)["verdict"]
+            out.append({**row, **test, "against_zero": zero})
+    return out
+
+
+def render_cpt_differences(rows: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    lines = ["## Section 5: CLM+MLM minus MLM+MLM CPT (Tables 14-17)", "",
+             "Ours against 0: Welch at 5% of the two arms' seed scores (above, below, inconclusive). Ours against the "
+             "paper's: Welch at 5% of the difference of the two differences (differs, or not distinguished: no "
+             "difference shown, no agreement either).", "",
+             "| CPT steps | Table | Dataset | Paper's difference | Ours | Ours against 0 | Ours against the paper's |",
+             "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        ours = "-" if row["ours"] is None else f"{row['ours']:+.2f}"
+        lines.append(f"| {row['cpt_steps'] // 1000}K | {'/'.join(map(str, row['tables']))} | {row['dataset']} | "
+                     f"{row['paper']:+.2f} | {ours} | {row['against_zero']} | {row['verdict']} |")
+    return [*lines, ""]
 
 
 def _score(score: dict | None) -> str:
@@ -267,6 +319,7 @@ def render(report: dict) -> str:
     ]
     for run in report["runs"]:
         lines += render_run(run)
+    lines += render_cpt_differences(report.get("cpt_differences", []))
     if report["missing_runs"]:
         lines += ["Missing here (not run or not evaluated):"]
         lines += [f"- {m['run']}: {_sources(m['sources'])}" for m in report["missing_runs"]] + [""]

@@ -107,3 +107,23 @@ def paired_t(differences: list[float], *, alpha: float = 0.05) -> dict:
     half = float(t.ppf(1 - alpha / 2, n - 1)) * se
     verdict = "inconclusive" if p_value >= alpha else "above" if mean > 0 else "below"
     return {**result, "verdict": verdict, "p_value": p_value, "low": mean - half, "high": mean + half}
+
+
+def difference_against(ours_a: dict, ours_b: dict, paper_a: dict, paper_b: dict, *, paper_n: int = 5,
+                       alpha: float = 0.05) -> dict:
+    """Our A - B against the paper's A - B (sides as in `welch_verdict`; four independent means, Welch-Satterthwaite
+    degrees of freedom). {"ours", "paper", "p_value", "verdict": "differs" | "not distinguished" | "not testable",
+    "reason"}. "not distinguished" is no agreement: it says the difference of differences could be zero."""
+    from scipy.stats import t
+
+    sides = [(ours_a, ours_a.get("n_seeds")), (ours_b, ours_b.get("n_seeds")), (paper_a, paper_n), (paper_b, paper_n)]
+    result = {"ours": ours_a["mean"] - ours_b["mean"], "paper": paper_a["mean"] - paper_b["mean"], "p_value": None,
+              "verdict": "not testable", "reason": None}
+    reason = next((why for s, n in sides if (why := untestable({**s, "n_seeds": n}))), None)
+    if reason:
+        return {**result, "reason": reason}
+    variances = [(sd_from_ci95(s["ci95"], n) ** 2 / n, n) for s, n in sides]
+    total = sum(v for v, _ in variances)
+    df = total ** 2 / sum(v ** 2 / (n - 1) for v, n in variances)
+    p_value = float(2 * t.sf(abs(result["ours"] - result["paper"]) / math.sqrt(total), df))
+    return {**result, "p_value": p_value, "verdict": "differs" if p_value < alpha else "not distinguished"}
