@@ -193,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(build_parser(), argv)
     setup_logging(-1 if getattr(args, "quiet", False) else int(getattr(args, "verbose", False)))
     if said := getattr(args, "deprecated", None):
-        log.warning(f"{', '.join(said)}: the old names go in 0.3")
+        log.warning(f"{', '.join(said)} (the old spelling still works; `hf-encoderize {args.command} --help` shows "
+                    "the names)")
     previous = _on_sigterm(_raise_terminated)
     try:
         run_command(COMMANDS[args.command], args, load_yaml(args.config))

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from hf_encoderize.cli import COMMANDS
 from hf_encoderize.common.arguments import field_docs
-from hf_encoderize.common.options import choices, flag, option_name
+from hf_encoderize.common.options import SHORT_SPELLINGS, choices, flag, option_name
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "commands.md"
 
@@ -37,8 +37,11 @@ replays that run. A boolean option `--name` has a `--no-name` twin. Before or af
 warnings and errors, `-v` adds debug lines and the libraries' INFO lines; `hf-encoderize --version` prints the version.
 
 One name per concept, the HF ecosystem's spelling (transformers' `TrainingArguments` and `run_mlm.py`,
-sentence-transformers). The old names still work for now, hidden from `--help`, with one deprecation line; a config
-file may also use the Python field name (the second column):
+sentence-transformers). Three have a short spelling that is just as good, shown in `--help`, with no warning:
+`--steps` (`--max-steps`), `--lr` (`--learning-rate`) and `--seq-len` (`--max-seq-length`), the names of the Python
+fields (`TrainConfig(steps=..., lr=...)`, `DataConfig(seq_len=...)`). The other old names still work, hidden from
+`--help`, with one deprecation line; a config file may also use the Python field name (the second column). Two
+spellings of one option with different values are refused in one line naming both:
 
 | option | field | was |
 |---|---|---|
@@ -70,7 +73,7 @@ def _renames() -> list[str]:
         for cls in command.configs:
             for field in dataclasses.fields(cls):
                 name = option_name(cls, field)
-                if name != field.name:
+                if name != field.name and SHORT_SPELLINGS.get(name) != field.name:
                     new, old = ((flag(name), flag(field.name)) if field.kw_only
                                 else (name.upper(), field.name.upper()))
                     rows[new, field.name] = f"| `{new}` | `{field.name}` | `{old}` |"
@@ -79,7 +82,8 @@ def _renames() -> list[str]:
 
 def _option(cls, field: dataclasses.Field, doc: str) -> str:
     name = option_name(cls, field)
-    name = name.upper() if not field.kw_only else flag(name)
+    short = f"` / `{flag(SHORT_SPELLINGS[name])}" if field.kw_only and name in SHORT_SPELLINGS else ""
+    name = (name.upper() if not field.kw_only else flag(name)) + short
     facts = f"`{_annotation(field, cls)}`" + ("" if not field.kw_only else f", default `{_default(field)}`")
     return f"- `{name}` ({facts}): {doc or 'undocumented'}"
 

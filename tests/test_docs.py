@@ -39,7 +39,8 @@ def test_the_reference_names_every_command_and_every_option_with_its_default_and
             for field in dataclasses.fields(cls):
                 name_of = option_name(cls, field)  # the public name, `--learning-rate` for the field `lr`
                 flag = f"--{name_of.replace('_', '-')}" if field.kw_only else name_of.upper()
-                (line,) = [line for line in section.splitlines() if line.startswith(f"- `{flag}` (")]
+                starts = (f"- `{flag}` (", f"- `{flag}` / `")  # `--max-steps` / `--steps`: its short spelling
+                (line,) = [line for line in section.splitlines() if line.startswith(starts)]
                 assert docs.get(field.name, "undocumented") in line
                 if field.kw_only and field.default is not dataclasses.MISSING:
                     assert f"default `{field.default!r}`" in line

@@ -20,9 +20,9 @@ def _help(command: str, capsys) -> str:
 
 
 @pytest.mark.parametrize("concept, name, others", [
-    ("learning rate", "--learning-rate", ("--lr ", "--lr\n", "--lrs", "--contrastive-lr ")),
-    ("steps", "--max-steps", ("--steps ", "--contrastive-steps ")),
-    ("length", "--max-seq-length", ("--seq-len", "--max-length")),
+    ("learning rate", "--learning-rate", ("--lrs", "--contrastive-lr ")),
+    ("steps", "--max-steps", ("--contrastive-steps ",)),
+    ("length", "--max-seq-length", ("--max-length",)),
     ("epsilon", "--adam-epsilon", ("--adam-eps ",)),
 ])
 def test_one_name_per_concept_in_every_command(concept, name, others, capsys):
@@ -41,13 +41,67 @@ def test_profile_means_one_thing_and_the_input_folder_is_not_called_output_dir(c
 
 
 def test_old_spelling_still_works_with_one_deprecation_line(tmp_path, capsys):
-    args = build_parser().parse_args(["cpt", "m", "--lr", "3e-4", "--seq-len", "64", "--no-profile"])
-    assert args.lr == 3e-4 and args.seq_len == 64 and args.profile is False
-    code = main(["cpt", "m", "--lr", "3e-4", "--seq-len", "2", "--output-dir", str(tmp_path / "o")])
+    args = build_parser().parse_args(["cpt", "m", "--adam-eps", "1e-6", "--grad-accum", "2", "--no-profile"])
+    assert args.adam_eps == 1e-6 and args.grad_accum == 2 and args.profile is False
+    code = main(["cpt", "m", "--adam-eps", "1e-6", "--mask-ratio", "2", "--output-dir", str(tmp_path / "o")])
     err = capsys.readouterr().err.splitlines()
     assert code == 2 and len(err) == 2, err  # one deprecation line, then the one error line
-    assert "--lr is now --learning-rate" in err[0] and "--seq-len is now --max-seq-length" in err[0]
-    assert err[1].startswith("error: --max-seq-length")  # the messages speak the new names
+    assert "--adam-eps is now --adam-epsilon" in err[0] and "--mask-ratio is now --mlm-probability" in err[0]
+    assert "0.3" not in err[0]  # no promise of a release that has come and gone
+    assert err[1].startswith("error: --mlm-probability")  # the messages speak the new names
+
+
+TRAINING = ("cpt", "pretrain", "contrastive", "run", "quickstart")
+
+
+@pytest.mark.parametrize("short, long", [("--steps", "--max-steps"), ("--lr", "--learning-rate"),
+                                         ("--seq-len", "--max-seq-length")])
+def test_the_short_spellings_are_first_class_in_help(short, long, capsys):
+    """The mission's `cpt MODEL --steps 12000`: shown beside the long name wherever that option is."""
+    for command in COMMANDS:
+        text = _help(command, capsys)
+        if f"  {long} " in text:
+            assert f"{long} {long[2:].upper().replace('-', '_')}, {short} " in text, (command, short)
+    assert all(f", {short} " in _help(command, capsys) for command in ("cpt", "run")), short
+    assert ", --steps " in _help("contrastive", capsys)
+
+
+def test_the_short_spellings_train_without_a_warning(decoder_dir, corpus, tmp_path, capsys):
+    code = main(["cpt", str(decoder_dir), "--data-files", str(corpus), "--steps", "2", "--lr", "3e-3", "--seq-len",
+                 "32", "--output-dir", str(tmp_path / "o"), *TINY[2:]])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "is now" not in err and "--steps" not in err and "--lr" not in err and "--seq-len" not in err, err
+    settings = json.loads((tmp_path / "o" / "run_settings.json").read_text())
+    assert settings["steps"] == 2 and settings["lr"] == 3e-3 and settings["data"]["seq_len"] == 32
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["cpt", "m", "--steps", "20", "--max-steps", "30"], ("--steps 20", "--max-steps 30")),
+    (["cpt", "m", "--max-seq-length", "64", "--seq-len", "32"], ("--max-seq-length 64", "--seq-len 32")),
+    (["run", "m", "--learning-rate", "1e-4", "--lr", "3e-4"], ("--learning-rate 0.0001", "--lr 0.0003")),
+    (["cpt", "m", "--adam-epsilon", "1e-6", "--adam-eps", "1e-8"], ("--adam-epsilon 1e-06", "--adam-eps 1e-08")),
+])
+def test_two_spellings_with_different_values_are_one_error_line(argv, named, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("error: "), err
+    assert all(name in err for name in named), err
+
+
+def test_two_spellings_with_one_value_and_a_no_twin_are_accepted():
+    args = build_parser().parse_args(["cpt", "m", "--steps", "20", "--max-steps", "20", "--no-progress", "--progress"])
+    assert args.steps == 20 and args.progress is True  # --x then --no-x: the last wins, as argparse has it
+
+
+def test_a_config_file_with_two_spellings_of_different_values_is_one_error_line(decoder_dir, tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text("learning_rate: 1e-4\nlr: 3e-4\n")
+    code = main(["cpt", str(decoder_dir), "--config", str(config), "--output-dir", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "learning_rate: 1e-4 and lr: 3e-4" in err, err
 
 
 def test_choices_show_in_usage_and_version(capsys):

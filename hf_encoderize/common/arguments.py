@@ -2,8 +2,10 @@
 
 Design choices:
 - Every field becomes an argument, positional when declared before `_: KW_ONLY`, else `--option-name` (the field's
-  public name, `common.options`) with the old spelling as a hidden alias that notes its use; the field's docstring is
-  its help text and a `Literal`'s values are its choices (usage lists them, a wrong value is refused naming them).
+  public name, `common.options`), plus its short spelling where it has one (`--steps`, shown, no warning) and the old
+  spelling as a hidden alias that notes its use; the field's docstring is its help text and a `Literal`'s values are
+  its choices (usage lists them, a wrong value is refused naming them). Two spellings of one option given different
+  values are refused in one line naming both, whichever comes last.
 - A refusal is one `error:` line naming the usage (cpt's whole usage is 57 lines), and an unknown flag names the
   closest option, as a config file's unknown key does (`common.config_file`).
 """
@@ -17,7 +19,7 @@ import inspect
 import sys
 import textwrap
 
-from hf_encoderize.common.options import choices, closest, flag, option_name
+from hf_encoderize.common.options import SHORT_SPELLINGS, choices, closest, flag, option_name
 
 
 def field_docs(cls) -> dict[str, str]:
@@ -59,11 +61,40 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls) -> None:
         action = argparse.BooleanOptionalAction if kind is bool else None
         given = {"action": action} if action else {"type": kind, "nargs": "*" if is_list else None,
                                                    "metavar": metavar or name.upper(), "choices": values}
-        parser.add_argument(flag(name), dest=field.name, default=None, help=help_text, **given)
-        if name != field.name:  # the old spelling still works, hidden from --help, with one deprecation line
-            alias = _deprecated(action or argparse._StoreAction, flag(name))
+        short = SHORT_SPELLINGS.get(name)
+        spellings = [flag(name), *([flag(short)] if short else [])]
+        parser.add_argument(*spellings, dest=field.name, default=None, help=help_text,
+                            **{**given, "action": _one_value(action or argparse._StoreAction)})
+        if name != field.name and field.name != short:  # the old spelling still works, hidden, with one warning
+            alias = _deprecated(_one_value(action or argparse._StoreAction), flag(name))
             parser.add_argument(flag(field.name), dest=field.name, default=None, help=argparse.SUPPRESS,
                                 **{**given, "action": alias})
+
+
+def _one_value(base: type[argparse.Action]) -> type[argparse.Action]:
+    """`base`, refusing a value given under one spelling (`--steps 20`) when another spelling of the same option
+    (`--max-steps 30`) set a different one: which should win is the user's call, not argparse's order."""
+
+    class OneValue(base):
+        def __call__(self, parser, namespace, values, option_string=None):
+            super().__call__(parser, namespace, values, option_string)
+            given = dict(getattr(namespace, "spelled", None) or {})
+            value = getattr(namespace, self.dest)
+            spelling = (option_string or "").replace("--no-", "--")  # --x and --no-x: one spelling, last wins
+            before = given.get(self.dest)
+            if before is not None and before[0] != spelling and before[2] != value:
+                parser.error(f"{before[1]} and {_shown(option_string, value)} are two spellings of one option with "
+                             "different values; give it once")
+            namespace.spelled = {**given, self.dest: (spelling, _shown(option_string, value), value)}
+
+    return OneValue
+
+
+def _shown(option_string: str | None, value) -> str:
+    """`--steps 20` as given (a boolean flag is its spelling alone)."""
+    if isinstance(value, bool):
+        return str(option_string)
+    return f"{option_string} {' '.join(map(str, value)) if isinstance(value, list) else value}"
 
 
 def _deprecated(base: type[argparse.Action], new: str) -> type[argparse.Action]:

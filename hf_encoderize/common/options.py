@@ -16,8 +16,11 @@ Design choices:
   load elsewhere); the folder that card, export, push and space read is `run_dir` (was `output_dir`, the name of what
   cpt writes). docs/commands.md holds the table.
   `run` prefixes its later stages' options the same way (`--contrastive-learning-rate`, `--eval-learning-rates`).
-- The old spellings stay as hidden aliases that print one deprecation line (the CLI), and a config file may use either
-  the option name or the field name (a finished run's `run_settings.json` holds field names).
+- Three short spellings are first-class, shown in `--help` beside the long name and never warned about: `--steps`,
+  `--lr` and `--seq-len` (`SHORT_SPELLINGS`), the ones the mission's own command line types and the Python fields use
+  (`TrainConfig(steps=, lr=)`, `DataConfig(seq_len=)`). The other old spellings stay as hidden aliases that print one
+  deprecation line. Either way, two spellings of one option given different values are refused in one line naming
+  both (flags: `arguments`; config files, where the option name or the field name may be used: `config_file`).
 - `did_you_mean` is the one suggestion for a mistyped name, for flags and config-file keys alike.
 """
 
@@ -38,6 +41,8 @@ OPTION_NAMES = {
     "keep_last": "save_total_limit",
     "max_rows": "max_train_samples", "eval_max_rows": "max_eval_samples", "max_eval_examples": "max_eval_samples",
 }
+# option name -> its short spelling, accepted and shown in --help on every command that has the option, no warning
+SHORT_SPELLINGS = {"max_steps": "steps", "learning_rate": "lr", "max_seq_length": "seq_len"}
 # field name -> option name, only for fields of the class of that name (or a subclass): the same field name means
 # another thing elsewhere (`revision` of a model to load, `profile` the evaluation protocol)
 CLASS_OPTION_NAMES = {
