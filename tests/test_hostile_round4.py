@@ -3,6 +3,7 @@ the headline recipe and the top-level CLI, each refused in one line or made righ
 
 The audit table of every case and the test that covers it is docs/hostile_input.md."""
 
+import hashlib
 import json
 import os
 import shutil
@@ -168,3 +169,52 @@ def test_an_unknown_key_in_a_replay_is_refused(replayable, decoder_dir, tmp_path
                  "--output-dir", str(tmp_path / "again")]) == 2
     one_error(capsys.readouterr().err, "'train.learnin_rate'", "no option")
     assert not (tmp_path / "again").exists()
+
+
+# ------------------------------------------------------------------------------------------------ resume identity
+
+
+def _big_corpus(path: Path) -> Path:
+    """A 1.5 MB JSONL: its last third lies beyond the first MiB, which the identity once hashed alone."""
+    line = lambda d: json.dumps({"text": " ".join(f"w{(7 * d + i) % 120}" for i in range(30))}) + "\n"  # noqa: E731
+    path.write_text("".join(line(d) for d in range(12000)))
+    assert path.stat().st_size > 1.4e6
+    return path
+
+
+def _cut_run(decoder_dir, corpus: Path, out: Path, resume: bool = False) -> dict:
+    from hf_encoderize.data.sources import DataConfig
+    from hf_encoderize.model.loading import LoadConfig
+    from hf_encoderize.objectives.masking import MaskingConfig
+    from hf_encoderize.recipes.cpt import cpt
+    from hf_encoderize.training.train_config import TrainConfig
+
+    return cpt(LoadConfig(str(decoder_dir)), DataConfig(data_files=str(corpus), seq_len=32, eval_documents=8),
+               MaskingConfig(), TrainConfig(output_dir=str(out), steps=4, batch_size=4, lr=1e-3, save_every=2,
+                                            eval_every=0, log_every=100, progress=False, resume=resume))
+
+
+@pytest.mark.parametrize("record", ["today's", "first-MiB hashes (an older record)"])
+def test_a_resume_on_a_corpus_edited_after_its_first_mib_is_refused(record, decoder_dir, tmp_path):
+    """The identity read the size and the first MiB: a same-size edit after it resumed, exit 0."""
+    from hf_encoderize.common.errors import EncoderizeError
+
+    corpus, out = _big_corpus(tmp_path / "docs.jsonl"), tmp_path / "cut"
+    _cut_run(decoder_dir, corpus, out)
+    shutil.rmtree(out / "checkpoints" / "step-0000004")
+    settings = json.loads((out / "run_settings.json").read_text())
+    raw, size = corpus.read_bytes(), corpus.stat().st_size
+    if record != "today's":  # what runs wrote before whole-file hashing; where it still matches, it stands for it
+        assert settings["identity"]["data.data_files"] == [f"{size}:{hashlib.sha256(raw).hexdigest()}"]
+        settings["identity"]["data.data_files"] = [f"{size}:{hashlib.sha256(raw[:1 << 20]).hexdigest()}"]
+        (out / "run_settings.json").write_text(json.dumps(settings, indent=2))
+        copy = tmp_path / "copy"
+        shutil.copytree(out, copy)
+        assert _cut_run(decoder_dir, corpus, copy, resume=True)["steps"] == 4
+    if record == "today's":
+        at = raw.index(b"w1 ", (1 << 20) + 1000)
+        corpus.write_bytes(raw[:at] + b"w2 " + raw[at + 3:])  # same size, same first MiB, other text
+        before = _files(out)
+        with pytest.raises(EncoderizeError, match=r"data.data_files was"):
+            _cut_run(decoder_dir, corpus, out, resume=True)
+        assert _files(out) == before

@@ -14,8 +14,8 @@ Design choices:
   Local sources up to `PRECHECK_BYTES` are read through once by `open_documents`, so such errors come before any
   weight is loaded; larger ones are checked as they stream (still one line, mid-training).
 - "Same data?" is read from the files, not the path text: `data_files` counts for a resume or a reused stage by each
-  file's size and a SHA-256 of its first MiB (`content_identity`), so `./docs.jsonl` and `docs.jsonl` are one corpus
-  and a corpus edited in place is another.
+  file's size and a SHA-256 of all of it (`content_identity`: streamed, once per process, cached by size and mtime),
+  so `./docs.jsonl` and `docs.jsonl` are one corpus and a corpus edited in place, anywhere in it, is another.
 - `Documents` is re-iterable: each pass (and a resumed run) starts again from the first document, so the packer's
   small state (documents consumed, tokens carried over) is enough to continue from exactly the same token.
 """
@@ -37,7 +37,7 @@ from hf_encoderize.common.identity import HARMLESS, identity
 from hf_encoderize.common.validation import check_choice, check_number
 
 PRECHECK_BYTES = 64 << 20  # local sources up to this size are read through (not tokenized) before training
-HEAD_BYTES = 1 << 20  # what `content_identity` hashes of each file: an edit in place shows there or in the size
+HEAD_BYTES = 1 << 20  # the chunk `file_identity` reads; once the only part of each file hashed
 _BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 TextUnit = Literal["line", "paragraph", "file"]
 _SAMPLE_BY = {"line": "line", "paragraph": "paragraph", "file": "document"}  # datasets' text builder's names
@@ -116,7 +116,7 @@ def reads_text_files(spec: str | None) -> bool:
 
 
 def content_identity(spec: str | None) -> list[str] | str | None:
-    """What `--data-files` `spec` holds, for "same data?": per file, in reading order, `size:sha256-of-its-first-MiB`.
+    """What `--data-files` `spec` holds, for "same data?": per file, in reading order, `size:sha256-of-the-file`.
     Unset -> None; files that cannot be found -> the path text (opening the source says what is wrong).
 
     >>> import tempfile, pathlib
@@ -133,22 +133,55 @@ def content_identity(spec: str | None) -> list[str] | str | None:
         files = local_files(spec)
     except EncoderizeError:
         return spec
+    return [file_identity(path) for path in files]
+
+
+_HASHED: dict[tuple, str] = {}  # (real path, size, mtime) -> identity: a file is read once per process
+
+
+def file_identity(path: str, head_only: bool = False) -> str:
+    """`size:sha256` of the whole file, streamed (an edit anywhere is other data), cached by size and modification
+    time. `head_only`: the first MiB only, as runs recorded before whole-file hashing (`identity_as_today`)."""
     import hashlib
 
-    def one(path: str) -> str:
+    stat = os.stat(path)
+    key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns, head_only)
+    if key not in _HASHED:
+        digest = hashlib.sha256()
         with open(path, "rb") as handle:
-            return f"{os.path.getsize(path)}:{hashlib.sha256(handle.read(HEAD_BYTES)).hexdigest()}"
+            while chunk := handle.read(HEAD_BYTES):
+                digest.update(chunk)
+                if head_only:
+                    break
+        _HASHED[key] = f"{stat.st_size}:{digest.hexdigest()}"
+    return _HASHED[key]
 
-    return [one(path) for path in files]
 
-
-def identity_as_today(identity: dict) -> dict:
+def identity_as_today(identity: dict, data_files: str | None = None) -> dict:
     """A recorded identity in today's terms, so a resume or a reused stage compares like with like (kept for runs
     recorded before 0.2's content identity and before `--text-unit`): a `data.data_files` path text becomes the content
-    of those files as they are now (such a record cannot tell an edit in place; today's can)."""
+    of those files as they are now (such a record cannot tell an edit in place; today's can); first-MiB hashes of the
+    files at the recorded path `data_files` become whole-file ones where they still match (`whole_file_identity`)."""
     identity = with_legacy_text_unit(identity)
     recorded = identity.get("data.data_files")
-    return {**identity, "data.data_files": content_identity(recorded)} if isinstance(recorded, str) else identity
+    if isinstance(recorded, str):
+        return {**identity, "data.data_files": content_identity(recorded)}
+    return {**identity, "data.data_files": whole_file_identity(recorded, data_files)} \
+        if isinstance(recorded, list) else identity
+
+
+def whole_file_identity(recorded: list[str], spec: str | None) -> list[str]:
+    """A record from before whole-file hashing holds each file's size and first-MiB hash: where that still matches
+    the file (`spec`), the file's whole-file identity stands for it (such a record cannot tell an edit after the first
+    MiB; today's can)."""
+    try:
+        files = local_files(spec) if spec else []
+    except EncoderizeError:
+        return recorded
+    if len(files) != len(recorded):
+        return recorded
+    return [file_identity(path) if entry == file_identity(path, head_only=True) else entry
+            for entry, path in zip(recorded, files, strict=True)]
 
 
 def with_legacy_text_unit(identity: dict) -> dict:

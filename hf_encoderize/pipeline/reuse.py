@@ -50,7 +50,8 @@ def cpt_differences(record: RunRecord, load, data, masking, train, adapter) -> l
     if record.identity:
         ignore = (("data.pack",) if data.pack is None else ()) + \
             (("train.grad_accum",) if train.tokens_per_step else ())
-        return settings_diff(identity_as_today(record.identity), identity_of(load, data, masking, train, adapter),
+        before = identity_as_today(record.identity, (record.data or {}).get("data_files"))
+        return settings_diff(before, identity_of(load, data, masking, train, adapter),
                              ignore=ignore)
     wanted = {"base_model": load.source, "gguf_file": load.gguf_file, "revision": load.revision,
               "objective": masking.objective, "mask_ratio": masking.mask_ratio, "steps": train.steps, "lr": train.lr,

@@ -224,7 +224,8 @@ def check_branch(checkpoint: Path, phases: list[Phase], identity: dict, train: T
                               "with; branch from a run pretrained with this version")
     masked_before = any(p.objective == "mlm" and p.start < step for p in phases)  # masking counts once MLM has run
     ignore = () if masked_before else tuple(key for key in identity if key.startswith("masking."))
-    changed = settings_diff(identity_as_today(source[IDENTITY]), identity, ignore=ignore)
+    recorded = identity_as_today(source[IDENTITY], (source.get("data") or {}).get("data_files"))
+    changed = settings_diff(recorded, identity, ignore=ignore)
     if changed:
         raise EncoderizeError(f"--from-checkpoint: the source run differs ({'; '.join(changed)}); branch with the "
                               "same settings")

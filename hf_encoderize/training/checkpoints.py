@@ -292,7 +292,7 @@ def recorded_decay_steps(settings: dict) -> int:
 def _as_now(before: dict) -> dict:
     """An older run's settings in today's terms, so a resume compares like with like (kept for old runs)."""
     if isinstance(before.get(IDENTITY), dict):
-        before = {**before, IDENTITY: identity_as_today(before[IDENTITY])}
+        before = {**before, IDENTITY: identity_as_today(before[IDENTITY], (before.get("data") or {}).get("data_files"))}
     if "decay_steps" in before or "decay_fraction" not in before:
         return before
     return {**{k: v for k, v in before.items() if k != "decay_fraction"}, "decay_steps": recorded_decay_steps(before)}

@@ -133,7 +133,7 @@ class ContrastiveConfig:
 
     def identity_value(self, name: str):
         """The value a setting runs with, for "same run?" (`common.identity`): `data_files` by content (size and a
-        hash of each file's head, as cpt's resume counts it), not by the path text: an edit in place is other data,
+        hash of each whole file, as cpt's resume counts it), not by the path text: an edit in place is other data,
         `./pairs.jsonl` for `pairs.jsonl` the same."""
         from hf_encoderize.data.sources import content_identity
 
