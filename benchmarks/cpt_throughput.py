@@ -1,15 +1,23 @@
 """Training throughput and MFU of `hf-encoderize cpt` against what a user would otherwise write (same model, data).
 
 Arms (each in its own subprocess, so peak memory is its own; arms alternate over `--repeats`):
-- `ours`: `hf_encoderize.recipes.cpt.cpt` — packed rows with document isolation, sparse chunked MLM loss.
+- `ours`: `hf_encoderize.recipes.cpt.cpt` as the command runs it: `--attn-implementation auto` (flash-attn's varlen
+  kernel where it imports, then flex attention, then sdpa), `--compile` at its default (on for a CUDA/ROCm GPU), the
+  loss kernel `auto` picks; packed rows with document isolation. Each row names the backend, compile decision and
+  loss kernel that ran, with dynamo's graph and graph-break counts and, on CUDA, the allocator's retries and the
+  GPU's clocks and throttle reasons before and after (`device_state`).
+- `ours_sdpa` (named in `--arms`): the control, `ours` with attention pinned to sdpa (a dense block-diagonal mask).
 - `trainer`: transformers `Trainer` + `DataCollatorForLanguageModeling` on the same bidirectional model loaded with
   `AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True)`: one document per row, padded to the longest
   in the batch (truncated at `seq_len`), dense logits over every position. This is the baseline the issue names.
 - `trainer_grouped`: the same Trainer, but texts concatenated and cut into `seq_len` blocks as transformers'
   `run_mlm.py` does by default (no padding, no document isolation, dense logits): isolates the sparse-loss gain.
-- `ours_compiled` (only when named in `--arms`): `ours` with `--compile` (each decoder layer under torch.compile,
-  static shapes); its compilation falls in the warm-up steps. `ratios.ours_vs_ours_compiled` below 1 means compiling
-  paid off on this machine.
+- `ours_compiled` / `ours_eager` (named in `--arms`): `ours` with `--compile` / `--no-compile` forced (compilation
+  falls in the warm-up steps).
+
+`--tokens-per-step N` gives every arm the same tokens per optimizer step by gradient accumulation (ours through
+`--tokens-per-step`, the Trainer arms through `gradient_accumulation_steps`): MFU at a realistic batch (~65k tokens)
+rather than at the rows one micro-batch holds.
 
 Both sides mask 40% of tokens, all replaced by the mask token (paper, section 2), with AdamW (0.9, 0.95), weight decay
 0.1, clipping 1.0 and the same peak LR, rows per step and sequence length. Throughput counts real (non-pad) tokens per
@@ -81,8 +89,10 @@ PRESETS = {
 }
 BACKENDS = ("eager", "sdpa", "flex_attention", "flash_attention_2", "auto")  # `all`: ours under each one available
 TRAINER_BACKENDS = ("sdpa", "flash_attention_2")
-PRIMARY = "sdpa"  # with `all`, the backend the top-level entries, ratios and targets compare at
-OURS_ARMS = ("ours", "ours_compiled")  # ours_compiled: the same run with TrainConfig(compile=True), i.e. --compile
+PRIMARY = "auto"  # with `all`, the backend the top-level entries, ratios and targets compare at: the command's default
+# Each `ours` arm: (attention backend, or None for the one asked; TrainConfig.compile, None for the default)
+OURS_ARMS = {"ours": (None, None), "ours_sdpa": ("sdpa", None), "ours_compiled": (None, True),
+             "ours_eager": (None, False)}
 MASK_RATIO = 0.4  # paper, section 2
 
 # The synthetic inputs (random Llama, word tokenizer, Zipf documents) live beside this file; scripts/gpu_check.py and
@@ -102,20 +112,21 @@ def ensure_inputs(preset_name: str, folder: Path) -> None:
     marker.write_text(json.dumps({"preset": preset_name}))
 
 
-def run_ours(preset: dict, folder: Path, attn_implementation: str = "sdpa", profile: bool = False,
-             compile: bool = False, overrides: dict | None = None) -> dict:
-    """One `ours` run; `overrides` are further TrainConfig fields (scripts/gpu_session.py's arms)."""
+def run_ours(preset: dict, folder: Path, attn_implementation: str = "auto", profile: bool = False,
+             compile: bool | None = None, overrides: dict | None = None) -> dict:
+    """One `ours` run, the command's defaults unless told (`attn_implementation`, `compile`: None is the default);
+    `overrides` are further TrainConfig fields (scripts/gpu_session.py's arms, `tokens_per_step`)."""
     from hf_encoderize.data.sources import DataConfig
     from hf_encoderize.model.loading import LoadConfig
     from hf_encoderize.objectives.masking import MaskingConfig
     from hf_encoderize.recipes.cpt import cpt
     from hf_encoderize.training.train_config import TrainConfig
 
-    kind = "profile-" if profile else "compiled-" if compile else ""
+    kind = "profile-" if profile else {True: "compiled-", False: "eager-"}.get(compile, "")
     out = Path(tempfile.mkdtemp(prefix=f"ours-{kind}{attn_implementation}-", dir=folder))
     total = preset["warmup"] + preset["steps"]
     extra = {"profile": True} if profile else {}  # older TrainConfigs lack the field: profile_ours checks first
-    extra.update({"compile": True} if compile else {})
+    extra.update({} if compile is None else {"compile": compile})
     extra.update(overrides or {})
     # Figures are read once, at the end (accuracy, an extra arg-max pass, only on that step): the read waits for the
     # device and that wait is counted in the last step's time (`monitor.flush`), so the window ends when the device
@@ -126,7 +137,7 @@ def run_ours(preset: dict, folder: Path, attn_implementation: str = "sdpa", prof
         TrainConfig(output_dir=str(out / "run"), steps=total, batch_size=preset["rows"], lr=1e-4, warmup_steps=1,
                     save_every=10**9, eval_every=0, progress=False, log_every=10**9, **extra))
     records = [json.loads(line) for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
-    timed = [r for r in records if r["kind"] == "train"][preset["warmup"]:]
+    timed = [r for r in records if r["kind"] == "train"][preset["warmup"]:]  # optimizer steps
     tokens, seconds = sum(r["tokens"] for r in timed), sum(r["step_time_s"] for r in timed)
     labelled, waits = [r.get("labelled_tokens") for r in timed], [r.get("data_wait_s") for r in timed]
     measured = None not in labelled
@@ -141,6 +152,10 @@ def run_ours(preset: dict, folder: Path, attn_implementation: str = "sdpa", prof
     record = json.loads((out / "run" / "run_record.json").read_text())
     if "loss_implementation" in record:  # the MLM loss kernel `auto` picked, with the probe's timings
         result["loss_implementation"] = record["loss_implementation"]
+    # What ran, as the run recorded it: the attention backend `auto` chose, compiled or not (and dynamo's counts)
+    result["attention_backend"] = (record.get("encoderize") or {}).get("attn_implementation")
+    result["compiled"] = record.get("compiled")
+    result["grad_accum"] = record.get("grad_accum")
     if profile:
         summary = out / "run" / "profile" / "summary.json"
         result["profile"] = json.loads(summary.read_text()) if summary.is_file() else {"missing": str(summary)}
@@ -196,7 +211,10 @@ class _CountingCollator:
         return batch
 
 
-def run_trainer(preset: dict, folder: Path, grouped: bool, attn_implementation: str = "sdpa") -> dict:
+def run_trainer(preset: dict, folder: Path, grouped: bool, attn_implementation: str = "sdpa",
+                tokens_per_step: int | None = None) -> dict:
+    """The Trainer baseline; `tokens_per_step`: gradient accumulation to that many tokens per optimizer step, as
+    `ours` gets with `--tokens-per-step`."""
     import datasets
     import torch
     from transformers import (
@@ -232,34 +250,42 @@ def run_trainer(preset: dict, folder: Path, grouped: bool, attn_implementation: 
             times.append(time.perf_counter())
 
     total = preset["warmup"] + preset["steps"]
+    accum = max(1, -(-tokens_per_step // (preset["rows"] * seq_len))) if tokens_per_step else 1
     bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     args = TrainingArguments(
         output_dir=str(folder / "trainer-out"), max_steps=total, per_device_train_batch_size=preset["rows"],
+        gradient_accumulation_steps=accum,
         learning_rate=1e-4, warmup_steps=1, lr_scheduler_type="constant_with_warmup", adam_beta1=0.9, adam_beta2=0.95,
         weight_decay=0.1, max_grad_norm=1.0, bf16=bf16, logging_steps=10**9, save_strategy="no", report_to=[],
         dataloader_num_workers=0, disable_tqdm=True, seed=0)
     started = time.perf_counter()
     Trainer(model=model, args=args, train_dataset=train, data_collator=collator, callbacks=[StepClock()]).train()
     ends, warm = [started, *times], preset["warmup"]
-    timed = collator.batches[warm:total]
-    return {"tokens": sum(b["tokens"] for b in timed), "seconds": ends[total] - ends[warm],
+    timed = collator.batches[warm * accum:total * accum]  # the collator runs once per micro-batch
+    return {"tokens": sum(b["tokens"] for b in timed), "seconds": ends[total] - ends[warm], "grad_accum": accum,
             "masked_tokens": sum(b["masked"] for b in timed), "masked_tokens_source": "collator labels",
             "head_tokens": sum(b["positions"] for b in timed),  # dense logits: every position, padding included
             "spans": [span for b in timed for span in b["spans"]],
-            "padding_fraction": 1 - sum(b["tokens"] for b in collator.batches[:total]) / (total * preset["rows"]
-                                                                                          * seq_len)}
+            "padding_fraction": 1 - sum(b["tokens"] for b in collator.batches[:total * accum])
+            / (total * accum * preset["rows"] * seq_len)}
 
 
-def arm_main(arm: str, preset_name: str, folder: Path, attn_implementation: str, profile: bool = False) -> None:
+def arm_main(arm: str, preset_name: str, folder: Path, attn_implementation: str, profile: bool = False,
+             tokens_per_step: int | None = None) -> None:
     import torch
 
     preset = PRESETS[preset_name]
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
+    before = device_state()
     if arm in OURS_ARMS:
-        result = run_ours(preset, folder, attn_implementation, profile, compile=arm == "ours_compiled")
+        backend, compile = OURS_ARMS[arm]
+        result = run_ours(preset, folder, backend or attn_implementation, profile, compile=compile,
+                          overrides={"tokens_per_step": tokens_per_step} if tokens_per_step else None)
     else:
-        result = run_trainer(preset, folder, grouped=arm.endswith("grouped"), attn_implementation=attn_implementation)
+        result = run_trainer(preset, folder, grouped=arm.endswith("grouped"), attn_implementation=attn_implementation,
+                             tokens_per_step=tokens_per_step)
+    result["device_state"] = {"before": before, "after": device_state()}
     result["tokens_per_s"] = result["tokens"] / result["seconds"]
     result["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     result.update(utilisation(folder, result))
@@ -267,6 +293,47 @@ def arm_main(arm: str, preset_name: str, folder: Path, attn_implementation: str,
     if torch.cuda.is_available():
         result["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
     print("RESULT " + json.dumps(result), flush=True)
+
+
+THROTTLE_REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+                    0x10: "sync_boost", 0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake",
+                    0x100: "display_clocks"}
+
+
+def device_state() -> dict | None:
+    """On a CUDA GPU: the caching allocator's retries so far (a retry frees cached blocks and tries again: a sign of
+    memory pressure that slows steps), and from nvidia-smi the SM clock against its maximum, temperature, power and
+    the active clock-throttle reasons. None on CPU; clocks are left out, with why, where nvidia-smi does not answer.
+
+    >>> device_state() is None or "alloc_retries" in device_state()
+    True
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    state = {"alloc_retries": torch.cuda.memory_stats().get("num_alloc_retries", 0)}
+    for reasons_field in ("clocks_event_reasons.active", "clocks_throttle_reasons.active"):  # new name, then old
+        query = f"clocks.sm,clocks.max.sm,temperature.gpu,power.draw,{reasons_field}"
+        try:
+            done = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits", "-i", "0"],
+                                  capture_output=True, text=True, timeout=15)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return {**state, "clocks": f"not read ({type(err).__name__})"}
+        if done.returncode == 0 and done.stdout.strip():
+            sm, sm_max, temperature, power, mask = (v.strip() for v in done.stdout.strip().split(","))
+            bits = int(mask, 16) if mask.startswith("0x") else 0
+            return {**state, "sm_clock_mhz": _number(sm), "sm_clock_max_mhz": _number(sm_max),
+                    "temperature_c": _number(temperature), "power_w": _number(power),
+                    "throttle_reasons": [name for bit, name in THROTTLE_REASONS.items() if bits & bit]}
+    return {**state, "clocks": f"not read (nvidia-smi: {done.stderr.strip()[:120]})"}
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def utilisation(folder: Path, result: dict) -> dict:
@@ -309,9 +376,12 @@ def available_backends(folder: Path) -> tuple[list[str], dict[str, str]]:
 
 
 def plan_runs(arms: list[str], attn_implementation: str, folder: Path) -> tuple[list[tuple[str, str]], dict]:
-    """(arm, backend) pairs to run, and the backends left out with their reasons (`all` only)."""
+    """(arm, backend) pairs to run, and the backends left out with their reasons (`all` only). The Trainer arms take
+    sdpa where `ours` takes `auto` (transformers' own default; they have no `auto` to pick among backends)."""
     if attn_implementation != "all":
-        return [(arm, attn_implementation) for arm in arms], {}
+        trainer_backend = "sdpa" if attn_implementation == "auto" else attn_implementation
+        return [(arm, (OURS_ARMS[arm][0] or attn_implementation) if arm in OURS_ARMS else trainer_backend)
+                for arm in arms], {}
     backends, skipped = available_backends(folder)
     plan = [(arm, backend) for arm in arms if arm in OURS_ARMS for backend in backends]
     plan += [(arm, backend) for arm in arms if arm not in OURS_ARMS for backend in TRAINER_BACKENDS
@@ -334,9 +404,12 @@ def main() -> None:
     parser.add_argument("--preset", default="gpu-0.5b" if _has_cuda() else "cpu-tiny", choices=sorted(PRESETS))
     parser.add_argument("--repeats", type=int, default=2, help="alternating runs of each arm; the median counts")
     parser.add_argument("--arms", default="ours,trainer,trainer_grouped")
-    parser.add_argument("--attn-implementation", default="sdpa",
-                        help="attention backend of every arm (LoadConfig), or `all`: ours under every backend this "
-                             "machine runs, the Trainer arms under sdpa (and flash_attention_2)")
+    parser.add_argument("--attn-implementation", default="auto",
+                        help="attention backend of the `ours` arms (default auto, as the command; the Trainer arms "
+                             "then take sdpa), or `all`: ours under every backend this machine runs, the Trainer arms "
+                             "under sdpa (and flash_attention_2)")
+    parser.add_argument("--tokens-per-step", type=int,
+                        help="every arm accumulates gradients to this many tokens per optimizer step (e.g. 65536)")
     parser.add_argument("--profile", action="store_true",
                         help="one extra `ours` run with TrainConfig(profile=True); its per-component seconds go in "
                              "the report")
@@ -348,7 +421,8 @@ def main() -> None:
     parser.add_argument("--profile-run", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.arm:
-        return arm_main(args.arm, args.preset, Path(args.folder), args.attn_implementation, args.profile_run)
+        return arm_main(args.arm, args.preset, Path(args.folder), args.attn_implementation, args.profile_run,
+                        args.tokens_per_step)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(args.inputs or tmp)
         ensure_inputs(args.preset, folder)
@@ -356,7 +430,8 @@ def main() -> None:
         runs = {key: [] for key in plan}
         for _ in range(args.repeats):
             for arm, backend in plan:
-                runs[(arm, backend)].append(_spawn(arm, args.preset, folder, backend))
+                runs[(arm, backend)].append(_spawn(arm, args.preset, folder, backend,
+                                                   tokens_per_step=args.tokens_per_step))
         primary = PRIMARY if args.attn_implementation == "all" else args.attn_implementation
         profile = profile_ours(args.preset, folder, primary) if args.profile else None
     report = build_report(args, runs, skipped, primary, profile)
@@ -386,6 +461,7 @@ def build_report(args, runs: dict, skipped: dict, primary: str, profile: dict | 
     for (arm, backend), results in runs.items():
         table.setdefault(arm, {})[backend] = summarise(results)
     report = {"preset": args.preset, "attn_implementation": args.attn_implementation, "seq_len": preset["seq_len"],
+              "tokens_per_step": args.tokens_per_step,
               "rows_per_step": preset["rows"], "timed_steps": preset["steps"], "repeats": args.repeats,
               "model": preset["model"], "backends_skipped": skipped, "table": table}
     for arm, by_backend in table.items():  # each arm at the primary backend, as before `all` existed
@@ -431,14 +507,18 @@ def targets(report: dict, ours_by_backend: dict) -> tuple[dict, str]:
 
 
 def render_table(table: dict) -> str:
-    """The table for people, on stderr."""
-    lines = ["| arm | backend | tokens/s | MFU | model TFLOP/s | peak MiB |", "|---|---|---|---|---|---|"]
+    """The table for people, on stderr: each arm under the backend asked, the one that ran and whether it compiled."""
+    lines = ["| arm | backend asked | ran | compiled | tokens/s | MFU | model TFLOP/s | peak MiB |",
+             "|---|---|---|---|---|---|---|---|"]
     for arm, by_backend in table.items():
         for backend, r in by_backend.items():
             peak = r.get("peak_gpu_mib", r["peak_rss_mib"])
             mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "null"
             tflops = f"{r['model_tflops_per_s']:.3f}" if r["model_tflops_per_s"] is not None else "null"
-            lines.append(f"| {arm} | {backend} | {r['tokens_per_s']:,.0f} | {mfu} | {tflops} | {peak:,.0f} |")
+            ran = r.get("attention_backend") or backend
+            compiled = {True: "yes", False: "no"}.get((r.get("compiled") or {}).get("on"), "")
+            lines.append(f"| {arm} | {backend} | {ran} | {compiled} | {r['tokens_per_s']:,.0f} | {mfu} | {tflops} | "
+                         f"{peak:,.0f} |")
     return "\n".join(lines)
 
 
@@ -448,10 +528,12 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def _spawn(arm: str, preset: str, folder: Path, attn_implementation: str, profile: bool = False) -> dict:
+def _spawn(arm: str, preset: str, folder: Path, attn_implementation: str, profile: bool = False,
+           tokens_per_step: int | None = None) -> dict:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     done = subprocess.run([sys.executable, __file__, "--arm", arm, "--preset", preset, "--folder", str(folder),
-                           "--attn-implementation", attn_implementation, *(["--profile-run"] if profile else [])],
+                           "--attn-implementation", attn_implementation, *(["--profile-run"] if profile else []),
+                           *(["--tokens-per-step", str(tokens_per_step)] if tokens_per_step else [])],
                           capture_output=True, text=True, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:

@@ -39,6 +39,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -70,23 +71,39 @@ DOCS_SEED = 0
 
 @dataclass(frozen=True)
 class Arm:
-    """One timed `ours` run: a name, TrainConfig overrides, and a row multiplier (more rows per step)."""
+    """One timed `ours` part: the command's defaults unless a field says otherwise, run `repeats` times."""
 
     name: str
-    overrides: dict
+    backend: str | None = None
+    """`--attn-implementation`; None: the command's default, auto (flash-attn varlen, then flex, then sdpa)."""
+    compile: bool | None = None
+    """`--compile` / `--no-compile`; None: the command's default (on for a CUDA/ROCm GPU)."""
     rows_factor: int = 1
+    tokens_per_step: bool = False
+    """Accumulate to `TOKENS_PER_STEP` tokens per optimizer step (over `SHORT` steps: each step is many rows)."""
     profile: bool = False
+    repeats: int = 2
     needs: str | None = None  # a module that must import (liger_kernel), else the arm is skipped
     cuda_only: bool = False
 
 
-ARMS = (
-    Arm("profile", {}, profile=True),
-    Arm("sdpa", {}),
-    Arm("compiled", {"compile": True}),
-    Arm("compiled_rows2x", {"compile": True}, rows_factor=2),
-    Arm("liger_fused", {"compile": False}, needs="liger_kernel", cuda_only=True),
-)
+ARMS = {arm.name: arm for arm in (
+    Arm("default"),
+    Arm("default_rows2x", rows_factor=2, repeats=1),
+    Arm("tokens_per_step", tokens_per_step=True, repeats=1),
+    Arm("profile", profile=True, repeats=1),
+    Arm("sdpa", backend="sdpa", repeats=1),  # the control: a dense block-diagonal mask, as every figure before
+    Arm("liger_fused", compile=False, repeats=1, needs="liger_kernel", cuda_only=True),
+)}
+TOKENS_PER_STEP = {"gpu": 65536, "smoke": 2048}  # ~65k tokens a step, as real CPT runs; smoke: 4 micro-batches
+SHORT = {"steps": 10, "warmup": 2}  # the tokens-per-step arms: each optimizer step is 8-16 micro-batches
+# The GPU issue's order, most important first (a session cut short keeps what ran): the default path at 1B twice,
+# more rows, the realistic batch and the Trainer given the same, the Trainer baseline, 0.5B, the loss probe with its
+# new candidate, one profile, sdpa as the control; FSDP2 last, if time is left. "small"/"large": the two shapes.
+ORDER = (("default", "large"), ("default_rows2x", "large"), ("tokens_per_step", "large"),
+         ("trainer_grouped_tokens_per_step", "large"), ("trainer_grouped", "large"), ("default", "small"),
+         ("trainer_grouped", "small"), ("probe", "large"), ("probe", "small"), ("profile", "large"),
+         ("sdpa", "large"), ("sdpa", "small"), ("liger_fused", "large"))
 
 
 # ------------------------------------------------------------------------------------------------ prepare (CPU)
@@ -122,8 +139,10 @@ def prepare(inputs: Path, shapes: tuple[str, ...]) -> dict:
 # ------------------------------------------------------------------------------------------------ run (GPU)
 
 
-class PartTimeout(Exception):
-    """A part ran past its own limit."""
+class PartTimeout(BaseException):
+    """A part ran past its own limit. A BaseException, as KeyboardInterrupt is: code under test that catches
+    `Exception` (a loader trying the next attention backend, the loss probe leaving a kernel out) must not swallow
+    it, or the part would run on past its limit with no alarm left and pass."""
 
 
 def _alarm(signum, frame):
@@ -212,9 +231,10 @@ def stage_shape(session: Session, shape: str) -> Path:
 
 
 def time_arm(session: Session, shape: str, folder: Path, arm: Arm) -> tuple[str, dict]:
-    """One arm at one shape, in this process: tokens/s, MFU and peak memory, as cpt_throughput.arm_main reports."""
-    import torch
-
+    """One arm at one shape, in this process, `arm.repeats` times: tokens/s (each run and the median), MFU, peak
+    memory, and what ran (attention backend, compiled or not with dynamo's counts, loss kernel, allocator retries,
+    GPU clocks and throttle reasons before and after). A profiled arm reports its profile only: its steps are
+    synchronised, so its speed is not the run's."""
     if arm.cuda_only and not session.cuda:
         raise gpu_check.Skip("needs CUDA")
     if arm.needs and importlib.util.find_spec(arm.needs) is None:
@@ -226,41 +246,141 @@ def time_arm(session: Session, shape: str, folder: Path, arm: Arm) -> tuple[str,
                                     fused_linear_cross_entropy=False)
     preset = dict(bench.PRESETS[shape])
     preset["rows"] *= arm.rows_factor
+    overrides = {}
+    if arm.tokens_per_step:
+        preset.update(SHORT)
+        overrides["tokens_per_step"] = tokens_per_step(session)
+    runs = []
+    for _ in range(arm.repeats):
+        runs.append(one_run(session, folder, preset, arm, overrides))
+        free_memory(_torch())  # dynamo reset: the next run's new layers compile afresh, never past its limit
+    if arm.profile:
+        return profile_row(session, shape, runs[-1])
+    return summary_row(preset, runs)
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def tokens_per_step(session: Session) -> int:
+    return TOKENS_PER_STEP["smoke" if session.smoke else "gpu"]
+
+
+def one_run(session: Session, folder: Path, preset: dict, arm: Arm, overrides: dict) -> dict:
+    """One `ours` run (`cpt_throughput.run_ours`) with its figures and device counters; its run folder is deleted
+    (the disk is needed for the next), its profile kept in OUT first. The CPU rehearsal compiles the `default` arm,
+    as the default does on a GPU, so the compiled path and its counters are rehearsed too."""
+    torch = _torch()
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
-    result = bench.run_ours(preset, folder, "sdpa", profile=arm.profile, overrides=arm.overrides)
+    compile = True if arm.compile is None and session.smoke and arm.name == "default" else arm.compile
+    before = bench.device_state()
+    result = bench.run_ours(preset, folder, arm.backend or "auto", profile=arm.profile, compile=compile,
+                            overrides=overrides)
+    result["device_state"] = {"before": before, "after": bench.device_state()}
     result["tokens_per_s"] = result["tokens"] / result["seconds"]
     result["device"] = session.device_name
     result.update(bench.utilisation(folder, result))
     if torch.cuda.is_available():
         result["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
     result.pop("losses", None)
-    shutil.rmtree(Path(result["encoder"]).parent.parent, ignore_errors=True)  # keep the disk for the next arm
-    result.pop("encoder")
-    kernel = result.get("loss_implementation", {})
+    run_dir = Path(result.pop("encoder")).parent
+    if arm.profile and (run_dir / "profile").is_dir():
+        kept = session.out / f"profile-{Path(folder).name}"
+        shutil.rmtree(kept, ignore_errors=True)
+        shutil.copytree(run_dir / "profile", kept)
+        result["profile_folder"] = str(kept)
+    shutil.rmtree(run_dir.parent, ignore_errors=True)
+    return result
+
+
+def summary_row(preset: dict, runs: list[dict]) -> tuple[str, dict]:
+    """The row of a timed arm: medians over its runs, each run's tokens/s, and what ran."""
+    last = runs[-1]
+    rates = [r["tokens_per_s"] for r in runs]
+    mfus = [r["mfu"] for r in runs if r.get("mfu") is not None]
+    peaks = [r["peak_gpu_mib"] for r in runs if r.get("peak_gpu_mib") is not None]
+    kernel = last.get("loss_implementation", {})
     kernel = kernel.get("chosen", kernel) if isinstance(kernel, dict) else kernel
-    figure = f"rows {preset['rows']}, loss {result['final_loss']:.3f}, loss kernel {kernel}"
-    if arm.profile:
-        figure = "per step (s): " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
-                                              for k, v in result.get("profile", {}).items()
-                                              if not isinstance(v, dict | list))
-    return figure, result
+    compiled = last.get("compiled") or {}
+    retries = [_retries(r) for r in runs]
+    details = {**{k: v for k, v in last.items() if k not in ("tokens_per_s", "mfu", "peak_gpu_mib")},
+               "tokens_per_s": statistics.median(rates), "tokens_per_s_runs": [round(r, 1) for r in rates],
+               "mfu": statistics.median(mfus) if mfus else None, "peak_gpu_mib": max(peaks) if peaks else None,
+               "alloc_retries": retries}
+    figure = (f"rows {preset['rows']} x accum {last.get('grad_accum') or 1}, attention {last['attention_backend']}, "
+              f"compiled {'yes' if compiled.get('on') else 'no'} (graphs {compiled.get('unique_graphs', '-')}, "
+              f"breaks {compiled.get('graph_breaks', '-')}), loss kernel {kernel}, runs "
+              f"{'/'.join(f'{r:,.0f}' for r in rates)} tok/s, loss {last['final_loss']:.3f}")
+    throttled = sorted({reason for r in runs for moment in (r.get("device_state") or {}).values() if moment
+                        for reason in moment.get("throttle_reasons", []) if reason != "gpu_idle"})
+    if throttled or any(retries):
+        figure += f", throttle {','.join(throttled) or 'none'}, allocator retries {retries}"
+    return figure, details
 
 
-def time_trainer(session: Session, shape: str, folder: Path) -> tuple[str, dict]:
-    """The grouped Trainer (transformers' run_mlm.py default) at the same shape: the baseline the ratio is against."""
-    import torch
+def _retries(run: dict) -> int | None:
+    state = run.get("device_state") or {}
+    before, after = state.get("before"), state.get("after")
+    return after["alloc_retries"] - before["alloc_retries"] if before and after else None
 
+
+def profile_row(session: Session, shape: str, run: dict) -> tuple[str, dict]:
+    """The profiled arm's row: seconds per step by part and the top kernels, with no tokens/s or MFU (its steps are
+    synchronised)."""
+    profile = run.get("profile", {})
+    parts = ("total", "attention_forward", "attention_backward", "loss", "head_backward", "optimizer", "data_wait",
+             "forward_other", "backward_other", "unaccounted")
+    figure = "per step (s): " + ", ".join(f"{k} {profile[k]:.4f}" for k in parts if isinstance(profile.get(k), float))
+    return figure, {"profile": profile, "profile_folder": run.get("profile_folder"),
+                    "attention_backend": run.get("attention_backend"), "compiled": run.get("compiled")}
+
+
+def time_probe(session: Session, shape: str) -> tuple[str, dict]:
+    """The MLM loss kernels `auto` chooses among, timed and checked against ours on the shape one micro-batch of this
+    preset gives (the masked rows x hidden x vocabulary, bf16 on a GPU). On the CPU (the rehearsal) `dense` is named,
+    since `auto` times nothing there."""
+    torch = _torch()
+    from hf_encoderize.objectives.loss_kernels import choose_loss_implementation
+
+    preset = bench.PRESETS[shape]
+    rows = round(bench.MASK_RATIO * preset["rows"] * preset["seq_len"])
+    device = torch.device("cuda" if session.cuda else "cpu")
+    dtype = torch.bfloat16 if session.cuda else torch.float32
+    model = preset["model"]
+    name, report = choose_loss_implementation("auto" if session.cuda else "dense", device, model["hidden_size"],
+                                              model["vocab_size"], rows, dtype)
+    seconds = report.get("seconds", {})
+    figure = f"chosen {name}; " + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in sorted(seconds.items(),
+                                                                                       key=lambda kv: kv[1]))
+    if report.get("failed"):
+        figure += "; left out: " + "; ".join(f"{k} ({v})" for k, v in report["failed"].items())
+    return figure, {"loss_probe": report}
+
+
+def time_trainer(session: Session, shape: str, folder: Path, realistic: bool = False) -> tuple[str, dict]:
+    """The grouped Trainer (transformers' run_mlm.py default) at the same shape: the baseline the ratio is against;
+    `realistic`: given the tokens-per-step arm's gradient accumulation."""
+    torch = _torch()
+    preset = dict(bench.PRESETS[shape])
+    if realistic:
+        preset.update(SHORT)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
-    result = bench.run_trainer(bench.PRESETS[shape], folder, grouped=True)
+    before = bench.device_state()
+    result = bench.run_trainer(preset, folder, grouped=True,
+                               tokens_per_step=tokens_per_step(session) if realistic else None)
+    result["device_state"] = {"before": before, "after": bench.device_state()}
     result["tokens_per_s"] = result["tokens"] / result["seconds"]
     result["device"] = session.device_name
     result.update(bench.utilisation(folder, result))
     if torch.cuda.is_available():
         result["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
     shutil.rmtree(folder / "trainer-out", ignore_errors=True)
-    return f"padding {result.get('padding_fraction', 0):.1%}", result
+    return f"accum {result['grad_accum']}, padding {result.get('padding_fraction', 0):.1%}", result
 
 
 def gpu_check_row(session: Session, check: Callable, *args) -> tuple[str, dict]:
@@ -272,8 +392,10 @@ def gpu_check_row(session: Session, check: Callable, *args) -> tuple[str, dict]:
 
 
 def plan(session: Session, shapes: tuple[str, ...], limits: dict) -> list[tuple[str, float, Callable]]:
-    """The parts in the GPU issue's order: profile first at every shape, then each arm across the shapes."""
+    """The parts in `ORDER` (the GPU issue's order), each shape staged when first needed; on the smoke rehearsal both
+    of ORDER's shapes are the one smoke shape."""
     folders: dict[str, Path] = {}
+    size = {"large": shapes[-1], "small": shapes[0]}
 
     def staged(shape: str) -> Path:
         if shape not in folders:
@@ -281,13 +403,24 @@ def plan(session: Session, shapes: tuple[str, ...], limits: dict) -> list[tuple[
         return folders[shape]
 
     parts = [(f"{shape} stage", limits["stage"], lambda s=shape: ("built", {"folder": str(staged(s))}))
-             for shape in shapes]
-    by_arm = {arm.name: arm for arm in ARMS}
-    for name in ("profile", "sdpa", "trainer_grouped", "compiled", "compiled_rows2x", "liger_fused"):
-        for shape in shapes:
-            body = (partial(lambda s: time_trainer(session, s, staged(s)), shape) if name == "trainer_grouped"
-                    else partial(lambda s, a: time_arm(session, s, staged(s), a), shape, by_arm[name]))
-            parts.append((f"{shape} {name}", limits["arm"], body))
+             for shape in dict.fromkeys((size["large"], size["small"]))]
+    seen = set()
+    for name, which in ORDER:
+        shape = size[which]
+        if (name, shape) in seen:  # the smoke rehearsal: one shape stands for both
+            continue
+        seen.add((name, shape))
+        if name.startswith("trainer_grouped"):
+            body = partial(lambda s, r: time_trainer(session, s, staged(s), realistic=r), shape,
+                           name.endswith("tokens_per_step"))
+            limit = limits["arm"]
+        elif name == "probe":
+            body, limit = partial(time_probe, session, shape), limits["arm"]
+        else:
+            arm = ARMS[name]
+            body = partial(lambda s, a: time_arm(session, s, staged(s), a), shape, arm)
+            limit = limits["arm"] * arm.repeats
+        parts.append((f"{shape} {name}", limit, body))
     parts.append(("accelerate fsdp", limits["launcher"],
                   lambda: gpu_check_row(session, gpu_check.check_accelerate, "fsdp")))
     return parts
@@ -338,9 +471,11 @@ def main(argv: list[str] | None = None) -> int:
     go.add_argument("--wheels", help="install this folder (scripts/gpu_wheels.sh) into OUT/site first")
     go.add_argument("--shapes", default=",".join(SHAPES))
     go.add_argument("--smoke", action="store_true", help="the `smoke` preset, a CPU allowed: the rehearsal")
-    go.add_argument("--budget-s", type=float, default=480.0, help="the whole session (default 480 s: 8 minutes)")
+    go.add_argument("--budget-s", type=float, default=520.0,
+                    help="the whole session (default 520 s: under 9 minutes of one process, in a 15-minute window)")
     go.add_argument("--stage-limit-s", type=float, default=90.0, help="building one shape's model on the device")
-    go.add_argument("--arm-limit-s", type=float, default=75.0, help="one timed arm at one shape")
+    go.add_argument("--arm-limit-s", type=float, default=75.0,
+                    help="one run of a timed arm at one shape (an arm run twice gets twice this)")
     go.add_argument("--launcher-limit-s", type=float, default=120.0, help="the FSDP2 launch, and its reload")
     go.add_argument("--keep-work", action="store_true")
     args = parser.parse_args(argv)

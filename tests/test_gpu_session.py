@@ -30,10 +30,10 @@ def test_a_part_past_its_limit_is_a_row_and_the_session_goes_on(tmp_path):
     done, rows = _session(tmp_path, "--arm-limit-s", "0.5")
     by_part = {row["part"]: row for row in rows}
     assert by_part["smoke stage"]["status"] == "pass"
-    assert by_part["smoke profile"]["status"] == "fail"
-    assert "time limit" in by_part["smoke profile"]["figure"]
+    assert by_part["smoke default"]["status"] == "fail"
+    assert "time limit" in by_part["smoke default"]["figure"]
     # every later part still ran (and was cut, or skipped for want of CUDA), and the table was written
-    assert {"smoke sdpa", "smoke trainer_grouped", "smoke compiled", "accelerate fsdp"} <= set(by_part)
+    assert {"smoke sdpa", "smoke trainer_grouped", "smoke default", "smoke probe", "accelerate fsdp"} <= set(by_part)
     assert done.returncode == 1
     assert "smoke sdpa" in (tmp_path / "out" / "session.md").read_text()
 
@@ -43,11 +43,47 @@ def test_the_smoke_session_times_every_arm_in_one_process(tmp_path):
     done, rows = _session(tmp_path, "--budget-s", "600")
     assert done.returncode == 0, done.stderr[-3000:]
     by_part = {row["part"]: row for row in rows}
-    for part in ("smoke sdpa", "smoke compiled", "smoke compiled_rows2x", "smoke trainer_grouped"):
+    for part in ("smoke default", "smoke default_rows2x", "smoke tokens_per_step", "smoke sdpa",
+                 "smoke trainer_grouped", "smoke trainer_grouped_tokens_per_step"):
         assert by_part[part]["status"] == "pass", by_part[part]
         assert by_part[part]["tokens_per_s"] > 0
-    assert by_part["smoke compiled_rows2x"]["figure"].startswith("rows 8")
-    assert by_part["smoke profile"]["profile"]["total"] > 0
+    default = by_part["smoke default"]
+    assert len(default["tokens_per_s_runs"]) == 2  # each timed arm twice
+    assert default["attention_backend"] == "sdpa"  # what `auto` ran on the CPU, named in the row
+    # the default arm compiles (as on a GPU) and its row says dynamo neither broke the graph nor hit its limit
+    assert default["compiled"]["on"] and default["compiled"]["graph_breaks"] == 0
+    assert default["compiled"]["recompile_limit_hits"] == 0
+    assert by_part["smoke sdpa"]["attention_backend"] == "sdpa" and not by_part["smoke sdpa"]["compiled"]["on"]
+    assert by_part["smoke default_rows2x"]["figure"].startswith("rows 8 x accum 1")
+    assert by_part["smoke tokens_per_step"]["grad_accum"] == 4  # 2048 tokens a step over 4 x 128-token rows
+    assert by_part["smoke trainer_grouped_tokens_per_step"]["grad_accum"] == 4  # the Trainer given the same
+    probe = by_part["smoke probe"]["loss_probe"]
+    assert set(probe["seconds"]) == {"fused", "dense"} and not probe["failed"]  # the new candidate agrees with ours
+    profile = by_part["smoke profile"]
+    assert "tokens_per_s" not in profile and "mfu" not in profile  # a synchronised step's speed is not the run's
+    assert profile["profile"]["total"] > 0 and profile["profile"]["attention_backward"] > 0
+    assert 0 < len(profile["profile"]["top_kernels"]) <= 20
+    assert (Path(profile["profile_folder"]) / "trace.json").is_file()  # kept after the run folder is deleted
     assert by_part["accelerate fsdp"]["status"] == "skipped"  # needs CUDA: said, not failed
     summary = json.loads((tmp_path / "out" / "session.json").read_text())
     assert summary["device"] == "cpu" and len(summary["rows"]) == len(rows)
+
+
+def test_the_plan_runs_the_default_path_first_and_fsdp_last(tmp_path):
+    """The GPU issue's order, most important first, on the GPU shapes (nothing is built: only the plan is read)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_session_plan", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_session_plan"] = module
+    spec.loader.exec_module(module)
+    session = module.Session(tmp_path, tmp_path, 0.0, False, True, "H200", [])
+    names = [name for name, _, _ in module.plan(session, ("gpu-0.5b", "gpu-1b"),
+                                                 {"stage": 90, "arm": 75, "launcher": 120})]
+    assert names[:4] == ["gpu-1b stage", "gpu-0.5b stage", "gpu-1b default", "gpu-1b default_rows2x"]
+    assert names.index("gpu-1b tokens_per_step") < names.index("gpu-0.5b default") < names.index("gpu-1b sdpa")
+    assert names.index("gpu-1b trainer_grouped_tokens_per_step") < names.index("gpu-1b probe")
+    assert names[-1] == "accelerate fsdp"
+    limits = {name: limit for name, limit, _ in module.plan(session, ("gpu-0.5b", "gpu-1b"),
+                                                             {"stage": 90, "arm": 75, "launcher": 120})}
+    assert limits["gpu-1b default"] == 150  # run twice, so twice the time
