@@ -321,23 +321,31 @@ def render(table: dict, budget: str, seeds: list[int], orders: int = 1, tokens_p
 # ------------------------------------------------------------------------------------------------------- main
 
 
+def prepare_order(out: Path, p: dict, order: int) -> Path:
+    """OUT/orderN: the corpus split, the BPE and the model config of one data order (CPU work, done once)."""
+    from biphasic_small import train_tokenizer
+
+    work = out / f"order{order}"
+    if not (work / "config.json").is_file():
+        longest = max(p["cpt_steps"]) if isinstance(p["cpt_steps"], tuple) else p["cpt_steps"]
+        cpt_share = longest / (p["pretrain_steps"] + longest)
+        work.mkdir(parents=True, exist_ok=True)
+        (work / "corpus.json").write_text(json.dumps(build_corpus(work, p["corpus_tokens"], order, cpt_share)))
+        tokenizer = train_tokenizer(work / "pretrain.jsonl", work / "tokenizer", p["vocab"])
+        write_model_config(work / "config.json", p, len(tokenizer))
+    return work
+
+
 def run(budget: str, out: Path, threads: int = 1) -> dict:
     """The whole chain for one preset; returns what headline.json holds."""
     import torch
-    from biphasic_small import train_tokenizer
 
     torch.set_num_threads(threads)
     p, started, arms = PRESETS[budget], time.time(), {}
     out.mkdir(parents=True, exist_ok=True)
-    cpt_share = p["cpt_steps"] / (p["pretrain_steps"] + p["cpt_steps"])
     facts = {"budget": budget, "preset": {k: list(v) if isinstance(v, tuple) else v for k, v in p.items()}}
     for order in p["orders"]:
-        work = out / f"order{order}"
-        if not (work / "config.json").is_file():
-            (work / "corpus.json").parent.mkdir(parents=True, exist_ok=True)
-            (work / "corpus.json").write_text(json.dumps(build_corpus(work, p["corpus_tokens"], order, cpt_share)))
-            tokenizer = train_tokenizer(work / "pretrain.jsonl", work / "tokenizer", p["vocab"])
-            write_model_config(work / "config.json", p, len(tokenizer))
+        work = prepare_order(out, p, order)
         with contextlib.redirect_stdout(sys.stderr):
             for arm in ("clm", "mlm"):
                 arms[f"{arm}-order{order}"] = run_arm(work, arm, p, order, threads)
