@@ -189,3 +189,38 @@ def test_compiled_layers_compile_once_across_packed_layouts(backend):
             packed_forward(model.model, torch.randint(0, 100, (2, 16)), docs, packed=packed_inputs(docs, backend),
                            use_cache=False)
     assert len(graphs) == 1
+
+
+@pytest.mark.slow
+def test_pretrain_switches_compiled_layers_to_bidirectional(tmp_path):
+    """Compiling is the default on a GPU, pretrain included: its CLM -> MLM switch patches attention mid-run, and the
+    compiled layers must follow it (dynamo guards what the patch changes and recompiles), not keep a causal graph.
+    The compiled run gives the eager run's losses in both phases (a causal MLM phase would not), and passes the
+    bidirectional probe at the switch and at the end."""
+    from conftest import make_tokenizer
+
+    from hf_encoderize.data.sources import DataConfig
+    from hf_encoderize.objectives.masking import MaskingConfig
+    from hf_encoderize.recipes.pretrain import PretrainConfig, pretrain
+    from hf_encoderize.training.train_config import TrainConfig
+
+    make_decoder().config.to_json_file(tmp_path / "config.json")
+    make_tokenizer().save_pretrained(tmp_path / "tokenizer")
+    with (tmp_path / "docs.jsonl").open("w") as handle:
+        for index in range(200):
+            handle.write(json.dumps({"text": " ".join(f"w{(index * 7 + i) % 60}" for i in range(6 + index % 12))}))
+            handle.write("\n")
+    losses = {}
+    for compiled in (False, True):
+        spec = PretrainConfig(model_config=str(tmp_path / "config.json"), tokenizer=str(tmp_path / "tokenizer"),
+                              schedule="clm:0.5,mlm:0.5")
+        out = tmp_path / f"run-{compiled}"
+        pretrain(spec, DataConfig(data_files=str(tmp_path / "docs.jsonl"), seq_len=32, eval_documents=8),
+                 MaskingConfig(), TrainConfig(output_dir=str(out), steps=6, batch_size=4, lr=3e-3, save_every=100,
+                                              eval_every=0, log_every=1, progress=False, compile=compiled))
+        records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        losses[compiled] = [r["loss"] for r in records if r["kind"] == "train"]
+        record = json.loads((out / "run_record.json").read_text())
+        assert record["compiled"]["on"] is compiled
+    assert len(losses[True]) == 6
+    torch.testing.assert_close(torch.tensor(losses[True]), torch.tensor(losses[False]), rtol=2e-3, atol=2e-3)
