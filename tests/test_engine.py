@@ -175,6 +175,26 @@ def test_fused_adamw_on_cpu_trains_a_non_contiguous_parameter_right(decoder_dir,
         torch.testing.assert_close(transposed[name], parameter, rtol=0, atol=1e-6, msg=name)
 
 
+def test_clipping_folded_into_the_fused_step_trains_as_clip_grad_norm_does(decoder_dir, corpus, tmp_path):
+    """On one process with fused AdamW, clipping rides on the optimizer step (`loop.clip_gradients`: the fused kernel
+    divides each gradient by 1 / coefficient) instead of a pass that scales every gradient first. At a max norm the
+    gradients exceed (so the clip acts on every step), the weights after 4 steps equal those of accelerate's
+    `clip_grad_norm_` then the step, to float rounding, and the recorded norms are the same."""
+    runs = {}
+    for fold in (True, False):
+        run, model = _engine_with(decoder_dir, corpus, tmp_path / f"fold-{fold}", transposed=False)
+        assert run.fold_clip  # one process, fused AdamW, no fp16 scaler
+        run.fold_clip = fold
+        run.train = type(run.train)(**{**run.train.__dict__, "max_grad_norm": 0.05})
+        norms = [float(train_step(run)["totals"][2]) for _ in range(4)]
+        runs[fold] = (dict(model.named_parameters()), norms)
+    (folded, folded_norms), (plain, plain_norms) = runs[True], runs[False]
+    assert min(plain_norms) > 0.05  # the clip acted on every step
+    torch.testing.assert_close(torch.tensor(folded_norms), torch.tensor(plain_norms), rtol=1e-5, atol=0)
+    for name, parameter in plain.items():
+        torch.testing.assert_close(folded[name], parameter, rtol=0, atol=1e-6, msg=name)
+
+
 def test_step_times_include_the_wait_for_the_device(tmp_path, monkeypatch):
     """The host runs ahead of a GPU, so a step's host time is only its queueing time; the sync at a flush waits for
     the device to finish the pending steps, and that wait is theirs. Here reading the figures takes 0.3 s (a device

@@ -68,6 +68,9 @@ class Run:
     """Step -> the config facts of an intermediate encoder (`--export-steps`, `engine.export`)."""
     export_dtype: torch.dtype | None
     """The dtype encoders are saved in (the loaded one; training may hold fp32 master weights); None: the model's."""
+    fold_clip: bool
+    """Gradient clipping is folded into the fused AdamW step (`loop.clip_gradients`): the optimizer divides each
+    gradient by 1 / clip coefficient as it reads it, instead of a separate pass that scales every gradient first."""
     compiled: dict
     """Whether the decoder layers were compiled and why (`compiling.compile_decision`), with dynamo's counters as they
     stood before (`dynamo_counters`); the run record gets the difference at the end."""
@@ -117,6 +120,7 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
     loss_model, optimizer = accelerator.prepare(loss_model, optimizer)
     loss_kernel, loss_report = pick_loss_kernel(accelerator, loss_model, train.loss_implementation,
                                                 masked_rows=round(masking.mask_ratio * train.batch_size * data.seq_len))
+    fold_clip = fused and clip_can_fold(accelerator)
     if torch.cuda.is_available():  # the probe's scratch tensors are not the run's memory: peak memory counts from here
         torch.cuda.reset_peak_memory_stats()
     embeddings = model.get_input_embeddings().weight
@@ -142,7 +146,17 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
     held_out = held_out_batches(documents, Packer(tokenizer, data.seq_len, pack), data.eval_documents,
                                 data.eval_max_rows, train.batch_size)
     return Run(accelerator, loss_model, optimizer, scheduler, rows, masker, tokenizer, held_out, train,
-               Path(output_dir), loss_kernel, loss_report, export_facts, export_dtype, compiled)
+               Path(output_dir), loss_kernel, loss_report, export_facts, export_dtype, fold_clip, compiled)
+
+
+def clip_can_fold(accelerator) -> bool:
+    """Whether clipping can ride on the fused AdamW step: every gradient whole on this process (one process, DDP; not
+    FSDP's shards or DeepSpeed's partitions, whose norms their engines compute) and no fp16 loss scaler (which uses the
+    fused step's `grad_scale` itself)."""
+    from accelerate.utils import DistributedType
+
+    whole = (DistributedType.NO, DistributedType.MULTI_GPU, DistributedType.MULTI_CPU)
+    return accelerator.distributed_type in whole and str(accelerator.mixed_precision) != "fp16"
 
 
 def pick_loss_kernel(accelerator, loss_model, requested: str, masked_rows: int) -> tuple[Callable | None, dict]:

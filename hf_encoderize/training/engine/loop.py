@@ -161,8 +161,7 @@ def train_step(run: Run, with_accuracy: bool = False) -> dict:
                 accelerator.backward(loss * scale)
             with section("optimizer"):
                 if accelerator.sync_gradients:
-                    grad_norm = accelerator.clip_grad_norm_(run.model.parameters(), train.max_grad_norm)
-                    grad_norm = _finite_or_skip(grad_norm, run)
+                    grad_norm = _finite_or_skip(clip_gradients(run), run)
                 run.optimizer.step()
                 run.optimizer.zero_grad()
         loss_sum, correct = loss_sum + loss.detach().float(), correct + right
@@ -171,6 +170,26 @@ def train_step(run: Run, with_accuracy: bool = False) -> dict:
     totals = accelerator.reduce(totals, reduction="sum")
     return {"totals": totals, "counts": counts, "processes": processes, "objective": run.masker.objective,
             "with_accuracy": with_accuracy, "data_wait_s": run.rows.take_wait()}
+
+
+def clip_gradients(run: Run):
+    """Clip the global batch's gradients to `--max-grad-norm` and return their norm before clipping.
+
+    Where the optimizer is torch's fused AdamW and every gradient is whole here (`build.clip_can_fold`), the clip is
+    folded into the step: the norm is computed (one read of the gradients) and the fused kernel is given
+    `grad_scale = 1 / coefficient`, which it divides each gradient by as it reads it, the way it unscales fp16
+    gradients for GradScaler. `clip_grad_norm_` would read and write every gradient once more to scale it first. The
+    coefficient is `clip_grad_norm_`'s own, max_norm / (norm + 1e-6) capped at 1, so the update is the same but for
+    the rounding of one division against one multiplication (`tests/test_engine.py`)."""
+    accelerator, train = run.accelerator, run.train
+    if not run.fold_clip:
+        return accelerator.clip_grad_norm_(run.model.parameters(), train.max_grad_norm)
+    grads = [p.grad for p in run.model.parameters() if p.grad is not None]
+    norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0, foreach=True)
+    coefficient = (train.max_grad_norm / (norm + 1e-6)).clamp(max=1.0)
+    optimizer = getattr(run.optimizer, "optimizer", run.optimizer)  # Accelerate's wrapper holds torch's AdamW
+    optimizer.grad_scale = coefficient.reciprocal().float()  # read by the next fused step (torch.optim.adamw)
+    return norm
 
 
 def _finite_or_skip(grad_norm, run: Run):
