@@ -218,3 +218,34 @@ def test_a_resume_on_a_corpus_edited_after_its_first_mib_is_refused(record, deco
         with pytest.raises(EncoderizeError, match=r"data.data_files was"):
             _cut_run(decoder_dir, corpus, out, resume=True)
         assert _files(out) == before
+
+
+# ------------------------------------------------------------------------------------------------ text units
+
+
+@pytest.mark.parametrize("unit", [None, "file"])
+def test_a_txt_document_too_long_to_hold_is_refused_naming_the_line_unit(unit, decoder_dir, tmp_path, capsys):
+    """A .txt with no blank line under the default paragraph unit was one document read whole: 10 MB peaked at
+    3.5 GB, 200 MB was killed (exit 137); the refusal that came named --eval-documents, not the unit."""
+    lines = tmp_path / "lines.txt"
+    lines.write_text("".join(" ".join(f"w{(d + i) % 120}" for i in range(12)) + "\n" for d in range(40000)))
+    assert lines.stat().st_size > 1.2 * (1 << 20)
+    argv = ["cpt", str(decoder_dir), "--data-files", str(lines), "--max-steps", "1", "--output-dir",
+            str(tmp_path / "out"), *TINY, *(["--text-unit", unit] if unit else [])]
+    capsys.readouterr()
+    assert main(argv) == 2
+    one_error(capsys.readouterr().err, "lines.txt", "--text-unit line", "1 MiB")
+    assert not (tmp_path / "out").exists()
+    argv[argv.index(str(tmp_path / "out"))] = str(tmp_path / "by-line")
+    assert main([*argv, "--text-unit", "line"]) == 0, capsys.readouterr().err  # the unit the file holds
+
+
+def test_paragraphs_split_by_windows_blank_lines_are_not_one_document(tmp_path):
+    from hf_encoderize.data.sources import check_document_size
+
+    text = tmp_path / "crlf.txt"
+    text.write_bytes(b"".join(b"w1 w2 w3 " * 200 + b"\r\n\r\n" for _ in range(1000)))  # 1.8 MB of 1.8 kB paragraphs
+    check_document_size([str(text)], "paragraph")
+    text.write_bytes(text.read_bytes().replace(b"\r\n\r\n", b"\r\n"))
+    with pytest.raises(Exception, match="--text-unit line"):
+        check_document_size([str(text)], "paragraph")

@@ -37,6 +37,7 @@ from hf_encoderize.common.identity import HARMLESS, identity
 from hf_encoderize.common.validation import check_choice, check_number
 
 PRECHECK_BYTES = 64 << 20  # local sources up to this size are read through (not tokenized) before training
+MAX_DOCUMENT_BYTES = 1 << 20  # a .txt document over this is refused (`check_document_size`): it is read whole
 HEAD_BYTES = 1 << 20  # the chunk `file_identity` reads; once the only part of each file hashed
 _BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 TextUnit = Literal["line", "paragraph", "file"]
@@ -223,6 +224,38 @@ def local_files(spec: str, builders: dict[str, str] = _BUILDERS) -> list[str]:
     return files
 
 
+def check_document_size(files: list[str], unit: TextUnit) -> None:
+    """Refuse, by a streamed scan before anything is read whole, a .txt document over `MAX_DOCUMENT_BYTES`: the text
+    builder holds a document in memory whole and the tokenizer multiplies it (a 10 MB paragraph peaked at 3.5 GB, a
+    200 MB one was killed). A file with no blank line under `paragraph` is the usual cause: its unit is the line."""
+    for path in files:
+        if unit == "line":
+            return
+        size = os.path.getsize(path) if unit == "file" else _longest_paragraph(path, MAX_DOCUMENT_BYTES)
+        if size > MAX_DOCUMENT_BYTES:
+            what = "is over" if unit == "file" else "has a paragraph (text without a blank line) of over"
+            raise EncoderizeError(f"{path} {what} {MAX_DOCUMENT_BYTES >> 20} MiB, and --text-unit {unit} reads it "
+                                  "as one document held whole in memory; if the file holds one text per line, pass "
+                                  "--text-unit line (or split it into paragraphs with blank lines)")
+
+
+def _longest_paragraph(path: str, limit: int) -> int:
+    """The bytes of `path`'s longest run without a blank line, read in chunks; stops once a run passes `limit`."""
+    longest, run, ended_in_newline = 0, 0, False
+    with open(path, "rb") as handle:
+        while chunk := handle.read(HEAD_BYTES):
+            chunk = chunk.replace(b"\r\n", b"\n")  # the builder reads universal newlines
+            if ended_in_newline and chunk.startswith(b"\n"):
+                run, chunk = 0, chunk[1:]
+            for index, part in enumerate(chunk.split(b"\n\n")):
+                run = run + len(part) if index == 0 else len(part)
+                longest = max(longest, run)
+            if longest > limit:
+                break
+            ended_in_newline = chunk.endswith(b"\n")
+    return longest
+
+
 def blank_file(path: str) -> bool:
     """An empty file, or a small one of whitespace only (datasets' JSON builder reads one as a bare StopIteration)."""
     size = os.path.getsize(path)
@@ -253,6 +286,8 @@ def load_documents(cfg: DataConfig):
             builders = {_BUILDERS[os.path.splitext(f)[1]] for f in files}
             if len(builders) > 1:
                 raise EncoderizeError("--data-files mixes file types; pass one kind (.txt, .jsonl or .parquet)")
+            if builders == {"text"}:
+                check_document_size(files, cfg.text_unit)
             source = LocalFiles(files, builders.pop(), text_unit=cfg.text_unit)
         else:
             source = datasets.load_dataset(cfg.dataset, cfg.dataset_config, split=cfg.split, streaming=cfg.streaming)
