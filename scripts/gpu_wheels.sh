@@ -14,8 +14,11 @@
 # it pulls: the GPU machine's own CUDA build stays, and the resolution keeps to its torch version.
 # The `kernels` extra (liger-kernel, cut-cross-entropy: pure Python on the machine's own triton) always goes in, so
 # the MLM loss probe (`--loss-implementation auto`) has its candidates. GPU_WHEELS_EXTRAS="bitsandbytes" adds optional
-# GPU packages that PyPI has as wheels (the QLoRA row). deepspeed and flash-attn are sdists that compile against
-# torch: build their wheels where that torch is, and put them in DIR.
+# GPU packages that PyPI has as wheels (the QLoRA row). DeepSpeed (the ZeRO-2/3 rows) is an sdist: it is built here
+# with DS_BUILD_OPS=0, so no op is compiled (a pure-Python wheel; its ops would JIT-compile on first use, and none is
+# used: the shipped ZeRO configs name no DeepSpeed optimizer, so the engine's torch AdamW runs and nothing compiles on
+# the device); its runtime requirements join the resolution. GPU_WHEELS_DEEPSPEED=0 leaves it out. flash-attn
+# compiles CUDA kernels against torch: build its wheel where that torch is, and put it in DIR.
 # FREEZE may also list bare package names (present, version unknown: taken as good enough).
 set -euo pipefail
 out=$(realpath -m "${1:?usage: bash scripts/gpu_wheels.sh OUTDIR [FREEZE]}")
@@ -34,15 +37,31 @@ platform+=(--platform manylinux2014_x86_64 --platform manylinux2010_x86_64 --pla
 [ -d build ] && had_build=1 || had_build=
 "${pip[@]}" wheel -q --no-deps -w "$out" . "seqeval>=1.2"
 [ -n "$had_build" ] || rm -rf build  # setuptools' in-tree leftovers
+if [ "${GPU_WHEELS_DEEPSPEED:-1}" != 0 ]; then
+    if python3 -c "import torch" 2>/dev/null; then  # its setup.py imports torch: built without isolation, here
+        ds="$(python3 -c 'import importlib.metadata as m; print("deepspeed==" + m.version("deepspeed"))' 2>/dev/null \
+            || echo "deepspeed>=0.15")"  # the version the tests ran with, where installed
+        DS_BUILD_OPS=0 "${pip[@]}" wheel -q --no-deps --no-build-isolation -w "$out" "$ds"
+    else
+        echo "gpu_wheels.sh: no torch in $(command -v python3): deepspeed not built (run inside the project's venv)" >&2
+    fi
+fi
 
 # Our runtime requirements (seqeval is built above), resolved afresh at the machine's torch version.
-python3 - "$tmp" "$freeze" <<'EOF'
+GPU_WHEELS_OUT="$out" python3 - "$tmp" "$freeze" <<'EOF'
 import os, re, sys, tomllib
 tmp, freeze = sys.argv[1], sys.argv[2]
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
 ours = [r for r in project["dependencies"] + project["optional-dependencies"]["gguf"] if not r.startswith("seqeval")]
 ours += project["optional-dependencies"]["kernels"]  # pure-Python Triton kernels: the loss probe's candidates
 ours += os.environ.get("GPU_WHEELS_EXTRAS", "").split()
+import glob, zipfile  # the built DeepSpeed wheel's own runtime requirements (no extras; torch stays the machine's)
+out = os.environ["GPU_WHEELS_OUT"]
+for wheel in glob.glob(f"{out}/deepspeed-*.whl"):
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = archive.read(next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    ours += [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")
+             and "extra ==" not in line and not line.split(":", 1)[1].strip().startswith("torch")]
 open(f"{tmp}/ours.txt", "w").write("\n".join(ours) + "\n")
 torch = [m.group(1) for line in open(freeze) if (m := re.match(r"^torch==([^+\s]+)", line.strip()))]
 open(f"{tmp}/torch.txt", "w").write(f"torch=={torch[0]}\n" if torch else "torch\n")
