@@ -249,3 +249,23 @@ def test_paragraphs_split_by_windows_blank_lines_are_not_one_document(tmp_path):
     text.write_bytes(text.read_bytes().replace(b"\r\n\r\n", b"\r\n"))
     with pytest.raises(Exception, match="--text-unit line"):
         check_document_size([str(text)], "paragraph")
+
+
+# ------------------------------------------------------------------------------------------------ the lock
+
+
+@pytest.mark.parametrize("command", ["cpt", "convert"])
+def test_a_lock_that_is_a_folder_is_one_line(command, decoder_dir, tmp_path, capsys):
+    """A `.hf-encoderize.lock` that is a directory: IsADirectoryError (the files were intact)."""
+    out = tmp_path / "out"
+    (out / ".hf-encoderize.lock").mkdir(parents=True)
+    (out / ".hf-encoderize.lock" / "mine.txt").write_text("the user's\n")
+    before = _files(out)
+    argv = [command, str(decoder_dir), "--output-dir", str(out)] if command == "cpt" else \
+        [command, str(decoder_dir), str(out)]
+    if command == "cpt":
+        argv += ["--data-files", str(_docs(tmp_path / "docs.jsonl")), "--max-steps", "1", *TINY]
+    capsys.readouterr()
+    assert main(argv) == 2
+    one_error(capsys.readouterr().err, ".hf-encoderize.lock", "is a folder")
+    assert _files(out) == before

@@ -257,6 +257,7 @@ def check_unlocked(folder: Path) -> None:
     """Refuse a folder a live run holds (its lock names a process that is running)."""
     if Path(folder).resolve() in _HELD:
         return
+    _check_lock_is_a_file(Path(folder))
     holder = _live_holder(Path(folder))
     if holder:
         _refuse_in_use(folder, holder)
@@ -280,6 +281,7 @@ def acquire_lock(folder: Path, command: str) -> None:
     folder = Path(folder)
     if folder.resolve() in _HELD:
         return
+    _check_lock_is_a_file(folder)
     lock = FileLock(str(folder / LOCK), timeout=0, is_singleton=False)
     try:
         lock.acquire()
@@ -292,6 +294,15 @@ def acquire_lock(folder: Path, command: str) -> None:
     (folder / LOCK).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": command})
                                + "\n")
     _HELD[folder.resolve()] = lock
+
+
+def _check_lock_is_a_file(folder: Path) -> None:
+    """A folder (or a link) where our lock file goes is not ours to replace or delete: refused in one line."""
+    lock = folder / LOCK
+    if lock.is_symlink() or (lock.exists() and not lock.is_file()):
+        kind = "a symlink" if lock.is_symlink() else "a folder"
+        raise EncoderizeError(f"{str(lock)!r} is {kind}, not hf-encoderize's lock file; move it away (it is not ours "
+                              "to delete) or pick another --output-dir")
 
 
 def lock_output(output_dir: str | os.PathLike, command: str) -> Path:
