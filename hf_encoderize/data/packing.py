@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from hf_encoderize.common.errors import EncoderizeError
-from hf_encoderize.data.sources import shuffled
+from hf_encoderize.data.sources import shuffled, too_few_documents
 
 Row = tuple[list[int], list[int]]  # (input_ids, document_ids), both seq_len long
 
@@ -199,13 +199,14 @@ class LaneStream:
         state["carry_doc"] = np.concatenate([state["carry_doc"], np.full(len(tokens), first, dtype=np.int64)])
 
     def _announce(self, passes: int) -> None:
-        """Say loudly, once per pass, that the documents ran out and training repeats them."""
-        if self.warn is not None and passes not in self._announced:
+        """Say loudly, once, that the documents ran out and training repeats them: a small corpus starts a new pass
+        every few steps, and a line for each would bury everything else (the run record counts them)."""
+        if self.warn is not None and not self._announced:
             self._announced.add(passes)
             self.warn(f"warning: the training documents ran out ({self._known_documents or '?'} after the skipped and "
                       f"held-out ones): pass {passes + 1} over them begins, so training now repeats tokens (the paper "
-                      "trains on unique tokens, section 2); add data or lower --max-steps. The run record counts the "
-                      "passes.")
+                      "trains on unique tokens, section 2); add data or lower --max-steps. Later passes are not "
+                      "announced: the run record counts them.")
 
     def _read_more(self, lane: int) -> None:
         """Read documents in order until `lane` has one queued, tokenizing the owned ones in one batch."""
@@ -244,9 +245,7 @@ class LaneStream:
         if self._known_documents is None and count:
             self._known_documents = count
         if not count or count < self.total_lanes:
-            raise EncoderizeError(f"the dataset has {count} training documents after the held-out ones; a step takes "
-                                  f"{self.total_lanes} rows (batch size x processes x accumulation), each packed from "
-                                  "its own documents: add data, or lower --batch-size or --gradient-accumulation-steps")
+            raise EncoderizeError(too_few_documents(count, self.total_lanes))
 
     def snapshot(self) -> dict:
         """The lanes' state, cheaply (for the prefetching thread): carries are shared, never changed in place."""

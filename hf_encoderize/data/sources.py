@@ -8,6 +8,8 @@ Design choices:
   ~25-token fragments. transformers' run_mlm.py also joins lines unless asked for `--line_by_line`.
 - A bad source, an empty one or a wrong text column is a one-line error before any model weight is loaded.
 - The first `eval_documents` documents are held out and never trained on; a source with nothing after them is refused.
+  Unset, it is 64, or 5% (at least one) of a small local corpus, counted when the config is made: run_mlm.py holds
+  out a share (`validation_split_percentage`, 5), and 64 of a 100-document corpus would leave little to train on.
 - Bad contents are one-line errors too: reading goes through `_guarded`, which turns any read/parse error into an
   `EncoderizeError` naming the file and, after re-scanning it (`_diagnose`), the line ("docs.jsonl line 3: not valid
   JSON"). A null or non-string text value is refused with its file and row; empty (or blank) documents are skipped.
@@ -36,6 +38,8 @@ from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, identity
 from hf_encoderize.common.validation import check_choice, check_number
 
+HELD_OUT_DOCUMENTS = 64  # held out by default ...
+HELD_OUT_SHARE = 0.05  # ... unless that is more than run_mlm.py's validation_split_percentage (5) of the corpus
 PRECHECK_BYTES = 64 << 20  # local sources up to this size are read through (not tokenized) before training
 MAX_DOCUMENT_BYTES = 1 << 20  # a .txt document over this is refused (`check_document_size`): it is read whole
 HEAD_BYTES = 1 << 20  # the chunk `file_identity` reads; once the only part of each file hashed
@@ -71,8 +75,9 @@ class DataConfig:
     (a
     hybrid whose state-space layers carry state along a row), then pad, with a warning; --pack on such a model is
     refused. The run record says which."""
-    eval_documents: int = 64
-    """The first N documents are held out for evaluation and never trained on."""
+    eval_documents: int | None = None
+    """The first N documents are held out for evaluation and never trained on (default: 64, or 5% of a local corpus
+    of fewer than 1,280 documents, at least one, as run_mlm.py holds out 5%)."""
     skip_documents: int = 0
     """Training starts this many documents after the held-out ones: continue a stream that an earlier run already
     read (CPT of a base model pretrained here: its run record's `data_position.next_document`), so no token is seen
@@ -90,6 +95,8 @@ class DataConfig:
         check_choice("--text-unit", self.text_unit, DataConfig, "text_unit")  # the Literal's values
         check_number("--max-seq-length", self.seq_len, minimum=8, integer=True)
         check_number("--eval-documents", self.eval_documents, minimum=0, integer=True)
+        if self.eval_documents is None:
+            self.eval_documents = held_out_documents(counted_documents(self))
         check_number("--skip-documents", self.skip_documents, minimum=0, integer=True)
         check_number("--shuffle-buffer", self.shuffle_buffer, minimum=0, integer=True)
         check_number("--max-eval-samples", self.eval_max_rows, minimum=1, integer=True)
@@ -411,18 +418,51 @@ class Documents:
                 yield text
 
 
-def open_documents(cfg: DataConfig) -> Documents:
-    """The configured source's documents, checked to hold some after the `eval_documents` held out."""
+def counted_documents(cfg: DataConfig) -> int | None:
+    """How many documents a local source of at most `PRECHECK_BYTES` holds (read, not tokenized); None for a larger
+    or Hub source, or one that cannot be read (`open_documents` then says why, before any weight loads)."""
+    try:
+        if not cfg.data_files or sum(os.path.getsize(f) for f in local_files(cfg.data_files)) > PRECHECK_BYTES:
+            return None
+        return sum(1 for _ in Documents(*load_documents(cfg)))
+    except (EncoderizeError, OSError):
+        return None
+
+
+def held_out_documents(count: int | None) -> int:
+    """The default held-out count: 64, or 5% (at least one) of a corpus of `count` documents when that is fewer.
+
+    >>> held_out_documents(None), held_out_documents(100_000), held_out_documents(200), held_out_documents(10)
+    (64, 64, 10, 1)
+    """
+    if count is None:
+        return HELD_OUT_DOCUMENTS
+    return min(HELD_OUT_DOCUMENTS, max(1, round(count * HELD_OUT_SHARE)))
+
+
+def open_documents(cfg: DataConfig, rows_per_step: int = 1) -> Documents:
+    """The configured source's documents, checked to hold some after the `eval_documents` held out and, where a
+    small local source is read through, at least `rows_per_step` of them: each row of a step is packed from its own
+    documents (`packing.LaneStream`, which checks a larger source as it streams)."""
     documents = Documents(*load_documents(cfg))
+    count = None
     if cfg.data_files and sum(os.path.getsize(f) for f in local_files(cfg.data_files)) <= PRECHECK_BYTES:
-        for _ in documents:  # read through once: a bad row anywhere fails now, before any weight is loaded
-            pass
+        count = sum(1 for _ in documents)  # read through once: a bad row anywhere fails now, before any weight loads
     first = cfg.eval_documents + cfg.skip_documents
     if next(itertools.islice(iter(documents), first, None), None) is None:
         skipped = f" and the {cfg.skip_documents} skipped" if cfg.skip_documents else ""
         raise EncoderizeError(f"the dataset has no training documents after the {cfg.eval_documents} held out for "
                               f"evaluation{skipped}; add data or lower --eval-documents/--skip-documents")
+    if count is not None and count - first < rows_per_step:
+        raise EncoderizeError(too_few_documents(count - first, rows_per_step))
     return documents
+
+
+def too_few_documents(count: int, rows_per_step: int) -> str:
+    """The refusal of a source with fewer training documents than a step has rows (said before or while streaming)."""
+    return (f"the dataset has {count} training documents after the held-out ones; a step takes {rows_per_step} rows "
+            "(batch size x processes x accumulation), each packed from its own documents: add data, or lower "
+            "--batch-size or --gradient-accumulation-steps")
 
 
 def shuffled(items: Iterable, buffer: int, seed) -> Iterator:

@@ -22,13 +22,14 @@ Collectives (every process calls them, or the launch hangs): `clear_output_dir`'
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.log import get_logger
-from hf_encoderize.common.outputs import finish_run
+from hf_encoderize.common.outputs import MARKER, finish_run, held_here
 from hf_encoderize.common.run_folder import RunFolder
 from hf_encoderize.data.budget import check_document_length, check_token_budget
 from hf_encoderize.data.sources import open_documents
@@ -71,8 +72,34 @@ class Started:
 def run_recipe(recipe: Recipe) -> dict:
     """Set `recipe`'s run up, train it, finish it (module docstring). Returns the summary: the run folder, steps,
     per-step losses, the final held-out loss and masked accuracy, wall time (and the recipe's `summary_extra`)."""
-    started = setup(recipe)
-    return finish(started, train(started))
+    try:
+        started = setup(recipe)
+        trained = train(started)
+    except EncoderizeError:
+        discard_refused_start(recipe)
+        raise
+    return finish(started, trained)
+
+
+def discard_refused_start(recipe: Recipe) -> None:
+    """A fresh run refused before its first optimizer step leaves nothing behind: what it wrote (settings, the base's
+    held-out score, the marker) would make the next try "not empty". Only a folder this process holds the lock of is
+    touched (this run cleared and marked it; a refusal before that wrote nothing); a resumed or branched run, or one
+    that trained a step (its metrics tell what went wrong), keeps its folder as it is."""
+    folder = RunFolder(recipe.output_dir)
+    if recipe.train.resume or recipe.train.from_checkpoint or folder.checkpoints.exists() \
+            or not held_here(folder.root) or '"kind": "train"' in _text(folder.metrics):
+        return
+    for name in (*RunFolder.entries(), MARKER):
+        path = folder.root / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+
+
+def _text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.is_file() else ""
 
 
 def setup(recipe: Recipe) -> Started:
@@ -89,7 +116,8 @@ def setup(recipe: Recipe) -> Started:
     resume_from = prepare_output_dir(output_dir, resume=train.resume, overwrite=train.overwrite, inputs=recipe.inputs,
                                      main_process=accelerator.is_main_process)
     started_at = utc_now()
-    documents = open_documents(recipe.data)  # a bad source fails before any weight is loaded
+    # A bad source, or one too small for a step, fails before any weight is loaded.
+    documents = open_documents(recipe.data, train.batch_size * train.grad_accum * accelerator.num_processes)
     built = recipe.build(accelerator)
     if branch_point:
         recipe.check_branch(branch_point, built)
