@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import contrastive_config
 from hub_server import fake_hub, make_run_folder  # noqa: F401 (fake_hub is a fixture)
 
 from hf_encoderize.cli import main
@@ -269,3 +270,39 @@ def test_a_lock_that_is_a_folder_is_one_line(command, decoder_dir, tmp_path, cap
     assert main(argv) == 2
     one_error(capsys.readouterr().err, ".hf-encoderize.lock", "is a folder")
     assert _files(out) == before
+
+
+# ------------------------------------------------------------------------------------------------ negatives
+
+
+def _triplets(path: Path, same: str, rows: int = 24) -> Path:
+    """anchor/positive/negative rows whose negative is `same` ("anchor", "positive", "some": every third row's)."""
+    def row(i):
+        anchor, positive, other = f"w{i} w{i + 1} w{i + 2}", f"w{i + 1} w{i + 2} w{i + 3}", f"w{i + 60} w{i + 61}"
+        negative = {"anchor": anchor, "positive": positive}.get(same, anchor if i % 3 == 0 else other)
+        return json.dumps({"anchor": anchor, "positive": positive, "negative": negative}) + "\n"
+    path.write_text("".join(row(i) for i in range(rows)))
+    return path
+
+
+@pytest.mark.parametrize("same", ["anchor", "positive"])
+def test_negatives_equal_to_their_own_row_are_refused(same, encoder, tmp_path, capsys):
+    """`contrastive --negative-column` trained silently when every negative was its anchor (or positive)."""
+    data = _triplets(tmp_path / "triplets.jsonl", same)
+    capsys.readouterr()
+    assert main(["contrastive", str(encoder), "--data-files", str(data), "--objective", "supervised",
+                 "--negative-column", "negative", "--output-dir", str(tmp_path / "out"), "--max-steps", "2",
+                 "--batch-size", "4", "--max-seq-length", "16", "--no-progress"]) == 2
+    one_error(capsys.readouterr().err, "--negative-column 'negative'", "every row", "itself")
+    assert not (tmp_path / "out").exists()
+
+
+def test_some_negatives_equal_to_their_row_are_counted(encoder, tmp_path, caplog):
+    from hf_encoderize.recipes.contrastive.rows import load_rows
+
+    data = _triplets(tmp_path / "triplets.jsonl", "some")
+    config = contrastive_config(encoder, data, tmp_path / "out", objective="supervised", negative_column="negative")
+    with caplog.at_level("WARNING", logger="hf_encoderize"):
+        assert len(load_rows(config)) == 24
+    warned = [r.getMessage() for r in caplog.records if "--negative-column" in r.getMessage()]
+    assert len(warned) == 1 and "8 of 24 rows" in warned[0], warned

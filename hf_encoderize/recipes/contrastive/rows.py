@@ -7,8 +7,11 @@ from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import world_size
+from hf_encoderize.common.log import get_logger
 from hf_encoderize.data.sources import blank_file, dataset_patterns, diagnose_files, local_files
 from hf_encoderize.recipes.contrastive.config import BUILDERS, ContrastiveConfig
+
+log = get_logger(__name__)
 
 
 def _columns(config: ContrastiveConfig) -> list[str]:
@@ -54,6 +57,7 @@ def load_rows(config: ContrastiveConfig):
                                                               for c in wanted))
     if config.max_rows:
         rows = rows.select(range(min(config.max_rows, len(rows))))
+    check_negatives(rows, config)
     if len(rows) < 2:
         raise EncoderizeError(f"the training data has {len(rows)} usable row(s) with non-empty {', '.join(wanted)}; "
                               "in-batch negatives need at least 2")
@@ -72,6 +76,24 @@ def load_rows(config: ContrastiveConfig):
         renamed[config.negative_column] = "negative"
     rows = rows.rename_columns({k: v for k, v in renamed.items() if k != v})
     return rows.map(lambda row: {key: (query if key == "anchor" else document) + value for key, value in row.items()})
+
+def check_negatives(rows, config: ContrastiveConfig) -> None:
+    """A negative equal to its row's anchor or positive asks the loss to push a text away from itself: refused when
+    every row's is, a warning with the count when some are."""
+    if not config.negative_column:
+        return
+    own = [config.text_column] if config.objective in ("simcse", "distill") else [config.anchor_column,
+                                                                                   config.positive_column]
+    same = sum(1 for row in rows if row[config.negative_column] in {row[column] for column in own})
+    where = f"--negative-column {config.negative_column!r}"
+    if same == len(rows):
+        raise EncoderizeError(f"{where}: every row's negative is the same text as its {' or '.join(own)}, so the "
+                              "loss would push each text away from itself; point it at a column of other texts, or "
+                              "drop it (the batch's other rows are negatives already)")
+    if same:
+        log.warning(f"{where}: {same} of {len(rows)} rows have a negative equal to their {' or '.join(own)}; those "
+                    "rows push a text away from itself")
+
 
 def rows_used(config: ContrastiveConfig) -> int:
     """How many rows a Hub dataset gives the stage: `--max-train-samples`, else one epoch of the run's steps (every
