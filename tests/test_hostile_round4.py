@@ -306,3 +306,19 @@ def test_some_negatives_equal_to_their_row_are_counted(encoder, tmp_path, caplog
         assert len(load_rows(config)) == 24
     warned = [r.getMessage() for r in caplog.records if "--negative-column" in r.getMessage()]
     assert len(warned) == 1 and "8 of 24 rows" in warned[0], warned
+
+
+# ------------------------------------------------------------------------------------------------ misleading
+
+
+def test_the_headline_recipe_says_why_it_has_no_python(tmp_path):
+    """`examples/headline/run.sh` with a missing PYTHON exited 2 with no output at all (the finder's message went to
+    /dev/null)."""
+    env = {**os.environ, "PYTHON": "no-such-python3", "HF_ENCODERIZE_VENV": str(tmp_path / "venv")}
+    env.pop("VIRTUAL_ENV", None)
+    result = subprocess.run(["bash", str(ROOT / "examples" / "headline" / "run.sh"), "tiny", str(tmp_path / "out")],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("error: ") and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "no-such-python3" in result.stderr and "PYTHON=" in result.stderr
+    assert not (tmp_path / "out").exists()

@@ -7,7 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 budget="${1:-cpu}"
 out="${2:-runs/headline-$budget}"
-py="$(bash scripts/venv_python.sh 2>/dev/null)"
+# The finder's progress lines are left out; its one error line (no such PYTHON, no venv module) is not.
+found="$(bash scripts/venv_python.sh 2>&1)" || { grep '^error:' <<<"$found" >&2; exit 2; }
+py="$(tail -n 1 <<<"$found")"
 # OMP_WAIT_POLICY=PASSIVE: on a shared CPU, spin-waiting OpenMP threads make training crawl (see examples/quickstart.sh).
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 "$py" benchmarks/headline.py --budget "$budget" --out "$out" "${@:3}"
