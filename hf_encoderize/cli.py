@@ -43,7 +43,7 @@ from hf_encoderize.pipeline.commands import cpt_and_push, evaluate_and_push, pre
 from hf_encoderize.pipeline.quickstart import QuickstartConfig, quickstart
 from hf_encoderize.pipeline.run import RunConfig, run
 from hf_encoderize.publish.card import CardConfig, write_card
-from hf_encoderize.publish.export import ExportConfig, export
+from hf_encoderize.publish.export import ExportConfig, export, render_export
 from hf_encoderize.publish.hub import HubConfig, PushConfig, push
 from hf_encoderize.publish.space import PushSpaceConfig, SpaceConfig, launch_space, push_space
 from hf_encoderize.recipes.contrastive import ContrastiveConfig, contrastive
@@ -76,6 +76,10 @@ def _print_summary(summary: dict, *configs) -> None:
 def _print_fields(summary: dict, *configs) -> None:
     for key, value in summary.items():
         print(f"{key}: {value}")
+
+
+def _print_export(result: dict, *configs) -> None:
+    print(render_export(result), end="")
 
 
 def _print_result(result, *configs) -> None:
@@ -126,7 +130,7 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
             write_card, (CardConfig,), _print_result),
     Command("export", "write ONNX (fp32, int8) or GGUF (f32, q8_0) of an encoder or embedding model, each checked "
             "where it runs (ONNX Runtime, llama.cpp)",
-            export, (ExportConfig,), _print_fields),
+            export, (ExportConfig,), _print_export),
     Command("push", "upload the encoder, its card and plots to the Hub (never checkpoints)",
             push, (PushConfig,), _print_upload),
     Command("run", "cpt, eval, card and push in one output folder; a re-run skips finished stages",

@@ -4,6 +4,7 @@ in a process without hf_encoderize; a causal graph is kept out; bad input is one
 import json
 import subprocess
 import sys
+import warnings
 
 import pytest
 from conftest import make_decoder, make_tokenizer
@@ -52,12 +53,20 @@ def texts(tmp_path):
 def test_onnx_export_is_kept_verified_and_on_the_card(tmp_path, texts, capsys):
     encoder = _encoder(tmp_path / "run")
     write_card(CardConfig(str(tmp_path / "run")))
-    assert main(["export", str(tmp_path / "run"), "--check-texts", str(texts)]) == 0
-    assert "model.onnx: verified" in capsys.readouterr().out
+    with warnings.catch_warnings(record=True) as caught:  # the tracer's notes are expected and checked after: -v
+        warnings.simplefilter("always")
+        assert main(["export", str(tmp_path / "run"), "--check-texts", str(texts)]) == 0
+    shown = [w for w in caught if not issubclass(w.category, DeprecationWarning)]  # Python hides those by default
+    assert not [(w.category.__name__, w.filename) for w in shown if "Tracer" in w.category.__name__
+                or "torch/onnx" in w.filename]
+    out = capsys.readouterr().out
+    assert "model.onnx: verified" in out
+    cosine = float(out.split("model.onnx: verified (lowest cosine to PyTorch ")[1].split(")")[0])
     assert (encoder / "onnx" / "model.onnx").is_file() and (encoder / "onnx" / "model_qint8.onnx").is_file()
     record = json.loads((encoder / "export_record.json").read_text())["onnx"]
     fp32, int8 = record["variants"]["model.onnx"], record["variants"]["model_qint8.onnx"]
     assert fp32["min_cosine"] >= 0.999 and int8["min_cosine"] >= 0.99
+    assert round(fp32["min_cosine"], 5) == cosine
     assert fp32["bidirectional"] and int8["bidirectional"] and fp32["hf_encoderize_importable"] is False
     assert len(fp32["padded_lengths"]) >= 3  # texts of several lengths, padded in one batch
     assert {"onnx/model.onnx", "onnx/model_qint8.onnx", "export_record.json"} <= set(upload_set(encoder))  # push

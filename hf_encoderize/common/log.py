@@ -23,6 +23,7 @@ ROOT = "hf_encoderize"
 THIRD_PARTY = ("transformers", "datasets", "accelerate", "huggingface_hub", "onnxruntime", "onnx",
                "sentence_transformers", "urllib3", "filelock", "httpx", "peft")
 _BEFORE: dict[str, int] = {}  # the levels `setup_logging` changed, put back by `teardown_logging`
+_BARS_OFF: list[bool] = []  # non-empty while -q has the libraries' progress bars off
 
 
 def get_logger(name: str) -> logging.Logger:
@@ -40,8 +41,15 @@ class _Format(logging.Formatter):
 
 
 # Library warnings about what this package chose on purpose, dropped unless -v: sentence-transformers 6 warns at every
-# load that a model has a default prompt, and every contrastive model has one (its lead tokens, `lead_token`).
-EXPECTED = (("sentence_transformers", "Default prompt name is set to "),)
+# load that a model has a default prompt, and every contrastive model has one (its lead tokens, `lead_token`);
+# transformers says how it initialises the rows `model.tokens` adds (mean_resizing, chosen there); DeepSpeed (the dev
+# extra brings it in) says, on stdout, that a machine without a GPU runs on the CPU, in every command.
+EXPECTED = (("sentence_transformers", "Default prompt name is set to "),
+            ("transformers.modeling_utils", "The new embeddings will be initialized"),
+            ("transformers.modeling_utils", "The new lm_head weights will be initialized"),
+            ("DeepSpeed", "Setting accelerator to CPU"))
+# Loggers that print through their own handlers (transformers', DeepSpeed's on stdout): filtered at the logger.
+_OWN_HANDLERS = ("transformers.modeling_utils", "DeepSpeed")
 
 
 def _not_expected(record: logging.LogRecord) -> bool:
@@ -73,11 +81,16 @@ def setup_logging(verbosity: int = 0) -> None:
     teardown_logging()
     _BEFORE.update({name: logging.getLogger(name or None).level for name in ("", ROOT, *THIRD_PARTY)})
     root.addHandler(handler)
+    if verbosity <= 0:
+        for name in _OWN_HANDLERS:
+            logging.getLogger(name).addFilter(_not_expected)
     root.setLevel(theirs)  # loggers that log through the root (ONNX Runtime's quantizer does) stay quiet
     logging.getLogger(ROOT).setLevel(ours)
     for name in THIRD_PARTY:
         logging.getLogger(name).setLevel(theirs)
     _library_verbosity(verbose=verbosity > 0)
+    if verbosity < 0:
+        _progress_bars(show=False)
 
 
 def teardown_logging() -> None:
@@ -86,6 +99,10 @@ def teardown_logging() -> None:
     root = logging.getLogger()
     for old in [h for h in root.handlers if h.get_name() == ROOT]:
         root.removeHandler(old)
+    for name in _OWN_HANDLERS:
+        logging.getLogger(name).removeFilter(_not_expected)
+    if _BARS_OFF:
+        _progress_bars(show=True)
     for name, level in _BEFORE.items():
         logging.getLogger(name or None).setLevel(level)
     _BEFORE.clear()
@@ -98,3 +115,16 @@ def _library_verbosity(verbose: bool) -> None:
         imported = sys.modules.get(f"{module}.utils.logging")
         if imported is not None:
             imported.set_verbosity(level)
+
+
+def _progress_bars(show: bool) -> None:
+    """The libraries' own progress bars (loading weights, writing shards, downloads): off under -q, which keeps only
+    warnings and errors, and back on at teardown. huggingface_hub's switch is read by transformers at import; one
+    already imported is told."""
+    from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
+
+    _BARS_OFF.clear() if show else _BARS_OFF.append(True)
+    enable_progress_bars() if show else disable_progress_bars()
+    imported = sys.modules.get("transformers.utils.logging")
+    if imported is not None:
+        imported.enable_progress_bar() if show else imported.disable_progress_bar()

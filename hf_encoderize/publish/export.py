@@ -95,7 +95,21 @@ def export(config: ExportConfig) -> dict:
     card = model_dir / "README.md"
     if card.is_file() and is_generated_card(card):  # a hand-written card is the user's: left as it is
         write_card(CardConfig(str(model_dir)))
-    return {"model": str(model_dir), **{name: v["verdict"] for name, v in variants.items()}}
+    return {"model": str(model_dir), **{name: v["verdict"] for name, v in variants.items()},
+            "lowest_cosine": {name: v.get("min_cosine") for name, v in variants.items()}}
+
+
+def render_export(result: dict) -> str:
+    """What `export` prints: each file's verdict, and for a verified one the number behind it (the lowest cosine of
+    its embeddings to PyTorch's over the check texts)."""
+    lowest = result.get("lowest_cosine") or {}
+    lines = []
+    for name, value in result.items():
+        cosine = lowest.get(name) if value == "verified" else None
+        if name != "lowest_cosine":
+            lines.append(f"{name}: {value}" + (f" (lowest cosine to PyTorch {cosine:.5f})" if cosine is not None
+                                              else ""))
+    return "\n".join(lines) + "\n"
 
 
 def _export_onnx(model_dir: Path, texts: list[str], opset: int, trust_remote_code: bool = False) -> dict:

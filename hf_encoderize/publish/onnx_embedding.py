@@ -15,7 +15,9 @@ Design choices:
 
 from __future__ import annotations
 
+import logging
 import re
+import warnings
 from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
@@ -54,7 +56,13 @@ def export_embedding_graph(st, path: Path, opset: int) -> dict:
     ids = torch.tensor([[1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6]]) % vocab
     mask = torch.tensor([[1] * 6, [1, 1, 1, 0, 0, 0]])
     axes = {0: "batch", 1: "sequence"}
-    with torch.no_grad():
+    # The tracer warns that Python values become constants (shapes, the prompt's skip) and that advanced indexing
+    # takes several operators: expected here, and what matters is checked after, on ONNX Runtime, against PyTorch's
+    # embeddings (the lowest cosine is printed). Shown with -v.
+    with torch.no_grad(), warnings.catch_warnings():
+        if not logging.getLogger("hf_encoderize").isEnabledFor(logging.DEBUG):
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.onnx")
         torch.onnx.export(graph, (ids, mask), str(path), dynamo=False, opset_version=opset,
                           input_names=["input_ids", "attention_mask"],
                           output_names=["last_hidden_state", "sentence_embedding"],

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import math
 import sys
 import time
@@ -73,7 +74,7 @@ class TrainingMonitor:
             accelerator.init_trackers(Path(output_dir).name, config=flatten_facts(facts or {}))
         if self.main:
             _truncate_after(self.path, start_step)
-            if show:
+            if show and log.isEnabledFor(logging.INFO):  # -q: warnings and errors only, so no bar either
                 from tqdm.auto import tqdm
 
                 # Off a terminal (CI logs, nohup) a redraw every 30 s keeps the log readable.
@@ -148,7 +149,7 @@ class TrainingMonitor:
         message = f"step {step}: " + (", ".join(f"{k} {v:.4f}" for k, v in scored.items()) or
                                       "no held-out token was masked, so no held-out score (raise --mlm-probability)")
         if self.bar is not None:
-            self.bar.write(message)
+            self.bar.write(message, file=sys.stderr)  # above the bar, on its stream: stdout holds only the result
         else:
             log.info(message)
 
