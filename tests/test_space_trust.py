@@ -18,7 +18,7 @@ from conftest import make_decoder, make_tokenizer
 
 gr = pytest.importorskip("gradio", reason="the Space needs gradio: pip install 'hf-encoderize[space]'")
 
-from hf_encoderize.model.saving import MODELING_FILE, _modeling_source  # noqa: E402
+from hf_encoderize.model.saving import MODELING_FILE, modeling_source  # noqa: E402
 from hf_encoderize.publish.space import SpaceConfig, app_settings, load_app  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
@@ -66,8 +66,8 @@ def test_trusted_digest_is_the_shipped_template(app):
         f"{TEMPLATE.name} changed: put its SHA-256 {digest} "
         " in TRUSTED_MODELING_SHA256 in space/app.py")
     for model_type in ("llama", "gpt_neox", "qwen3_moe", "xlm-roberta"):  # what saving.py writes, for any model
-        assert app.modeling_sha256(_modeling_source(model_type).encode()) == digest
-    smuggled = _modeling_source("llama").replace("MODEL_TYPE = 'llama'", "MODEL_TYPE = 'llama'; import os")
+        assert app.modeling_sha256(modeling_source(model_type).encode()) == digest
+    smuggled = modeling_source("llama").replace("MODEL_TYPE = 'llama'", "MODEL_TYPE = 'llama'; import os")
     assert app.modeling_sha256(smuggled.encode()) != digest  # only the bare literal is put back
 
 

@@ -104,7 +104,7 @@ def write_sentence_transformers_files(out: Path, hidden_size: int, max_seq_lengt
     )
 
 
-def _modeling_source(model_type: str) -> str:
+def modeling_source(model_type: str) -> str:
     source = resources.files("hf_encoderize.model.remote_code").joinpath(MODELING_FILE).read_text()
     return source.replace('MODEL_TYPE = "__MODEL_TYPE__"', f"MODEL_TYPE = {model_type!r}")
 
@@ -225,7 +225,7 @@ def _write_encoder(model, tokenizer, tmp: Path, metadata, state_dict: dict | Non
     with _temporarily(tokenizer, padding_side="right"):  # real tokens keep positions 0..n-1 in plain hands
         tokenizer.save_pretrained(tmp)
     if not native_encoder:
-        (tmp / MODELING_FILE).write_text(_modeling_source(model_type))
+        (tmp / MODELING_FILE).write_text(modeling_source(model_type))
     text_config = config.get_text_config()
     max_len = min(int(getattr(text_config, "max_position_embeddings", 512) or 512), 8192)
     write_sentence_transformers_files(tmp, int(text_config.hidden_size), max_len)

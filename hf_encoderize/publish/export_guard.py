@@ -43,6 +43,9 @@ def check_exportable(model_dir: Path, fmt: str, files: list[str], *, trust_remot
         raise EncoderizeError(f"no config.json in {str(model_dir)!r}; pass a folder written by convert, cpt or "
                               "contrastive")
     _check_weights(model_dir)
+    if fmt == "gguf" and any(model_dir.glob("*_Dense/config.json")):  # llama.cpp pools, but has no Dense module
+        raise EncoderizeError(f"{str(model_dir)!r} ends in a Dense projection (a distilled model), which a GGUF file "
+                              "cannot hold: its vectors would not be the model's; export --format onnx instead")
     folder = FORMAT_FOLDER[fmt]
     if folder and (model_dir / folder).exists() and not (model_dir / folder).is_dir():
         raise EncoderizeError(f"{str(model_dir / folder)!r} is a file; export writes a folder there: move the file "
@@ -70,13 +73,13 @@ def _check_weights(model_dir: Path) -> None:
 
 
 def _may_run_code(model_dir: Path, config: dict, trust_remote_code: bool) -> bool:
-    from hf_encoderize.model.saving import MODELING_FILE, _modeling_source
+    from hf_encoderize.model.saving import MODELING_FILE, modeling_source
 
     named = _code_named(model_dir, config)
     if not named:
         return False
     ours = named == {OUR_MODULE} and (model_dir / MODELING_FILE).is_file() and \
-        (model_dir / MODELING_FILE).read_bytes() == _modeling_source(str(config.get("model_type"))).encode()
+        (model_dir / MODELING_FILE).read_bytes() == modeling_source(str(config.get("model_type"))).encode()
     if ours or trust_remote_code:
         return True
     raise EncoderizeError(f"{str(model_dir)!r} names code of its own ({', '.join(sorted(named))}) that is not the "
