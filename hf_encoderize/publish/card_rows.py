@@ -56,11 +56,22 @@ def contrastive_text(record: ContrastiveRecord) -> str:
     source = config.get("data_files") or config.get("dataset") or "?"
     dropout = max((stage.get("training_dropout") or {}).values(), default=0)
     how = (f"SimCSE (unsupervised: each text twice, dropout {dropout} making the two views)"
-           if stage.get("objective") == "simcse" else "supervised pairs (in-batch and given hard negatives)")
+           if stage.get("objective") == "simcse" else distilled_text(stage) if stage.get("objective") == "distill"
+           else "supervised pairs (in-batch and given hard negatives)")
     return (f"{how}; `{stage.get('loss')}` loss with scale {stage.get('scale')}, `{stage.get('pooling')}` pooling, "
             f"{thousands(stage.get('steps'))} steps at batch {stage.get('batch_size')}, "
             f"lr {stage.get('learning_rate')}, on {thousands(stage.get('rows'))} rows of `{source}`; "
             f"final loss {score(stage.get('final_loss'))}")
+
+
+def distilled_text(stage: dict) -> str:
+    """What a distilled embedding model learned from: the teacher, its license, the projection."""
+    projection = stage.get("projection")
+    weight = stage.get("distill_contrastive_weight")
+    return (f"distilled from {stage.get('teacher_name')} (`{stage.get('teacher')}`, license "
+            f"{stage.get('teacher_license') or 'unknown'}): MSE to the teacher's embedding of each text"
+            + (f" plus {weight} x the in-batch contrastive loss" if weight else "")
+            + (f", through a Dense projection {projection[0]} -> {projection[1]}" if projection else ""))
 
 
 def plain_loading(verdicts: dict) -> str | None:

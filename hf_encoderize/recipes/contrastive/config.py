@@ -10,7 +10,7 @@ from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, identity
 from hf_encoderize.common.validation import check_choice, check_number, parse_dims
 
-Objective = Literal["simcse", "supervised"]
+Objective = Literal["simcse", "supervised", "distill"]
 OBJECTIVES = get_args(Objective)
 
 BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".txt": "text"}
@@ -35,8 +35,14 @@ class ContrastiveConfig:
     overwrite: bool = field(default=False, metadata=identity(HARMLESS))
     """Replace a non-empty output folder."""
     objective: Objective = "simcse"
-    """simcse (unsupervised: each text is its own positive, dropout makes the two views) or supervised (pairs or
-    triplets with hard negatives)."""
+    """simcse (unsupervised: each text is its own positive, dropout makes the two views), supervised (pairs or
+    triplets with hard negatives) or distill (unsupervised: the model learns `--teacher`'s embedding of each text)."""
+    teacher: str | None = None
+    """distill: the teacher, a sentence-transformers folder (or Hub id) whose embeddings the model learns; loaded
+    without remote code. A Dense projection to the teacher's width is added when the widths differ, and saved."""
+    distill_contrastive_weight: float = 0.0
+    """distill: weight of SimCSE's in-batch contrastive loss added to the distillation loss (0: distillation alone;
+    above 0 the text is given twice and `--dropout` makes the two views, as in simcse)."""
     data_files: str | None = None
     """Local JSON/JSONL, CSV, Parquet or .txt file(s) (a glob works; .txt: one text per line, column `text`)."""
     dataset: str | None = None
@@ -130,6 +136,7 @@ class ContrastiveConfig:
         check_number("--dropout", self.dropout, minimum=0, below=1)
         check_number("--warmup-ratio", self.warmup_ratio, minimum=0, below=1)
         check_extras(self)  # --hard-negatives, --matryoshka-dims (a size above the width: once the model loads)
+        check_distill_options(self)  # --teacher with --objective distill, and only then
 
     def identity_value(self, name: str):
         """The value a setting runs with, for "same run?" (`common.identity`): `data_files` by content (size and a
@@ -148,3 +155,25 @@ def check_extras(config) -> None:
                               "supervised and the pair columns")
     if config.hard_negatives and config.negative_column:
         raise EncoderizeError("--hard-negatives mines the negatives itself; drop --negative-column or --hard-negatives")
+
+def check_distill_options(config) -> None:
+    """`--teacher` goes with `--objective distill` and only with it; distillation reads one text column, unprefixed
+    (the teacher embeds the text itself). The teacher itself is checked by `distill.load_teacher`."""
+    check_number("--distill-contrastive-weight", config.distill_contrastive_weight, minimum=0)
+    if config.objective != "distill":
+        if config.teacher is not None:
+            raise EncoderizeError("--teacher is the model --objective distill learns from; add --objective distill or "
+                                  "drop --teacher")
+        if config.distill_contrastive_weight:
+            raise EncoderizeError("--distill-contrastive-weight weighs a loss of --objective distill; add it or drop "
+                                  "the weight")
+        return
+    if not config.teacher:
+        raise EncoderizeError("--objective distill needs --teacher: a sentence-transformers model folder (or Hub id) "
+                              "whose embeddings the model learns")
+    if config.negative_column or config.hard_negatives:
+        raise EncoderizeError("--objective distill learns the teacher's embedding of each text and reads no negatives; "
+                              "drop --negative-column / --hard-negatives")
+    if config.query_prefix or config.document_prefix:
+        raise EncoderizeError("--objective distill embeds each text as it is (the teacher sees it without a prefix); "
+                              "drop --query-prefix / --document-prefix")

@@ -15,7 +15,7 @@ log = get_logger(__name__)
 
 
 def _columns(config: ContrastiveConfig) -> list[str]:
-    if config.objective == "simcse":
+    if config.objective in ("simcse", "distill"):  # one text column (distill: the teacher labels it)
         return [config.text_column] + ([config.negative_column] if config.negative_column else [])
     return [config.anchor_column, config.positive_column] + ([config.negative_column] if config.negative_column else [])
 
@@ -63,7 +63,7 @@ def load_rows(config: ContrastiveConfig):
                               "in-batch negatives need at least 2")
     # With a lead, the prefixes are part of the prompts the trainer adds (left out of the pooling), not of the rows.
     query, document = ("", "") if config.lead_token else (config.query_prefix, config.document_prefix)
-    if config.objective == "simcse":  # the same text twice: dropout makes the two views; a negative column optional
+    if config.objective in ("simcse", "distill"):  # the same text twice (simcse: dropout makes the views)
         text, negative = config.text_column, config.negative_column
         rows = rows.map(lambda row: {"anchor": query + row[text], "positive": document + row[text],
                                      **({"negative": document + row[negative]} if negative else {})},
@@ -114,7 +114,7 @@ def check_distinct(rows, config, after: str = "") -> None:
         fitting += 1
         if fitting >= needed:
             return
-    what = "distinct text(s)" if config.objective == "simcse" else "row(s) that share no text"
+    what = "distinct text(s)" if config.objective in ("simcse", "distill") else "row(s) that share no text"
     advice = f"pass --batch-size {fitting} or less, or add texts" if fitting >= 2 else "add distinct texts"
     raise EncoderizeError(f"{after}the training data has {fitting} {what} for a batch of {config.batch_size} (a batch "
                           f"holds no text twice: a repeat would be a false negative), so no step would train; {advice}")

@@ -17,6 +17,7 @@ from hf_encoderize.common.launch import world_size
 from hf_encoderize.common.outputs import releasing_locks
 from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD
 from hf_encoderize.model.saving import MODELING_FILE, encoder_dir
+from hf_encoderize.recipes.contrastive import distill
 from hf_encoderize.recipes.contrastive.config import ContrastiveConfig
 from hf_encoderize.recipes.contrastive.losses import mine_negatives, stage_loss
 from hf_encoderize.recipes.contrastive.model import (
@@ -59,14 +60,21 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
     broken = check_resume(config, adapter, work)  # a checkpoint cut short while saving: resumed from the one before
     rows = load_rows(config)  # every input is checked before the output folder is touched
     check_distinct(rows, config)  # a batch holds no text twice: data that cannot fill one would train 0 steps
-    dropout = _dropout_kwargs(source, config.dropout) if config.objective == "simcse" else {}
+    teacher = distill.load_teacher(config.teacher) if config.objective == "distill" else None  # before the student
+    two_views = config.objective == "simcse" or config.distill_contrastive_weight  # dropout makes SimCSE's two views
+    dropout = _dropout_kwargs(source, config.dropout) if two_views else {}
     model = build_model(source, config, dropout, adapter)
     warn_without_dropout(model, config)  # SimCSE's two views of a text differ only by dropout
     prompts = saved_prompts(config, model.tokenizer)
     rows = mine_negatives(model, rows, config, prompts)  # --hard-negatives: negative_1..negative_K columns
-    loss = stage_loss(model, config)  # with --matryoshka-dims, at each size
-    roles = {"anchor": "query", **{column: "document" for column in rows.column_names if column != "anchor"}}
-    training = {column: prompts[roles[column]] for column in rows.column_names if roles[column] in prompts} \
+    if teacher is not None:  # the projection to the teacher's width, the teacher's embeddings as labels, MSELoss
+        model, rows, loss = distill.prepare(model, rows, teacher, config)
+        del teacher
+    else:
+        loss = stage_loss(model, config)  # with --matryoshka-dims, at each size
+    roles = {"anchor": "query", "text": "text",
+             **{column: "document" for column in rows.column_names if column not in ("anchor", "text", "label")}}
+    training = {column: prompts[roles[column]] for column in rows.column_names if roles.get(column) in prompts} \
         if config.lead_token else None
     args = _training_args(config, work, len(rows), training)  # sets up the processes of a distributed launch
     state = PartialState()
@@ -196,7 +204,7 @@ def _finish_folder(folder: Path, source: Path, config: ContrastiveConfig, dropou
              "processes": world_size(),
              "data_identity": config.identity_value("data_files"),  # what `run` compares before reusing the stage
              "lead": json.loads((folder / "config_sentence_transformers.json").read_text()).get("prompts", {}).get(
-                 "text", "")}
+                 "text", ""), **distill.distill_stage(config, folder)}
     previous = EncoderFacts.from_dict(saved.get("hf_encoderize")).to_dict()  # the MLM encoder's facts, kept
     saved["hf_encoderize"] = EncoderFacts.from_dict({**previous, "contrastive": stage}).to_dict()
     (folder / "config.json").write_text(json.dumps(saved, indent=2) + "\n")

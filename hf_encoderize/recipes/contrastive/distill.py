@@ -1,0 +1,148 @@
+"""`--objective distill --teacher MODEL`: the model learns a sentence-transformers teacher's embedding of each text,
+so any unlabelled text will do.
+
+Design choices:
+- sentence-transformers' own recipe (its distillation example; Reimers & Gurevych, 2020, "Making Monolingual Sentence
+  Embeddings Multilingual using Knowledge Distillation"): the teacher embeds every training text once, before
+  training, into a `label` column, and the student learns those vectors with `MSELoss` through the same trainer,
+  batch sampler, schedule and checkpoints as the other objectives. No teacher runs during training.
+- When the widths differ, a Dense projection (student width -> teacher width, no activation) follows the pooling as a
+  module of the model, not as the loss's `projection_dim` (which is not saved): `encode` gives one teacher-width
+  vector, and Matryoshka sizes, export (ONNX traces Dense) and the Space see one model. It starts as torch's default
+  `nn.Linear` under `--seed`.
+- `--distill-contrastive-weight W` adds SimCSE's in-batch loss: each row holds its text twice, one forward embeds both
+  views (dropout on, as in simcse), and the loss is MSE(each view, teacher) + W * MultipleNegativesRankingLoss(view 1,
+  view 2), both sentence-transformers' own, composed through their `compute_loss_from_embeddings`.
+- The teacher loads without remote code (`trust_remote_code=False`, whatever the student allows). A missing path, a
+  folder that is not a sentence-transformers model (no modules.json: a plain transformers folder would load with a
+  guessed mean pooling, not the teacher's own) and a model that does not load are each one error line, before the
+  output folder is touched.
+- The run record and the card name the teacher and its license (from the teacher's own card), beside the base's.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.launch import world_size
+from hf_encoderize.model.load_errors import is_remote_code_refusal
+
+
+def load_teacher(name: str):
+    """The teacher as a SentenceTransformer, loaded without remote code; a bad one is one `EncoderizeError`."""
+    from sentence_transformers import SentenceTransformer
+
+    path = Path(name).expanduser()
+    local = path.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1
+    if local and not path.is_dir():
+        raise EncoderizeError(f"--teacher {name!r}: no such folder; give a sentence-transformers model folder (or "
+                              "a Hub id)")
+    if local and not (path / "modules.json").is_file():
+        raise EncoderizeError(f"--teacher {name!r} is not a sentence-transformers model (no modules.json): the "
+                              "teacher's embeddings are what the model learns, so its pooling must be saved with it")
+    try:
+        return SentenceTransformer(str(path) if local else name, trust_remote_code=False)
+    except Exception as err:
+        if is_remote_code_refusal(err):
+            raise EncoderizeError(f"--teacher {name!r} needs remote code, which a teacher is never loaded with; pick "
+                                  "one that loads without it") from None
+        raise EncoderizeError(f"cannot load --teacher {name!r} as a sentence-transformers model: "
+                              f"{type(err).__name__}: {' '.join(str(err).split())[:200]}") from None
+
+
+def with_projection(model, width: int, seed: int):
+    """`model` followed by a Dense projection to `width` (no activation) when its own width differs."""
+    from sentence_transformers import SentenceTransformer, models
+
+    student = model.get_embedding_dimension()
+    if student == width:
+        return model
+    torch.manual_seed(seed)  # the projection's start is part of the run: a resume rebuilds the same one
+    dense = models.Dense(student, width, activation_function=torch.nn.Identity())
+    dense.to(device=model.device, dtype=next(model[0].parameters()).dtype)  # LoRA keeps the base's saved dtype
+    return SentenceTransformer(modules=[*model, dense], device=str(model.device))
+
+
+def label_rows(rows, teacher, config):
+    """(anchor, positive) rows of one text twice -> `text, label` (distillation alone) or `anchor, positive, label`
+    (with the contrastive loss), `label` being the teacher's embedding of the text (rows, teacher width)."""
+    texts = rows["anchor"]
+    # (rows, teacher width): computed once, as sentence-transformers' distillation example does
+    labels = teacher.encode(texts, batch_size=64, convert_to_numpy=True, show_progress_bar=False)
+    if not config.distill_contrastive_weight:
+        rows = rows.select_columns(["anchor"]).rename_column("anchor", "text")
+    return rows.add_column("label", labels.tolist())
+
+
+class DistillWithContrastive(torch.nn.Module):
+    """MSE to the teacher on both views plus `weight` x in-batch InfoNCE between the views, from one forward pass."""
+
+    def __init__(self, model, weight: float, scale: float, gather: bool):
+        from sentence_transformers import losses
+
+        super().__init__()
+        self.model, self.weight = model, weight
+        self.mse = losses.MSELoss(model)
+        self.mnrl = losses.MultipleNegativesRankingLoss(model, scale=scale, gather_across_devices=gather)
+
+    def forward(self, sentence_features, labels):
+        from sentence_transformers.base.losses.merged_forward import embed_columns
+
+        embeddings = embed_columns(self.model, sentence_features)  # per column: (batch, width)
+        teacher = [labels.detach()] * len(embeddings)
+        return self.mse.compute_loss_from_embeddings(embeddings, teacher) + \
+            self.weight * self.mnrl.compute_loss_from_embeddings(embeddings, labels)
+
+    def get_config_dict(self) -> dict:
+        return {"contrastive_weight": self.weight, "scale": self.mnrl.scale}
+
+
+def distill_loss(model, config):
+    """MSELoss to the teacher's embeddings (with the contrastive loss when weighted), at each Matryoshka size when
+    asked (`MatryoshkaLoss` truncates teacher-width labels with the embeddings)."""
+    from sentence_transformers import losses
+
+    from hf_encoderize.recipes.contrastive.losses import with_matryoshka
+
+    gather = config.cross_device_negatives and world_size() > 1
+    weight = config.distill_contrastive_weight
+    loss = DistillWithContrastive(model, weight, config.scale, gather) if weight else losses.MSELoss(model)
+    return with_matryoshka(loss, model, config)
+
+
+def prepare(model, rows, teacher, config):
+    """The model with its projection, the labelled rows and the loss: what `contrastive` trains for distill."""
+    width = teacher.get_embedding_dimension()
+    rows = label_rows(rows, teacher, config)
+    model = with_projection(model, width, config.seed)
+    return model, rows, distill_loss(model, config)
+
+
+def teacher_facts(name: str) -> dict:
+    """What the record and card say of the teacher: the name given, the model's own name, its license."""
+    from hf_encoderize.publish.licenses import card_license, hub_license
+
+    path = Path(name).expanduser()
+    readme = path / "README.md"
+    license_id = card_license(readme)[0] if readme.is_file() else None if path.exists() else hub_license(name, None)[0]
+    heading = re.search(r"^# (\S.*)$", readme.read_text(errors="replace"), re.M) if readme.is_file() else None
+    title = heading.group(1).strip() if heading else (path.name if path.exists() else name)
+    return {"teacher": name, "teacher_name": title, "teacher_license": license_id}
+
+
+def distill_stage(config, folder: Path) -> dict:
+    """The stage record's distillation facts: the teacher, its license, the projection saved in `folder`."""
+    import json
+
+    if config.objective != "distill":
+        return {}
+    dense = sorted(folder.glob("*_Dense/config.json"))
+    projection = json.loads(dense[0].read_text()) if dense else None
+    weight = config.distill_contrastive_weight
+    return {**teacher_facts(config.teacher), "loss": "mse+mnrl" if weight else "mse",
+            "distill_contrastive_weight": weight,
+            "projection": [projection["in_features"], projection["out_features"]] if projection else None}

