@@ -150,7 +150,7 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
 def build_parser() -> argparse.ArgumentParser:
     """One subparser per `COMMANDS` entry, each with its configs' arguments and `--config`; `-q`/`-v` before or after
     the command."""
-    parser = argparse.ArgumentParser(prog="hf-encoderize", description="Turn any decoder LLM into a text encoder.")
+    parser = CommandParser(prog="hf-encoderize", description="Turn any decoder LLM into a text encoder.")
     parser.add_argument("--version", action="version", version=f"hf-encoderize {__version__}")
     _add_verbosity(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=CommandParser)

@@ -322,3 +322,19 @@ def test_the_headline_recipe_says_why_it_has_no_python(tmp_path):
     assert result.stderr.startswith("error: ") and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "no-such-python3" in result.stderr and "PYTHON=" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--versoin"], "unrecognized arguments: --versoin; did you mean --version?"),
+    (["-q", "--versoin=1"], "unrecognized arguments: --versoin=1; did you mean --version?"),
+    ([], "the following arguments are required: COMMAND"),
+    (["cpx"], "invalid choice: 'cpx'"),
+], ids=["--versoin", "-q --versoin=1", "no command", "cpx"])
+def test_the_top_level_refusal_is_one_line(argv, said, capsys):
+    """`hf-encoderize --versoin` got argparse's two lines (usage, then "arguments are required: COMMAND"), not the one
+    line with a did-you-mean that a sub-command's mistyped flag gets."""
+    with pytest.raises(SystemExit) as refused:
+        main(argv)
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert one_error(err, said, "see `hf-encoderize --help`")

@@ -120,9 +120,24 @@ class CommandParser(argparse.ArgumentParser):
                                if not a.option_strings and a.help != argparse.SUPPRESS)
         if "arguments are required" in message and "--config" in sys.argv[1:] + list(self._argv or []):
             message += " (a config file cannot set a positional argument: put it on the command line)"
+        message = self._unknown_before_the_command() or message
         self.exit(2, f"error: {message}; usage: {self.prog} {positionals} [options], see `{self.prog} --help`\n")
 
     _argv: list[str] | None = None
+
+    def _unknown_before_the_command(self) -> str | None:
+        """`hf-encoderize --versoin`: argparse blames the missing COMMAND; the flag mistyped before it is the cause,
+        named with the closest top-level option, as a sub-command's unknown flag is."""
+        if not any(isinstance(action, argparse._SubParsersAction) for action in self._actions):
+            return None
+        known = [option for action in self._actions for option in action.option_strings]
+        for word in sys.argv[1:] if self._argv is None else self._argv:
+            if not word.startswith("-"):
+                return None  # the command: what follows is its parser's to judge
+            if word.split("=")[0] not in known:
+                match = closest(word.split("=")[0], known)
+                return f"unrecognized arguments: {word}{f'; did you mean {match}?' if match else ''}"
+        return None
 
 
 
@@ -130,7 +145,7 @@ class CommandParser(argparse.ArgumentParser):
 def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     """`parser.parse_args(argv)`, where an unknown flag is refused with the closest option named, as a config file's
     unknown key is."""
-    CommandParser._argv = list(argv or [])  # main(argv) from Python: its --config counts as the shell's does
+    CommandParser._argv = None if argv is None else list(argv)  # main(argv) from Python: its flags count as the shell's
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         command = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
