@@ -30,7 +30,7 @@ ENUMERATED = [
     (EvalConfig, {}, "batching", ("random", "length")),
     (EvalConfig, {}, "ndcg_gains", ("binary", "graded")),
     (EvalConfig, {}, "dataset_source", ("authors", "original")),
-    (ContrastiveConfig, CONTRASTIVE, "objective", ("simcse", "supervised")),
+    (ContrastiveConfig, CONTRASTIVE, "objective", ("simcse", "supervised", "distill")),
     (ContrastiveConfig, CONTRASTIVE, "pooling", ("mean", "lasttoken", "weightedmean")),
     (ContrastiveConfig, CONTRASTIVE, "loss", ("mnrl", "cached_mnrl")),
     (LoadConfig, {"source": "m"}, "attn_implementation", BACKENDS),
@@ -39,11 +39,14 @@ ENUMERATED = [
     (MaskingConfig, {}, "replacement", ("mask", "bert")),
     (MaskingConfig, {}, "objective", ("mlm", "mntp")),
     (DataConfig, {}, "text_unit", ("line", "paragraph", "file")),
-    (RunConfig, {"contrastive_data_files": "p.jsonl"}, "contrastive", ("simcse", "supervised", "none")),
+    (RunConfig, {"contrastive_data_files": "p.jsonl"}, "contrastive", ("simcse", "supervised", "distill", "none")),
     (RunConfig, {}, "eval_profile", ("paper", "quick", "smoke", "none")),
     (RunConfig, {}, "eval_base", ("bidirectional", "causal", "both", "none")),
     (ExportConfig, {"output_dir": "o"}, "format", ("onnx", "gguf")),
 ]
+
+# what a value needs beside it: distillation names its teacher (a Hub id here: only a local path is checked up front)
+NEEDS = {("ContrastiveConfig", "distill"): {"teacher": "t"}, ("RunConfig", "distill"): {"contrastive_teacher": "t"}}
 
 
 @pytest.mark.parametrize("cls, base, name, values", ENUMERATED, ids=lambda v: v if isinstance(v, str) else "")
@@ -52,7 +55,7 @@ def test_an_enumerated_option_is_a_literal_and_refuses_other_values_in_one_wordi
     field = next(f for f in dataclasses.fields(cls) if f.name == name)
     assert choices(cls, field) == values  # what the CLI shows in usage
     for value in values:
-        cls(**base, **{name: value})
+        cls(**base, **{name: value}, **NEEDS.get((cls.__name__, value), {}))
     flag = f"--{name.replace('_', '-')}"
     with pytest.raises(EncoderizeError) as refused:
         cls(**base, **{name: "bogus"})

@@ -82,9 +82,12 @@ class RunConfig:
     """Local copies of the evaluation datasets (see `eval --data-dir`)."""
     base_model_id: str | None = None
     """Hub id of the base model for the card's metadata, when MODEL is a local folder or GGUF file."""
-    contrastive: Literal["simcse", "supervised", "none"] = "none"
+    contrastive: Literal["simcse", "supervised", "distill", "none"] = "none"
     """After cpt, make the encoder an embedding model in OUT/contrastive: simcse (on cpt's own text source),
-    supervised (on `contrastive_data_files`), or none."""
+    supervised (on `contrastive_data_files`), distill (`contrastive_teacher`'s embeddings of cpt's own text or of
+    `contrastive_data_files`), or none."""
+    contrastive_teacher: str | None = None
+    """distill: the sentence-transformers teacher (folder or Hub id) whose embeddings the model learns."""
     contrastive_data_files: str | None = None
     """supervised: JSON/JSONL/CSV/Parquet pairs or triplets with anchor, positive[, negative] columns; simcse: texts
     (a `text` column) to train on instead of cpt's own source."""
@@ -109,6 +112,13 @@ class RunConfig:
             check_choice(f"--{name.replace('_', '-')}", getattr(self, name), RunConfig, name)
         if self.contrastive == "supervised" and not self.contrastive_data_files:
             raise EncoderizeError("--contrastive supervised needs --contrastive-data-files (anchor, positive columns)")
+        if (self.contrastive == "distill") != (self.contrastive_teacher is not None):
+            raise EncoderizeError("--contrastive distill and --contrastive-teacher go together: the teacher is the "
+                                  "sentence-transformers model whose embeddings the stage learns")
+        if self.contrastive_teacher is not None:
+            from hf_encoderize.recipes.contrastive.distill import check_teacher
+
+            check_teacher(self.contrastive_teacher)  # a missing teacher is refused now, not after cpt
         if self.contrastive_negative_column and not self.contrastive_data_files:
             raise EncoderizeError("--contrastive-negative-column names a column of --contrastive-data-files; pass "
                                   "the file too")
@@ -166,6 +176,7 @@ def contrastive_config(data, run_cfg: RunConfig, out: Path, resume: bool = False
                              batch_size=run_cfg.contrastive_batch_size,
                              max_seq_length=run_cfg.contrastive_max_seq_length, **source,
                              negative_column=run_cfg.contrastive_negative_column,
+                             teacher=run_cfg.contrastive_teacher,
                              **({"dropout": run_cfg.contrastive_dropout} if run_cfg.contrastive_dropout is not None
                                 else {}),
                              **({"learning_rate": run_cfg.contrastive_lr} if run_cfg.contrastive_lr is not None

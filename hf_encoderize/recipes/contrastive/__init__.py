@@ -10,6 +10,9 @@ Design choices:
   0.0): the model loads with `attention_dropout` (and hidden dropouts the config has) set to `--dropout`, 0.3 by
   default as in LLM2Vec's SimCSE configs, and the saved config has them back at 0 for inference.
 - `supervised`: (anchor, positive[, hard negative]) rows from `--data-files` or a Hub dataset, column names as options.
+- `distill` (`--teacher MODEL`): the model learns a sentence-transformers teacher's embedding of each text with
+  sentence-transformers' `MSELoss` (its distillation recipe), through a saved Dense projection when the widths differ;
+  any unlabelled text will do (`distill` says why each choice).
 - Pooling: mean (default, the paper's pooling for IR), last token or weighted mean, as LLM2Vec offers. Optional
   instruction prefixes for queries and documents are applied in training and saved as sentence-transformers prompts
   (`encode(..., prompt_name="query")`).
@@ -27,7 +30,8 @@ Design choices:
 
 The package, one job per module: `config` (ContrastiveConfig and its checks), `rows` (the training rows), `model`
 (the sentence-transformers model, its prompts and adapters), `losses` (the loss, hard negatives, Matryoshka sizes),
-`resume` (the work folder and checkpoints) and `train` (the command).
+`distill` (the teacher, its labels, the projection), `resume` (the work folder and checkpoints) and `train` (the
+command).
 """
 
 from hf_encoderize.recipes.contrastive.config import BUILDERS, LOSSES, OBJECTIVES, POOLINGS, ContrastiveConfig

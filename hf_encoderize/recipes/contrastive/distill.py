@@ -32,10 +32,9 @@ from hf_encoderize.common.launch import world_size
 from hf_encoderize.model.load_errors import is_remote_code_refusal
 
 
-def load_teacher(name: str):
-    """The teacher as a SentenceTransformer, loaded without remote code; a bad one is one `EncoderizeError`."""
-    from sentence_transformers import SentenceTransformer
-
+def check_teacher(name: str) -> bool:
+    """Refuse a teacher path that is missing or not a sentence-transformers folder, from the files alone (what `run`
+    checks before cpt). Returns whether `name` is a local folder (else a Hub id)."""
     path = Path(name).expanduser()
     local = path.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1
     if local and not path.is_dir():
@@ -44,6 +43,14 @@ def load_teacher(name: str):
     if local and not (path / "modules.json").is_file():
         raise EncoderizeError(f"--teacher {name!r} is not a sentence-transformers model (no modules.json): the "
                               "teacher's embeddings are what the model learns, so its pooling must be saved with it")
+    return local
+
+
+def load_teacher(name: str):
+    """The teacher as a SentenceTransformer, loaded without remote code; a bad one is one `EncoderizeError`."""
+    from sentence_transformers import SentenceTransformer
+
+    local, path = check_teacher(name), Path(name).expanduser()
     try:
         return SentenceTransformer(str(path) if local else name, trust_remote_code=False)
     except Exception as err:
