@@ -44,6 +44,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import headline_folder  # noqa: E402
 import headline_stats as hs  # noqa: E402
 
 FAMILIES = {"sc": "syn-sentiment", "tc": "syn-entities", "qa": "syn-qa", "ir": "syn-retrieval"}
@@ -342,7 +343,10 @@ def run(budget: str, out: Path, threads: int = 1) -> dict:
 
     torch.set_num_threads(threads)
     p, started, arms = PRESETS[budget], time.time(), {}
+    if refused := headline_folder.check(out, budget, PRESETS):
+        raise SystemExit(refused)
     out.mkdir(parents=True, exist_ok=True)
+    headline_folder.record(out, budget, p)
     facts = {"budget": budget, "preset": {k: list(v) if isinstance(v, tuple) else v for k, v in p.items()}}
     for order in p["orders"]:
         work = prepare_order(out, p, order)
@@ -401,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--analyse-only", action="store_true",
                         help="tabulate the fine-tuning runs already in --out (seeds finished for both arms)")
     args = parser.parse_args(argv)
+    if refused := headline_folder.check(Path(args.out), args.budget, PRESETS):
+        print(refused, file=sys.stderr)
+        return 2
     if args.analyse_only:
         result = report(Path(args.out), args.budget, {"budget": args.budget})
     else:

@@ -338,3 +338,55 @@ def test_the_top_level_refusal_is_one_line(argv, said, capsys):
     err = capsys.readouterr().err
     assert refused.value.code == 2 and len(err.strip().splitlines()) == 1, err
     assert one_error(err, said, "see `hf-encoderize --help`")
+
+
+# ------------------------------------------------------------------------------------------------ headline presets
+
+
+def _tiny_made(out: Path, recorded: bool) -> Path:
+    """OUT as the `tiny` preset leaves it after its arms (32-wide models), with or without today's preset record."""
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("headline", ROOT / "benchmarks" / "headline.py")
+    headline = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(headline)
+    (out / "order0").mkdir(parents=True)
+    headline.write_model_config(out / "order0" / "config.json", headline.PRESETS["tiny"], 384)
+    for arm in ("clm", "mlm"):
+        summary = {"base": {"eval_loss": 5.0}, "cpt": {"eval_loss": 5.0}, "encoder": str(out / f"order0/{arm}-cpt")}
+        (out / "order0" / f"{arm}-arm.json").write_text(json.dumps(summary))
+    if recorded:
+        headline.headline_folder.record(out, "tiny", headline.PRESETS["tiny"])
+    return headline
+
+
+@pytest.mark.parametrize("recorded", [False, True], ids=["a folder from before the record", "recorded"])
+@pytest.mark.parametrize("extra", [[], ["--analyse-only"]], ids=["run", "--analyse-only"])
+def test_the_headline_recipe_refuses_a_folder_another_preset_made(recorded, extra, tmp_path):
+    """`run.sh reduced OUT` on a `tiny` OUT took tiny's finished 32-wide models as reduced's (a traceback, or with
+    eval/ cleared a "Budget `reduced`" table from them)."""
+    out = tmp_path / "out"
+    _tiny_made(out, recorded)
+    before = _files(out)
+    env = {**os.environ, "PYTHON": str(ROOT / ".venv" / "bin" / "python")}
+    result = subprocess.run(["bash", str(ROOT / "examples" / "headline" / "run.sh"), "reduced", str(out), *extra],
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and result.stdout == "", result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert "made by the `tiny` preset" in errors[0] and "give `reduced` another OUT" in errors[0]
+    assert _files(out) == before
+
+
+def test_a_preset_of_the_same_work_may_share_the_folder(tmp_path):
+    """`cpu2` on a `cpu` folder reuses order 0 (the same settings but the orders); `tiny` on its own folder goes on."""
+    headline = _tiny_made(tmp_path / "tiny", recorded=True)
+    check, presets = headline.headline_folder.check, headline.PRESETS
+    assert check(tmp_path / "tiny", "tiny", presets) is None
+    assert check(tmp_path / "new", "reduced", presets) is None
+    (tmp_path / "cpu").mkdir()
+    headline.headline_folder.record(tmp_path / "cpu", "cpu", presets["cpu"])
+    assert check(tmp_path / "cpu", "cpu2", presets) is None
+    assert "made by the `cpu` preset" in check(tmp_path / "cpu", "gpu", presets)
