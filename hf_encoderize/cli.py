@@ -29,6 +29,7 @@ from hf_encoderize.common.config_file import build_configs, load_yaml
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import is_main_process
 from hf_encoderize.common.log import get_logger, setup_logging, teardown_logging
+from hf_encoderize.common.options import option_name
 from hf_encoderize.common.version import __version__
 from hf_encoderize.data.sources import DataConfig
 from hf_encoderize.evaluation.compare import CompareConfig, compare_results
@@ -155,13 +156,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_verbosity(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=CommandParser)
     for command in COMMANDS.values():
-        command_parser = sub.add_parser(command.name, help=command.help, description=command.help)
+        command_parser = sub.add_parser(command.name, help=command.help, description=command.help,
+                                        usage=short_usage(command))
         for cls in command.configs:
             add_dataclass_args(command_parser, cls)
         command_parser.add_argument("--config", default=None, help="YAML file of option defaults (flags win), or a "
                                     "finished run's RUN/run_settings.json to replay it")
         _add_verbosity(command_parser)
     return parser
+
+
+def short_usage(command: Command) -> str:
+    """`hf-encoderize cpt source [options]`: the options follow, grouped (argparse's own usage lists all of them,
+    57 lines for cpt, before the first one is explained)."""
+    positionals = [option_name(cls, field) for cls in command.configs for field in dataclasses.fields(cls)
+                   if not field.kw_only]
+    return " ".join(["%(prog)s", *positionals, "[options]"])
 
 
 def _add_verbosity(parser: argparse.ArgumentParser) -> None:

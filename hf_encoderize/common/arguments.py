@@ -48,6 +48,7 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls) -> None:
     field's public name) with the old spelling as a hidden alias; help: its docstring; a `Literal`'s values its
     `choices` (listed in usage; another value is refused before any config is built)."""
     docs = field_docs(cls)
+    group = parser.add_argument_group(group_title(cls))  # --help lists options by what they configure
     for field in sorted(dataclasses.fields(cls), key=lambda field: field.kw_only):  # positionals before inherited ones
         help_text = docs.get(field.name, "").replace("%", "%%")  # argparse %-formats help strings
         kind, is_list = value_type(field)
@@ -57,18 +58,35 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls) -> None:
             parser.add_argument(field.name, type=kind, nargs="+" if is_list else None, help=help_text,
                                 metavar=metavar or name, choices=values)
             continue
-        help_text = f"{help_text} (default: {field.default})"
+        if field.default not in (None, dataclasses.MISSING) and "default" not in help_text.lower():
+            help_text = f"{help_text} (default: {field.default})"  # once: a docstring that says its default keeps it
         action = argparse.BooleanOptionalAction if kind is bool else None
         given = {"action": action} if action else {"type": kind, "nargs": "*" if is_list else None,
-                                                   "metavar": metavar or name.upper(), "choices": values}
+                                                   "metavar": metavar or _metavar(kind, name), "choices": values}
         short = SHORT_SPELLINGS.get(name)
         spellings = [flag(name), *([flag(short)] if short else [])]
-        parser.add_argument(*spellings, dest=field.name, default=None, help=help_text,
-                            **{**given, "action": _one_value(action or argparse._StoreAction)})
+        group.add_argument(*spellings, dest=field.name, default=None, help=help_text,
+                           **{**given, "action": _one_value(action or argparse._StoreAction)})
         if name != field.name and field.name != short:  # the old spelling still works, hidden, with one warning
             alias = _deprecated(_one_value(action or argparse._StoreAction), flag(name))
-            parser.add_argument(flag(field.name), dest=field.name, default=None, help=argparse.SUPPRESS,
-                                **{**given, "action": alias})
+            group.add_argument(flag(field.name), dest=field.name, default=None, help=argparse.SUPPRESS,
+                               **{**given, "action": alias})
+
+
+def _metavar(kind: type, name: str) -> str:
+    """N for a whole number, X for a real one (short, so an option and its help share a line), else the name."""
+    return {int: "N", float: "X"}.get(kind, name.upper())
+
+
+def group_title(cls) -> str:
+    """A config class's heading in --help: its docstring's first line, then the class a Python caller fills.
+
+    >>> from hf_encoderize.data.sources import DataConfig
+    >>> group_title(DataConfig)
+    'Where the pretraining text comes from and how it is packed (DataConfig)'
+    """
+    first = (inspect.getdoc(cls) or cls.__name__).splitlines()[0].rstrip(".")
+    return f"{first} ({cls.__name__})"
 
 
 def _one_value(base: type[argparse.Action]) -> type[argparse.Action]:
