@@ -24,7 +24,7 @@ from typing import Any
 
 import torch.distributed
 
-from hf_encoderize.common.arguments import CommandParser, add_dataclass_args, parse_args
+from hf_encoderize.common.arguments import CommandParser, add_dataclass_args, parse_args, value_type
 from hf_encoderize.common.config_file import build_configs, load_yaml
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import is_main_process
@@ -169,9 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
 def short_usage(command: Command) -> str:
     """`hf-encoderize cpt source [options]`: the options follow, grouped (argparse's own usage lists all of them,
     57 lines for cpt, before the first one is explained)."""
-    positionals = [option_name(cls, field) for cls in command.configs for field in dataclasses.fields(cls)
-                   if not field.kw_only]
-    return " ".join(["%(prog)s", *positionals, "[options]"])
+    positionals = [(option_name(cls, field), value_type(field)[1]) for cls in command.configs
+                   for field in dataclasses.fields(cls) if not field.kw_only]
+    return " ".join(["%(prog)s", *(f"{name} [{name} ...]" if many else name for name, many in positionals),
+                     "[options]"])
 
 
 def _add_verbosity(parser: argparse.ArgumentParser) -> None:

@@ -304,7 +304,8 @@ def load_documents(cfg: DataConfig):
         source = None
     except Exception as err:
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise EncoderizeError(f"cannot load dataset {cfg.data_files or cfg.dataset!r}: {reason}") from None
+        local = "" if cfg.data_files else "; or train on local text with --data-files (.txt/.jsonl/.json/.parquet)"
+        raise EncoderizeError(f"cannot load dataset {cfg.data_files or cfg.dataset!r}: {reason}{local}") from None
     first = next(iter(_guarded(source, cfg.data_files or cfg.dataset)), None) if source is not None else None
     if first is None:
         raise EncoderizeError(f"the dataset {cfg.data_files or cfg.dataset!r} has no rows; point --data-files or "

@@ -80,9 +80,9 @@ class EvalConfig:
     """How to fine-tune and score the model: profile, grid, protocol and where results go."""
 
     _: KW_ONLY
-    profile: Literal["paper", "quick", "smoke"] = field(default="paper", metadata=protocol("synthetic_sizes"))
-    """paper (the full protocol: 12 datasets, 6 learning rates, 5 seeds), quick (one lr, one seed, 200 steps) or
-    smoke (small synthetic offline sets, for CI)."""
+    profile: Literal["paper", "quick", "smoke"] = field(default="quick", metadata=protocol("synthetic_sizes"))
+    """quick (the 12 datasets with one lr, one seed, 200 steps; `run`'s default too), paper (the full protocol: 6
+    learning rates, 5 seeds) or smoke (small synthetic offline sets, no Hub)."""
     tasks: str | None = field(default=None, metadata=protocol())
     """Comma-separated task families to run: sc, tc, qa, ir (default: all of the profile's)."""
     datasets: str | None = field(default=None, metadata=protocol())

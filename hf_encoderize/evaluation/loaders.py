@@ -265,8 +265,8 @@ def _read_hub(spec: DatasetSpec, split: str):
         reason = "the Hub is offline (HF_HUB_OFFLINE is set)" if offline else type(err).__name__
         raise EncoderizeError(
             f"dataset {spec.name!r} needs the Hugging Face Hub ({spec.source}, split {split!r}) and could not be "
-            f"loaded: {reason}; or point at a local copy with --data-dir DIR holding DIR/{spec.name}/{split}.parquet "
-            f"(or .jsonl) in the Hub schema"
+            f"loaded: {reason}; point at a local copy with --data-dir DIR holding DIR/{spec.name}/{split}.parquet "
+            f"(or .jsonl) in the Hub schema, or run the offline synthetic sets with --profile smoke"
         ) from None
 
 

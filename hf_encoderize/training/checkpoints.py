@@ -317,11 +317,20 @@ def check_resume_settings(output_dir: Path, settings: dict, step: int | None, *,
         changed = _changed(before, now, lengths)
         if changed:
             raise EncoderizeError(f"--resume with other settings than the run's ({'; '.join(changed)}); resume with "
-                                  "the same ones, or start a new --output-dir")
+                                  f"the same ones{_warmup_hint(before, now, lengths)}, or start a new --output-dir")
         _check_new_length(before, now, step, extendable)
     if main_process:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(settings, indent=2, default=str) + "\n")
+
+
+def _warmup_hint(before: dict, now: dict, lengths: tuple[str, ...]) -> str:
+    """A longer run's default warmup follows its --max-steps (a fifth of a short run), so extending a run whose warmup
+    was never set changes it: say the flag that keeps the run's."""
+    warmup = (before.get(IDENTITY) or {}).get("train.warmup_steps", before.get("warmup_steps"))
+    if "decay_steps" in lengths and warmup is not None and warmup != now.get("warmup_steps"):
+        return f" (extending: pass --warmup-steps {warmup}, the run's, as the default follows --max-steps)"
+    return ""
 
 
 def _changed(before: dict, now: dict, lengths: tuple[str, ...]) -> list[str]:

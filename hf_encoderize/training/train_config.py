@@ -68,7 +68,8 @@ class TrainConfig:
     eval_every: int = field(default=500, metadata=identity(HARMLESS))
     """Evaluate on the held-out documents every N steps (0: only at the end, and in `pretrain` at each phase switch)."""
     log_every: int = field(default=10, metadata=identity(HARMLESS))
-    """Print the training loss every N steps."""
+    """Read the training loss from the device and write it to metrics.jsonl every N steps; it is printed as a line
+    with --no-progress, and shown on the progress bar otherwise."""
     resume: bool = field(default=False, metadata=identity(HARMLESS))
     """Continue from the newest checkpoint in `output_dir`."""
     from_checkpoint: str | None = field(default=None, metadata=identity(HARMLESS))
