@@ -63,8 +63,12 @@ def run_dir(results_dir: Path, spec: DatasetSpec, lr: float, seed: int) -> Path:
     return results_dir / spec.task / spec.name / f"lr{lr_key(lr)}_sd{seed}"
 
 
-def is_finished(path: Path, expected: dict) -> bool:
-    """True if `path` holds a finished run of this protocol; raise if it holds one of another protocol."""
+EVAL_ADVICE = "pick another results folder (a new --output-dir or --name), or delete that folder to redo it"
+
+
+def is_finished(path: Path, expected: dict, advice: str = EVAL_ADVICE) -> bool:
+    """True if `path` holds a finished run of this protocol; raise if it holds one of another protocol, with `advice`
+    (what the calling command offers: `eval` has --name, `run` has not)."""
     results = path / "results.json"
     if not results.is_file():
         return False
@@ -76,8 +80,7 @@ def is_finished(path: Path, expected: dict) -> bool:
     if differing:
         raise EncoderizeError(
             f"{path} holds a finished run made with another protocol or model ({', '.join(differing)} differ); "
-            f"pick another results folder (eval: a new --output-dir or --name; run: a new --output-dir), or delete "
-            "that folder to redo it"
+            f"{advice}"
         )
     return True
 
@@ -86,10 +89,13 @@ def _say(message: str) -> None:
     log.info(message)
 
 
-def evaluate(load: LoadConfig, cfg: EvalConfig, *, progress: Callable[[str], None] = _say, backbone=None) -> dict:
-    """Fine-tune and score `load.source` on the grid of `cfg`; write results and the summary. Returns the summary.
+def evaluate(load: LoadConfig, cfg: EvalConfig, *, progress: Callable[[str], None] = _say, backbone=None,
+             advice: str = EVAL_ADVICE) -> dict:
+    """Fine-tune and score `load.source` on the grid of `cfg`; write results and the summary of that grid (finished
+    runs of the same protocol are reused, runs of another grid left out). Returns the summary.
 
     `backbone` (from `backbone.load_backbone`) reuses an already loaded model instead of loading `load.source`.
+    `advice`: what to do about a finished run of another protocol in the results folder (`is_finished`).
     With `cfg.mteb`, scores the sentence embeddings on those MTEB tasks instead (`mteb_suite.evaluate_mteb`)."""
     from hf_encoderize.common.outputs import check_output_dir
     from hf_encoderize.evaluation.backbone import pick_device
@@ -112,7 +118,8 @@ def evaluate(load: LoadConfig, cfg: EvalConfig, *, progress: Callable[[str], Non
     expected = fingerprint(load, cfg)
     specs = [dataset_spec(n, cfg.dataset_source) for n in grid.datasets]
     pending = {spec.name: [(lr, seed) for lr in grid.lrs for seed in grid.seeds
-                           if not is_finished(run_dir(results_dir, spec, lr, seed), expected)] for spec in specs}
+                           if not is_finished(run_dir(results_dir, spec, lr, seed), expected, advice)]
+               for spec in specs}
     sizes = SMOKE_SIZES if cfg.profile == "smoke" else None
     splits = {spec.name: load_splits(spec, data_dir=cfg.data_dir, sizes=sizes, max_eval_examples=grid.max_eval_examples)
               for spec in specs if pending[spec.name]}
@@ -154,7 +161,9 @@ def evaluate(load: LoadConfig, cfg: EvalConfig, *, progress: Callable[[str], Non
                              f"validation {record['validation']['score']:.2f}, test {record['test']['score']:.2f} "
                              f"{spec.metric} ({record['wall_time_s']:.0f} s, {record['train_examples_per_s']:.1f} "
                              "train examples/s)")
-    return write_summary(results_dir, model=load.source, model_name=name, profile=cfg.profile, expected=expected)
+    asked = {run_dir(results_dir, spec, lr, seed) for spec in specs for lr in grid.lrs for seed in grid.seeds}
+    return write_summary(results_dir, model=load.source, model_name=name, profile=cfg.profile, expected=expected,
+                         runs=asked)
 
 
 def _prepare(spec: DatasetSpec, backbone, cfg: EvalConfig, splits: dict, progress):

@@ -42,10 +42,14 @@ def _mean(values: list[float]) -> float:
     return float(sum(values) / len(values))
 
 
-def collect_runs(results_dir: Path, expected: dict) -> dict[tuple[str, str], list[dict]]:
-    """Finished runs of this protocol, grouped by (task, dataset), without their per-example scores."""
+def collect_runs(results_dir: Path, expected: dict, runs: set[Path] | None = None) -> dict[tuple[str, str], list[dict]]:
+    """Finished runs of this protocol, grouped by (task, dataset), without their per-example scores. `runs`: the run
+    folders of the grid asked for (None: every one there), so that runs kept from an earlier grid (other learning
+    rates or seeds) are reused where asked for and never reported where not."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for path in sorted(results_dir.glob("*/*/lr*_sd*/results.json")):
+        if runs is not None and path.parent not in runs:
+            continue
         record = json.loads(path.read_text())
         if record.get("fingerprint") != expected:
             continue
@@ -82,8 +86,9 @@ def dataset_result(runs: list[dict]) -> dict:
     }
 
 
-def build_summary(results_dir: Path, *, model: str, model_name: str, profile: str, expected: dict) -> EvalSummary:
-    groups = collect_runs(results_dir, expected)
+def build_summary(results_dir: Path, *, model: str, model_name: str, profile: str, expected: dict,
+                  runs: set[Path] | None = None) -> EvalSummary:
+    groups = collect_runs(results_dir, expected, runs)
     order = list(DATASETS)
     keys = sorted(groups, key=lambda k: (TASKS.index(k[0]), order.index(k[1]) if k[1] in order else len(order)))
     results = [dataset_result(groups[key]) for key in keys]
@@ -145,11 +150,14 @@ def render_markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def write_summary(results_dir: Path, *, model: str, model_name: str, profile: str, expected: dict) -> dict:
-    """Write summary.json, summary.md, scores.png and lr_sensitivity.png into `results_dir`. Returns the summary."""
+def write_summary(results_dir: Path, *, model: str, model_name: str, profile: str, expected: dict,
+                  runs: set[Path] | None = None) -> dict:
+    """Write summary.json, summary.md, scores.png and lr_sensitivity.png into `results_dir` from the finished `runs`
+    (`collect_runs`). Returns the summary."""
     from hf_encoderize.evaluation.plots import plot_lr_sensitivity, plot_scores
 
-    typed = build_summary(results_dir, model=model, model_name=model_name, profile=profile, expected=expected)
+    typed = build_summary(results_dir, model=model, model_name=model_name, profile=profile, expected=expected,
+                          runs=runs)
     typed.to_json(results_dir / "summary.json")  # the one writer of summary.json, the card's and `run`'s source
     summary = typed.to_dict()
     (results_dir / "summary.md").write_text(render_markdown(summary))

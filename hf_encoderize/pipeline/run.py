@@ -195,7 +195,10 @@ def stage_contrastive(data, run_cfg: RunConfig, out: Path) -> str:
 def stage_eval(load, run_cfg: RunConfig, out: Path, name: str, causal: bool = False) -> dict:
     from hf_encoderize.evaluation import evaluate
 
-    summary = evaluate(load, run_cfg.eval_config(name, str(RunFolder(out).eval), causal=causal))
+    # `run` has no --name: one evaluation per model lives in eval/<name>, and a new --output-dir redoes every stage.
+    advice = (f"`run` keeps one evaluation of {name} per folder: give the --eval-* options it was made with to keep "
+              f"it, or delete {RunFolder(out).eval_results(name)} to redo it with these")
+    summary = evaluate(load, run_cfg.eval_config(name, str(RunFolder(out).eval), causal=causal), advice=advice)
     gc.collect()
     means = ", ".join(f"{task} {mean:.2f}" for task, mean in EvalSummary.from_dict(summary).family_means.items())
     return f"{name}: {means} -> {RunFolder(out).eval_results(name) / 'summary.md'}"
