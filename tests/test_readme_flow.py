@@ -54,3 +54,15 @@ def test_the_not_evaluated_hint_is_true(decoder_dir, tiny_run, tmp_path, monkeyp
     for target in (tmp_path / "converted", tiny_run):
         card = follow_hint(target, tmp_path)
         assert "Not evaluated yet" not in card and "| Sequence classification | syn-sentiment |" in card, target
+
+
+def test_the_readme_set_up_is_short_sections_with_a_pip_line_on_the_first_screen():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    setup = text.split("## Set-up", 1)[1].split("\n## ", 1)[0].split("**What the quickstart does.**")[0]
+    headings = re.findall(r"^### (.+)$", setup, re.M)
+    assert headings == ["Install (CPU)", "Install (GPU)", "GGUF export (optional)", "The demo and the tests"]
+    prose = [block for block in re.split(r"\n\s*\n", re.sub(r"```.*?```", "", setup, flags=re.S)) if block.strip()]
+    assert max(len(block.strip().splitlines()) for block in prose) <= 5  # no 19-line paragraph of everything
+    assert any("pip install" in line for line in text.splitlines()[:50])  # on the first screen
