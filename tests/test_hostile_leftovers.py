@@ -5,6 +5,8 @@ The audit table of every case and the test that covers it is docs/hostile_input.
 import json
 import shutil
 
+import pytest
+
 from hf_encoderize.cli import main
 
 TINY = ["--max-seq-length", "32", "--batch-size", "4", "--eval-documents", "8", "--no-progress", "--logging-steps",
@@ -63,3 +65,41 @@ def test_run_reports_only_the_grid_asked(decoder_dir, tmp_path, capsys):
     assert "lr=0.0001 seed=0: finished earlier, skipped" in capsys.readouterr().err
     summary = json.loads((out / "eval" / "encoder" / "summary.json").read_text())
     assert summary["protocol"]["lrs"] == ["0.0001", "0.0002"]
+
+
+# ------------------------------------------------------------------------------------------------ issue 54
+
+
+@pytest.mark.parametrize("command", ["contrastive", "cpt"])
+def test_one_broken_jsonl_is_one_error_line(command, encoder, tmp_path, capsys):
+    """A cut line 6 printed datasets' own log record re-labelled as ours (`error: [datasets.packaged_modules.json.json]
+    Failed to load JSON ...`), then our line: two `error:` lines for one broken file."""
+    rows = [json.dumps({"text": f"w{i} w{i + 1} w{i + 2} w{i + 3}"}) for i in range(40)]
+    rows[5] = rows[5][:12]  # line 6 cut short
+    data = tmp_path / "d.jsonl"
+    data.write_text("\n".join(rows) + "\n")
+    argv = ["--data-files", str(data), "--output-dir", str(tmp_path / "out"), "--max-steps", "2", "--batch-size", "4",
+            "--no-progress"]
+    argv += ["--max-seq-length", "16"] if command == "contrastive" else ["--max-seq-length", "16", "--eval-documents",
+                                                                        "4"]
+    capsys.readouterr()
+    assert main([command, str(encoder), *argv]) == 2
+    err = capsys.readouterr().err
+    one_error(err, "d.jsonl", "line 6")
+    assert "[datasets" not in err  # our line says it, with the line number a person counts from
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_library_error_record_is_never_an_error_line(capsys):
+    """Only a command's own refusal starts with `error:`: a library's error record keeps its name and level after it."""
+    import logging
+
+    from hf_encoderize.common.log import setup_logging, teardown_logging
+
+    setup_logging(0)
+    try:
+        logging.getLogger("transformers.something").error("a library's own complaint")
+        logging.getLogger("datasets.packaged_modules.json.json").error("Failed to load JSON from file 'd.jsonl' ...")
+    finally:
+        teardown_logging()
+    assert capsys.readouterr().err.splitlines() == ["[transformers.something] error: a library's own complaint"]

@@ -34,8 +34,12 @@ def get_logger(name: str) -> logging.Logger:
 class _Format(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
-        if record.levelno >= logging.WARNING and not record.name.startswith(ROOT):
-            return f"{record.levelname.lower()}: [{record.name}] {text}"
+        if record.levelno > logging.WARNING and not record.name.startswith(ROOT):
+            # A library's error record is not one of our `error:` lines: a command that fails says so in exactly one
+            # line of its own, and one that goes on was not stopped by it.
+            return f"[{record.name}] {record.levelname.lower()}: {text}"
+        if record.levelno == logging.WARNING and not record.name.startswith(ROOT):
+            return f"warning: [{record.name}] {text}"
         said = record.levelno == logging.WARNING and not text.startswith("warning:")  # a line may say it already
         return f"warning: {text}" if said else text
 
@@ -43,13 +47,16 @@ class _Format(logging.Formatter):
 # Library warnings about what this package chose on purpose, dropped unless -v: sentence-transformers 6 warns at every
 # load that a model has a default prompt, and every contrastive model has one (its lead tokens, `lead_token`);
 # transformers says how it initialises the rows `model.tokens` adds (mean_resizing, chosen there); DeepSpeed (the dev
-# extra brings it in) says, on stdout, that a machine without a GPU runs on the CPU, in every command.
+# extra brings it in) says, on stdout, that a machine without a GPU runs on the CPU, in every command; datasets logs
+# a JSONL line it cannot parse before it raises, and our one error line names that file and line (data.sources).
 EXPECTED = (("sentence_transformers", "Default prompt name is set to "),
             ("transformers.modeling_utils", "The new embeddings will be initialized"),
             ("transformers.modeling_utils", "The new lm_head weights will be initialized"),
-            ("DeepSpeed", "Setting accelerator to CPU"))
-# Loggers that print through their own handlers (transformers', DeepSpeed's on stdout): filtered at the logger.
-_OWN_HANDLERS = ("transformers.modeling_utils", "DeepSpeed")
+            ("DeepSpeed", "Setting accelerator to CPU"),
+            ("datasets.packaged_modules.json", "Failed to load JSON from file"))
+# Loggers that print through their own handlers (transformers', DeepSpeed's on stdout, datasets' on stderr): filtered
+# at the logger.
+_OWN_HANDLERS = ("transformers.modeling_utils", "DeepSpeed", "datasets.packaged_modules.json.json")
 
 
 def _not_expected(record: logging.LogRecord) -> bool:
