@@ -160,19 +160,21 @@ def gather_facts(config: CardConfig) -> CardFacts:
         hidden_size=text.get("hidden_size"), max_seq_length=st_config.get("max_seq_length"),
         pooling=_pooling(read_json(encoder / "1_Pooling" / "config.json") or {}),
         plots=[f"plots/{p}" for p in plot_files(run_dir)] if config.repo_id else [],
-        evaluate_hint=evaluate_hint(config.output_dir, encoder),
+        evaluate_hint=evaluate_hint(config.output_dir, encoder, for_hub=bool(config.repo_id)),
     )
 
 
-def evaluate_hint(given: str, encoder: Path) -> str:
+def evaluate_hint(given: str, encoder: Path, for_hub: bool = False) -> str:
     """The commands that put scores in this card, true for where `eval` writes them: a run's own model is scored
-    into the run folder, where `card` reads it; any other encoder into results/<name>, which `card` is then told."""
+    into the run folder, where `card` reads it; any other encoder into results/<name>, which `card` is then told.
+    A card for the Hub (`for_hub`) names no local folder: RUN, ENCODER and NAME stand for them."""
     if run_model_results(encoder) is not None:
-        return f"`hf-encoderize eval {encoder}` runs the paper's suite, then `hf-encoderize card {given}` adds the"
-    name = encoder.resolve().name
+        run, model = ("RUN", f"RUN/{encoder.name}") if for_hub else (given, str(encoder))
+        return f"`hf-encoderize eval {model}` runs the paper's suite, then `hf-encoderize card {run}` adds the"
+    name, model, folder = ("NAME", "ENCODER", "ENCODER") if for_hub else (encoder.resolve().name, str(encoder), given)
     results = Path("results") / name
-    return (f"`hf-encoderize eval {encoder} --name {name}` runs the paper's suite into `{results}`, then "
-            f"`hf-encoderize card {given} --results-dir {results}` adds the")
+    return (f"`hf-encoderize eval {model} --name {name}` runs the paper's suite into `{results}`, then "
+            f"`hf-encoderize card {folder} --results-dir {results}` adds the")
 
 
 def _previous_metadata(readme: Path) -> dict:
