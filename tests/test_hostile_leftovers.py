@@ -103,3 +103,57 @@ def test_a_library_error_record_is_never_an_error_line(capsys):
     finally:
         teardown_logging()
     assert capsys.readouterr().err.splitlines() == ["[transformers.something] error: a library's own complaint"]
+
+
+# A contrastive run held open at one point (the flag file says it got there) until the release file appears.
+HELD_RUN = """
+import pathlib, sys, time
+from sentence_transformers import SentenceTransformerTrainer
+from hf_encoderize.common import outputs
+there, release, where = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3]
+def hold():
+    there.touch()
+    while not release.exists():
+        time.sleep(0.05)
+if where == "training":
+    real_train = SentenceTransformerTrainer.train
+    SentenceTransformerTrainer.train = lambda self, *a, **k: (hold(), real_train(self, *a, **k))[1]
+else:  # its output written and marked, its work folder (which holds the lock) not yet removed
+    real_mark = outputs.write_marker
+    outputs.write_marker = lambda *a, **k: (real_mark(*a, **k), hold())[0]
+from hf_encoderize.cli import main
+sys.exit(main(sys.argv[4:]))
+"""
+
+
+@pytest.mark.parametrize("where", ["training", "its output written and marked"])
+def test_an_overwrite_while_a_contrastive_run_is_live_is_refused(where, encoder, text, tmp_path, capsys):
+    """Two `contrastive` runs into one folder, the second with --overwrite while the first was training: both exited 0.
+    The lock covers the stage from its first write to its last: the second is refused, the first finishes whole."""
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "simcse"
+    argv = ["contrastive", str(encoder), "--data-files", str(text), "--output-dir", str(out), "--max-steps", "4",
+            "--batch-size", "8", "--save-steps", "2", "--max-seq-length", "16", "--no-progress", "--overwrite"]
+    assert main(argv) == 0  # a finished output: what an --overwrite replaces, but not while a run is live
+    there, release = tmp_path / "there", tmp_path / "release"
+    first = subprocess.Popen([sys.executable, "-c", HELD_RUN, str(there), str(release),
+                              "training" if where == "training" else "written", *argv],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 240
+        while not there.exists() and first.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        assert there.exists(), first.communicate(timeout=60)
+        before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+        capsys.readouterr()
+        assert main(argv) == 2
+        one_error(capsys.readouterr().err, "in use by a running contrastive")
+        assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
+    finally:
+        release.touch()
+        stdout, stderr = first.communicate(timeout=240)
+    assert first.returncode == 0, stderr[-3000:]
+    assert (out / "model.safetensors").is_file() and (out / "contrastive_run.json").is_file()

@@ -3,6 +3,7 @@ folder under a temporary name and move it into place (the package docstring says
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -180,8 +181,18 @@ def _write_output(trainer, model, source: Path, config: ContrastiveConfig, adapt
         shutil.move(str(work / "adapter"), str(out / "adapter"))
         outputs.match_umask(out / "adapter")
     outputs.write_marker(out, "contrastive")  # what a later --overwrite may replace
-    shutil.rmtree(work, ignore_errors=True)
+    release_work(work)
     return {**summary, "steps": trainer.state.global_step}  # the steps trained, not the ones asked for
+
+def release_work(work: Path) -> None:
+    """The work folder goes after the last write, its lock last: the lock is given back (here, not only on failure, so
+    a later run in this process checks the lock again) before the then empty folder is removed, never with it."""
+    for entry in [e for e in work.iterdir() if e.name != outputs.LOCK] if work.is_dir() else []:
+        shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    outputs.release_lock(work)
+    with contextlib.suppress(OSError):  # a run that took the lock since keeps its folder
+        work.rmdir()
+
 
 def _finish_folder(folder: Path, source: Path, config: ContrastiveConfig, dropout: dict, logged: list, rows: int,
                    adapter: AdapterConfig, log: list):
