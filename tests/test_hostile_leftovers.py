@@ -157,3 +157,21 @@ def test_an_overwrite_while_a_contrastive_run_is_live_is_refused(where, encoder,
         stdout, stderr = first.communicate(timeout=240)
     assert first.returncode == 0, stderr[-3000:]
     assert (out / "model.safetensors").is_file() and (out / "contrastive_run.json").is_file()
+
+
+def test_the_card_describes_a_local_data_file_and_names_a_hub_dataset():
+    """`contrastive --data-files home/alice/secret-project/customer-emails.jsonl`, then `push`: the card said "on 200
+    rows of `customer-emails.jsonl`". A local file is described; a Hub dataset is named."""
+    from hf_encoderize.publish.card_rows import _training_rows, contrastive_text
+    from hf_encoderize.records.contrastive_record import ContrastiveRecord
+    from hf_encoderize.records.run_record import RunRecord
+
+    secret = "home/alice/secret-project/customer-emails.jsonl"
+    stage = {"objective": "simcse", "loss": "mnrl", "rows": 200, "steps": 6, "batch_size": 8}
+    said = contrastive_text(ContrastiveRecord.from_dict({"config": {"data_files": secret}, "stage": stage}))
+    assert "on 200 rows of a local JSONL file;" in said and "customer-emails" not in said and "alice" not in said
+    hub = contrastive_text(ContrastiveRecord.from_dict({"config": {"dataset": "sentence-transformers/all-nli"},
+                                                        "stage": stage}))
+    assert "on 200 rows of `sentence-transformers/all-nli`;" in hub
+    data_row = dict(_training_rows(RunRecord.from_dict({"data": {"data_files": secret, "seq_len": 32}})))["Data"]
+    assert data_row.startswith("a local JSONL file, rows of 32 tokens") and "customer-emails" not in data_row

@@ -6,6 +6,8 @@ Each row is computed from the run's files (`run_record.json`, the `hf_encoderize
 
 from __future__ import annotations
 
+import os
+
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.validation import parse_dims
 from hf_encoderize.publish.card_facts import CardFacts
@@ -53,14 +55,14 @@ def done_rows(facts: CardFacts) -> list[tuple[str, str]]:
 def contrastive_text(record: ContrastiveRecord) -> str:
     """The second stage in one cell, from `contrastive_run.json`."""
     stage, config = record.stage or {}, record.config or {}
-    source = config.get("data_files") or config.get("dataset") or "?"
+    source = local_data(config["data_files"]) if config.get("data_files") else f"`{config.get('dataset') or '?'}`"
     dropout = max((stage.get("training_dropout") or {}).values(), default=0)
     how = (f"SimCSE (unsupervised: each text twice, dropout {dropout} making the two views)"
            if stage.get("objective") == "simcse" else distilled_text(stage) if stage.get("objective") == "distill"
            else "supervised pairs (in-batch and given hard negatives)")
     return (f"{how}; `{stage.get('loss')}` loss with scale {stage.get('scale')}, `{stage.get('pooling')}` pooling, "
             f"{thousands(stage.get('steps'))} steps at batch {stage.get('batch_size')}, "
-            f"lr {stage.get('learning_rate')}, on {thousands(stage.get('rows'))} rows of `{source}`; "
+            f"lr {stage.get('learning_rate')}, on {thousands(stage.get('rows'))} rows of {source}; "
             f"final loss {score(stage.get('final_loss'))}")
 
 
@@ -96,6 +98,21 @@ def plain_loading(verdicts: dict) -> str | None:
             f"{verified}")
 
 
+FORMATS = {".jsonl": "JSONL", ".json": "JSON", ".txt": "text", ".parquet": "Parquet", ".csv": "CSV",
+           ".gz": "compressed"}
+
+
+def local_data(spec: str) -> str:
+    """A local --data-files source as the card says it: described, never named (a card is pushed, and a path or file
+    name such as `customer-emails.jsonl` says what a private corpus holds). A Hub dataset is named by its id.
+
+    >>> local_data("home/alice/secret-project/customer-emails.jsonl"), local_data("corpora/")
+    ('a local JSONL file', 'local files')
+    """
+    kind = FORMATS.get(os.path.splitext(spec.rstrip("/"))[1].lower())
+    return f"a local {kind} file" if kind and not any(c in spec for c in "*?[") else "local files"
+
+
 def _text_unit(data: dict) -> str:
     """How a .txt corpus was cut into documents (`--text-unit`; records before it was recorded say nothing)."""
     unit = data.get("text_unit")
@@ -104,7 +121,8 @@ def _text_unit(data: dict) -> str:
 
 def _training_rows(run: RunRecord) -> list[tuple[str, str]]:
     data, lora, hardware = run.data or {}, run.lora, run.hardware or {}
-    source = data.get("data_files") or " ".join(filter(None, [data.get("dataset"), data.get("dataset_config")]))
+    source = local_data(data["data_files"]) if data.get("data_files") else \
+        f"`{' '.join(filter(None, [data.get('dataset'), data.get('dataset_config')]))}`"
     objective = {"mlm": "MLM", "mntp": "MNTP (masked next-token prediction, LLM2Vec)"}.get(run.objective) \
         or _phases_text(run)
     replacement = "BERT 80/10/10" if run.replacement == "bert" else "every masked token becomes the mask token"
@@ -114,7 +132,7 @@ def _training_rows(run: RunRecord) -> list[tuple[str, str]]:
     accuracy = run.eval_masked_accuracy
     return [
         ("Objective", f"{objective}, mask ratio {run.mask_ratio or 0:.0%}, {replacement}"),
-        ("Data", f"`{source}`{_text_unit(data)}, rows of {data.get('seq_len')} tokens, "
+        ("Data", f"{source}{_text_unit(data)}, rows of {data.get('seq_len')} tokens, "
                  f"{'packed' if data.get('pack') else 'padded'}"),
         ("Steps", f"{thousands(run.steps)} optimizer steps, {thousands(run.tokens_seen)} tokens seen"),
         ("Schedule", f"{(run.schedule or 'wsd').upper()}: peak lr {run.lr or 0:.1e}, "
