@@ -38,7 +38,8 @@ def test_push_space_with_a_model_id_uploads_the_app_pinned(fake_hub, tiny_run, c
     assert repo["type"] == "space" and repo["sdk"] == "gradio"
     assert repo["commits"][0]["message"] == "Upload Space with hf-encoderize"
     files = fake_hub.files("someone/demo")
-    assert set(files) == {"README.md", "app.py", "space_compute.py", "requirements.txt", "space_config.json"}
+    assert set(files) == {"README.md", "app.py", "space_compute.py", "space_models.py", "requirements.txt",
+                          "space_config.json"}
     assert files["app.py"] == (SPACE_DIR / "app.py").read_bytes()
     assert files["space_compute.py"] == (SPACE_DIR / "space_compute.py").read_bytes()  # the app imports it
     meta = yaml.safe_load(files["README.md"].decode().split("---\n")[1])
@@ -49,7 +50,7 @@ def test_push_space_with_a_model_id_uploads_the_app_pinned(fake_hub, tiny_run, c
     config = json.loads(files["space_config.json"])
     assert config == {"encoder": "someone/tiny-encoder", "base_model": "someone/tiny-base"}
     assert all(TOKEN.encode() not in content for content in files.values())
-    assert "uploaded 5 files to Space someone/demo" in capsys.readouterr().out
+    assert "uploaded 6 files to Space someone/demo" in capsys.readouterr().out
 
 
 def _clone_and_load(files: dict[str, bytes], clone: Path, monkeypatch):
@@ -127,7 +128,8 @@ def test_push_space_points_to_a_hub_embedding_model_or_opts_out(fake_hub, contra
     push_space(PushSpaceConfig(str(contrastive_run), "someone/hub", model_id="someone/enc",
                                embedding_model_id="someone/emb"))
     files = fake_hub.files("someone/hub")
-    assert set(files) == {"README.md", "app.py", "space_compute.py", "requirements.txt", "space_config.json"}
+    assert set(files) == {"README.md", "app.py", "space_compute.py", "space_models.py", "requirements.txt",
+                          "space_config.json"}
     assert json.loads(files["space_config.json"]) == {"encoder": "someone/enc", "embedding_model": "someone/emb"}
     assert yaml.safe_load(files["README.md"].decode().split("---\n")[1])["models"] == ["someone/enc", "someone/emb"]
 

@@ -64,7 +64,7 @@ def test_trusted_digest_is_the_shipped_template(app):
     digest = hashlib.sha256(TEMPLATE.read_bytes()).hexdigest()
     assert digest in app.TRUSTED_MODELING_SHA256, (
         f"{TEMPLATE.name} changed: put its SHA-256 {digest} "
-        " in TRUSTED_MODELING_SHA256 in space/app.py")
+        " in TRUSTED_MODELING_SHA256 in space/space_models.py")
     for model_type in ("llama", "gpt_neox", "qwen3_moe", "xlm-roberta"):  # what saving.py writes, for any model
         assert app.modeling_sha256(modeling_source(model_type).encode()) == digest
     smuggled = modeling_source("llama").replace("MODEL_TYPE = 'llama'", "MODEL_TYPE = 'llama'; import os")

@@ -1,7 +1,8 @@
 """`hf-encoderize space OUTPUT_DIR` and `hf-encoderize push-space OUTPUT_DIR SPACE_ID`: the Gradio demo of an encoder.
 
 Design choices:
-- The app is `space/app.py` (top of the repository) and its gradio-free sibling `space_compute.py`, shipped in the
+- The app is `space/app.py` (top of the repository, the UI), `space_models.py` (settings, the trust check, model
+  loading) and the gradio-free `space_compute.py`, shipped in the
   wheel (`publish.shipped`) and uploaded together: on the Hub it runs without hf_encoderize (its requirements are
   torch, transformers and sentence-transformers; gradio comes from the Space's `sdk_version`).
   `space` imports that very file, so what runs on a laptop is what `push-space` uploads.
@@ -44,7 +45,7 @@ from hf_encoderize.records.contrastive_record import ContrastiveRecord
 from hf_encoderize.records.encoder_facts import EncoderFacts
 from hf_encoderize.records.run_record import RunRecord
 
-SPACE_DIR = shipped_dir("space")  # the Space as it deploys: app.py, README.md, requirements.txt
+SPACE_DIR = shipped_dir("space")  # the Space as it deploys: app.py and its two sibling modules, README.md, ...
 APP_MODULE = "hf_encoderize_space_app"
 INSTALL_HINT = "pip install 'hf-encoderize[space]'"
 
