@@ -66,23 +66,24 @@ def test_the_student_learns_the_teacher_through_a_saved_projection(encoder, text
     from sentence_transformers import SentenceTransformer
 
     out = tmp_path / "distilled"
-    summary = contrastive(_distill(encoder, text, out, teacher, steps=12))
+    summary = contrastive(_distill(encoder, text, out, teacher, steps=24, learning_rate=3e-4))
     record = json.loads((out / "contrastive_run.json").read_text())
     losses = record["losses"]
-    assert summary["objective"] == "distill" and len(losses) == 12
-    assert sum(losses[-3:]) / 3 < 0.5 * sum(losses[:3]) / 3, losses  # MSE to the teacher falls
+    assert summary["objective"] == "distill" and len(losses) == 24
+    # MSE to the teacher falls below where the projection's least-squares start left it
+    assert sum(losses[-4:]) / 4 < 0.8 * sum(losses[:4]) / 4, losses
     assert record["stage"]["projection"] == [32, TEACHER_WIDTH] and record["stage"]["loss"] == "mse"
     assert record["stage"]["training_dropout"] == {}  # one view per text: no dropout needed
     assert (out / "2_Dense" / "config.json").is_file()
     assert _plain_load(out) == {"shape": [2, TEACHER_WIDTH], "modules": ["Transformer", "Pooling", "Dense"]}
-    # the trained student is closer to the teacher than the same model before training (step 0 = the projection's start)
+    # closer to the teacher than the start (the least-squares projection on the untrained encoder: a 1e-12 step)
     texts = [json.loads(line)["text"] for line in text.read_text().splitlines()[:32]]
     target = SentenceTransformer(str(teacher), device="cpu").encode(texts, convert_to_tensor=True)
     trained = SentenceTransformer(str(out), device="cpu").encode(texts, convert_to_tensor=True)
     untrained_dir = tmp_path / "untrained"
     contrastive(_distill(encoder, text, untrained_dir, teacher, steps=1, learning_rate=1e-12))
     untrained = SentenceTransformer(str(untrained_dir), device="cpu").encode(texts, convert_to_tensor=True)
-    assert torch.nn.functional.mse_loss(trained, target) < 0.5 * torch.nn.functional.mse_loss(untrained, target)
+    assert torch.nn.functional.mse_loss(trained, target) < 0.85 * torch.nn.functional.mse_loss(untrained, target)
 
 
 def test_resume_after_interrupt_equals_unbroken_run(encoder, text, teacher, tmp_path, monkeypatch):

@@ -69,7 +69,7 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
     prompts = saved_prompts(config, model.tokenizer)
     rows = mine_negatives(model, rows, config, prompts)  # --hard-negatives: negative_1..negative_K columns
     if teacher is not None:  # the projection to the teacher's width, the teacher's embeddings as labels, MSELoss
-        model, rows, loss = distill.prepare(model, rows, teacher, config)
+        model, rows, loss = distill.prepare(model, rows, teacher, config, prompts.get("text", ""))
         del teacher
     else:
         loss = stage_loss(model, config)  # with --matryoshka-dims, at each size
