@@ -115,6 +115,37 @@ def test_resume_after_interrupt_equals_unbroken_run(encoder, text, teacher, tmp_
     assert not work_dir(out).exists()
 
 
+def test_lora_trains_the_projection_beside_the_adapters_and_resumes(encoder, text, teacher, tmp_path, monkeypatch):
+    from sentence_transformers import SentenceTransformerTrainer
+
+    from hf_encoderize.training.lora import AdapterConfig
+
+    adapter = AdapterConfig(lora_r=4)
+    contrastive(_distill(encoder, text, tmp_path / "unbroken", teacher), adapter)
+    real_step, calls = SentenceTransformerTrainer.training_step, {"n": 0}
+
+    def dies(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt  # after the step-2 checkpoint
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(SentenceTransformerTrainer, "training_step", dies)
+    with pytest.raises(KeyboardInterrupt):
+        contrastive(_distill(encoder, text, tmp_path / "broken", teacher), adapter)
+    monkeypatch.setattr(SentenceTransformerTrainer, "training_step", real_step)
+    contrastive(_distill(encoder, text, tmp_path / "broken", teacher, resume=True), adapter)
+    for part in ("model.safetensors", "2_Dense/model.safetensors"):
+        unbroken, resumed = (load_file(tmp_path / run / part) for run in ("unbroken", "broken"))
+        assert not any("lora" in name for name in resumed)  # merged: a plain model
+        for name, tensor in unbroken.items():
+            torch.testing.assert_close(resumed[name], tensor, msg=f"{part}: {name}")
+    start = tmp_path / "start"  # the projection's least-squares start, for comparison
+    contrastive(_distill(encoder, text, start, teacher, steps=1, learning_rate=1e-12), adapter)
+    assert not torch.equal(load_file(start / "2_Dense/model.safetensors")["linear.weight"],
+                           load_file(tmp_path / "unbroken" / "2_Dense/model.safetensors")["linear.weight"])
+
+
 def test_with_the_contrastive_loss_and_matryoshka_sizes(encoder, text, teacher, tmp_path):
     out = tmp_path / "both"
     contrastive(_distill(encoder, text, out, teacher, distill_contrastive_weight=0.5,
