@@ -74,3 +74,20 @@ def test_a_run_that_trained_a_step_keeps_its_folder(decoder_dir, tmp_path, monke
     monkeypatch.setattr("hf_encoderize.training.runner.train_phases", then_refused)
     assert main(["cpt", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(out), *TINY]) == 2
     assert '"kind": "train"' in (out / "metrics.jsonl").read_text()
+
+
+def test_the_data_checks_on_the_tokenizer_speak_before_the_weights_load(decoder_dir, tmp_path, monkeypatch, capsys):
+    """The token budget and the document-length lines need only the tokenizer: they come before the weights load (a
+    loader that refuses here stops the run after them), not after a load that may take minutes."""
+    from hf_encoderize.common.errors import EncoderizeError
+
+    def refused(*args, **kwargs):
+        raise EncoderizeError("the weights load here")
+    monkeypatch.setattr("hf_encoderize.recipes.cpt.encoderize_where_it_trains", refused)
+    corpus = write_corpus(tmp_path / "docs.jsonl", 40, lambda i: 2)  # ~2-token documents, far too few tokens
+    argv = ["cpt", str(decoder_dir), "--data-files", str(corpus), "--output-dir", str(tmp_path / "run"), *TINY[:4],
+            "--steps", "50", *TINY[6:]]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    said = [err.find("repeats tokens"), err.find("the median training document is"), err.find("the weights load here")]
+    assert -1 not in said and said[0] < said[2] and said[1] < said[2], err

@@ -116,16 +116,11 @@ def load_decoder_trying(cfg: LoadConfig, *, model_kwargs: dict | None = None, ex
     `exclude`: backend -> why (`auto` only), e.g. one whose model failed the probe. `compute_dtype`: the dtype attention
     runs in (the autocast dtype when training under mixed precision), for flash attention's bf16/fp16 requirement;
     default: the weights' dtype."""
-    from transformers import AutoTokenizer
-
     check_backend_available(cfg.attn_implementation)
     config = load_config(cfg)
     plan = backend_plan(config, cfg.attn_implementation, cfg.trust_remote_code,
                         compute_dtype or _weights_dtype(cfg, config))  # an unsupported explicit backend stops here
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(cfg.source, **_source_kwargs(cfg))
-    except (*_LOAD_ERRORS, _safetensor_error()) as err:
-        raise EncoderizeError(_load_error_message(cfg, err)) from None
+    tokenizer = load_tokenizer(cfg)
     tried = []
     for backend, skipped in plan:
         skipped = skipped or (exclude or {}).get(backend)
@@ -135,6 +130,18 @@ def load_decoder_trying(cfg: LoadConfig, *, model_kwargs: dict | None = None, ex
             return model, tokenizer, tried
     reasons = "; ".join(f"{t['backend']}: {t['skipped']}" for t in tried)
     raise EncoderizeError(f"no attention backend works for {config.model_type} here ({reasons})")
+
+
+def load_tokenizer(cfg: LoadConfig):
+    """The source's tokenizer alone (a GGUF's from its metadata, as `from_pretrained` reads it): seconds, where the
+    weights may take minutes, so a check that needs only the tokenizer and the data runs before any weight loads.
+    Raises a one-line `EncoderizeError`."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(cfg.source, **_source_kwargs(cfg))
+    except (*_LOAD_ERRORS, _safetensor_error()) as err:
+        raise EncoderizeError(_load_error_message(cfg, err)) from None
 
 
 def _source_kwargs(cfg: LoadConfig) -> dict:

@@ -23,8 +23,9 @@ from hf_encoderize.common.identity import identity_of
 from hf_encoderize.common.outputs import input_paths, releasing_locks
 from hf_encoderize.common.precision import attention_dtype
 from hf_encoderize.data.sources import DataConfig
+from hf_encoderize.model.attention_backends import check_backend_available
 from hf_encoderize.model.bidirectional import PACKED, EncoderizeReport
-from hf_encoderize.model.loading import LoadConfig
+from hf_encoderize.model.loading import LoadConfig, load_tokenizer
 from hf_encoderize.model.positions import check_positions, position_limit
 from hf_encoderize.model.where_it_trains import (
     as_main_process_says,
@@ -110,11 +111,20 @@ class Cpt:
         """What this launch cannot do, refused before any work (a `--lora-targets` typo too, on the model's
         skeleton)."""
         check_launcher(accelerator, self.adapter)
+        check_backend_available(self.load.attn_implementation)  # these two before the data checks speak
+        if self.adapter.load_in_4bit:
+            check_qlora_available()
         if not self.load.gguf_file and not self.load.trust_remote_code:
             check_targets_before_load(self.load.source, self.adapter)
         if self.train.exports and self.adapter.lora_r:
             raise EncoderizeError("--export-steps saves full encoders; with --lora-r the adapters would need merging "
                                   "at every export: export from a full fine-tune, or drop --export-steps")
+
+    def load_tokenizer(self):
+        """The source's tokenizer alone, after its config was classified and the row length checked against its
+        position limit (both read only small files)."""
+        check_seq_len(self.load, self.data.seq_len)
+        return load_tokenizer(self.load)
 
     def build(self, accelerator) -> CptBuilt:
         """Load and encoderize the model where it trains, then make it trainable (gradient checkpointing, LoRA)."""
@@ -216,8 +226,7 @@ def load_encoderized(load: LoadConfig, data: DataConfig, train: TrainConfig, ada
     torch.manual_seed(train.seed)
     extra = {}
     if adapter.load_in_4bit:
-        check_qlora_available()
-        extra["quantization_config"] = quantization_config()
+        extra["quantization_config"] = quantization_config()  # available: checked at launch
     if not is_native_encoder(load):
         model, tokenizer, report, _ = encoderize_where_it_trains(
             load, extra, accelerator, adapter.load_in_4bit, pack=data.pack,

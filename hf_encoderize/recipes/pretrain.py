@@ -310,6 +310,9 @@ class Pretrain:
     def check_launch(self, accelerator) -> None:
         """Nothing to refuse beyond what `pretrain` checked before the launch."""
 
+    def load_tokenizer(self):
+        return _load_tokenizer(self.spec.tokenizer)
+
     def build(self, accelerator) -> PretrainBuilt:
         spec, data, masking, train, phases = self.spec, self.data, self.masking, self.train, self.phases
         model, tokenizer, tokens = _build_model(spec, self.config, train, attention_dtype(accelerator, train))

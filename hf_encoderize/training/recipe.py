@@ -2,8 +2,9 @@
 
 Design choices:
 - A recipe is a `typing.Protocol`: settings as fields (what differs between the commands is a field, never a test on
-  the command's name) and four verbs the runner calls: `check_launch` before any work, `build` once the output folder
-  was checked, `check_branch` when branching, and `final_model` after training, on the main process.
+  the command's name) and five verbs the runner calls: `check_launch` before any work, `load_tokenizer` once the
+  output folder was checked (the data checks run on it before any weight loads), `build` after them, `check_branch`
+  when branching, and `final_model` after training, on the main process.
 - What goes in and out is a frozen dataclass (`Built`, `Trained`, `FinalModel`), built complete: a recipe that needs
   more at the end (cpt: the patch report and the peft model) subclasses `Built` with typed fields.
 - The training phases are data (`phases`, `switches_attention`): the engine walks them (`engine.loop.train_phases`),
@@ -95,6 +96,9 @@ class Recipe(Protocol):
 
     def check_launch(self, accelerator) -> None:
         """Refuse, before any work, what this launch cannot do."""
+
+    def load_tokenizer(self):
+        """The tokenizer alone, before any weight loads: the data checks that need only it run then."""
 
     def build(self, accelerator) -> Built:
         """The model, loaded or built where it trains. Runs after the output folder was checked."""

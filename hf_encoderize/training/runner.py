@@ -2,11 +2,12 @@
 
 `cpt` and `pretrain` differ in how the model comes to be (loaded and encoderized, or built at random), in what they
 train (one MLM phase, or CLM then MLM with a switch) and in the final model (LoRA merged, or as trained). Each is a
-`training.recipe.Recipe` saying only that, as fields and four verbs; the order below, and which steps are
+`training.recipe.Recipe` saying only that, as fields and five verbs; the order below, and which steps are
 collectives every process must reach, lives here and nowhere else. A run has three verbs:
 
     setup:  accelerator -> launch checks (recipe) -> output folder (refused before any work) -> documents
-            -> model (recipe) -> branch checks (recipe) -> clear the folder (only now: everything was validated)
+            -> tokenizer (recipe) and the data checks on it -> model (recipe) -> branch checks (recipe)
+            -> clear the folder (only now: everything was validated)
             -> barrier -> shared-folder check -> build_run -> resume identity -> resume or branch -> LR alignment
             -> start files -> monitor -> the starting model's held-out score
     train:  the recipe's phases (`engine.loop.train_phases`)
@@ -116,16 +117,13 @@ def setup(recipe: Recipe) -> Started:
     resume_from = prepare_output_dir(output_dir, resume=train.resume, overwrite=train.overwrite, inputs=recipe.inputs,
                                      main_process=accelerator.is_main_process)
     started_at = utc_now()
-    # A bad source, or one too small for a step, fails before any weight is loaded.
-    documents = open_documents(recipe.data, train.batch_size * train.grad_accum * accelerator.num_processes)
+    # A bad source, or one too small for a step, fails before any weight is loaded; so does what needs the tokenizer.
+    rows_per_step = train.batch_size * train.grad_accum * accelerator.num_processes
+    documents = open_documents(recipe.data, rows_per_step)
+    check_data_on_tokenizer(recipe, documents, rows_per_step, main_process=accelerator.is_main_process)
     built = recipe.build(accelerator)
     if branch_point:
         recipe.check_branch(branch_point, built)
-    if accelerator.is_main_process:  # a run that will repeat tokens says so now, not hours in when the pass begins
-        check_token_budget(built.data, documents, built.tokenizer,
-                           train.batch_size * train.grad_accum * accelerator.num_processes, train.steps,
-                           say=log.warning)
-        check_document_length(built.data, documents, built.tokenizer, say=log.warning)
     # Everything is validated (options, data, model): only now may --overwrite delete the earlier run.
     clear_output_dir(output_dir, overwrite=train.overwrite and not train.resume,
                      main_process=accelerator.is_main_process, command=recipe.command, resume=train.resume)
@@ -157,6 +155,16 @@ def setup(recipe: Recipe) -> Started:
     return Started(recipe=recipe, built=built, run=run, monitor=monitor, step=step, started_at=started_at,
                    initial_eval_loss=initial_eval.get("eval_loss") if initial_eval else first_eval_loss(output_dir),
                    train_started=time.time())
+
+
+def check_data_on_tokenizer(recipe: Recipe, documents, rows_per_step: int, main_process: bool) -> None:
+    """The checks that need only the tokenizer and the data, before any weight loads (every process loads the
+    tokenizer, so a source that fails fails everywhere; the main one says): a run that will repeat tokens says so now,
+    not hours in when the pass begins, and one on fragments of documents too."""
+    tokenizer = recipe.load_tokenizer()
+    if main_process:
+        check_token_budget(recipe.data, documents, tokenizer, rows_per_step, recipe.train.steps, say=log.warning)
+        check_document_length(recipe.data, documents, tokenizer, say=log.warning)
 
 
 def train(started: Started) -> Trained:
