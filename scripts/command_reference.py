@@ -98,7 +98,7 @@ def _section(command) -> list[str]:
     lines = [f"## `{command.name}`", "", f"{command.help[0].upper()}{command.help[1:]}.", "", "```",
              _usage(command), "```", ""]
     for cls in command.configs:
-        docs = field_docs(cls)
+        docs = field_docs(cls, sources=True)  # the help and, after it, where the default comes from
         fields = sorted(dataclasses.fields(cls), key=lambda field: field.kw_only)  # positionals first, as in usage
         lines += [f"`{cls.__module__}.{cls.__name__}`:", ""]
         lines += [_option(cls, field, docs.get(field.name, "")) for field in fields] or ["- (no options)"]

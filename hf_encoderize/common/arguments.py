@@ -3,9 +3,10 @@
 Design choices:
 - Every field becomes an argument, positional when declared before `_: KW_ONLY`, else `--option-name` (the field's
   public name, `common.options`), plus its short spelling where it has one (`--steps`, shown, no warning) and the old
-  spelling as a hidden alias that notes its use; the field's docstring is its help text and a `Literal`'s values are
-  its choices (usage lists them, a wrong value is refused naming them). Two spellings of one option given different
-  values are refused in one line naming both, whichever comes last.
+  spelling as a hidden alias that notes its use; the field's docstring is its help text (its first paragraph: the
+  sources after it go to the docs) and a `Literal`'s values are its choices (usage lists them, a wrong value is
+  refused naming them). Two spellings of one option given different values are refused in one line naming both,
+  whichever comes last.
 - A refusal is one `error:` line naming the usage (cpt's whole usage is 57 lines), and an unknown flag names the
   closest option, as a config file's unknown key does (`common.config_file`).
 """
@@ -16,22 +17,26 @@ import argparse
 import ast
 import dataclasses
 import inspect
+import re
 import sys
 import textwrap
 
 from hf_encoderize.common.options import SHORT_SPELLINGS, choices, closest, flag, option_name
 
 
-def field_docs(cls) -> dict[str, str]:
+def field_docs(cls, *, sources: bool = False) -> dict[str, str]:
     """Attribute docstrings (the string right after each field) of a dataclass, inherited fields included (the push
-    options are declared once, on `PushOptions`)."""
+    options are declared once, on `PushOptions`). The first paragraph is the help; what follows a blank line names the
+    field's sources (the paper's section, the authors' code) and goes to the docs only (`sources=True`), so `--help`
+    says what an option does and the reference says where its default comes from."""
     docs = {}
     for klass in reversed([base for base in cls.__mro__ if dataclasses.is_dataclass(base)]):
         body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body
         for node, following in zip(body, body[1:], strict=False):
             if isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr):
                 if isinstance(following.value, ast.Constant) and isinstance(following.value.value, str):
-                    docs[node.target.id] = " ".join(following.value.value.split())
+                    text = following.value.value
+                    docs[node.target.id] = " ".join((text if sources else re.split(r"\n\s*\n", text)[0]).split())
     return docs
 
 

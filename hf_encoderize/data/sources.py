@@ -54,7 +54,9 @@ class DataConfig:
 
     _: KW_ONLY
     dataset: str | None = "HuggingFaceFW/fineweb-edu"
-    """Hub dataset id (streamed). The default is the paper's corpus (section 2). Ignored when `data_files` is set."""
+    """Hub dataset id (streamed). Ignored when `data_files` is set.
+
+    The default is the paper's corpus (section 2)."""
     dataset_config: str | None = "sample-10BT"
     """Hub dataset configuration name."""
     split: str = "train"
@@ -81,10 +83,14 @@ class DataConfig:
     skip_documents: int = 0
     """Training starts this many documents after the held-out ones: continue a stream that an earlier run already
     read (CPT of a base model pretrained here: its run record's `data_position.next_document`), so no token is seen
-    twice, as the paper's "unique tokens" require (section 2)."""
+    twice.
+
+    The paper trains on "unique tokens" (section 2)."""
     shuffle_buffer: int = 0
     """Shuffle the training documents within a buffer of N, seeded by --seed (each pass its own order; resume and
-    N processes stay exact). 0 keeps the source's order, as the paper reads FineWeb-Edu (section 2)."""
+    N processes stay exact). 0 keeps the source's order.
+
+    0 reads FineWeb-Edu in order, as the paper does (section 2)."""
     eval_max_rows: int = field(default=64, metadata=identity(HARMLESS))
     """At most this many packed rows of the held-out documents are evaluated (long documents would otherwise make
     every evaluation cost more than the training between two of them)."""

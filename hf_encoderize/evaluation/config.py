@@ -99,23 +99,32 @@ class EvalConfig:
     warmup_ratio: float = field(default=0.1, metadata=protocol("warmup_ratio"))
     """Fraction of steps with linear warmup, then linear decay to 0 (paper: 10%)."""
     batching: Literal["random", "length"] = field(default="random", metadata=protocol("batching"))
-    """How fine-tuning batches are drawn: random (each epoch a fresh seeded shuffle, as the authors' EncodEval configs
-    train through transformers' Trainer without group_by_length) or length (batches of similar lengths, from
-    length-sorted runs of 50 batches, as `group_by_length`: less padding, so faster, but IR's in-batch negatives then
-    share a length range). Runs recorded before this option were length-grouped."""
+    """How fine-tuning batches are drawn: random (each epoch a fresh seeded shuffle) or length (batches of similar
+    lengths, from length-sorted runs of 50 batches, as `group_by_length`: less padding, so faster, but IR's in-batch
+    negatives then share a length range). Runs recorded before this option were length-grouped.
+
+    random: the authors' EncodEval configs train through transformers' Trainer without group_by_length."""
     max_length: int | None = field(default=None, metadata=protocol("max_length"))
     """Most tokens per input, capped at the model's positions (paper profile: the model's limit, round(0.99 x its
-    positions), as the authors' EncodEval; quick: 512, 2,048 for MLDR; smoke: 64). QA splits longer contexts into
-    strided windows."""
+    positions); quick: 512, 2,048 for MLDR; smoke: 64). QA splits longer contexts into strided windows.
+
+    The paper profile's limit is the authors' EncodEval's."""
     adam_beta1: float = field(default=0.9, metadata=protocol("optimizer"))
-    """AdamW beta1 (the authors' EncodEval configs; the paper names no optimiser settings)."""
+    """AdamW beta1.
+
+    0.9: the authors' EncodEval configs; the paper names no optimiser settings."""
     adam_beta2: float = field(default=0.95, metadata=protocol("optimizer"))
-    """AdamW beta2 (the authors' EncodEval configs: 0.95)."""
+    """AdamW beta2.
+
+    0.95: the authors' EncodEval configs."""
     adam_epsilon: float = field(default=1e-5, metadata=protocol("optimizer"))
-    """AdamW epsilon (the authors' EncodEval configs: 1e-5)."""
+    """AdamW epsilon.
+
+    1e-5: the authors' EncodEval configs."""
     weight_decay: float = field(default=0.1, metadata=protocol("optimizer"))
-    """AdamW weight decay, not applied to biases and norm weights (the authors' EncodEval configs: 0.1, through
-    transformers' Trainer, which exempts those)."""
+    """AdamW weight decay, not applied to biases and norm weights.
+
+    0.1: the authors' EncodEval configs, through transformers' Trainer, which exempts those."""
     qa_stride: int = field(default=128, metadata=protocol("qa_stride"))
     """Tokens shared by consecutive QA windows of a long context."""
     ndcg_gains: Literal["binary", "graded"] = field(default="binary", metadata=protocol("ndcg_gains"))
@@ -142,14 +151,17 @@ class EvalConfig:
     once and shared by every seed and learning rate, so seeds cost almost nothing. Not the paper's protocol (it
     fine-tunes the whole model); the quickstart uses it to afford several seeds on a CPU."""
     causal: bool = field(default=False, metadata=protocol())  # recorded as the fingerprint's `mode`
-    """Fine-tune a decoder with its causal mask kept, an ablation outside the paper's protocol: the paper fine-tunes
-    every model, CLM-pretrained ones included, with bidirectional attention (section 2, "Fine-tuning protocol")."""
+    """Fine-tune a decoder with its causal mask kept, an ablation outside the paper's protocol (it fine-tunes every
+    model, CLM-pretrained ones included, with bidirectional attention).
+
+    The paper's protocol: section 2, "Fine-tuning protocol"."""
     device: str = field(default="auto", metadata=protocol(kind=HARMLESS))
     """auto (GPU when there is one), cpu, cuda or cuda:N."""
     mteb: str | None = field(default=None, metadata=protocol(kind=HARMLESS))
-    """Comma-separated MTEB tasks (names such as STS12,SciFact, whose data mteb loads from the Hub) or local BEIR
-    folders (corpus.jsonl, queries.jsonl, qrels/<split>.tsv): score the model's sentence embeddings zero-shot with
-    the mteb package (the `mteb` extra) instead of running the fine-tuning suite. Uses --batch-size (encoding),
+    """Comma-separated MTEB tasks: task names (e.g. STS12, STSBenchmark, SciFact, NFCorpus, Banking77Classification;
+    any name `mteb.get_tasks()` knows, its data loaded from the Hub) or local BEIR folders (corpus.jsonl,
+    queries.jsonl, qrels/<split>.tsv). Scores the model's sentence embeddings zero-shot with the mteb package (the
+    `mteb` extra) instead of running the fine-tuning suite. Uses --batch-size (encoding),
     --max-seq-length, --device, --name and --output-dir; results go to OUTPUT_DIR/<name>/mteb/."""
 
     def __post_init__(self):

@@ -29,9 +29,13 @@ class MaskingConfig:
 
     _: KW_ONLY
     mask_ratio: float = 0.4
-    """Probability of masking each maskable token. 0.4 follows the paper (section 3)."""
+    """Probability of masking each maskable token.
+
+    0.4 follows the paper (section 3)."""
     replacement: Literal["mask", "bert"] = "mask"
-    """`mask`: every masked token becomes the mask token (paper, section 2); `bert`: 80% mask, 10% random, 10% kept."""
+    """`mask`: every masked token becomes the mask token; `bert`: 80% mask, 10% random, 10% kept.
+
+    `mask` is the paper's (section 2)."""
     objective: Literal["mlm", "mntp"] = "mlm"
     """`mlm`: predict the token at its own position; `mntp`: predict it from the previous position (LLM2Vec)."""
 

@@ -63,9 +63,11 @@ class RunConfig:
     """Evaluation after training: paper (the full protocol), quick (one lr, one seed), smoke (offline synthetic
     sets) or none."""
     eval_base: Literal["bidirectional", "causal", "both", "none"] = "bidirectional"
-    """Also evaluate the base model, for the comparison: bidirectional (how the paper fine-tunes CLM models, section
-    2), causal (its native attention: the fair baseline of a frozen probe, which cannot adapt to a mask it never
-    trained with), both (OUT/eval/base and OUT/eval/base-causal), or none."""
+    """Also evaluate the base model, for the comparison: bidirectional (how the paper fine-tunes CLM models),
+    causal (its native attention: the fair baseline of a frozen probe, which cannot adapt to a mask it never trained
+    with), both (OUT/eval/base and OUT/eval/base-causal), or none.
+
+    The paper fine-tunes CLM models bidirectionally: section 2, "Fine-tuning protocol"."""
     eval_tasks: str | None = None
     """Comma-separated task families to evaluate: sc, tc, qa, ir (default: all of the profile's)."""
     eval_datasets: str | None = None

@@ -60,8 +60,8 @@ class SpaceConfig:
     _: KW_ONLY
     embedding_model: str = "auto"
     """Which model makes the embeddings of Similarity, Semantic search and Compare: auto (the run's contrastive/
-    embedding model when it has one, else the encoder), encoder (the MLM encoder: opt out) or a sentence-transformers
-    folder. Fill-mask always uses the MLM encoder."""
+    embedding model when it has one, else the encoder), encoder (the MLM encoder: opt out), or a sentence-transformers
+    folder's path (e.g. runs/X/contrastive). Fill-mask always uses the MLM encoder."""
     base_model: str | None = None
     """Base decoder for the Compare tab (Hub id, folder or .gguf file); default: the one recorded with the encoder."""
     host: str = "127.0.0.1"
@@ -210,8 +210,9 @@ class PushSpaceConfig(PushOptions):
     into the Space next to the app."""
     embedding_model: str = "auto"
     """Which model makes the Space's embeddings: auto (the run's contrastive/ embedding model when it has one, else
-    the encoder), encoder (opt out) or a sentence-transformers folder. It is uploaded into the Space as contrastive/
-    unless `embedding_model_id` names its Hub repo; Fill-mask always uses the encoder."""
+    the encoder), encoder (opt out), or a sentence-transformers folder's path (e.g. runs/X/contrastive). It is
+    uploaded into the Space as contrastive/ unless `embedding_model_id` names its Hub repo; Fill-mask always uses the
+    encoder."""
     embedding_model_id: str | None = None
     """Hub model repo of the embedding model (push it first: `hf-encoderize push OUT/contrastive REPO`); the Space
     loads it from there instead of a copy in the Space."""

@@ -75,13 +75,18 @@ class PretrainConfig:
 
     _: KW_ONLY
     model_config: str | None = None
-    """210M, 610M or 1B (the paper's sizes, Appendix A; JSON copies in examples/configs/), or a transformers
-    decoder config: a config.json file, a model folder or a Hub id. Weights start random."""
+    """210M, 610M or 1B (JSON copies in examples/configs/), or a transformers decoder config: a config.json file, a
+    model folder or a Hub id. Weights start random.
+
+    210M, 610M and 1B are the paper's sizes (Appendix A)."""
     tokenizer: str | None = None
-    """Tokenizer folder or Hub id. The paper uses the Llama-3 tokenizer (Appendix A)."""
+    """Tokenizer folder or Hub id.
+
+    The paper uses the Llama-3 tokenizer (Appendix A)."""
     schedule: str = "clm:0.25,mlm:0.75"
-    """Phases in order with their share of --max-steps: clm:1.0, mlm:1.0, clm:0.5,mlm:0.5, ... The default 25-75 split
-    is the one that reliably beats MLM alone (paper, section 4)."""
+    """Phases in order with their share of --max-steps: clm:1.0, mlm:1.0, clm:0.5,mlm:0.5, ...
+
+    The default 25-75 split is the one that reliably beats MLM alone (paper, section 4)."""
     attn_implementation: AttentionBackend = "auto"
     """Attention backend: auto (the fastest the architecture supports here; see cpt), eager, sdpa, flex_attention,
     flash_attention_2 or flash_attention_3."""

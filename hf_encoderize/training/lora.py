@@ -38,7 +38,9 @@ class AdapterConfig:
     lora_alpha: int = 16
     """LoRA scaling numerator (scale = alpha / r)."""
     lora_targets: str = "all-linear"
-    """Comma-separated module names to adapt, or `all-linear`."""
+    """Comma-separated module names to adapt (e.g. q_proj,v_proj: attention only; q_proj,k_proj,v_proj,o_proj,
+    gate_proj,up_proj,down_proj: a Llama block's attention and MLP; any module name the model has), or all-linear
+    (every linear layer but the head)."""
     load_in_4bit: bool = False
     """QLoRA: load the base weights in 4-bit NF4 (bitsandbytes, GPU only). Needs --lora-r."""
     save_adapter: bool = field(default=False, metadata=identity(HARMLESS))

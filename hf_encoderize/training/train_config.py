@@ -29,7 +29,9 @@ class TrainConfig:
     output_dir: str | None = field(default=None, metadata=identity(HARMLESS))
     """Run folder: `checkpoints/` during training, the final encoder in `encoder/`. Default: runs/<model>-mlm."""
     steps: int = field(default=12000, metadata=identity(LENGTH))
-    """Optimizer steps. 12,000 is where the paper's CPT results are already strong (section 5)."""
+    """Optimizer steps.
+
+    12,000 is where the paper's CPT results are already strong (section 5)."""
     lr: float = 1e-4
     """Peak learning rate (see README: a conservative peak for continued pretraining of a converged model)."""
     batch_size: int = 8
@@ -38,24 +40,34 @@ class TrainConfig:
     """Micro-batches per optimizer step (see --tokens-per-step)."""
     tokens_per_step: int | None = None
     """Target tokens per optimizer step: sets --gradient-accumulation-steps to ceil(target / (batch size x processes x
-    seq len)). The paper's step is 2,359,296 tokens (Appendix A: 1,152 rows of 2,048); default:
-    --gradient-accumulation-steps as given."""
+    seq len)); default: --gradient-accumulation-steps as given.
+
+    The paper's step is 2,359,296 tokens (Appendix A: 1,152 rows of 2,048)."""
     warmup_steps: int | None = None
-    """Linear warmup steps; default 2,000 (paper, section 2 and Appendix A), at most a fifth of a short run."""
+    """Linear warmup steps; default 2,000, at most a fifth of a short run.
+
+    2,000: the paper, section 2 and Appendix A."""
     decay_steps: int | None = field(default=None, metadata=identity(LENGTH))
-    """Final steps of linear decay to zero; default 2,000 (paper, section 2: "decay only during the final 2,000
-    steps", at every budget), at most a fifth of a short run."""
+    """Final steps of linear decay to zero; default 2,000, at most a fifth of a short run.
+
+    2,000: the paper, section 2 ("decay only during the final 2,000 steps", at every budget)."""
     decay_fraction: float | None = field(default=None, metadata=identity(LENGTH))
-    """Instead of --decay-steps: the final fraction of the steps that decays (Appendix A's table rounds the paper's
-    2,000 of 42,000 to 5%)."""
+    """Instead of --decay-steps: the final fraction of the steps that decays.
+
+    The paper's Appendix A table rounds its 2,000 of 42,000 to 5%."""
     weight_decay: float = 0.1
-    """AdamW weight decay (paper, Appendix A)."""
+    """AdamW weight decay.
+
+    0.1: the paper, Appendix A."""
     adam_eps: float = 1e-5
-    """AdamW epsilon: 1e-5, the paper's Appendix A "Adam epsilon" row and the default of the authors' trainer
-    (EuroBERT `optimus/trainer/configuration/train.py`, `eps: float = 1e-5`, passed to `torch.optim.AdamW`); torch's
-    own default is 1e-8."""
+    """AdamW epsilon (torch's is 1e-8).
+
+    1e-5: the paper's Appendix A "Adam epsilon" row and the default of the authors' trainer (EuroBERT
+    `optimus/trainer/configuration/train.py`, `eps: float = 1e-5`, passed to `torch.optim.AdamW`)."""
     max_grad_norm: float = 1.0
-    """Gradient clipping norm (paper, Appendix A)."""
+    """Gradient clipping norm.
+
+    1.0: the paper, Appendix A."""
     seed: int = 0
     """Seed for initialisation of new rows, data order and masking."""
     save_every: int = field(default=1000, metadata=identity(HARMLESS))
@@ -63,8 +75,9 @@ class TrainConfig:
     keep_last: int = field(default=2, metadata=identity(HARMLESS))
     """Checkpoints to keep."""
     export_steps: str | None = field(default=None, metadata=identity(HARMLESS))
-    """Also save a full encoder at these steps, comma-separated (e.g. 5000,10000,20000), into OUT/exports/step-N:
-    the intermediate checkpoints the paper fine-tunes for its data-efficiency result (section 3, Figure 4)."""
+    """Also save a full encoder at these steps, comma-separated (e.g. 5000,10000,20000), into OUT/exports/step-N.
+
+    The paper fine-tunes such intermediate checkpoints for its data-efficiency result (section 3, Figure 4)."""
     eval_every: int = field(default=500, metadata=identity(HARMLESS))
     """Evaluate on the held-out documents every N steps (0: only at the end, and in `pretrain` at each phase switch)."""
     log_every: int = field(default=10, metadata=identity(HARMLESS))
@@ -74,9 +87,11 @@ class TrainConfig:
     """Continue from the newest checkpoint in `output_dir`."""
     from_checkpoint: str | None = field(default=None, metadata=identity(HARMLESS))
     """Branch a new run from a checkpoint folder of an earlier run of the same command (OUT/checkpoints/step-N, or
-    pretrain's OUT/switch/step-N) instead of redoing the shared prefix, as the paper does for its PFS splits and CPT
-    budgets: the settings must be the same but for --max-steps and the decay, and the checkpoint must come before both
-    runs' decays. The data continue from the checkpoint's position."""
+    pretrain's OUT/switch/step-N) instead of redoing the shared prefix: the settings must be the same but for
+    --max-steps and the decay, and the checkpoint must come before both runs' decays. The data continue from the
+    checkpoint's position.
+
+    The paper branches its PFS splits and CPT budgets this way (section 2, "Experimental scale")."""
     overwrite: bool = field(default=False, metadata=identity(HARMLESS))
     """Start over in a non-empty `output_dir`, deleting it."""
     mixed_precision: Literal["auto", "bf16", "fp16", "no"] = "auto"
@@ -108,7 +123,8 @@ class TrainConfig:
     """What to do when the loss or gradient norm is NaN/inf: `stop` (one-line error; the last checkpoint is intact)
     or `skip` (drop that update, count it in metrics.jsonl; stop after 10 in a row)."""
     report_to: str = field(default="none", metadata=identity(HARMLESS))
-    """Accelerate trackers to log to, comma-separated: tensorboard, wandb, trackio, mlflow, ... or none."""
+    """Comma-separated trackers to log to (Accelerate's): tensorboard, wandb, trackio, mlflow, comet_ml, aim, clearml,
+    dvclive; or none. Each needs its own package (pip install wandb, ...)."""
     progress: bool = field(default=True, metadata=identity(HARMLESS))
     """Show a progress bar (loss, masked accuracy, LR, tokens/s, ETA) on the main process."""
 
