@@ -13,8 +13,9 @@ Design choices:
   `--eval-max-rows`, eval's `--max-eval-examples`); the torch profiler `--torch-profile` (was cpt's `--profile`, while
   eval's `--profile` is the evaluation protocol); push's Hub options `--hub-private`, `--hub-revision`,
   `--hub-commit-message`, `--hub-create-pr`, as cpt's (were `--private`, ...: `--revision` is the revision of a model to
-  load elsewhere); the folder that card, export, push and space read is `run_dir` (was `output_dir`, the name of what
-  cpt writes). docs/commands.md holds the table.
+  load elsewhere); the encoder's Hub repo is `--model-id` in card as in push-space (card's was `--repo-id`), beside
+  `--base-model-id` and `--embedding-model-id`; the folder that card, export, push and space read is `run_dir` (was
+  `output_dir`, the name of what cpt writes). docs/commands.md holds the table.
   `run` prefixes its later stages' options the same way (`--contrastive-learning-rate`, `--eval-learning-rates`).
 - Three short spellings are first-class, shown in `--help` beside the long name and never warned about: `--steps`,
   `--lr` and `--seq-len` (`SHORT_SPELLINGS`), the ones the mission's own command line types and the Python fields use
@@ -49,6 +50,7 @@ CLASS_OPTION_NAMES = {
     "TrainConfig": {"profile": "torch_profile"},
     "PushOptions": {"private": "hub_private", "revision": "hub_revision", "commit_message": "hub_commit_message",
                     "create_pr": "hub_create_pr"},
+    "CardConfig": {"repo_id": "model_id"},  # the encoder's Hub repo: push-space's --model-id, beside --base-model-id
 }
 # positional fields: the folder card, export, push and space read is a run (or encoder) folder, not an output
 POSITIONAL_NAMES = {"output_dir": "run_dir"}

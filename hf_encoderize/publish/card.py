@@ -60,7 +60,8 @@ class CardConfig:
     license: str | None = None
     """License id for the metadata (e.g. apache-2.0). Default: inherited from the base model where it can be read."""
     repo_id: str | None = None
-    """Hub repo the encoder is pushed to; the usage snippets load it. Default: the local encoder folder."""
+    """Hub repo the encoder is pushed to (push's REPO_ID), `user/name`; the usage snippets load it. Default: the
+    local encoder folder."""
     overwrite: bool = False
     """Replace a README.md that hf-encoderize did not write."""
 

@@ -253,7 +253,7 @@ def serve_commands(facts: CardFacts, serve: dict | None) -> list[dict]:
 def _onnxruntime_embedding_command(ref: str, file: str, prompt: str) -> dict:
     """ONNX Runtime alone (no sentence-transformers, no optimum): the graph's `sentence_embedding` output is the model's
     own pooling and normalisation, so the snippet only puts the default prompt (lead tokens) before each text."""
-    local = ref.startswith("/")  # the local folder (no --repo-id): no download
+    local = ref.startswith("/")  # the local folder (no --model-id): no download
     download = "" if local else "from huggingface_hub import snapshot_download\n"
     texts = '["A cat sits on the mat.", "Stock markets fell today."]'
     texts = f"[{prompt!r} + text for text in {texts}]  # the model's lead tokens, as encode() adds them" if prompt \
@@ -274,7 +274,7 @@ def _onnxruntime_command(ref: str, file: str, pooling: str, lead: str) -> dict:
     """ONNX Runtime alone (no sentence-transformers, no optimum): tokenizer, session, the model's pooling in numpy."""
     pools = {"mean": "(hidden * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)", "cls": "hidden[:, 0]",
              "lasttoken": "hidden[np.arange(len(hidden)), mask.sum(1) - 1]"}
-    local = ref.startswith("/")  # the local folder (no --repo-id): no download
+    local = ref.startswith("/")  # the local folder (no --model-id): no download
     download = "" if local else "from huggingface_hub import snapshot_download\n"
     code = (f'import numpy as np, onnxruntime\n{download}from transformers import AutoTokenizer\n\n'
             f'folder = {repr(ref) if local else f"snapshot_download({ref!r})"}\n'

@@ -17,6 +17,7 @@ Design choices:
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import re
 import shutil
@@ -317,20 +318,28 @@ def check_resume_settings(output_dir: Path, settings: dict, step: int | None, *,
         changed = _changed(before, now, lengths)
         if changed:
             raise EncoderizeError(f"--resume with other settings than the run's ({'; '.join(changed)}); resume with "
-                                  f"the same ones{_warmup_hint(before, now, lengths)}, or start a new --output-dir")
+                                  "the same ones, or start a new --output-dir")
         _check_new_length(before, now, step, extendable)
     if main_process:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(settings, indent=2, default=str) + "\n")
 
 
-def _warmup_hint(before: dict, now: dict, lengths: tuple[str, ...]) -> str:
-    """A longer run's default warmup follows its --max-steps (a fifth of a short run), so extending a run whose warmup
-    was never set changes it: say the flag that keeps the run's."""
+def keep_recorded_warmup(output_dir: Path, train: TrainConfig) -> TrainConfig:
+    """`train` for a resume: without --warmup-steps, the warmup the run record holds. The default follows
+    --max-steps (a fifth of a short run), so extending a run would otherwise change its warmup, and be refused for it;
+    a --warmup-steps given is kept, and compared with the record as any setting is."""
+    path = Path(output_dir) / SETTINGS_FILE
+    if train.warmup_steps is not None or not path.is_file():
+        return train
+    try:
+        before = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return train  # an unreadable record is refused by `check_resume_settings`, with its own message
     warmup = (before.get(IDENTITY) or {}).get("train.warmup_steps", before.get("warmup_steps"))
-    if "decay_steps" in lengths and warmup is not None and warmup != now.get("warmup_steps"):
-        return f" (extending: pass --warmup-steps {warmup}, the run's, as the default follows --max-steps)"
-    return ""
+    if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup > train.steps:
+        return train  # nothing usable recorded, or a shorter run's: the comparison says what differs
+    return dataclasses.replace(train, warmup_steps=warmup)
 
 
 def _changed(before: dict, now: dict, lengths: tuple[str, ...]) -> list[str]:

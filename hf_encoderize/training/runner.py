@@ -22,6 +22,7 @@ Collectives (every process calls them, or the launch hangs): `clear_output_dir`'
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import time
@@ -40,6 +41,7 @@ from hf_encoderize.training.checkpoints import (
     claimed_step,
     clear_output_dir,
     inherit_metrics,
+    keep_recorded_warmup,
     load_checkpoint,
     prepare_output_dir,
     resume_newest,
@@ -116,6 +118,9 @@ def setup(recipe: Recipe) -> Started:
                               "would delete; branch into a new --output-dir")
     resume_from = prepare_output_dir(output_dir, resume=train.resume, overwrite=train.overwrite, inputs=recipe.inputs,
                                      main_process=accelerator.is_main_process)
+    if resume_from:  # an extended run keeps the warmup its record holds unless --warmup-steps says otherwise
+        recipe = dataclasses.replace(recipe, train=keep_recorded_warmup(output_dir, train))
+        train = recipe.train
     started_at = utc_now()
     # A bad source, or one too small for a step, fails before any weight is loaded; so does what needs the tokenizer.
     rows_per_step = train.batch_size * train.grad_accum * accelerator.num_processes
