@@ -90,3 +90,33 @@ def test_the_license_file_is_the_license_pyproject_names():
     assert re.search(r'^license = "Apache-2.0"$', (REPO / "pyproject.toml").read_text(), flags=re.M)
     text = (REPO / "LICENSE").read_text()
     assert "Apache License" in text and "Version 2.0, January 2004" in text and "END OF TERMS AND CONDITIONS" in text
+
+
+COMMIT = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")  # a short or full commit hash
+
+
+def test_the_front_page_leaves_the_statistics_and_the_commits_to_docs_quickstart():
+    """The README says what the quickstart's table shows in a few lines and links the rest (issue 49, point 8): how a
+    cell is computed, the seed table and the reproduction record, commit hashes included, are in docs/quickstart.md."""
+    readme = (REPO / "README.md").read_text()
+    quickstart = " ".join((REPO / "docs" / "quickstart.md").read_text().split())
+    assert not COMMIT.findall(readme), COMMIT.findall(readme)
+    assert "Welch" not in readme and "bootstrap" not in readme and "[docs/quickstart.md](docs/quickstart.md)" in readme
+    for kept in ("Welch's t-test at 5%", "-27.0 [-40.1, -13.9]", "98901ad", "Monte Carlo", "1,090 CPU-seconds"):
+        assert kept in quickstart, kept
+
+
+@pytest.mark.parametrize("page", ["docs/hostile_input.md", "docs/run.md"])
+def test_the_pages_name_options_as_the_cli_spells_them(page):
+    """An option's old spelling (a hidden alias that warns) is not what a page tells a user to type (issue 49,
+    point 8: `--adam-eps`, `--eval-lrs`)."""
+    import argparse
+
+    from hf_encoderize.cli import build_parser
+
+    hidden = set()
+    for command in build_parser()._subparsers._group_actions[0].choices.values():
+        hidden |= {flag for action in command._actions if action.help == argparse.SUPPRESS
+                   for flag in action.option_strings}
+    used = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*(?![\w-])", (REPO / page).read_text()))
+    assert hidden and not used & hidden, sorted(used & hidden)
