@@ -34,6 +34,7 @@ ZERO_ALLOWED = {
     "adam_beta1": "Adam without momentum",
     "adam_beta2": "the AdamW bound allows [0, 1)",
     "port": "0 asks the OS for any free port",
+    "distill_contrastive_weight": "0 distils alone, without the in-batch contrastive loss",
 }
 # Fields where inf is a legitimate value: none today; a field that needs it is named here with its reason.
 INF_ALLOWED: dict[str, str] = {}
@@ -47,6 +48,8 @@ _DUMMY_POSITIONALS = {"source": "no-such-model-dir", "output_dir": "no-such-out"
                       "results_dirs": "no-such-results", "repo_id": "user/model", "space_id": "user/space"}
 _REQUIRED = {"contrastive": ["--data-files", "no-such-data.jsonl"],
              "pretrain": ["--model-config", "210M", "--tokenizer", "no-such-tokenizer"]}
+# options that belong to one setting of another: given alone, they are refused for that reason, not their value
+_SETTING = {"distill_contrastive_weight": ["--objective", "distill", "--teacher", "some/teacher"]}
 
 
 def _numeric_fields() -> list[tuple[str, str, type]]:
@@ -66,11 +69,12 @@ NAMES = {field.name: option_name(cls, field) for command in cli.COMMANDS.values(
          for field in dataclasses.fields(cls) if field.kw_only}
 
 
-def _base_argv(command: str, tmp_path) -> list[str]:
+def _base_argv(command: str, tmp_path, field: str | None = None) -> list[str]:
     positional = [field.name for cls in cli.COMMANDS[command].configs for field in dataclasses.fields(cls)
                   if not field.kw_only]
     return [command, *(str(tmp_path / _DUMMY_POSITIONALS[name]) if "/" not in _DUMMY_POSITIONALS[name]
-                       else _DUMMY_POSITIONALS[name] for name in positional), *_REQUIRED.get(command, [])]
+                       else _DUMMY_POSITIONALS[name] for name in positional), *_REQUIRED.get(command, []),
+            *_SETTING.get(field, [])]
 
 
 @pytest.fixture(scope="module")
@@ -121,10 +125,11 @@ def test_every_bad_number_is_one_line_naming_the_option(command, field, kind, tm
     for value in _bad_values(field, kind):
         config = tmp_path / "options.yaml"
         config.write_text(f"{field}: {_yaml_scalar(value)}\n")
-        _assert_one_line([*_base_argv(command, tmp_path), "--config", str(config)], (_flag(field), repr(field)),
+        _assert_one_line([*_base_argv(command, tmp_path, field), "--config", str(config)], (_flag(field), repr(field)),
                          capsys)
         if kind is float or isinstance(value, int):  # argparse itself refuses `--max-steps nan` for an int option
-            _assert_one_line([*_base_argv(command, tmp_path), f"{_flag(field)}={value}"], (_flag(field),), capsys)
+            _assert_one_line([*_base_argv(command, tmp_path, field), f"{_flag(field)}={value}"], (_flag(field),),
+                             capsys)
 
 
 @pytest.mark.parametrize(("command", "field", "kind"), [row for row in FIELDS if row[2] is float],
@@ -140,7 +145,7 @@ def test_a_float_written_as_yaml_text_is_a_number(command, field, kind, tmp_path
     monkeypatch.setitem(cli.COMMANDS, command, dataclasses.replace(cli.COMMANDS[command], function=record))
     config = tmp_path / "options.yaml"
     config.write_text(f"{field}: 1e-4\n")
-    cli.main([*_base_argv(command, tmp_path), "--config", str(config)])
+    cli.main([*_base_argv(command, tmp_path, field), "--config", str(config)])
     assert seen[field] == 1e-4 and type(seen[field]) is float
 
 
