@@ -222,3 +222,16 @@ def test_the_packaged_minilm_teacher_gives_its_width(encoder, text, tmp_path):
     stage = json.loads((out / "contrastive_run.json").read_text())["stage"]
     assert stage["teacher_name"] == "all-MiniLM-L6-v2" and stage["teacher_license"] == "apache-2.0"
     assert _plain_load(out)["shape"] == [2, 384]
+
+
+def test_run_passes_the_teacher_on_and_refuses_a_missing_one_before_cpt(tmp_path, teacher):
+    from hf_encoderize.data.sources import DataConfig
+    from hf_encoderize.pipeline.run import RunConfig, contrastive_config
+
+    with pytest.raises(EncoderizeError, match="--contrastive distill and --contrastive-teacher go together"):
+        RunConfig(contrastive="distill")
+    with pytest.raises(EncoderizeError, match="no such folder"):
+        RunConfig(contrastive="distill", contrastive_teacher=str(tmp_path / "gone"))
+    config = contrastive_config(DataConfig(data_files="text.jsonl"),
+                                RunConfig(contrastive="distill", contrastive_teacher=str(teacher)), tmp_path)
+    assert (config.objective, config.teacher) == ("distill", str(teacher))
