@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -370,7 +371,7 @@ def test_the_headline_recipe_refuses_a_folder_another_preset_made(recorded, extr
     out = tmp_path / "out"
     _tiny_made(out, recorded)
     before = _files(out)
-    env = {**os.environ, "PYTHON": str(ROOT / ".venv" / "bin" / "python")}
+    env = {**os.environ, "PYTHON": sys.executable}  # this venv, wherever it is
     result = subprocess.run(["bash", str(ROOT / "examples" / "headline" / "run.sh"), "reduced", str(out), *extra],
                             env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and result.stdout == "", result.stderr[-2000:]
