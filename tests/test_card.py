@@ -126,7 +126,7 @@ def test_converted_encoder_without_run_or_eval(tmp_path):
 def test_license_from_gguf_metadata(tmp_path):
     from gguf import GGUFWriter
 
-    from hf_encoderize.publish.licenses import base_license
+    from hf_encoderize.model.licenses import base_license
 
     writer = GGUFWriter(str(tmp_path / "m.gguf"), "llama")
     writer.add_license("apache-2.0")

@@ -23,11 +23,11 @@ from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD, RunFolder, read_json, run_model_results
+from hf_encoderize.model.licenses import base_license
 from hf_encoderize.model.saving import encoder_dir
 from hf_encoderize.publish.card_facts import CardFacts
 from hf_encoderize.publish.card_rows import done_rows, duration, matryoshka, score, serve_commands, signed, thousands
 from hf_encoderize.publish.export_record import read_export_record
-from hf_encoderize.publish.licenses import base_license
 from hf_encoderize.publish.shipped import shipped_dir
 from hf_encoderize.records.contrastive_record import ContrastiveRecord
 from hf_encoderize.records.encoder_facts import EncoderFacts

@@ -152,7 +152,7 @@ def prepare(model, rows, teacher, config, prompt: str):
 
 def teacher_facts(name: str) -> dict:
     """What the record and card say of the teacher: the name given, the model's own name, its license."""
-    from hf_encoderize.publish.licenses import card_license, hub_license
+    from hf_encoderize.model.licenses import card_license, hub_license
 
     path = Path(name).expanduser()
     readme = path / "README.md"
