@@ -235,3 +235,20 @@ def test_run_passes_the_teacher_on_and_refuses_a_missing_one_before_cpt(tmp_path
     config = contrastive_config(DataConfig(data_files="text.jsonl"),
                                 RunConfig(contrastive="distill", contrastive_teacher=str(teacher)), tmp_path)
     assert (config.objective, config.teacher) == ("distill", str(teacher))
+
+
+@pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")  # gradio's pandas calls, not ours
+def test_the_space_embeds_through_the_projection(distill_run):
+    pytest.importorskip("gradio", reason="the Space needs gradio: pip install 'hf-encoderize[space]'")
+    from sentence_transformers import SentenceTransformer
+
+    from hf_encoderize.publish.space import SpaceConfig, app_settings, load_app
+
+    app = load_app()
+    space = app.EncoderSpace(app.Models(app_settings(SpaceConfig(str(distill_run)))))
+    sentences = ["w1 w2 w3", "w4 w5 w6 w7", "w1 w2 w8"]
+    heatmap, scores = space.similarity("\n".join(sentences), 0)
+    unit = SentenceTransformer(str(distill_run / "contrastive"), device="cpu").encode(
+        sentences, convert_to_tensor=True, normalize_embeddings=True)  # (3, teacher width)
+    assert torch.tensor(scores["similarity"]) == pytest.approx(unit @ unit.T, abs=1e-5)
+    assert "contrastive (distill)" in heatmap and len(unit[0]) == TEACHER_WIDTH  # the method ran is named
