@@ -167,6 +167,16 @@ def test_quickstart_wiring_on_a_tiny_decoder(decoder_dir, tmp_path, monkeypatch,
     assert all(r["test_bootstrap"]["examples"] > 0 for r in causal["results"])  # test examples redrawn too
 
 
+def test_quickstart_without_evaluation_trains_and_evaluates_nothing(decoder_dir, tmp_path, monkeypatch, capsys):
+    """`quickstart --no-evaluate` was refused: it passed its learning-rate grid and seeds with `--eval-profile none`."""
+    import hf_encoderize.pipeline.quickstart as quickstart_module
+
+    monkeypatch.setattr(quickstart_module, "embedded_gguf", lambda: decoder_dir)
+    assert main(["quickstart", "--output-dir", str(tmp_path / "qs"), "--max-steps", "2", "--contrastive-max-steps", "2",
+                 "--no-evaluate"]) == 0, capsys.readouterr().err
+    assert (tmp_path / "qs" / "encoder" / "config.json").is_file() and not (tmp_path / "qs" / "eval").exists()
+
+
 def test_quickstart_without_the_wheel(monkeypatch):
     import importlib.util
 

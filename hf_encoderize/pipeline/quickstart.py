@@ -150,7 +150,9 @@ def cpt_configs(config: QuickstartConfig, corpus: Path):
 
 def eval_settings(config: QuickstartConfig) -> dict:
     """The quickstart's evaluation as `RunConfig` fields (what benchmarks/quickstart_stability.py scores with too)."""
-    return dict(eval_profile="smoke" if config.evaluate else "none", eval_base="both",
+    if not config.evaluate:  # run refuses a grid or seeds with nothing to evaluate (--no-evaluate failed on that)
+        return dict(eval_profile="none")
+    return dict(eval_profile="smoke", eval_base="both",
                 eval_max_steps=config.eval_max_steps, eval_frozen=True, eval_lrs=HEAD_LRS,
                 eval_seeds=",".join(str(seed) for seed in range(config.eval_seeds)))
 
