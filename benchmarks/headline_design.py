@@ -2,6 +2,7 @@
 
     python benchmarks/headline_design.py --budget gpu-pilot --prepare-only --out runs/design   # on the CPU
     python benchmarks/headline_design.py --budget gpu-pilot --out runs/design                  # on the GPU
+    python benchmarks/headline_design.py --budget design-cpu --out runs/design-cpu             # ~1 h, 2 cores
 
 Design choices (each answers a limit docs/headline.md lists for the cpu runs):
 - Base rows: every base is fine-tuned before any CPT too, so the table shows what each CPT added.
@@ -39,6 +40,13 @@ PRESETS = {
     # Seconds of CPU: the chain with base rows, two CPT lengths and two orders; says nothing about the claim.
     "design-tiny": dict(**TINY, pretrain_steps=6, cpt_steps=(2, 4), ft_lrs=(5e-4,), ft_seeds=(0,), ft_steps=3,
                         orders=(0, 1), deadline_s=None, pilot=False),
+    # The design on two CPU cores (about an hour, sized from a probe: ~0.15 s a step, ~1.6 s a fine-tuning run): a
+    # 2.1M-parameter model so the bases see ~1.2 tokens per parameter (cpu2: 0.09), 1,200 base steps, CPT at 10% and
+    # 30% of them, 4 orders, 2 fine-tuning seeds per order.
+    "design-cpu": dict(corpus_tokens=3_000_000, vocab=4096, hidden=128, layers=4, heads=4, intermediate=512,
+                       seq_len=128, batch=16, pretrain_steps=1200, cpt_steps=(120, 360), lr=1e-3, cpt_lr=5e-4,
+                       ft_lrs=(1.5e-4, 5e-4, 1.5e-3), ft_seeds=(0, 1), ft_steps=60, orders=(0, 1, 2, 3),
+                       deadline_s=None, pilot=False),
     # One 15-minute GPU window: 4 orders x 2 arms x (base + 2 CPT lengths) = 24 encoders, 3 rates, 1 seed, 96 fine-
     # tuning calls of 3 rates; not measured: the deadline makes it stop in time and the report says how far it got.
     "gpu-pilot": dict(corpus_tokens=12_000_000, **hl.ELEVEN_M, seq_len=256, batch=64, pretrain_steps=1000,
@@ -204,6 +212,7 @@ def run(budget: str, out: Path, threads: int = 1, prepare_only: bool = False) ->
             with contextlib.redirect_stdout(sys.stderr):
                 built = design_arm(work, arm, p, order)
             facts["losses"][f"{arm}-order{order}"] = built["eval_loss"]
+            (out / "facts.json").write_text(json.dumps(facts, indent=1))  # kept for --report-only
             for name, encoder in built["encoders"].items():
                 if p["deadline_s"] and time.time() - started > p["deadline_s"]:
                     facts["stopped_at_deadline"] = f"{name}-order{order}"
@@ -211,6 +220,7 @@ def run(budget: str, out: Path, threads: int = 1, prepare_only: bool = False) ->
                 with contextlib.redirect_stdout(sys.stderr):
                     hl.finetune(encoder, out / "eval", f"{name}-order{order}", p, p["ft_seeds"])
         facts["wall_s"][f"order{order}"] = round(time.time() - started, 1)
+        (out / "facts.json").write_text(json.dumps(facts, indent=1))
     return report(out, budget, facts)
 
 
@@ -220,8 +230,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="runs/headline-design")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--prepare-only", action="store_true", help="corpora, tokenizers, configs; no training")
+    parser.add_argument("--report-only", action="store_true",
+                        help="analyse the orders that finished under OUT (a run stopped early); no training")
     args = parser.parse_args(argv)
-    result = run(args.budget, Path(args.out), args.threads, args.prepare_only)
+    if args.report_only:
+        facts_file = Path(args.out) / "facts.json"
+        facts = json.loads(facts_file.read_text()) if facts_file.is_file() else {"losses": {}, "wall_s": {}}
+        result = report(Path(args.out), args.budget, facts)
+    else:
+        result = run(args.budget, Path(args.out), args.threads, args.prepare_only)
     if result is not None:
         print(render(result))
     return 0

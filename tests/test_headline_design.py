@@ -24,7 +24,7 @@ def test_approx_is_matched_only_inside_the_margin_and_presets_bracket_their_rate
     assert design.score_row("~", no_difference, "ir", [20.0, 21.0], [0.3, -0.2, 0.1, 0.0]) == "match (within ±2)"
     assert design.score_row("~", no_difference, "ir", [20.0, 21.0], [5.0, -4.0, 6.0, -3.0]).startswith("null")
     assert design.score_row(">", {"direction": ">"}, "tc", [20.0, 21.0], [3.0, 4.0]) == "match"
-    for name in ("gpu-pilot", "gpu-design"):
+    for name in ("design-cpu", "gpu-pilot", "gpu-design"):
         p = design.PRESETS[name]
         assert len(p["orders"]) >= 4 and len(p["cpt_steps"]) == 2 and len(p["ft_lrs"]) == 3
         assert min(p["ft_lrs"]) < 5e-4 < max(p["ft_lrs"])  # brackets the cpu runs' choice
@@ -52,3 +52,6 @@ def test_the_tiny_design_writes_base_rows_both_lengths_and_keeps_whole_orders(tm
     assert "pretraining tokens per parameter" in text and "Scored as pre-registered" in text and "PILOT" not in text
     next((tmp_path / "eval" / "mlm-cpt4-order1" / "qa").rglob("results.json")).unlink()  # order 1 cut short
     assert design.complete_orders(tmp_path / "eval", design.PRESETS["design-tiny"]) == [0]
+    assert design.main(["--budget", "design-tiny", "--out", str(tmp_path), "--report-only"]) == 0
+    reported = (tmp_path / "design.json").read_text()
+    assert '"orders_analysed": [\n  0\n ]' in reported and '"clm-order1"' in reported  # facts.json kept the losses
