@@ -177,3 +177,43 @@ def test_the_card_describes_a_local_data_file_and_names_a_hub_dataset():
     assert "on 200 rows of `sentence-transformers/all-nli`;" in hub
     data_row = dict(_training_rows(RunRecord.from_dict({"data": {"data_files": secret, "seq_len": 32}})))["Data"]
     assert data_row.startswith("a local JSONL file, rows of 32 tokens") and "customer-emails" not in data_row
+
+
+def test_data_name_is_recorded_and_names_the_local_corpus_on_the_pushed_card(decoder_dir, tmp_path, capsys):
+    """Round 2's leftover: a user who wants the card to name a local corpus says how (`--data-name`); the name is
+    recorded in the run record and the pushed card shows it beside the description, never the path."""
+    from hf_encoderize.publish.hub import encoder_upload
+
+    secret = tmp_path / "alice" / "customer-emails.jsonl"
+    secret.parent.mkdir()
+    out = tmp_path / "run"
+    assert main(["cpt", str(decoder_dir), "--data-files", str(_docs(secret)), "--data-name", "Support tickets 2025",
+                 "--max-steps", "2", "--output-dir", str(out), *TINY]) == 0
+    assert json.loads((out / "run_record.json").read_text())["data"]["data_name"] == "Support tickets 2025"
+    pushed = encoder_upload(out / "encoder", "someone/run")[1]["README.md"].decode()
+    data_row = next(line for line in pushed.splitlines() if line.startswith("| Data |"))
+    assert "`Support tickets 2025` (a local JSONL file), rows of 32 tokens" in data_row
+    assert "customer-emails" not in pushed and "alice" not in pushed
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--data-name", "two\nlines"], "--data-name must be one line"),
+    (["--data-name", "a | b"], "--data-name must be one line"),
+    (["--dataset", "org/corpus", "--data-name", "x"], "a Hub dataset is named by its id"),
+])
+def test_a_bad_data_name_is_one_error_line_before_anything_is_written(decoder_dir, tmp_path, capsys, extra, needle):
+    out = tmp_path / "run"
+    source = [] if "--dataset" in extra else ["--data-files", str(_docs(tmp_path / "docs.jsonl"))]
+    assert main(["cpt", str(decoder_dir), *source, *extra, "--max-steps", "2", "--output-dir", str(out), *TINY]) == 2
+    assert not out.exists()
+    one_error(capsys.readouterr().err, needle)
+
+
+def test_contrastive_data_name_reaches_the_card_row():
+    from hf_encoderize.publish.card_rows import contrastive_text
+    from hf_encoderize.records.contrastive_record import ContrastiveRecord
+
+    stage = {"objective": "simcse", "loss": "mnrl", "rows": 200, "steps": 6, "batch_size": 8}
+    said = contrastive_text(ContrastiveRecord.from_dict(
+        {"config": {"data_files": "/home/alice/emails.jsonl", "data_name": "Support tickets"}, "stage": stage}))
+    assert "on 200 rows of `Support tickets` (a local JSONL file);" in said and "alice" not in said

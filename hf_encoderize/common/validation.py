@@ -82,6 +82,19 @@ def parse_dims(text: str | None) -> list[int]:
     return sorted(dims, reverse=True)
 
 
+def check_data_name(name: str | None, data_files: str | None) -> None:
+    """`--data-name`: how a card names a local corpus, so one short line of plain text, and only for --data-files (a
+    Hub dataset is named by its id)."""
+    if name is None:
+        return
+    if not data_files:
+        raise EncoderizeError("--data-name names a local --data-files corpus on the card; a Hub dataset is named by "
+                              "its id already: drop --data-name")
+    if not name.strip() or len(name) > 100 or any(c in name for c in "`|\n\r<>"):
+        raise EncoderizeError(f"--data-name must be one line of 1-100 characters without ` | < > (it goes into the "
+                              f"card's table), not {name!r}")
+
+
 def check_choice(flag: str, value, cls, name: str) -> None:
     """Refuse `value` unless it is one of the `Literal` values declared on `cls.name` (`options.choices_of`), in the
     one wording every enumerated option uses: `--pooling must be one of mean, lasttoken, weightedmean, not 'max'`."""

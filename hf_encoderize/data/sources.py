@@ -36,7 +36,7 @@ from typing import Literal
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, identity
-from hf_encoderize.common.validation import check_choice, check_number
+from hf_encoderize.common.validation import check_choice, check_data_name, check_number
 
 HELD_OUT_DOCUMENTS = 64  # held out by default ...
 HELD_OUT_SHARE = 0.05  # ... unless that is more than run_mlm.py's validation_split_percentage (5) of the corpus
@@ -63,6 +63,9 @@ class DataConfig:
     """Split to read."""
     data_files: str | None = None
     """Local .txt/.jsonl/.parquet files: a path, a glob or a folder. Overrides `dataset`."""
+    data_name: str | None = field(default=None, metadata=identity(HARMLESS))
+    """How the model card names the --data-files corpus (recorded in the run record), e.g. "Python 3.11 docs". Default:
+    the card describes it ("a local JSONL file") and never prints its path or file name."""
     text_column: str = "text"
     """Column holding the document text (`.txt` files always use `text`)."""
     text_unit: TextUnit = "paragraph"
@@ -99,6 +102,7 @@ class DataConfig:
 
     def __post_init__(self):
         check_choice("--text-unit", self.text_unit, DataConfig, "text_unit")  # the Literal's values
+        check_data_name(self.data_name, self.data_files)
         check_number("--max-seq-length", self.seq_len, minimum=8, integer=True)
         check_number("--eval-documents", self.eval_documents, minimum=0, integer=True)
         if self.eval_documents is None:
@@ -213,7 +217,8 @@ def data_facts(data: DataConfig) -> dict:
     Hub default `dataset` it did not read is not recorded), a .txt one its --text-unit."""
     local = bool(data.data_files)
     return {"dataset": None if local else data.dataset, "dataset_config": None if local else data.dataset_config,
-            "split": data.split, "data_files": data.data_files, "text_column": data.text_column,
+            "split": data.split, "data_files": data.data_files, "data_name": data.data_name,
+            "text_column": data.text_column,
             "text_unit": data.identity_value("text_unit"), "seq_len": data.seq_len, "pack": data.pack,
             "eval_documents": data.eval_documents, "skip_documents": data.skip_documents,
             "shuffle_buffer": data.shuffle_buffer}

@@ -168,7 +168,7 @@ def contrastive_config(data, run_cfg: RunConfig, out: Path, resume: bool = False
     if run_cfg.contrastive_data_files:  # supervised always; simcse when given texts of its own
         source = {"data_files": run_cfg.contrastive_data_files}
     elif data.data_files:
-        source = {"data_files": data.data_files, "text_column": data.text_column}
+        source = {"data_files": data.data_files, "text_column": data.text_column, "data_name": data.data_name}
     else:
         source = {"dataset": data.dataset, "dataset_config": data.dataset_config, "split": data.split,
                   "text_column": data.text_column}

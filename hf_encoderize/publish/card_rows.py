@@ -55,7 +55,8 @@ def done_rows(facts: CardFacts) -> list[tuple[str, str]]:
 def contrastive_text(record: ContrastiveRecord) -> str:
     """The second stage in one cell, from `contrastive_run.json`."""
     stage, config = record.stage or {}, record.config or {}
-    source = local_data(config["data_files"]) if config.get("data_files") else f"`{config.get('dataset') or '?'}`"
+    source = local_data(config["data_files"], config.get("data_name")) if config.get("data_files") else \
+        f"`{config.get('dataset') or '?'}`"
     dropout = max((stage.get("training_dropout") or {}).values(), default=0)
     how = (f"SimCSE (unsupervised: each text twice, dropout {dropout} making the two views)"
            if stage.get("objective") == "simcse" else distilled_text(stage) if stage.get("objective") == "distill"
@@ -102,15 +103,19 @@ FORMATS = {".jsonl": "JSONL", ".json": "JSON", ".txt": "text", ".parquet": "Parq
            ".gz": "compressed"}
 
 
-def local_data(spec: str) -> str:
-    """A local --data-files source as the card says it: described, never named (a card is pushed, and a path or file
-    name such as `customer-emails.jsonl` says what a private corpus holds). A Hub dataset is named by its id.
+def local_data(spec: str, name: str | None = None) -> str:
+    """A local --data-files source as the card says it: described, never named by its path (a card is pushed, and a
+    path or file name such as `customer-emails.jsonl` says what a private corpus holds), unless the user named it for
+    the card (`--data-name`, recorded). A Hub dataset is named by its id.
 
     >>> local_data("home/alice/secret-project/customer-emails.jsonl"), local_data("corpora/")
     ('a local JSONL file', 'local files')
+    >>> local_data("home/alice/docs.jsonl", "Python 3.11 docs")
+    '`Python 3.11 docs` (a local JSONL file)'
     """
     kind = FORMATS.get(os.path.splitext(spec.rstrip("/"))[1].lower())
-    return f"a local {kind} file" if kind and not any(c in spec for c in "*?[") else "local files"
+    described = f"a local {kind} file" if kind and not any(c in spec for c in "*?[") else "local files"
+    return f"`{name}` ({described})" if name else described
 
 
 def _text_unit(data: dict) -> str:
@@ -121,7 +126,7 @@ def _text_unit(data: dict) -> str:
 
 def _training_rows(run: RunRecord) -> list[tuple[str, str]]:
     data, lora, hardware = run.data or {}, run.lora, run.hardware or {}
-    source = local_data(data["data_files"]) if data.get("data_files") else \
+    source = local_data(data["data_files"], data.get("data_name")) if data.get("data_files") else \
         f"`{' '.join(filter(None, [data.get('dataset'), data.get('dataset_config')]))}`"
     objective = {"mlm": "MLM", "mntp": "MNTP (masked next-token prediction, LLM2Vec)"}.get(run.objective) \
         or _phases_text(run)

@@ -8,7 +8,7 @@ from typing import Literal, get_args
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, identity
-from hf_encoderize.common.validation import check_choice, check_number, parse_dims
+from hf_encoderize.common.validation import check_choice, check_data_name, check_number, parse_dims
 
 Objective = Literal["simcse", "supervised", "distill"]
 OBJECTIVES = get_args(Objective)
@@ -45,6 +45,9 @@ class ContrastiveConfig:
     above 0 the text is given twice and `--dropout` makes the two views, as in simcse)."""
     data_files: str | None = None
     """Local JSON/JSONL, CSV, Parquet or .txt file(s) (a glob works; .txt: one text per line, column `text`)."""
+    data_name: str | None = field(default=None, metadata=identity(HARMLESS))
+    """How the model card names the --data-files texts (recorded), e.g. "Python 3.11 docs". Default: the card
+    describes them ("a local JSONL file") and never prints their path or file name."""
     dataset: str | None = None
     """A Hub dataset id instead of `data_files`; streamed: only the first `max_rows` rows (default: steps x batch
     size) are read."""
@@ -124,6 +127,7 @@ class ContrastiveConfig:
             problems.append("give exactly one of --data-files or --dataset")
         if problems:
             raise EncoderizeError("; ".join(problems))
+        check_data_name(self.data_name, self.data_files)
         for name in ("steps", "batch_size", "max_seq_length", "mini_batch_size", "save_every", "keep_last",
                      "max_rows"):  # max_rows None: every row
             check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=1, integer=True)
