@@ -150,6 +150,14 @@ def analyse(out: Path, p: dict) -> list[dict]:
     return rows
 
 
+def plateau_lines(result: dict) -> list[str]:
+    """One line: each base's training loss over its last tenth of steps and how much it fell from the tenth before."""
+    cells = [f"{name} {v['loss_last']:.3f} ({-v['drop']:+.3f})" for name, v in result.get("base_plateau", {}).items()
+             if v]
+    return [f"Bases' training loss over their last tenth of steps (change from the tenth before): {', '.join(cells)}."
+            ] if cells else []
+
+
 def render(result: dict) -> str:
     rows, p = result["rows"], PRESETS[result["budget"]]
     scored = [r for r in rows if r["predicted"]]
@@ -160,7 +168,7 @@ def render(result: dict) -> str:
              f"{result['orders_analysed']}, {result['base_tokens_per_parameter']:.2f} pretraining tokens per parameter "
              f"per base. Scored as pre-registered (examples/headline/predictions_design.md): {matches} of "
              f"{len(scored)} predictions match. A difference needs the t-test over the orders and the bootstrap to "
-             "exclude zero; * marks a learning rate at the grid's edge.", "",
+             "exclude zero; * marks a learning rate at the grid's edge.", "", *plateau_lines(result), "",
              "| comparison | family | CLM side (lr) | MLM side (lr) | diff | t over orders: p [95% CI] | "
              "predicted | scored |", "|---|---|---|---|---|---|---|---|"]
     for row in rows:
@@ -184,6 +192,20 @@ def complete_orders(out: Path, p: dict) -> list[int]:
         for m in models(p) for f in hl.FAMILIES for lr in p["ft_lrs"] for s in p["ft_seeds"])]
 
 
+def plateau(metrics: Path) -> dict | None:
+    """How flat a base's training loss ends: the mean over the last tenth of its steps against the tenth before (a
+    drop near 0 is a plateau; the cpu runs' bases were still falling steeply)."""
+    if not metrics.is_file():
+        return None
+    losses = [row["loss"] for row in map(json.loads, metrics.read_text().splitlines()) if row.get("kind") == "train"]
+    tenth = len(losses) // 10 or (1 if len(losses) >= 2 else 0)
+    if tenth < 1:
+        return None
+    before, last = losses[-2 * tenth:-tenth], losses[-tenth:]
+    return {"loss_before": sum(before) / len(before), "loss_last": sum(last) / len(last),
+            "drop": sum(before) / len(before) - sum(last) / len(last)}
+
+
 def report(out: Path, budget: str, facts: dict) -> dict:
     p = dict(PRESETS[budget])
     p["orders"] = tuple(complete_orders(out / "eval", p))
@@ -192,6 +214,8 @@ def report(out: Path, budget: str, facts: dict) -> dict:
     parameters = hl.count_parameters(out / f"order{p['orders'][0]}" / "config.json")
     result = {**facts, "budget": budget, "orders_analysed": list(p["orders"]), "parameters": parameters,
               "base_tokens_per_parameter": p["pretrain_steps"] * p["batch"] * p["seq_len"] / parameters,
+              "base_plateau": {f"{arm}-order{o}": plateau(out / f"order{o}" / f"{arm}-base" / "metrics.jsonl")
+                               for o in p["orders"] for arm in ("clm", "mlm")},
               "rows": analyse(out / "eval", p)}
     (out / "design.json").write_text(json.dumps(result, indent=1))
     (out / "design.md").write_text(render(result))

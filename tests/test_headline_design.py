@@ -50,6 +50,10 @@ def test_the_tiny_design_writes_base_rows_both_lengths_and_keeps_whole_orders(tm
     assert all((r["predicted"] is None) == (r["comparison"] == "bases, no CPT") for r in result["rows"])
     text = (tmp_path / "design.md").read_text()
     assert "pretraining tokens per parameter" in text and "Scored as pre-registered" in text and "PILOT" not in text
+    plateaus = result["base_plateau"]
+    assert sorted(plateaus) == ["clm-order0", "clm-order1", "mlm-order0", "mlm-order1"]
+    assert all(v["drop"] == pytest.approx(v["loss_before"] - v["loss_last"]) for v in plateaus.values())
+    assert "Bases' training loss over their last tenth" in text
     next((tmp_path / "eval" / "mlm-cpt4-order1" / "qa").rglob("results.json")).unlink()  # order 1 cut short
     assert design.complete_orders(tmp_path / "eval", design.PRESETS["design-tiny"]) == [0]
     assert design.main(["--budget", "design-tiny", "--out", str(tmp_path), "--report-only"]) == 0
