@@ -4,7 +4,7 @@ The pipeline, one subpackage per stage, listed from the bottom layer up; each im
 list (the import-linter contracts in pyproject.toml enforce it, and `tests/test_layout.py` checks this map against the
 tree):
 - `common/`: rules every stage shares: `errors`, `files`, `identity`, `launch`, `log`, `options`, `arguments` (a
-  config dataclass as argparse options), `config_file` (`--config`), `outputs`, `precision`, `run_folder`,
+  config dataclass as argparse options), `config_file` (`--config`), `outputs`, `locks`, `precision`, `run_folder`,
   `validation`, `version`;
 - `records/`: the typed files the stages hand each other, one writer each: `fields`, `run_record`, `eval_summary`,
   `contrastive_record`, `encoder_facts`, `push_record`;
@@ -12,11 +12,12 @@ tree):
   `plain_attention`, `bidirectional`, `tokens`, `isolation`, `where_it_trains`, `saving`, `head_file`, `positions`,
   `licenses` (a model's license and languages, read from its card or GGUF),
   plus the `remote_code/` shipped in every encoder;
-- `data/`: text in, rows out: `sources`, `budget`, `packing`, `prefetch`;
+- `data/`: text in, rows out: `sources`, `corpus_files`, `budget`, `packing`, `prefetch`;
 - `objectives/`: what the model learns: `masking`, `phases`, `loss`, `loss_kernels`;
 - `training/`: the Accelerate engine (`engine/`, one job per module) and its parts: `train_config`, `batches`,
-  `schedule`, `checkpoints`, `nonfinite`, `monitor`, `profiling`, `flops`, `compiling`, `lora`, `recipe` (the typed
-  recipe interface) and `runner` (the recipes' lockstep sequence: setup, train, finish);
+  `schedule`, `checkpoints`, `resume_checks` (what a resume or a branch must share), `nonfinite`, `monitor`,
+  `profiling`, `flops`, `compiling`, `lora`, `recipe` (the typed recipe interface) and `runner` (the recipes' lockstep
+  sequence: setup, train, finish);
 - `recipes/`: the commands that make a model: `convert`, `cpt`, `pretrain`, and the contrastive/ subpackage, one job
   per module (config, rows, model, losses, resume, train);
 - `evaluation/`: the paper's SC, TC, QA and IR suite: `loaders`, `converters`, `synthetic`, `backbone`, `base`,

@@ -1,4 +1,4 @@
-"""`contrastive` reads local files through the one reader cpt uses (`data.sources.local_files`): a folder, `~` and a
+"""`contrastive` reads local files through the one reader cpt uses (`corpus_files.local_files`): a folder, `~` and a
 file name with brackets work in both, and a bad JSON line is named by file and line (issue 28 step 1, issue 30)."""
 
 import json

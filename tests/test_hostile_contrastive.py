@@ -257,7 +257,7 @@ def test_a_run_that_goes_live_while_this_one_loads_is_not_wiped(encoder, text, t
     import subprocess
     import sys
 
-    from hf_encoderize.common.outputs import LOCK
+    from hf_encoderize.common.locks import LOCK
     from hf_encoderize.recipes.contrastive import train as recipe
 
     out, work = tmp_path / "simcse", work_dir(tmp_path / "simcse")

@@ -18,8 +18,8 @@ from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.pipeline.reuse import cpt_done
 from hf_encoderize.recipes.contrastive import ContrastiveConfig
 from hf_encoderize.recipes.cpt import cpt
-from hf_encoderize.training.checkpoints import HARMLESS_CHANGES, IDENTITY, SETTINGS_FILE
 from hf_encoderize.training.lora import AdapterConfig
+from hf_encoderize.training.resume_checks import HARMLESS_CHANGES, IDENTITY, SETTINGS_FILE
 from hf_encoderize.training.train_config import TrainConfig
 
 TRAIN = dict(steps=4, batch_size=4, lr=1e-3, save_every=2, eval_every=0, log_every=100, progress=False)

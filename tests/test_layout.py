@@ -61,6 +61,19 @@ def test_no_python_file_of_the_package_is_over_500_lines():
     assert not {path: n for path, n in sizes.items() if n > 500}
 
 
+def test_no_private_name_is_imported_across_modules():
+    """A name with a leading underscore is its module's own: another module that needs it gets a public name."""
+    import ast
+
+    crossing = []
+    for path in [*PACKAGE.rglob("*.py"), *(ROOT / "space").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hf_encoderize"):
+                crossing += [f"{path.relative_to(ROOT)}: {node.module}.{alias.name}" for alias in node.names
+                             if alias.name.startswith("_") and not alias.name.startswith("__")]
+    assert not crossing
+
+
 @pytest.mark.parametrize("old", OLD_PATHS)
 def test_the_0_1_module_paths_are_gone_and_the_changelog_says_where_they_went(old):
     sys.modules.pop(f"hf_encoderize.{old}", None)

@@ -22,11 +22,45 @@ def test_every_saver_fills_the_same_typed_facts(decoder_dir, tmp_path):
         assert facts.model_type == "llama" and facts.packing and facts.revision is None
     assert trained.steps == 2 and trained.mask_ratio == 0.4 and trained.tokens and trained.attn_implementation
     assert exported.export_step == 1 and exported.objective == "mlm"
+    # One builder for a run's blocks (`EncoderFacts.of_run`): an export says what the final encoder says, but its step.
+    for name in ("tokens", "attn_implementation", "lora_r", "mask_ratio", "packing", "facts"):
+        assert getattr(exported, name) == getattr(trained, name), name
     # An older block, with keys this version does not type, reads and writes back whole.
     old = {"version": "0.1.0", "base_model": "m", "note": "kept"}
     assert EncoderFacts.from_dict(old).to_dict() == old and EncoderFacts.from_dict(None) == EncoderFacts()
     config = json.loads((tmp_path / "run" / "encoder" / "config.json").read_text())
     assert None not in config["hf_encoderize"].values()  # what is known, nothing written as null
+
+
+def test_one_writer_of_the_encoder_block_writes_it_whole_or_not_at_all(tmp_path, monkeypatch):
+    """`model.saving` is the only module that writes config.json's `hf_encoderize` block; its second door (a folder
+    another library saved) keeps the other keys in their order and replaces the file atomically."""
+    import re
+    from pathlib import Path
+
+    import pytest
+
+    from hf_encoderize.model import saving
+
+    package = Path(__file__).resolve().parents[1] / "hf_encoderize"
+    writers = {str(p.relative_to(package)) for p in package.rglob("*.py")
+               if re.search(r"""(?<!modules)\[["']hf_encoderize["']\]\s*=|["']hf_encoderize["']:\s*\w""",
+                            p.read_text())}
+    assert writers == {"model/saving.py"}
+    folder = tmp_path / "enc"
+    folder.mkdir()
+    before = {"a": 1, "auto_map": {"AutoModel": "m.M"}, "hf_encoderize": {"command": "cpt"}, "dropout": 0.1}
+    (folder / "config.json").write_text(json.dumps(before))
+    facts = EncoderFacts(command="cpt", contrastive={"loss": "mnrl"})
+    saving.write_encoder_block(folder, facts, updates={"dropout": 0.0}, remove=("auto_map",))
+    after = json.loads((folder / "config.json").read_text())
+    assert list(after) == ["a", "hf_encoderize", "dropout"] and after["dropout"] == 0.0
+    assert after["hf_encoderize"] == {"command": "cpt", "contrastive": {"loss": "mnrl"}}
+    assert [p.name for p in folder.iterdir()] == ["config.json"]  # no temporary file left
+    monkeypatch.setattr(saving.os, "replace", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError):
+        saving.write_encoder_block(folder, EncoderFacts(command="x"))
+    assert json.loads((folder / "config.json").read_text()) == after  # the old file, whole
 
 
 # run_record.json as hf-encoderize 0.1 wrote it: none of the keys added since (identity, adam_eps, eval_masked_accuracy,

@@ -34,7 +34,8 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hf_encoderize.data.sources import PRECHECK_BYTES, DataConfig, Documents, LocalFiles, local_files
+from hf_encoderize.data.corpus_files import local_files
+from hf_encoderize.data.sources import PRECHECK_BYTES, DataConfig, Documents, LocalFiles
 
 SAMPLE_DOCUMENTS = 256  # documents tokenized to measure tokens per byte / per document
 # Dataset card sizes (GPT-2 tokens) of the paper's corpus, section 2. None is the whole set ("default").

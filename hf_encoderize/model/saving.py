@@ -34,6 +34,8 @@ import torch
 
 from hf_encoderize.common import outputs
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.files import write_json_atomic
+from hf_encoderize.common.locks import held_here
 from hf_encoderize.model.head_file import split_head
 from hf_encoderize.model.plain_attention import plain_attention, saved_backend
 
@@ -65,8 +67,7 @@ def encoder_dir(path: str | os.PathLike) -> Path:
 
 
 def _write_json(path: Path, payload: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2) + "\n")
+    write_json_atomic(path, payload)  # a temporary name renamed into place: never a half-written file
 
 
 def write_sentence_transformers_files(out: Path, hidden_size: int, max_seq_length: int) -> None:
@@ -121,7 +122,7 @@ def save_encoder(
     """
     # A folder inside the live run this process holds (OUT/encoder, OUT/exports/...) is the run's to replace, even one
     # an older version wrote without a marker (a resumed run saves its encoder again).
-    out = Path(output_dir) if overwrite and outputs.held_here(output_dir) else check_output_dir(output_dir, overwrite)
+    out = Path(output_dir) if overwrite and held_here(output_dir) else check_output_dir(output_dir, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
     tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it 0700; the encoder is an ordinary folder of the user's
@@ -134,6 +135,17 @@ def save_encoder(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def write_encoder_block(folder: str | os.PathLike, facts, *, updates: dict | None = None,
+                        remove: tuple[str, ...] = ()) -> None:
+    """Write `facts` (an `EncoderFacts`) as the `hf_encoderize` block of a folder another library saved (the
+    contrastive stage's sentence-transformers save), with the other config.json `updates` and `remove`d keys: the
+    block's second door, through the same typed facts as `save_encoder`'s. Atomic: config.json is written under a
+    temporary name and renamed into place, so a crash never leaves a config transformers cannot read."""
+    path = Path(folder) / "config.json"
+    config = {key: value for key, value in json.loads(path.read_text()).items() if key not in remove}
+    _write_json(path, {**config, **(updates or {}), "hf_encoderize": facts.to_dict()})
 
 
 def _floating_dtype(state_dict: dict | None):

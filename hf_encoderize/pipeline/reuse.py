@@ -45,7 +45,7 @@ def cpt_differences(record: RunRecord, load, data, masking, train, adapter) -> l
     holds). What cpt resolves itself is not compared against an unset option: packing (`--pack` unset: the probe
     decides) and gradient accumulation (`--tokens-per-step`: derived from the launch's processes)."""
     from hf_encoderize.common.identity import identity_of, settings_diff
-    from hf_encoderize.data.sources import identity_as_today
+    from hf_encoderize.data.corpus_files import identity_as_today
 
     if record.identity:
         ignore = (("data.pack",) if data.pack is None else ()) + \

@@ -23,8 +23,9 @@ import re
 from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.locks import LOCK
 from hf_encoderize.common.log import get_logger
-from hf_encoderize.common.outputs import LOCK, MARKER, written_by_us
+from hf_encoderize.common.outputs import MARKER, written_by_us
 
 log = get_logger(__name__)
 

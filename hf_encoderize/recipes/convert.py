@@ -34,7 +34,8 @@ def convert(load: LoadConfig, out: ConvertConfig) -> dict:
     With `verify`, the backend is picked as `cpt` picks it (`encoderize_where_it_trains`: with `auto`, one whose
     model fails the probe gives way to the next), and a model that fails only packed-document isolation (a hybrid)
     is saved all the same, recorded as one to train on padded rows (`packing` in the saved config)."""
-    from hf_encoderize.common.outputs import input_paths, lock_output, release_lock, releasing_locks
+    from hf_encoderize.common.locks import lock_output, release_lock, releasing_locks
+    from hf_encoderize.common.outputs import input_paths
     from hf_encoderize.model.saving import check_output_dir
 
     inputs = input_paths(load.input_path)

@@ -20,7 +20,8 @@ import torch
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import identity_of
-from hf_encoderize.common.outputs import input_paths, releasing_locks
+from hf_encoderize.common.locks import releasing_locks
+from hf_encoderize.common.outputs import input_paths
 from hf_encoderize.common.precision import attention_dtype
 from hf_encoderize.data.sources import DataConfig
 from hf_encoderize.model.attention_backends import check_backend_available
@@ -35,10 +36,7 @@ from hf_encoderize.model.where_it_trains import (
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.objectives.phases import Phase
 from hf_encoderize.records.encoder_facts import EncoderFacts
-from hf_encoderize.training.checkpoints import (
-    IDENTITY,
-    check_branch_settings,
-)
+from hf_encoderize.records.run_record import RunRecord
 from hf_encoderize.training.engine.accelerator import resolve_grad_accum
 from hf_encoderize.training.engine.finish import training_facts
 from hf_encoderize.training.lora import (
@@ -52,6 +50,7 @@ from hf_encoderize.training.lora import (
     quantization_config,
 )
 from hf_encoderize.training.recipe import Built, FinalModel, Trained
+from hf_encoderize.training.resume_checks import IDENTITY, check_branch_settings
 from hf_encoderize.training.runner import run_recipe
 from hf_encoderize.training.train_config import TrainConfig
 
@@ -136,10 +135,10 @@ class Cpt:
             enable_checkpointing(model)
         peft_model = apply_lora(model, adapter, tokenizer.mask_token_id,
                                 gradient_checkpointing=train.gradient_checkpointing) if adapter.lora_r else None
-        metadata = EncoderFacts(command="cpt", base_model=load.source, revision=load.revision,
-                                gguf_file=load.gguf_file, objective=masking.objective, mask_ratio=masking.mask_ratio,
-                                packing=report.packing, model_type=report.model_type)
         facts = cpt_facts(load, data, masking, train, adapter)
+        # An export's block is the final encoder's, as far as the run knows it now (`EncoderFacts.of_run`).
+        metadata = EncoderFacts.of_run(RunRecord.from_dict({**facts, "command": self.command,
+                                                            "encoderize": encoderize_facts(report)}))
         # The encoder is saved in the loaded dtype; training may keep fp32 master weights meanwhile.
         return CptBuilt(model=model, tokenizer=tokenizer, data=data, facts=facts, settings=facts,
                         export_facts=lambda at: metadata, export_dtype=model.dtype, report=report,
@@ -170,7 +169,12 @@ class Cpt:
             final = final.to(loaded_dtype)
         saved_dtype = loaded_dtype if weights is not None else final.dtype
         return FinalModel(model=final, weights=weights, saved_dtype=str(saved_dtype).removeprefix("torch."),
-                          encoderize={**built.report.to_dict(), **built.report.tokens})
+                          encoderize=encoderize_facts(built.report))
+
+
+def encoderize_facts(report: EncoderizeReport) -> dict:
+    """The run record's `encoderize` part: what the patch and the token set-up did."""
+    return {**report.to_dict(), **report.tokens}
 
 
 def check_launcher(accelerator, adapter: AdapterConfig) -> None:

@@ -28,24 +28,24 @@ import torch
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, RESUME, identity, identity_of, settings_diff
 from hf_encoderize.common.launch import world_size
-from hf_encoderize.common.outputs import input_paths, releasing_locks
+from hf_encoderize.common.locks import releasing_locks
+from hf_encoderize.common.outputs import input_paths
 from hf_encoderize.common.precision import attention_dtype
 from hf_encoderize.common.run_folder import read_json
-from hf_encoderize.data.sources import DataConfig, identity_as_today
+from hf_encoderize.data.corpus_files import identity_as_today
+from hf_encoderize.data.sources import DataConfig
 from hf_encoderize.model.attention_backends import AttentionBackend
 from hf_encoderize.model.positions import check_positions, position_limit
 from hf_encoderize.objectives.loss import CHUNK_ELEMENTS
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.objectives.phases import Phase, parse_schedule
 from hf_encoderize.records.encoder_facts import EncoderFacts
-from hf_encoderize.training.checkpoints import (
-    IDENTITY,
-    check_checkpoint_files,
-    recorded_decay_steps,
-)
+from hf_encoderize.records.run_record import RunRecord
+from hf_encoderize.training.checkpoints import check_checkpoint_files
 from hf_encoderize.training.engine.accelerator import resolve_grad_accum
 from hf_encoderize.training.engine.finish import training_facts
 from hf_encoderize.training.recipe import Built, FinalModel, Trained
+from hf_encoderize.training.resume_checks import IDENTITY, recorded_decay_steps
 from hf_encoderize.training.runner import run_recipe
 from hf_encoderize.training.schedule import decay_start
 from hf_encoderize.training.train_config import TrainConfig
@@ -324,13 +324,12 @@ class Pretrain:
         record = _run_facts(spec, data, masking, train, phases, self.memory)
         settings = {**{k: v for k, v in record.items() if k not in ("estimated_memory_gib",)},
                     IDENTITY: identity_of(spec, data, masking, train)}  # every field that counts for "same run?"
-        model_type = self.config.model_type
+        # An export's block is the final encoder's as far as the run knows it now, with the phase it was taken in.
+        known = EncoderFacts.of_run(RunRecord.from_dict({**record, "command": self.command, "encoderize": {
+            "model_type": self.config.model_type, "packing": _packing(data.pack)}}))
         return PretrainBuilt(model=model, tokenizer=tokenizer, data=data, facts=record, settings=settings,
-                             export_dtype=model.dtype, tokens=tokens,
-                             export_facts=lambda at: EncoderFacts(
-                                 command="pretrain", phases=spec.schedule, mask_ratio=masking.mask_ratio,
-                                 objective=next(p.objective for p in phases if p.start < at <= p.end),
-                                 model_type=model_type))
+                             export_dtype=model.dtype, tokens=tokens, export_facts=lambda at: dataclasses.replace(
+                                 known, objective=next(p.objective for p in phases if p.start < at <= p.end)))
 
     def check_branch(self, checkpoint: Path, built: Built) -> None:
         check_checkpoint_files(checkpoint, built.model)  # shapes, once built
@@ -384,10 +383,16 @@ def _load_tokenizer(name: str):
 
 def _report(model, counts: tuple[int, int], tokens, pack: bool):
     """The switch, for the run record and the encoder's config (what `encoderize` reports for cpt)."""
-    from hf_encoderize.model.bidirectional import PACKED, EncoderizeReport
+    from hf_encoderize.model.bidirectional import EncoderizeReport
 
     return EncoderizeReport(model.config.model_type, model.config._attn_implementation, True, counts[0], counts[1],
-                            asdict(tokens), packing=PACKED if pack else "padded rows: --no-pack")
+                            asdict(tokens), packing=_packing(pack))
+
+
+def _packing(pack: bool) -> str:
+    from hf_encoderize.model.bidirectional import PACKED
+
+    return PACKED if pack else "padded rows: --no-pack"
 
 
 def _schedule_record(spec: PretrainConfig, phases: list[Phase], identity: dict, train: TrainConfig) -> dict:

@@ -8,14 +8,19 @@ from pathlib import Path
 
 from hf_encoderize.common.run_folder import read_json
 from hf_encoderize.records.fields import Fields
+from hf_encoderize.records.run_record import RunRecord
+
+# What the patch report says beyond the typed fields, kept in the block's `facts`.
+_PATCH_COUNTS = ("config_switch", "modules_patched", "causal_buffers_replaced")
 
 
 @dataclass
 class EncoderFacts(Fields):
     """The `hf_encoderize` block of a saved encoder's config.json: where it came from and what the patch did.
 
-    One writer (`model.saving.save_encoder`, which stamps `version` and `plain_attention`); the commands that save an
-    encoder (`convert`, `cpt`, `pretrain`, the contrastive stage) fill it from typed parts, and every reader reads
+    One writer (`model.saving`: `save_encoder`, which stamps `version` and `plain_attention`, and `write_encoder_block`
+    for a folder another library saved); a training run's block is built in one place, from its record
+    (`EncoderFacts.of_run`), `convert` and the contrastive stage fill it from typed parts, and every reader reads
     fields (`EncoderFacts.of(folder)`). The patch report's other keys and any key of an older or newer version are
     kept in `facts`.
 
@@ -56,3 +61,21 @@ class EncoderFacts(Fields):
     def of(cls, encoder: str | os.PathLike) -> EncoderFacts:
         """The block in `encoder/config.json` (empty when the folder has none: a model hf-encoderize did not save)."""
         return cls.from_dict((read_json(Path(encoder) / "config.json") or {}).get("hf_encoderize") or {})
+
+    @classmethod
+    def of_run(cls, record: RunRecord) -> EncoderFacts:
+        """The block of an encoder a training run saves (final or `--export-steps`), from the run's record: the one
+        place a `cpt` or `pretrain` run's settings and patch report become it.
+
+        >>> EncoderFacts.of_run(RunRecord(command="cpt", base_model="m", steps=4, objective="mlm",
+        ...                               encoderize={"model_type": "llama", "modules_patched": 2})).to_dict()
+        {'command': 'cpt', 'base_model': 'm', 'objective': 'mlm', 'steps': 4, 'lora_r': 0, 'packing': 'packed', \
+'model_type': 'llama', 'modules_patched': 2}
+        """
+        report = record.encoderize or {}
+        return cls(command=record.command, base_model=record.base_model, revision=record.revision,
+                   gguf_file=record.gguf_file, objective=record.objective, mask_ratio=record.mask_ratio,
+                   steps=record.steps, lora_r=(record.lora or {}).get("r", 0), phases=record.phases,
+                   packing=report.get("packing", "packed"), model_type=report.get("model_type"),
+                   attn_implementation=report.get("attn_implementation"), tokens=report.get("tokens"),
+                   facts={key: report[key] for key in _PATCH_COUNTS if key in report})

@@ -30,18 +30,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.locks import held_here
 from hf_encoderize.common.log import get_logger
-from hf_encoderize.common.outputs import MARKER, finish_run, held_here
+from hf_encoderize.common.outputs import MARKER, finish_run
 from hf_encoderize.common.run_folder import RunFolder
 from hf_encoderize.data.budget import check_document_length, check_token_budget
 from hf_encoderize.data.sources import open_documents
 from hf_encoderize.training.checkpoints import (
-    check_resume_settings,
     check_shared_output_dir,
     claimed_step,
     clear_output_dir,
     inherit_metrics,
-    keep_recorded_warmup,
     load_checkpoint,
     prepare_output_dir,
     resume_newest,
@@ -52,6 +51,7 @@ from hf_encoderize.training.engine.finish import Outcome, gather_weights, run_su
 from hf_encoderize.training.engine.loop import evaluate_held_out, train_phases
 from hf_encoderize.training.monitor import TrainingMonitor, parse_report_to, utc_now
 from hf_encoderize.training.recipe import Built, Recipe, Trained
+from hf_encoderize.training.resume_checks import check_resume_settings, keep_recorded_warmup
 
 log = get_logger(__name__)
 

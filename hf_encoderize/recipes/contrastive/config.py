@@ -146,7 +146,7 @@ class ContrastiveConfig:
         """The value a setting runs with, for "same run?" (`common.identity`): `data_files` by content (size and a
         hash of each whole file, as cpt's resume counts it), not by the path text: an edit in place is other data,
         `./pairs.jsonl` for `pairs.jsonl` the same."""
-        from hf_encoderize.data.sources import content_identity
+        from hf_encoderize.data.corpus_files import content_identity
 
         return content_identity(self.data_files) if name == "data_files" else getattr(self, name)
 

@@ -19,7 +19,7 @@ from hf_encoderize.training.lora import AdapterConfig, check_targets, target_mod
 _DROPOUT_FIELDS = ("attention_dropout", "hidden_dropout", "hidden_dropout_prob", "attention_probs_dropout_prob",
                    "resid_pdrop", "attn_pdrop", "embd_pdrop", "dropout")
 
-def _dropout_kwargs(folder: Path, value: float) -> dict:
+def dropout_kwargs(folder: Path, value: float) -> dict:
     """The dropout fields this architecture's config has, set to `value` (SimCSE needs dropout in training)."""
     config = json.loads((folder / "config.json").read_text())
     return {name: value for name in _DROPOUT_FIELDS if isinstance(config.get(name), (int, float))
@@ -126,7 +126,7 @@ def warn_without_dropout(model, config) -> None:
     print(f"warning: simcse trains with no dropout, so the two views of each text are identical and only the other "
           f"texts of the batch teach the model; {advice}", file=sys.stderr, flush=True)
 
-def _merge_adapters(model, source: Path, adapter_dir: Path) -> None:
+def merge_adapters(model, source: Path, adapter_dir: Path) -> None:
     """Fold the trained LoRA adapters into the weights: the adapter is saved, then applied to a fresh copy of the
     source encoder and merged (peft's `merge_and_unload`), so the result is a plain model, as cpt's LoRA is."""
     from peft import PeftModel

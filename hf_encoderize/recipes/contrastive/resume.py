@@ -49,7 +49,7 @@ def recorded_settings(settings: dict, stage: dict | None = None) -> dict:
     """A recorded `settings_of` (settings.json) or a finished stage's config (its record's `config`, with the
     `data_identity` its `stage` holds since 0.2) in today's terms: `data_files` by content. A record from before
     holds the path text: the files as they are now stand for it (such a record cannot tell an edit in place)."""
-    from hf_encoderize.data.sources import content_identity, whole_file_identity
+    from hf_encoderize.data.corpus_files import content_identity, whole_file_identity
 
     recorded = (stage or {}).get("data_identity", settings.get("data_files"))
     if isinstance(recorded, list) and isinstance(settings.get("data_files"), str):  # first-MiB hashes, as once recorded

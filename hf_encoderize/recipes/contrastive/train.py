@@ -7,7 +7,7 @@ import contextlib
 import json
 import os
 import shutil
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -15,17 +15,17 @@ import torch
 from hf_encoderize.common import outputs
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import world_size
-from hf_encoderize.common.outputs import releasing_locks
+from hf_encoderize.common.locks import LOCK, acquire_lock, check_unlocked, release_lock, releasing_locks
 from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD
-from hf_encoderize.model.saving import MODELING_FILE, encoder_dir
+from hf_encoderize.model.saving import MODELING_FILE, encoder_dir, write_encoder_block
 from hf_encoderize.recipes.contrastive import distill
 from hf_encoderize.recipes.contrastive.config import ContrastiveConfig
 from hf_encoderize.recipes.contrastive.losses import mine_negatives, stage_loss
 from hf_encoderize.recipes.contrastive.model import (
-    _dropout_kwargs,
-    _merge_adapters,
     build_model,
     check_peft_integration,
+    dropout_kwargs,
+    merge_adapters,
     saved_prompts,
     source_dtype,
     warn_without_dropout,
@@ -57,13 +57,13 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
     # --resume too: the output folder is written at the end, so what the user has there is checked now, not deleted then
     out = outputs.check_output_dir(config.output_dir, overwrite=config.overwrite, resumable=not config.resume,
                                    inputs=outputs.input_paths(source, config.data_files))
-    outputs.check_unlocked(work)  # another contrastive run is live on this output: its work folder is not wiped
+    check_unlocked(work)  # another contrastive run is live on this output: its work folder is not wiped
     broken = check_resume(config, adapter, work)  # a checkpoint cut short while saving: resumed from the one before
     rows = load_rows(config)  # every input is checked before the output folder is touched
     check_distinct(rows, config)  # a batch holds no text twice: data that cannot fill one would train 0 steps
     teacher = distill.load_teacher(config.teacher) if config.objective == "distill" else None  # before the student
     two_views = config.objective == "simcse" or config.distill_contrastive_weight  # dropout makes SimCSE's two views
-    dropout = _dropout_kwargs(source, config.dropout) if two_views else {}
+    dropout = dropout_kwargs(source, config.dropout) if two_views else {}
     model = build_model(source, config, dropout, adapter)
     warn_without_dropout(model, config)  # SimCSE's two views of a text differ only by dropout
     prompts = saved_prompts(config, model.tokenizer)
@@ -82,8 +82,8 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
     state.wait_for_everyone()  # every process has checked the folders before the main one changes them
     if state.is_main_process:  # the lock first, then the wipe: a run that went live while this one loaded is refused
         work.mkdir(parents=True, exist_ok=True)  # here, not wiped (lock and checkpoints); it goes with the work folder
-        outputs.acquire_lock(work, "contrastive")
-        for entry in [e for e in work.iterdir() if e.name != outputs.LOCK] if not config.resume else []:
+        acquire_lock(work, "contrastive")
+        for entry in [e for e in work.iterdir() if e.name != LOCK] if not config.resume else []:
             shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
         if not config.resume:
             (work / "trainer").mkdir(parents=True)
@@ -161,7 +161,7 @@ def _write_output(trainer, model, source: Path, config: ContrastiveConfig, adapt
     final = work / "final"
     shutil.rmtree(final, ignore_errors=True)
     if adapter.lora_r:
-        _merge_adapters(model, source, work / "adapter")
+        merge_adapters(model, source, work / "adapter")
     saved_dtype = source_dtype(source)
     if saved_dtype is not None:
         model.to(saved_dtype)  # trained on fp32 master weights, saved in the encoder's dtype
@@ -187,9 +187,9 @@ def _write_output(trainer, model, source: Path, config: ContrastiveConfig, adapt
 def release_work(work: Path) -> None:
     """The work folder goes after the last write, its lock last: the lock is given back (here, not only on failure, so
     a later run in this process checks the lock again) before the then empty folder is removed, never with it."""
-    for entry in [e for e in work.iterdir() if e.name != outputs.LOCK] if work.is_dir() else []:
+    for entry in [e for e in work.iterdir() if e.name != LOCK] if work.is_dir() else []:
         shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
-    outputs.release_lock(work)
+    release_lock(work)
     with contextlib.suppress(OSError):  # a run that took the lock since keeps its folder
         work.rmdir()
 
@@ -199,14 +199,11 @@ def _finish_folder(folder: Path, source: Path, config: ContrastiveConfig, dropou
     """Dropout back to the source's values, the shipped modeling file, the run record."""
     source_config = json.loads((source / "config.json").read_text())
     saved = json.loads((folder / "config.json").read_text())
-    for name in dropout:
-        saved[name] = source_config.get(name, 0.0)
+    updates = {name: source_config.get(name, 0.0) for name in dropout}
     auto_map = {k: v for k, v in (saved.get("auto_map") or {}).items() if k != "AutoModelForMaskedLM"}
     if auto_map and (source / MODELING_FILE).is_file():
         shutil.copyfile(source / MODELING_FILE, folder / MODELING_FILE)
-        saved["auto_map"] = auto_map
-    else:
-        saved.pop("auto_map", None)
+        updates["auto_map"] = auto_map
     stage = {"objective": config.objective, "pooling": config.pooling, "loss": config.loss, "steps": config.steps,
              "batch_size": config.batch_size, "learning_rate": config.learning_rate, "scale": config.scale,
              "training_dropout": dropout, "rows": rows, "final_loss": logged[-1] if logged else None,
@@ -216,10 +213,10 @@ def _finish_folder(folder: Path, source: Path, config: ContrastiveConfig, dropou
              "data_identity": config.identity_value("data_files"),  # what `run` compares before reusing the stage
              "lead": json.loads((folder / "config_sentence_transformers.json").read_text()).get("prompts", {}).get(
                  "text", ""), **distill.distill_stage(config, folder)}
-    previous = EncoderFacts.from_dict(saved.get("hf_encoderize")).to_dict()  # the MLM encoder's facts, kept
-    saved["hf_encoderize"] = EncoderFacts.from_dict({**previous, "contrastive": stage}).to_dict()
-    (folder / "config.json").write_text(json.dumps(saved, indent=2) + "\n")
+    previous = EncoderFacts.from_dict(saved.get("hf_encoderize"))  # the MLM encoder's facts, kept
+    write_encoder_block(folder, replace(previous, contrastive=stage), updates=updates,
+                        remove=() if "auto_map" in updates else ("auto_map",))
     ContrastiveRecord(source=os.fspath(source), config=asdict(config), stage=stage, losses=logged,
-                      facts={"metrics": log, "base_encoder": previous}).to_json(folder / CONTRASTIVE_RECORD)
+                      facts={"metrics": log, "base_encoder": previous.to_dict()}).to_json(folder / CONTRASTIVE_RECORD)
     return {"objective": config.objective, "rows": rows, "steps": config.steps, "first_loss": logged[0] if logged
             else None, "final_loss": stage["final_loss"]}

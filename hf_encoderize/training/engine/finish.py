@@ -10,7 +10,7 @@ Design choices:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hf_encoderize.data.packing import data_position
 from hf_encoderize.data.sources import DataConfig, data_facts
@@ -93,9 +93,6 @@ def save_run(run: Run, model, outcome: Outcome, state_dict: dict | None = None) 
 
     folder = RunFolder(run.output_dir)
     check_finite_result(model, state_dict, {"eval_loss": outcome.final_eval.get("eval_loss")})
-    save_encoder(model, run.tokenizer, folder.encoder, overwrite=True, metadata=encoder_facts(outcome),
-                 state_dict=state_dict)
-    plot_loss_curve(folder.metrics, folder.loss_curve, title=outcome.curve_title)
     train_records = [r for r in read_metrics(folder.metrics) if r["kind"] == "train"]
     record = build_run_record(
         version=__version__, command=outcome.command, settings=outcome.facts, encoderize=outcome.encoderize,
@@ -104,20 +101,13 @@ def save_run(run: Run, model, outcome: Outcome, state_dict: dict | None = None) 
         num_processes=run.accelerator.num_processes, hardware=hardware_facts(run.accelerator),
         loss_implementation=run.loss_implementation, from_checkpoint=outcome.from_checkpoint,
         saved_dtype=outcome.saved_dtype, data_position=outcome.data_position, compiled=compile_report(run.compiled))
+    # The encoder's config block comes from the record it is saved with (`EncoderFacts.of_run`), so the two agree.
+    save_encoder(model, run.tokenizer, folder.encoder, overwrite=True, metadata=EncoderFacts.of_run(record),
+                 state_dict=state_dict)
+    plot_loss_curve(folder.metrics, folder.loss_curve, title=outcome.curve_title)
+    record = replace(record, finished_at=utc_now())  # the run finishes once its encoder is on disk
     record.to_json(folder.run_record)
     return record.to_dict()
-
-
-def encoder_facts(outcome: Outcome) -> EncoderFacts:
-    """The saved encoder's config facts, from the run's settings and what the patch did."""
-    facts, report = outcome.facts, outcome.encoderize
-    return EncoderFacts(command=outcome.command, base_model=facts["base_model"], revision=facts.get("revision"),
-                        gguf_file=facts.get("gguf_file"), objective=facts["objective"], mask_ratio=facts["mask_ratio"],
-                        steps=facts["steps"], lora_r=(facts.get("lora") or {}).get("r", 0),
-                        phases=facts.get("phases"), packing=report.get("packing", "packed"),
-                        model_type=report["model_type"], attn_implementation=report["attn_implementation"],
-                        tokens=report["tokens"],
-                        facts={k: report[k] for k in ("config_switch", "modules_patched", "causal_buffers_replaced")})
 
 
 def run_summary(run: Run, monitor, step: int, started: float, final_eval: dict) -> dict:

@@ -1,0 +1,135 @@
+"""Local corpus files: which files `--data-files` names, and what they hold, for "same data?".
+
+Design choices:
+- One reader of local paths (`local_files`) for cpt, pretrain and contrastive: a file, a folder or a glob, after `~`,
+  so they accept the same things.
+- "Same data?" is read from the files, not the path text: `data_files` counts for a resume or a reused stage by each
+  file's size and a SHA-256 of all of it (`content_identity`: streamed, once per process, cached by size and mtime),
+  so `./docs.jsonl` and `docs.jsonl` are one corpus and a corpus edited in place, anywhere in it, is another.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+from hf_encoderize.common.errors import EncoderizeError
+
+HEAD_BYTES = 1 << 20  # the chunk `file_identity` reads; once the only part of each file hashed
+BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}  # suffix -> datasets builder
+
+
+def local_files(spec: str, builders: dict[str, str] = BUILDERS) -> list[str]:
+    """The files `--data-files` names: a file (its name taken as it is, brackets and all), a folder (every file under
+    it) or a glob, after `~`; only those whose suffix `builders` reads. The one reader of local paths (cpt, pretrain,
+    contrastive), so they accept the same things."""
+    path = os.path.expanduser(spec)
+    if os.path.isfile(path):
+        files = [path]  # before the glob: `pairs[1].jsonl` is a character class to glob, a file name here
+    elif os.path.isdir(path):
+        files = sorted(f for f in glob.glob(os.path.join(path, "**", "*"), recursive=True) if os.path.isfile(f))
+    else:
+        files = sorted(glob.glob(path))
+    files = [f for f in files if os.path.splitext(f)[1] in builders]
+    if not files:
+        kinds = "/".join(dict.fromkeys(builders))
+        raise EncoderizeError(f"no {kinds} files found at {spec!r}; check --data-files")
+    return files
+
+
+def reads_text_files(spec: str | None) -> bool:
+    """Whether `--data-files` `spec` names local .txt files only."""
+    try:
+        return bool(spec) and all(path.endswith(".txt") for path in local_files(spec))
+    except EncoderizeError:  # no such files: said where the source is opened
+        return False
+
+
+def content_identity(spec: str | None) -> list[str] | str | None:
+    """What `--data-files` `spec` holds, for "same data?": per file, in reading order, `size:sha256-of-the-file`.
+    Unset -> None; files that cannot be found -> the path text (opening the source says what is wrong).
+
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp()); (folder / "docs.txt").write_text("one")
+    3
+    >>> content_identity(str(folder / "docs.txt")) == content_identity(str(folder / "." / "docs.txt"))
+    True
+    >>> content_identity(str(folder / "docs.txt"))[0].split(":")[0]
+    '3'
+    """
+    if not spec:
+        return None
+    try:
+        files = local_files(spec)
+    except EncoderizeError:
+        return spec
+    return [file_identity(path) for path in files]
+
+
+_HASHED: dict[tuple, str] = {}  # (real path, size, mtime) -> identity: a file is read once per process
+
+
+def file_identity(path: str, head_only: bool = False) -> str:
+    """`size:sha256` of the whole file, streamed (an edit anywhere is other data), cached by size and modification
+    time. `head_only`: the first MiB only, as runs recorded before whole-file hashing (`identity_as_today`)."""
+    import hashlib
+
+    stat = os.stat(path)
+    key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns, head_only)
+    if key not in _HASHED:
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            while chunk := handle.read(HEAD_BYTES):
+                digest.update(chunk)
+                if head_only:
+                    break
+        _HASHED[key] = f"{stat.st_size}:{digest.hexdigest()}"
+    return _HASHED[key]
+
+
+def identity_as_today(identity: dict, data_files: str | None = None) -> dict:
+    """A recorded identity in today's terms, so a resume or a reused stage compares like with like (kept for runs
+    recorded before 0.2's content identity and before `--text-unit`): a `data.data_files` path text becomes the content
+    of those files as they are now (such a record cannot tell an edit in place; today's can); first-MiB hashes of the
+    files at the recorded path `data_files` become whole-file ones where they still match (`whole_file_identity`)."""
+    identity = with_legacy_text_unit(identity)
+    recorded = identity.get("data.data_files")
+    if isinstance(recorded, str):
+        return {**identity, "data.data_files": content_identity(recorded)}
+    return {**identity, "data.data_files": whole_file_identity(recorded, data_files)} \
+        if isinstance(recorded, list) else identity
+
+
+def whole_file_identity(recorded: list[str], spec: str | None) -> list[str]:
+    """A record from before whole-file hashing holds each file's size and first-MiB hash: where that still matches
+    the file (`spec`), the file's whole-file identity stands for it (such a record cannot tell an edit after the first
+    MiB; today's can)."""
+    try:
+        files = local_files(spec) if spec else []
+    except EncoderizeError:
+        return recorded
+    if len(files) != len(recorded):
+        return recorded
+    return [file_identity(path) if entry == file_identity(path, head_only=True) else entry
+            for entry, path in zip(recorded, files, strict=True)]
+
+
+def with_legacy_text_unit(identity: dict) -> dict:
+    """A recorded identity from before `--text-unit` (no `data.text_unit`) that read .txt files read them one line per
+    document: say so, so that a resume or a reused stage compares it with today's unit (paragraph by default) and
+    refuses the change, rather than continue the stream's position in other documents."""
+    recorded = identity.get("data.data_files")
+    if "data.text_unit" in identity or not isinstance(recorded, str) or not reads_text_files(recorded):
+        return identity
+    return {**identity, "data.text_unit": "line"}
+
+
+def blank_file(path: str) -> bool:
+    """An empty file, or a small one of whitespace only (datasets' JSON builder reads one as a bare StopIteration)."""
+    size = os.path.getsize(path)
+    return size == 0 or (size < 1 << 16 and not open(path, "rb").read().strip())
+
+
+def dataset_patterns(files: list[str]) -> list[str]:
+    """`files` as `datasets.load_dataset`'s data_files, which it globs: `[` in a name is escaped to stay a name."""
+    return [glob.escape(path) for path in files]
