@@ -18,8 +18,8 @@ tree):
   `schedule`, `checkpoints`, `resume_checks` (what a resume or a branch must share), `nonfinite`, `monitor`,
   `profiling`, `flops`, `compiling`, `lora`, `recipe` (the typed recipe interface) and `runner` (the recipes' lockstep
   sequence: setup, train, finish);
-- `recipes/`: the commands that make a model: `convert`, `cpt`, `pretrain`, and the contrastive/ subpackage, one job
-  per module (config, rows, model, losses, resume, train);
+- `recipes/`: the commands that make a model: `convert`, `cpt`, `pretrain` (its random model: `pretrain_model`), and
+  the contrastive/ subpackage, one job per module (config, rows, model, losses, resume, train);
 - `evaluation/`: the paper's SC, TC, QA and IR suite: `loaders`, `converters`, `synthetic`, `backbone`, `base`,
   `frozen`, `sc`, `tc`, `qa`, `ir`, `config`, `grid`, `stats`, `bootstrap`, `summary`, `plots`, `compare`, `mteb_suite`;
 - `matrix/`: which model types encoderize and round-trip, and on this machine: `architectures`, `roundtrip`,

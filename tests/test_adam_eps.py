@@ -14,8 +14,8 @@ from hf_encoderize.recipes.cpt import load_encoderized
 from hf_encoderize.records.run_record import RunRecord
 from hf_encoderize.training.engine.accelerator import make_accelerator
 from hf_encoderize.training.engine.build import build_run
-from hf_encoderize.training.engine.finish import training_facts
 from hf_encoderize.training.lora import AdapterConfig
+from hf_encoderize.training.recipe import training_facts
 from hf_encoderize.training.train_config import TrainConfig
 
 

@@ -234,7 +234,8 @@ def test_auto_leaves_flash_out_when_attention_would_run_in_fp32(monkeypatch):
     assert choose_backend(config, "auto", dtype=torch.float32) != "flash_attention_2"
 
     def dtype(precision, frozen_base=False, **train):
-        return attention_dtype(SimpleNamespace(mixed_precision=precision), TrainConfig(**train), frozen_base)
+        master_weights = TrainConfig(**train).master_weights
+        return attention_dtype(SimpleNamespace(mixed_precision=precision), master_weights, frozen_base)
 
     assert dtype("bf16") == torch.bfloat16 and dtype("fp16") == torch.float16
     assert dtype("no") == torch.float32  # fp32 master weights, no autocast

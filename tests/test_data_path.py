@@ -45,7 +45,7 @@ def test_two_processes_make_exactly_the_rows_and_masks_of_one():
     layouts = {"8x1": [(1, 0, 8, 1)], "2x4": [(2, 0, 4, 1), (2, 1, 4, 1)], "1x1x8": [(1, 0, 1, 8)]}
     batches = {}
     for name, processes in layouts.items():
-        streams = [_stream(my_lanes(TrainConfig(batch_size=b, grad_accum=m), p, rank)) for p, rank, b, m in processes]
+        streams = [_stream(my_lanes(b, m, p, rank)) for p, rank, b, m in processes]
         steps = []
         for _ in range(40):  # 200 short documents: several passes
             parts = [stream.take() for stream in streams]
@@ -65,7 +65,7 @@ def test_two_processes_make_exactly_the_rows_and_masks_of_one():
 def test_a_process_tokenizes_only_its_own_documents():
     tokenizers = [CountingTokenizer(), CountingTokenizer()]
     for rank, tokenizer in enumerate(tokenizers):
-        stream = _stream(my_lanes(TrainConfig(batch_size=4), 2, rank), tokenizer=tokenizer, skip=0)
+        stream = _stream(my_lanes(4, 1, 2, rank), tokenizer=tokenizer, skip=0)
         for _ in range(3):
             stream.take()
     first, second = set(tokenizers[0].seen), set(tokenizers[1].seen)

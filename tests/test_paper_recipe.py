@@ -156,7 +156,7 @@ def test_shuffle_buffer_is_seeded_exact_on_resume_and_across_processes():
     resumed = stream(range(4))
     resumed.load_state_dict(json.loads(json.dumps(broken.state_dict())))
     assert all(torch.equal(resumed.take()[0], row) for row in rows[11:])
-    halves = [stream(my_lanes(TrainConfig(batch_size=2), 2, rank)) for rank in (0, 1)]
+    halves = [stream(my_lanes(2, 1, 2, rank)) for rank in (0, 1)]
     for row in rows[:10]:
         assert torch.equal(torch.cat([half.take()[0] for half in halves]), row)
 

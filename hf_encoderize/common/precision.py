@@ -23,12 +23,12 @@ def compute_dtype(tensor: torch.Tensor) -> torch.dtype:
     return tensor.dtype
 
 
-def attention_dtype(accelerator, train, frozen_base: bool = False) -> torch.dtype | None:
+def attention_dtype(accelerator, master_weights: str, frozen_base: bool = False) -> torch.dtype | None:
     """The dtype attention will compute in, for `auto`'s choice of backend (flash attention takes bf16/fp16 only): the
     autocast dtype under mixed precision; without autocast, fp32 when the trainable weights are kept in fp32
     (`--master-weights fp32`, `build_run` upcasts them), unless what runs is a frozen base (LoRA); else None, the
-    loaded weights' dtype. `train`: the run's `TrainConfig`."""
+    loaded weights' dtype. `master_weights`: `TrainConfig.master_weights`."""
     autocast = autocast_dtype(accelerator)
     if autocast is not None:
         return autocast
-    return torch.float32 if train.master_weights == "fp32" and not frozen_base else None
+    return torch.float32 if master_weights == "fp32" and not frozen_base else None

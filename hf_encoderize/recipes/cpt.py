@@ -38,7 +38,6 @@ from hf_encoderize.objectives.phases import Phase
 from hf_encoderize.records.encoder_facts import EncoderFacts
 from hf_encoderize.records.run_record import RunRecord
 from hf_encoderize.training.engine.accelerator import resolve_grad_accum
-from hf_encoderize.training.engine.finish import training_facts
 from hf_encoderize.training.lora import (
     AdapterConfig,
     apply_lora,
@@ -49,7 +48,7 @@ from hf_encoderize.training.lora import (
     merged_model,
     quantization_config,
 )
-from hf_encoderize.training.recipe import Built, FinalModel, Trained
+from hf_encoderize.training.recipe import Built, FinalModel, Trained, training_facts
 from hf_encoderize.training.resume_checks import IDENTITY, check_branch_settings
 from hf_encoderize.training.runner import run_recipe
 from hf_encoderize.training.train_config import TrainConfig
@@ -234,7 +233,7 @@ def load_encoderized(load: LoadConfig, data: DataConfig, train: TrainConfig, ada
     if not is_native_encoder(load):
         model, tokenizer, report, _ = encoderize_where_it_trains(
             load, extra, accelerator, adapter.load_in_4bit, pack=data.pack,
-            compute_dtype=attention_dtype(accelerator, train, frozen_base=bool(adapter.lora_r)))
+            compute_dtype=attention_dtype(accelerator, train.master_weights, frozen_base=bool(adapter.lora_r)))
     else:
         # MLM->MLM continued pretraining of an encoder (the paper's baseline, section 5): nothing to patch.
         model, tokenizer = load_encoder(load, model_kwargs=extra)

@@ -3,7 +3,8 @@
 The run is a list of phases (`objectives.parse_schedule`): `clm:1.0`, `mlm:1.0`, `clm:0.25,mlm:0.75`, ... A recipe
 on the training engine (`training.engine`: data, packing, Accelerate, checkpoints, resume, run record); it adds:
 - the model is built from a config (the paper's 210M/610M/1B, Appendix A, or any transformers decoder config) with
-  random weights, and the mask and pad tokens are in place from the start, so the vocabulary never changes mid-run;
+  random weights, and the mask and pad tokens are in place from the start, so the vocabulary never changes mid-run
+  (`pretrain_model`);
 - one WSD schedule spans the whole run: warmup at the start, no decay before the switch, decay only at the end of the
   final phase (the paper's PFS setting, section 2 "Pretraining setups");
 - at the switch (`enter_phase`) the attention goes causal -> bidirectional (`bidirectional.make_bidirectional`,
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import KW_ONLY, asdict, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 import torch
@@ -39,32 +40,23 @@ from hf_encoderize.model.positions import check_positions, position_limit
 from hf_encoderize.objectives.loss import CHUNK_ELEMENTS
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.objectives.phases import Phase, parse_schedule
+from hf_encoderize.recipes.pretrain_model import (
+    build_random_model,
+    load_pretrain_tokenizer,
+    model_config_from,
+    packing_label,
+    switch_report,
+)
 from hf_encoderize.records.encoder_facts import EncoderFacts
 from hf_encoderize.records.run_record import RunRecord
 from hf_encoderize.training.checkpoints import check_checkpoint_files
 from hf_encoderize.training.engine.accelerator import resolve_grad_accum
-from hf_encoderize.training.engine.finish import training_facts
-from hf_encoderize.training.recipe import Built, FinalModel, Trained
+from hf_encoderize.training.recipe import Built, FinalModel, Trained, training_facts
 from hf_encoderize.training.resume_checks import IDENTITY, recorded_decay_steps
 from hf_encoderize.training.runner import run_recipe
 from hf_encoderize.training.schedule import decay_start
 from hf_encoderize.training.train_config import TrainConfig
 
-# Paper, Appendix A: EuroBERT-style Llama blocks (RMSNorm, SwiGLU, RoPE theta 10,000), context 2,048, the Llama-3
-# tokenizer (vocabulary 128,256). Untied input and output embeddings, as in EuroBERT, whose architecture the paper's
-# models follow (the authors' trainer, optimus/trainer/model/encoder/eurobert.py: "tied_weights": False). The names
-# 210M / 610M / 1B count the encoder without its LM head (embeddings once); the head adds 128,256 x hidden weights.
-PAPER_COMMON = dict(model_type="llama", vocab_size=128256, max_position_embeddings=2048, rope_theta=10000.0,
-                    hidden_act="silu", rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=128000,
-                    eos_token_id=128001, attention_bias=False, mlp_bias=False)
-PAPER_SIZES = {
-    "210M": dict(num_hidden_layers=12, hidden_size=768, intermediate_size=3072, num_attention_heads=12,
-                 num_key_value_heads=12),
-    "610M": dict(num_hidden_layers=26, hidden_size=1152, intermediate_size=4096, num_attention_heads=18,
-                 num_key_value_heads=6),
-    "1B": dict(num_hidden_layers=28, hidden_size=1728, intermediate_size=5120, num_attention_heads=18,
-               num_key_value_heads=6),
-}
 SCHEDULE_FILE = "pretrain_schedule.json"  # next to checkpoints/ and switch/: what a branch must agree with
 MEMORY_HEADROOM = 0.9  # refuse a run whose estimate exceeds 90% of the memory there is
 
@@ -104,28 +96,6 @@ class PretrainConfig:
         LoadConfig("-", attn_implementation=self.attn_implementation)  # the same one-line refusal as cpt's
 
 
-def model_config_from(spec: str):
-    """A transformers config for `spec`: one of the paper's sizes, a config file, a folder or a Hub id."""
-    from transformers import AutoConfig
-
-    from hf_encoderize.model.kinds import DECODER, classify_config
-
-    size = {name.lower(): name for name in PAPER_SIZES}.get(str(spec).lower())
-    if size:
-        values = {**PAPER_COMMON, **PAPER_SIZES[size]}
-        return AutoConfig.for_model(values.pop("model_type"), **values)
-    try:
-        config = AutoConfig.from_pretrained(spec)
-    except (OSError, ValueError, KeyError) as err:
-        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise EncoderizeError(f"--model-config {spec!r}: not 210M/610M/1B, a config file or a reachable Hub id "
-                              f"({reason})") from None
-    if classify_config(config) != DECODER:
-        raise EncoderizeError(f"--model-config {spec!r} is a {classify_config(config)} config; pretrain needs a "
-                              "decoder-only one (e.g. examples/configs/610m.json)")
-    return config
-
-
 # ------------------------------------------------------------------------------------------------- memory check
 
 
@@ -134,7 +104,6 @@ def estimate_memory(config, data: DataConfig, train: TrainConfig, mixed_precisio
     (16 bytes a parameter, divided as the launch shards them: `state_bytes_per_parameter`), activations (~34 bytes
     per token, hidden unit and layer in 16-bit, Korthikanti et al. 2022, with sdpa's memory-efficient attention: no
     T^2 term; double in fp32) and one chunk of LM-head logits."""
-    import torch
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
@@ -179,7 +148,6 @@ def state_bytes_per_parameter(environ=None) -> float:
 
 def available_memory() -> tuple[int, str]:
     """Memory one process can use: the first GPU's, else the machine's available RAM."""
-    import torch
 
     if torch.cuda.is_available():
         return torch.cuda.get_device_properties(0).total_memory, "GPU memory"
@@ -190,7 +158,6 @@ def available_memory() -> tuple[int, str]:
 
 def check_memory(spec: str, config, data: DataConfig, train: TrainConfig) -> dict:
     """Refuse, in one line, a run whose estimated memory exceeds what this machine has."""
-    import torch
 
     mixed = train.mixed_precision in ("bf16", "fp16") or (train.mixed_precision == "auto" and torch.cuda.is_available())
     need, (have, where) = estimate_memory(config, data, train, mixed), available_memory()
@@ -316,17 +283,18 @@ class Pretrain:
         """Nothing to refuse beyond what `pretrain` checked before the launch."""
 
     def load_tokenizer(self):
-        return _load_tokenizer(self.spec.tokenizer)
+        return load_pretrain_tokenizer(self.spec.tokenizer)
 
     def build(self, accelerator) -> PretrainBuilt:
         spec, data, masking, train, phases = self.spec, self.data, self.masking, self.train, self.phases
-        model, tokenizer, tokens = _build_model(spec, self.config, train, attention_dtype(accelerator, train))
+        model, tokenizer, tokens = build_random_model(self.config, spec.tokenizer, spec.attn_implementation,
+                                                      train.seed, attention_dtype(accelerator, train.master_weights))
         record = _run_facts(spec, data, masking, train, phases, self.memory)
         settings = {**{k: v for k, v in record.items() if k not in ("estimated_memory_gib",)},
                     IDENTITY: identity_of(spec, data, masking, train)}  # every field that counts for "same run?"
         # An export's block is the final encoder's as far as the run knows it now, with the phase it was taken in.
         known = EncoderFacts.of_run(RunRecord.from_dict({**record, "command": self.command, "encoderize": {
-            "model_type": self.config.model_type, "packing": _packing(data.pack)}}))
+            "model_type": self.config.model_type, "packing": packing_label(data.pack)}}))
         return PretrainBuilt(model=model, tokenizer=tokenizer, data=data, facts=record, settings=settings,
                              export_dtype=model.dtype, tokens=tokens, export_facts=lambda at: dataclasses.replace(
                                  known, objective=next(p.objective for p in phases if p.start < at <= p.end)))
@@ -335,64 +303,13 @@ class Pretrain:
         check_checkpoint_files(checkpoint, built.model)  # shapes, once built
 
     def final_model(self, run, built: PretrainBuilt, trained: Trained, weights: dict | None) -> FinalModel:
-        report = _report(built.model, trained.switch_counts, built.tokens, self.data.pack)
+        report = switch_report(built.model, trained.switch_counts, built.tokens, self.data.pack)
         return FinalModel(model=run.accelerator.unwrap_model(run.model).model, weights=weights,
                           encoderize={**report.to_dict(), **report.tokens})
 
 
 def _split_name(phases: list[Phase]) -> str:
     return "-".join(f"{p.objective}{p.end - p.start}" for p in phases)
-
-
-def _build_model(spec: PretrainConfig, config, train: TrainConfig, dtype: torch.dtype | None):
-    """Tokenizer, random model, special tokens, document isolation. `dtype`: the dtype attention trains in."""
-    from transformers import AutoModelForCausalLM
-
-    from hf_encoderize.model.attention_backends import check_backend_available, choose_backend
-    from hf_encoderize.model.isolation import install_document_isolation
-    from hf_encoderize.model.tokens import ensure_special_tokens
-
-    tokenizer = _load_tokenizer(spec.tokenizer)
-    check_backend_available(spec.attn_implementation)
-    torch.manual_seed(train.seed)  # the same random init for every split: they differ only in objectives
-    # A random model is built in fp32, so without autocast `auto` must not pick flash attention (bf16/fp16 only).
-    backend = choose_backend(config, spec.attn_implementation, dtype=dtype or torch.float32)
-    model = AutoModelForCausalLM.from_config(config, attn_implementation=backend)
-    if model.get_input_embeddings().weight.shape[0] < len(tokenizer):
-        model.resize_token_embeddings(len(tokenizer))
-    # Mask and pad tokens in place from step 0: the vocabulary (and so the optimizer state) never changes at the
-    # switch, and a CLM checkpoint can be branched into any split.
-    tokens = ensure_special_tokens(model, tokenizer)
-    install_document_isolation()  # causal within each packed document in CLM, bidirectional within it in MLM
-    return model, tokenizer, tokens
-
-
-def _load_tokenizer(name: str):
-    from transformers import AutoTokenizer
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(name)
-    except (OSError, ValueError, KeyError) as err:
-        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise EncoderizeError(f"--tokenizer {name!r}: not a tokenizer folder or a reachable Hub id ({reason})") \
-            from None
-    if tokenizer.eos_token_id is None:
-        raise EncoderizeError(f"--tokenizer {name!r} has no EOS token; packing separates documents with it")
-    return tokenizer
-
-
-def _report(model, counts: tuple[int, int], tokens, pack: bool):
-    """The switch, for the run record and the encoder's config (what `encoderize` reports for cpt)."""
-    from hf_encoderize.model.bidirectional import EncoderizeReport
-
-    return EncoderizeReport(model.config.model_type, model.config._attn_implementation, True, counts[0], counts[1],
-                            asdict(tokens), packing=_packing(pack))
-
-
-def _packing(pack: bool) -> str:
-    from hf_encoderize.model.bidirectional import PACKED
-
-    return PACKED if pack else "padded rows: --no-pack"
 
 
 def _schedule_record(spec: PretrainConfig, phases: list[Phase], identity: dict, train: TrainConfig) -> dict:

@@ -20,16 +20,14 @@ from hf_encoderize.objectives.masking import IGNORE
 from hf_encoderize.objectives.phases import Masker
 
 
-def my_lanes(train, processes: int, process: int) -> list[int]:
+def my_lanes(batch_size: int, grad_accum: int, processes: int, process: int) -> list[int]:
     """The lanes (row slots of the global batch) this process trains on, micro-batch by micro-batch: micro-batch m
     of process p holds slots (m x processes + p) x batch_size ... + batch_size - 1.
 
-    >>> from hf_encoderize.training.train_config import TrainConfig
-    >>> my_lanes(TrainConfig(batch_size=2, grad_accum=2), processes=2, process=1)
+    >>> my_lanes(batch_size=2, grad_accum=2, processes=2, process=1)
     [2, 3, 6, 7]
     """
-    rows = train.batch_size
-    return [(m * processes + process) * rows + r for m in range(train.grad_accum) for r in range(rows)]
+    return [(m * processes + process) * batch_size + r for m in range(grad_accum) for r in range(batch_size)]
 
 
 @dataclass

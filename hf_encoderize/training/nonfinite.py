@@ -27,8 +27,8 @@ class NonFiniteGuard:
     """Stop with a one-line error on a non-finite loss (`--on-nonfinite stop`), or count skipped updates and stop when
     10 come in a row or they exceed 5% of the steps taken (`skip`): a run that keeps producing NaN is broken."""
 
-    train: object
-    """The run's `TrainConfig` (its `on_nonfinite`)."""
+    on_nonfinite: str
+    """`stop` or `skip` (`TrainConfig.on_nonfinite`)."""
     output_dir: Path
     in_a_row: int = 0
     skipped: int = 0
@@ -46,7 +46,7 @@ class NonFiniteGuard:
         self.in_a_row, self.skipped = self.in_a_row + 1, self.skipped + 1
         last = list_checkpoints(self.output_dir)
         where = f"the last good checkpoint is {str(last[-1])!r} (resume with --resume)" if last else "no checkpoint yet"
-        if self.train.on_nonfinite == "stop":
+        if self.on_nonfinite == "stop":
             raise EncoderizeError(f"non-finite loss or gradient at step {step}; {where}; lower --learning-rate, use "
                                   "--mixed-precision bf16 rather than fp16, or pass --on-nonfinite skip")
         if self.in_a_row >= MAX_NONFINITE_IN_A_ROW:

@@ -20,12 +20,12 @@ from typing import Protocol
 
 import torch
 
-from hf_encoderize.data.sources import DataConfig
+from hf_encoderize.data.sources import DataConfig, data_facts
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.objectives.phases import Phase
 from hf_encoderize.records.encoder_facts import EncoderFacts
 from hf_encoderize.training.engine.build import Run
-from hf_encoderize.training.train_config import TrainConfig
+from hf_encoderize.training.train_config import ADAMW_BETAS, TrainConfig
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,3 +108,18 @@ class Recipe(Protocol):
 
     def final_model(self, run: Run, built: Built, trained: Trained, weights: dict | None) -> FinalModel:
         """Main process, after training: the encoder to save, from the trained run and the gathered weights."""
+
+
+def training_facts(data: DataConfig, masking: MaskingConfig, train: TrainConfig) -> dict:
+    """The settings every run records (run record, trackers); recipes add theirs. No secrets: configs hold none."""
+    return {
+        "objective": masking.objective, "mask_ratio": masking.mask_ratio, "replacement": masking.replacement,
+        "data": data_facts(data),
+        "steps": train.steps, "lr": train.lr, "schedule": "wsd", "warmup_steps": train.warmup,
+        "decay_steps": train.decay, "weight_decay": train.weight_decay, "betas": list(ADAMW_BETAS),
+        "adam_eps": train.adam_eps,
+        "max_grad_norm": train.max_grad_norm, "batch_size": train.batch_size, "grad_accum": train.grad_accum,
+        "tokens_per_step": train.tokens_per_step, "seed": train.seed,
+        "gradient_checkpointing": train.gradient_checkpointing, "master_weights": train.master_weights,
+        "compile": train.compile, "prefetch": train.prefetch,
+    }

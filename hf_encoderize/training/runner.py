@@ -45,9 +45,9 @@ from hf_encoderize.training.checkpoints import (
     prepare_output_dir,
     resume_newest,
 )
-from hf_encoderize.training.engine.accelerator import finish_processes, make_accelerator
-from hf_encoderize.training.engine.build import Run, align_lr_with_schedule, build_run
-from hf_encoderize.training.engine.finish import Outcome, gather_weights, run_summary, save_run, stream_position
+from hf_encoderize.training.engine.accelerator import finish_processes, gather_weights, make_accelerator
+from hf_encoderize.training.engine.build import Run, align_lr_with_schedule, build_run, stream_position
+from hf_encoderize.training.engine.finish import Outcome, save_run
 from hf_encoderize.training.engine.loop import evaluate_held_out, train_phases
 from hf_encoderize.training.monitor import TrainingMonitor, parse_report_to, utc_now
 from hf_encoderize.training.recipe import Built, Recipe, Trained
@@ -190,7 +190,7 @@ def finish(started: Started, trained: Trained) -> dict:
     run.accelerator.wait_for_everyone()
     summary = {**run_summary(run, monitor, trained.step, started.train_started, final_eval), **recipe.summary_extra}
     position = stream_position(run, started.built.data)  # every process: the lanes are gathered
-    weights = gather_weights(run)  # every process: FSDP2/ZeRO-3 gather their shards here
+    weights = gather_weights(run.accelerator, run.model)  # every process: FSDP2/ZeRO-3 gather their shards here
     if run.accelerator.is_main_process:
         final = recipe.final_model(run, started.built, trained, weights)
         outcome = Outcome(command=recipe.command, facts=started.built.facts,
@@ -202,6 +202,12 @@ def finish(started: Started, trained: Trained) -> dict:
         finish_run(recipe.output_dir)  # the marker lists what the run wrote; the lock goes
     finish_processes(run.accelerator)
     return summary
+
+
+def run_summary(run: Run, monitor, step: int, started: float, final_eval: dict) -> dict:
+    """What `cpt`/`pretrain` return: the run folder, steps, per-step losses, the final held-out scores, wall time."""
+    return {"output_dir": str(run.output_dir), "steps": step, "losses": list(monitor.losses), **final_eval,
+            "wall_time_s": time.time() - started}
 
 
 def first_eval_loss(output_dir: Path) -> float | None:

@@ -1,5 +1,5 @@
 """The Accelerate side of a run: the `Accelerator`, the accumulation a token budget implies, DeepSpeed's batch values,
-and the end every process reaches together.
+the full weights gathered from a sharded run, and the end every process reaches together.
 
 Design choices:
 - Accelerate only, so `accelerate launch` with DDP/FSDP/DeepSpeed configs runs the engine unchanged.
@@ -77,3 +77,14 @@ def finish_processes(accelerator) -> None:
     exception")."""
     accelerator.wait_for_everyone()
     accelerator.end_training()
+
+
+def gather_weights(accelerator, model) -> dict | None:
+    """The full weights of a sharded run (FSDP2, DeepSpeed ZeRO-3), gathered for saving; None when the unwrapped
+    model already holds them (one process, DDP). Call on every process: gathering is collective."""
+    from accelerate.utils import DistributedType
+
+    if accelerator.distributed_type not in (DistributedType.FSDP, DistributedType.DEEPSPEED):
+        return None
+    state = accelerator.get_state_dict(model)  # full tensors on the main process
+    return {name.removeprefix("model."): tensor for name, tensor in state.items()} if state else None

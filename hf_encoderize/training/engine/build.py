@@ -26,7 +26,7 @@ import torch
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.log import get_logger
-from hf_encoderize.data.packing import LaneStream, Packer, held_out_batches
+from hf_encoderize.data.packing import LaneStream, Packer, data_position, held_out_batches
 from hf_encoderize.data.prefetch import Prefetcher
 from hf_encoderize.data.sources import DataConfig, Documents
 from hf_encoderize.objectives.loss_kernels import choose_loss_kernel
@@ -34,7 +34,7 @@ from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.objectives.phases import Masker
 from hf_encoderize.records.encoder_facts import EncoderFacts
 from hf_encoderize.training.batches import my_lanes, prepare_step
-from hf_encoderize.training.checkpoints import register_state
+from hf_encoderize.training.checkpoints import register_state, state_of
 from hf_encoderize.training.compiling import compile_decision, compile_decoder_layers, dynamo_counters
 from hf_encoderize.training.engine.accelerator import configure_deepspeed
 from hf_encoderize.training.engine.loss_model import LossModel
@@ -128,7 +128,8 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
     masker = Masker.for_tokenizer(tokenizer, masking, vocab_size, seed=train.seed)  # stateless: seeds per row
     pack = data.pack is not False  # None (not decided by a recipe) packs, the default
     stream = LaneStream(tokenizer, data.seq_len, pack, documents, data.eval_documents + data.skip_documents,
-                        lanes=my_lanes(train, accelerator.num_processes, accelerator.process_index),
+                        lanes=my_lanes(train.batch_size, train.grad_accum, accelerator.num_processes,
+                                       accelerator.process_index),
                         total_lanes=train.batch_size * accelerator.num_processes * train.grad_accum,
                         shuffle_buffer=data.shuffle_buffer, seed=train.seed,
                         warn=log.info if accelerator.is_main_process else None)
@@ -180,3 +181,9 @@ def align_lr_with_schedule(run: Run) -> None:
         group["lr"] = base * factor(scheduler.last_epoch)
     scheduler._last_lr = [group["lr"] for group in run.optimizer.param_groups]
 
+
+def stream_position(run: Run, data: DataConfig) -> dict:
+    """`packing.data_position` over every process's lanes (a collective: call on every process)."""
+    lanes = state_of(run.accelerator, run.rows)
+    total = run.train.batch_size * run.accelerator.num_processes * run.train.grad_accum
+    return data_position(lanes, total, data.skip_documents)

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from hf_encoderize.training.engine.accelerator import gather_weights
 from hf_encoderize.training.engine.build import Run
-from hf_encoderize.training.engine.finish import gather_weights
 
 EXPORTS = "exports"
 
@@ -36,7 +36,7 @@ def export_encoder(run: Run, step: int) -> Path:
     from hf_encoderize.model.saving import save_encoder
 
     run.rows.close()  # the prefetching thread tokenizes with the tokenizer being saved; the next step restarts it
-    weights = gather_weights(run)
+    weights = gather_weights(run.accelerator, run.model)
     folder = export_dir(run.output_dir, step)
     if run.accelerator.is_main_process:
         model = run.accelerator.unwrap_model(run.model).model

@@ -1,58 +1,19 @@
-"""The end of a run: the facts it records, the weights gathered, the encoder, loss curve and run record saved.
+"""The end of a run: the encoder, loss curve and run record saved, from what the run was and did (`Outcome`).
 
 Design choices:
-- `gather_weights` and `stream_position` are collectives (every process calls them); `save_run` runs on the main
-  process only and writes the encoder, `loss_curve.png` and `run_record.json`.
+- `save_run` runs on the main process only and writes the encoder, `loss_curve.png` and `run_record.json`; the
+  collectives before it (`accelerator.gather_weights`, `build.stream_position`) are every process's.
 - A run whose weights or held-out loss are not finite is refused before anything is written
   (`nonfinite.check_finite_result`).
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 
-from hf_encoderize.data.packing import data_position
-from hf_encoderize.data.sources import DataConfig, data_facts
-from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.records.encoder_facts import EncoderFacts
-from hf_encoderize.training.checkpoints import state_of
 from hf_encoderize.training.engine.build import Run
 from hf_encoderize.training.nonfinite import check_finite_result
-from hf_encoderize.training.train_config import ADAMW_BETAS, TrainConfig
-
-
-def training_facts(data: DataConfig, masking: MaskingConfig, train: TrainConfig) -> dict:
-    """The settings every run records (run record, trackers); recipes add theirs. No secrets: configs hold none."""
-    return {
-        "objective": masking.objective, "mask_ratio": masking.mask_ratio, "replacement": masking.replacement,
-        "data": data_facts(data),
-        "steps": train.steps, "lr": train.lr, "schedule": "wsd", "warmup_steps": train.warmup,
-        "decay_steps": train.decay, "weight_decay": train.weight_decay, "betas": list(ADAMW_BETAS),
-        "adam_eps": train.adam_eps,
-        "max_grad_norm": train.max_grad_norm, "batch_size": train.batch_size, "grad_accum": train.grad_accum,
-        "tokens_per_step": train.tokens_per_step, "seed": train.seed,
-        "gradient_checkpointing": train.gradient_checkpointing, "master_weights": train.master_weights,
-        "compile": train.compile, "prefetch": train.prefetch,
-    }
-
-
-def gather_weights(run: Run) -> dict | None:
-    """The full weights of a sharded run (FSDP2, DeepSpeed ZeRO-3), gathered for saving; None when the unwrapped
-    model already holds them (one process, DDP). Call on every process: gathering is collective."""
-    from accelerate.utils import DistributedType
-
-    if run.accelerator.distributed_type not in (DistributedType.FSDP, DistributedType.DEEPSPEED):
-        return None
-    state = run.accelerator.get_state_dict(run.model)  # full tensors on the main process
-    return {name.removeprefix("model."): tensor for name, tensor in state.items()} if state else None
-
-
-def stream_position(run: Run, data: DataConfig) -> dict:
-    """`packing.data_position` over every process's lanes (a collective: call on every process)."""
-    lanes = state_of(run.accelerator, run.rows)
-    total = run.train.batch_size * run.accelerator.num_processes * run.train.grad_accum
-    return data_position(lanes, total, data.skip_documents)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,9 +69,3 @@ def save_run(run: Run, model, outcome: Outcome, state_dict: dict | None = None) 
     record = replace(record, finished_at=utc_now())  # the run finishes once its encoder is on disk
     record.to_json(folder.run_record)
     return record.to_dict()
-
-
-def run_summary(run: Run, monitor, step: int, started: float, final_eval: dict) -> dict:
-    """What `cpt`/`pretrain` return: the run folder, steps, per-step losses, the final held-out scores, wall time."""
-    return {"output_dir": str(run.output_dir), "steps": step, "losses": list(monitor.losses), **final_eval,
-            "wall_time_s": time.time() - started}

@@ -28,7 +28,6 @@ from hf_encoderize.training.engine.build import Run
 from hf_encoderize.training.engine.export import export_encoder
 from hf_encoderize.training.nonfinite import NonFiniteGuard, plain_norm
 from hf_encoderize.training.profiling import section
-from hf_encoderize.training.train_config import TrainConfig
 
 
 def enter_phase(run: Run, phase: Phase) -> tuple[int, int] | None:
@@ -83,7 +82,7 @@ def train_until(run: Run, monitor, step: int, until: int) -> int:
     `log_every` steps (and before every evaluation and checkpoint, so a checkpoint never follows a non-finite step)."""
     from hf_encoderize.training.profiling import StepProfiler, steady_window
 
-    train, guard = run.train, NonFiniteGuard(run.train, run.output_dir)
+    train, guard = run.train, NonFiniteGuard(run.train.on_nonfinite, run.output_dir)
     profiler = StepProfiler(run.output_dir / "profile", first=steady_window(step, until)) if train.profile else None
     try:
         while step < until:
@@ -105,7 +104,8 @@ def train_until(run: Run, monitor, step: int, until: int) -> int:
         guard.check_all(monitor.flush())
     except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM: checkpoints are written atomically, so the newest
         monitor.close()  # end the progress bar's line now: the CLI's one line follows it, and tqdm never redraws it
-        raise type(interrupt)(resume_hint(run.output_dir, train)) from None  # is whole; the type says which signal
+        # (checkpoint is whole); the type says which signal
+        raise type(interrupt)(resume_hint(run.output_dir, train.save_every)) from None
     finally:
         run.rows.close()  # stop the prefetching thread; the stream rewinds to the last batch trained on
         if profiler:
@@ -113,11 +113,11 @@ def train_until(run: Run, monitor, step: int, until: int) -> int:
     return step
 
 
-def resume_hint(output_dir: Path, train: TrainConfig) -> str:
-    """What an interrupted run leaves, and how to go on."""
+def resume_hint(output_dir: Path, save_every: int) -> str:
+    """What an interrupted run leaves, and how to go on (`save_every`: --save-steps)."""
     last = list_checkpoints(output_dir)
     if not last:
-        return (f"no checkpoint was written yet (one every --save-steps {train.save_every} steps); run the same "
+        return (f"no checkpoint was written yet (one every --save-steps {save_every} steps); run the same "
                 "command with --overwrite to start over")
     return f"the newest checkpoint is {str(last[-1])!r}; run the same command with --resume to continue from it"
 
