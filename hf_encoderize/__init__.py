@@ -6,8 +6,8 @@ tree):
 - `common/`: rules every stage shares: `errors`, `files`, `identity`, `launch`, `log`, `options`, `arguments` (a
   config dataclass as argparse options), `config_file` (`--config`), `outputs`, `locks`, `precision`, `run_folder`,
   `validation`, `version`;
-- `records/`: the typed files the stages hand each other, one writer each: `fields`, `run_record`, `eval_summary`,
-  `contrastive_record`, `encoder_facts`, `push_record`;
+- `records/`: the typed files the stages hand each other, one writer each: `fields`, `run_settings`, `run_record`,
+  `eval_summary`, `contrastive_record`, `encoder_facts`, `push_record`;
 - `model/`: load, encoderize (patch and probe), save: `kinds`, `loading`, `attention_backends`, `load_errors`, `tiny`,
   `plain_attention`, `bidirectional`, `tokens`, `isolation`, `where_it_trains`, `saving`, `head_file`, `positions`,
   `licenses` (a model's license and languages, read from its card or GGUF),
@@ -24,7 +24,7 @@ tree):
   `frozen`, `sc`, `tc`, `qa`, `ir`, `config`, `grid`, `stats`, `bootstrap`, `summary`, `plots`, `compare`, `mteb_suite`;
 - `matrix/`: which model types encoderize and round-trip, and on this machine: `architectures`, `roundtrip`,
   `roundtrip_check`, `doctor`;
-- `publish/`: what leaves the machine: `card_facts`, `card_rows`, `card`, `hub`, `upload_set`, `space`,
+- `publish/`: what leaves the machine: `card_facts`, `card_rows`, `card_serve`, `card`, `hub`, `upload_set`, `space`,
   `paraphrases`, `export`, `export_guard`, `export_reference`, `export_record`, `onnx_embedding`, `onnx_check`,
   `gguf_export`, `gguf_convert`, `gguf_check`, `shipped` (where the top-level `space/` and `model_cards/` folders are,
   in a checkout or a wheel);

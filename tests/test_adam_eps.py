@@ -12,10 +12,11 @@ from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.publish.card_rows import _training_rows
 from hf_encoderize.recipes.cpt import load_encoderized
 from hf_encoderize.records.run_record import RunRecord
+from hf_encoderize.records.run_settings import CptSettings
 from hf_encoderize.training.engine.accelerator import make_accelerator
 from hf_encoderize.training.engine.build import build_run
 from hf_encoderize.training.lora import AdapterConfig
-from hf_encoderize.training.recipe import training_facts
+from hf_encoderize.training.recipe import run_settings
 from hf_encoderize.training.train_config import TrainConfig
 
 
@@ -29,7 +30,7 @@ def _optimizer_eps(decoder_dir, tmp_path, **train_kwargs) -> float:
     run = build_run(make_accelerator(train, tmp_path / "out", []), model, tokenizer, open_documents(data), data,
                     MaskingConfig(), train, tmp_path / "out")
     assert {group["eps"] for group in run.optimizer.param_groups} == {train.adam_eps}
-    assert training_facts(data, MaskingConfig(), train)["adam_eps"] == train.adam_eps
+    assert run_settings(CptSettings, data, MaskingConfig(), train).adam_eps == train.adam_eps
     return train.adam_eps
 
 

@@ -78,10 +78,47 @@ def test_a_run_record_round_trips_and_keeps_a_key_it_does_not_type(tmp_path):
     from hf_encoderize.records.run_record import RunRecord
 
     record = RunRecord.from_dict({**OLD_RUN_RECORD, "lora": {"r": 8, "alpha": 16, "targets": "all-linear"}})
-    assert record.facts == {"note": "kept"} and record.lora["r"] == 8 and record.decay_fraction == 0.2
+    assert record.facts == {"note": "kept"} and record.lora.r == 8 and record.decay_fraction == 0.2
     record.to_json(tmp_path / "run_record.json")
     again = RunRecord.from_json(tmp_path / "run_record.json")
     assert again == record and json.loads((tmp_path / "run_record.json").read_text())["note"] == "kept"
+
+
+def test_a_misspelt_record_field_fails_when_the_record_is_made():
+    """The settings and the nested parts of a run record are typed and made by keyword: a misspelt field is a
+    TypeError where the run writes it, never a key filed silently beside the others (a card reading it would say
+    n/a). A file written by another version still reads: its other keys are kept."""
+    import pytest
+
+    from hf_encoderize.data.sources import DataConfig
+    from hf_encoderize.objectives.masking import MaskingConfig
+    from hf_encoderize.records.run_record import HardwareFacts, PatchFacts, RunRecord
+    from hf_encoderize.records.run_settings import CptSettings, DataFacts, LoraFacts, PretrainSettings
+    from hf_encoderize.training.recipe import run_settings
+    from hf_encoderize.training.train_config import TrainConfig
+
+    data = DataConfig(dataset="d", eval_documents=4)
+    with pytest.raises(TypeError, match="base_modle"):
+        run_settings(CptSettings, data, MaskingConfig(), TrainConfig(), base_modle="m")
+    with pytest.raises(TypeError, match="model_config"):
+        run_settings(CptSettings, data, MaskingConfig(), TrainConfig(), model_config="210M")  # pretrain's, not cpt's
+    for part, wrong in ((DataFacts, "seq_length"), (LoraFacts, "rank"), (HardwareFacts, "gpu"), (PatchFacts, "patched"),
+                        (RunRecord, "step")):
+        with pytest.raises(TypeError, match=wrong):
+            part(**{wrong: 1})
+    settings = run_settings(PretrainSettings, data, MaskingConfig(), TrainConfig(), estimated_memory_gib=1.5)
+    assert "estimated_memory_gib" in settings.to_dict() and "estimated_memory_gib" not in settings.compared()
+    record = RunRecord.of_settings(settings)
+    assert record.data == data_facts_of(data) and record.data.dataset == "d" and isinstance(record.data, DataFacts)
+    older = RunRecord.from_dict({**OLD_RUN_RECORD, "hardware": {"device": "cpu", "gpus": 0}})
+    assert older.data.seq_len == 32 and older.hardware.device == "cpu" and older.hardware.facts == {"gpus": 0}
+    assert older.encoderize.modules_patched == 2 and RunRecord.from_dict(older.to_dict()) == older
+
+
+def data_facts_of(data):
+    from hf_encoderize.data.sources import data_facts
+
+    return data_facts(data)
 
 
 def test_records_are_read_by_attribute_only():

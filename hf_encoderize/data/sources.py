@@ -42,6 +42,7 @@ from hf_encoderize.data.corpus_files import (
     local_files,
     reads_text_files,
 )
+from hf_encoderize.records.run_settings import DataFacts
 
 HELD_OUT_DOCUMENTS = 64  # held out by default ...
 HELD_OUT_SHARE = 0.05  # ... unless that is more than run_mlm.py's validation_split_percentage (5) of the corpus
@@ -128,16 +129,15 @@ class DataConfig:
         return getattr(self, name)
 
 
-def data_facts(data: DataConfig) -> dict:
+def data_facts(data: DataConfig) -> DataFacts:
     """Where the text came from, as the run record and the card say it: a --data-files run names its files only (the
     Hub default `dataset` it did not read is not recorded), a .txt one its --text-unit."""
     local = bool(data.data_files)
-    return {"dataset": None if local else data.dataset, "dataset_config": None if local else data.dataset_config,
-            "split": data.split, "data_files": data.data_files, "data_name": data.data_name,
-            "text_column": data.text_column,
-            "text_unit": data.identity_value("text_unit"), "seq_len": data.seq_len, "pack": data.pack,
-            "eval_documents": data.eval_documents, "skip_documents": data.skip_documents,
-            "shuffle_buffer": data.shuffle_buffer}
+    return DataFacts(dataset=None if local else data.dataset, dataset_config=None if local else data.dataset_config,
+                     split=data.split, data_files=data.data_files, data_name=data.data_name,
+                     text_column=data.text_column, text_unit=data.identity_value("text_unit"), seq_len=data.seq_len,
+                     pack=data.pack, eval_documents=data.eval_documents, skip_documents=data.skip_documents,
+                     shuffle_buffer=data.shuffle_buffer)
 
 
 def check_document_size(files: list[str], unit: TextUnit) -> None:

@@ -27,6 +27,7 @@ import torch
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.precision import compute_dtype
 from hf_encoderize.model.isolation import document_ids_from_lengths, install_document_isolation, packed_forward
+from hf_encoderize.records.run_record import PatchFacts, TokenFacts
 
 PACKING_CHECK = "packed_documents_isolated"
 PACKED = "packed"  # `EncoderizeReport.packing` when documents share rows; else "padded rows: <why>"
@@ -62,6 +63,12 @@ class EncoderizeReport:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def facts(self) -> PatchFacts:
+        """The run record's `encoderize` part: this report, its tokens nested and beside it (made by keyword: a field
+        the record does not declare fails here, when the run is saved)."""
+        report = self.to_dict()
+        return PatchFacts(**{**report, "tokens": TokenFacts(**self.tokens)}, **self.tokens)
 
 
 def make_bidirectional(model: torch.nn.Module) -> tuple[int, int]:

@@ -23,6 +23,34 @@ from hf_encoderize.common.validation import check_choice, check_number
 from hf_encoderize.objectives.loss import IGNORE, mlm_loss
 
 
+@dataclass(frozen=True)
+class MaskingTarget:
+    """What the masked positions learn to predict: one entry per target (its `--objective` name, its card label and
+    how far its labels shift), so a new target is an entry here and its name in `MaskingConfig.objective`."""
+
+    name: str
+    card_label: str
+    """How the model card names it."""
+    shift: int
+    """Positions the labels move left: 0 predicts a token at its own position (MLM), 1 from the one before (MNTP)."""
+
+
+MASKING_TARGETS = {target.name: target for target in (
+    MaskingTarget("mlm", "MLM", shift=0),
+    MaskingTarget("mntp", "MNTP (masked next-token prediction, LLM2Vec)", shift=1),  # LLM2Vec, section 2
+)}
+
+
+def card_label(objective: str | None) -> str | None:
+    """The card's name for masking target `objective`; None for anything else (pretrain's phases).
+
+    >>> card_label("mlm"), card_label("clm+mlm")
+    ('MLM', None)
+    """
+    target = MASKING_TARGETS.get(objective or "")
+    return target.card_label if target else None
+
+
 @dataclass
 class MaskingConfig:
     """How tokens are masked for MLM continued pretraining."""
@@ -77,9 +105,10 @@ def mask_tokens(
         swap = chosen & (draw >= 0.8) & (draw < 0.9)
         masked[swap] = random_ids[swap]
     labels = torch.where(chosen, input_ids, torch.full_like(input_ids, IGNORE))
-    if config.objective == "mntp":
-        # Position i-1 predicts the token at i: shift labels left; the last position predicts nothing.
-        labels = torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], IGNORE)], dim=1)
+    shift = MASKING_TARGETS[config.objective].shift
+    if shift:
+        # MNTP: position i-1 predicts the token at i: shift labels left; the last position predicts nothing.
+        labels = torch.cat([labels[:, shift:], torch.full_like(labels[:, :shift], IGNORE)], dim=1)
     return masked, labels
 
 

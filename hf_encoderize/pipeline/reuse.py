@@ -20,6 +20,7 @@ from hf_encoderize.records.contrastive_record import ContrastiveRecord
 from hf_encoderize.records.eval_summary import EvalSummary
 from hf_encoderize.records.push_record import PushRecord
 from hf_encoderize.records.run_record import RunRecord
+from hf_encoderize.records.run_settings import DataFacts
 
 # What a finished cpt recorded before 0.2 (no `identity` in its run record) must share with this invocation.
 LEGACY_CPT_IDENTITY = ("base_model", "gguf_file", "revision", "objective", "mask_ratio", "steps", "lr", "batch_size")
@@ -50,14 +51,15 @@ def cpt_differences(record: RunRecord, load, data, masking, train, adapter) -> l
     if record.identity:
         ignore = (("data.pack",) if data.pack is None else ()) + \
             (("train.grad_accum",) if train.tokens_per_step else ())
-        before = identity_as_today(record.identity, (record.data or {}).get("data_files"))
+        before = identity_as_today(record.identity, record.data.data_files if record.data else None)
         return settings_diff(before, identity_of(load, data, masking, train, adapter),
                              ignore=ignore)
     wanted = {"base_model": load.source, "gguf_file": load.gguf_file, "revision": load.revision,
               "objective": masking.objective, "mask_ratio": masking.mask_ratio, "steps": train.steps, "lr": train.lr,
               "batch_size": train.batch_size}
     recorded = {key: getattr(record, key) for key in LEGACY_CPT_IDENTITY}  # typed fields, named as 0.1 wrote them
-    recorded.update({f"data.{key}": (record.data or {}).get(key) for key in LEGACY_DATA_IDENTITY})
+    data_facts = record.data or DataFacts()
+    recorded.update({f"data.{key}": getattr(data_facts, key) for key in LEGACY_DATA_IDENTITY})
     wanted.update({f"data.{key}": getattr(data, key) for key in LEGACY_DATA_IDENTITY})
     return settings_diff(recorded, wanted)
 

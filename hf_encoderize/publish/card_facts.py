@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import KW_ONLY, dataclass, field
 
 from hf_encoderize.records.contrastive_record import ContrastiveRecord
+from hf_encoderize.records.encoder_facts import PlainAttention
 from hf_encoderize.records.eval_summary import EvalSummary
-from hf_encoderize.records.run_record import RunRecord
+from hf_encoderize.records.run_record import PatchFacts, RunRecord
 
 
 @dataclass
@@ -33,8 +34,11 @@ class CardFacts:
     """License id inherited from the base model, or given."""
     language: list[str] | None = None
     """Languages of the base model, where its metadata says."""
-    encoderize: dict = field(default_factory=dict)
-    """What the attention patch and token set-up did (`hf_encoderize` block of config.json)."""
+    encoderize: PatchFacts = field(default_factory=PatchFacts)
+    """What the attention patch and token set-up did (the `hf_encoderize` block of config.json, with the run record's
+    `encoderize` over it)."""
+    plain_attention: PlainAttention | None = None
+    """What a plain transformers load runs bidirectionally (the block's `plain_attention`)."""
     run: RunRecord | None = None
     """`run_record.json` of the cpt run; None for a converted-only encoder."""
     results: EvalSummary | None = None

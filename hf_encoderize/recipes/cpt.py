@@ -37,6 +37,7 @@ from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.objectives.phases import Phase
 from hf_encoderize.records.encoder_facts import EncoderFacts
 from hf_encoderize.records.run_record import RunRecord
+from hf_encoderize.records.run_settings import CptSettings, LoraFacts
 from hf_encoderize.training.engine.accelerator import resolve_grad_accum
 from hf_encoderize.training.lora import (
     AdapterConfig,
@@ -48,8 +49,8 @@ from hf_encoderize.training.lora import (
     merged_model,
     quantization_config,
 )
-from hf_encoderize.training.recipe import Built, FinalModel, Trained, training_facts
-from hf_encoderize.training.resume_checks import IDENTITY, check_branch_settings
+from hf_encoderize.training.recipe import Built, FinalModel, Trained, run_settings
+from hf_encoderize.training.resume_checks import check_branch_settings
 from hf_encoderize.training.runner import run_recipe
 from hf_encoderize.training.train_config import TrainConfig
 
@@ -134,17 +135,17 @@ class Cpt:
             enable_checkpointing(model)
         peft_model = apply_lora(model, adapter, tokenizer.mask_token_id,
                                 gradient_checkpointing=train.gradient_checkpointing) if adapter.lora_r else None
-        facts = cpt_facts(load, data, masking, train, adapter)
+        settings = cpt_settings(load, data, masking, train, adapter)
         # An export's block is the final encoder's, as far as the run knows it now (`EncoderFacts.of_run`).
-        metadata = EncoderFacts.of_run(RunRecord.from_dict({**facts, "command": self.command,
-                                                            "encoderize": encoderize_facts(report)}))
+        metadata = EncoderFacts.of_run(dataclasses.replace(RunRecord.of_settings(settings), command=self.command,
+                                                           encoderize=report.facts()))
         # The encoder is saved in the loaded dtype; training may keep fp32 master weights meanwhile.
-        return CptBuilt(model=model, tokenizer=tokenizer, data=data, facts=facts, settings=facts,
+        return CptBuilt(model=model, tokenizer=tokenizer, data=data, settings=settings,
                         export_facts=lambda at: metadata, export_dtype=model.dtype, report=report,
                         peft_model=peft_model)
 
     def check_branch(self, checkpoint: Path, built: Built) -> None:
-        check_branch_settings(checkpoint, built.facts, built.model)
+        check_branch_settings(checkpoint, built.settings.compared(), built.model)
 
     def final_model(self, run, built: CptBuilt, trained: Trained, weights: dict | None) -> FinalModel:
         """The encoder to save (main process): LoRA merged, in the dtype it was loaded in."""
@@ -168,12 +169,7 @@ class Cpt:
             final = final.to(loaded_dtype)
         saved_dtype = loaded_dtype if weights is not None else final.dtype
         return FinalModel(model=final, weights=weights, saved_dtype=str(saved_dtype).removeprefix("torch."),
-                          encoderize=encoderize_facts(built.report))
-
-
-def encoderize_facts(report: EncoderizeReport) -> dict:
-    """The run record's `encoderize` part: what the patch and the token set-up did."""
-    return {**report.to_dict(), **report.tokens}
+                          encoderize=built.report.facts())
 
 
 def check_launcher(accelerator, adapter: AdapterConfig) -> None:
@@ -246,14 +242,13 @@ def load_encoderized(load: LoadConfig, data: DataConfig, train: TrainConfig, ada
     return model, tokenizer, dataclasses.replace(report, packing=as_main_process_says(accelerator, report.packing))
 
 
-def cpt_facts(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: TrainConfig,
-              adapter: AdapterConfig) -> dict:
-    """The run's settings, as stored in the run record and sent to trackers (no secrets: configs hold none)."""
-    return {
-        "base_model": load.source, "revision": load.revision, "gguf_file": load.gguf_file,
-        **training_facts(data, masking, train),
-        "lora": {"r": adapter.lora_r, "alpha": adapter.lora_alpha, "targets": adapter.lora_targets}
+def cpt_settings(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: TrainConfig,
+                 adapter: AdapterConfig) -> CptSettings:
+    """The run's settings, as stored in the run record and run_settings.json, and sent to trackers."""
+    return run_settings(
+        CptSettings, data, masking, train, base_model=load.source, revision=load.revision, gguf_file=load.gguf_file,
+        lora=LoraFacts(r=adapter.lora_r, alpha=adapter.lora_alpha, targets=adapter.lora_targets)
         if adapter.lora_r else None,
-        "load_in_4bit": adapter.load_in_4bit,
-        IDENTITY: identity_of(load, data, masking, train, adapter),  # every field that counts for "same run?"
-    }
+        load_in_4bit=adapter.load_in_4bit,
+        identity=identity_of(load, data, masking, train, adapter),  # every field that counts for "same run?"
+    )

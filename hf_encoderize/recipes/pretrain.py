@@ -48,10 +48,11 @@ from hf_encoderize.recipes.pretrain_model import (
     switch_report,
 )
 from hf_encoderize.records.encoder_facts import EncoderFacts
-from hf_encoderize.records.run_record import RunRecord
+from hf_encoderize.records.run_record import PatchFacts, RunRecord
+from hf_encoderize.records.run_settings import PretrainSettings
 from hf_encoderize.training.checkpoints import check_checkpoint_files
 from hf_encoderize.training.engine.accelerator import resolve_grad_accum
-from hf_encoderize.training.recipe import Built, FinalModel, Trained, training_facts
+from hf_encoderize.training.recipe import Built, FinalModel, Trained, run_settings
 from hf_encoderize.training.resume_checks import IDENTITY, recorded_decay_steps
 from hf_encoderize.training.runner import run_recipe
 from hf_encoderize.training.schedule import decay_start
@@ -289,13 +290,12 @@ class Pretrain:
         spec, data, masking, train, phases = self.spec, self.data, self.masking, self.train, self.phases
         model, tokenizer, tokens = build_random_model(self.config, spec.tokenizer, spec.attn_implementation,
                                                       train.seed, attention_dtype(accelerator, train.master_weights))
-        record = _run_facts(spec, data, masking, train, phases, self.memory)
-        settings = {**{k: v for k, v in record.items() if k not in ("estimated_memory_gib",)},
-                    IDENTITY: identity_of(spec, data, masking, train)}  # every field that counts for "same run?"
+        settings = pretrain_settings(spec, data, masking, train, phases, self.memory)
         # An export's block is the final encoder's as far as the run knows it now, with the phase it was taken in.
-        known = EncoderFacts.of_run(RunRecord.from_dict({**record, "command": self.command, "encoderize": {
-            "model_type": self.config.model_type, "packing": packing_label(data.pack)}}))
-        return PretrainBuilt(model=model, tokenizer=tokenizer, data=data, facts=record, settings=settings,
+        known = EncoderFacts.of_run(dataclasses.replace(
+            RunRecord.of_settings(settings), command=self.command,
+            encoderize=PatchFacts(model_type=self.config.model_type, packing=packing_label(data.pack))))
+        return PretrainBuilt(model=model, tokenizer=tokenizer, data=data, settings=settings,
                              export_dtype=model.dtype, tokens=tokens, export_facts=lambda at: dataclasses.replace(
                                  known, objective=next(p.objective for p in phases if p.start < at <= p.end)))
 
@@ -305,7 +305,7 @@ class Pretrain:
     def final_model(self, run, built: PretrainBuilt, trained: Trained, weights: dict | None) -> FinalModel:
         report = switch_report(built.model, trained.switch_counts, built.tokens, self.data.pack)
         return FinalModel(model=run.accelerator.unwrap_model(run.model).model, weights=weights,
-                          encoderize={**report.to_dict(), **report.tokens})
+                          encoderize=report.facts())
 
 
 def _split_name(phases: list[Phase]) -> str:
@@ -317,12 +317,15 @@ def _schedule_record(spec: PretrainConfig, phases: list[Phase], identity: dict, 
             "decay_steps": train.decay, IDENTITY: identity}
 
 
-def _run_facts(spec: PretrainConfig, data, masking, train, phases: list[Phase], memory: dict | None) -> dict:
-    """The engine's training facts, plus what makes this a pretraining run (no base model: weights start random)."""
+def pretrain_settings(spec: PretrainConfig, data, masking, train, phases: list[Phase],
+                      memory: dict | None) -> PretrainSettings:
+    """The shared training settings, plus what makes this a pretraining run (no base model: weights start random)."""
     switch = [p.start for p in phases[1:]]
-    return {"base_model": None, "revision": None, "gguf_file": None, **training_facts(data, masking, train),
-            "lora": None, "load_in_4bit": False, "model_config": spec.model_config, "tokenizer": spec.tokenizer,
-            "objective": "+".join(p.objective for p in phases), "phases": spec.schedule,
-            "switch_step": switch[0] if switch else None, "from_checkpoint": train.from_checkpoint,
-            "estimated_memory_gib": round(memory["total"] / 2**30, 2) if memory else None,
-            "parameters": memory["parameters"] if memory else None}
+    return run_settings(
+        PretrainSettings, data, masking, train, load_in_4bit=False, model_config=spec.model_config,
+        tokenizer=spec.tokenizer, objective="+".join(p.objective for p in phases), phases=spec.schedule,
+        switch_step=switch[0] if switch else None, from_checkpoint=train.from_checkpoint,
+        estimated_memory_gib=round(memory["total"] / 2**30, 2) if memory else None,
+        parameters=memory["parameters"] if memory else None,
+        identity=identity_of(spec, data, masking, train),  # every field that counts for "same run?"
+    )

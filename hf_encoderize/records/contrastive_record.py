@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hf_encoderize.records.fields import Fields
+from hf_encoderize.records.fields import Fields, Part
 
 
 @dataclass
@@ -16,4 +16,52 @@ class ContrastiveRecord(Fields):
     config: dict = field(default_factory=dict)
     """The stage's `ContrastiveConfig`, every field."""
     stage: dict = field(default_factory=dict)
+    """What the stage did, as config.json's `hf_encoderize.contrastive` holds it too; read as `stage_facts()`."""
     losses: list = field(default_factory=list)
+
+    def stage_facts(self) -> ContrastiveStage:
+        """The stage, typed."""
+        return ContrastiveStage.from_dict(self.stage or {})
+
+    def source_facts(self) -> ContrastiveSource:
+        """What the card reads of the stage's config, typed: where its rows came from, its Matryoshka sizes."""
+        return ContrastiveSource.from_dict(self.config or {})
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContrastiveStage(Part):
+    """The contrastive stage as `recipes.contrastive.train` records it (a key of a later version is kept in `facts`)."""
+
+    objective: str | None = None
+    """simcse, supervised or distill."""
+    pooling: str | None = None
+    loss: str | None = None
+    steps: int | None = None
+    batch_size: int | None = None
+    learning_rate: float | None = None
+    scale: float | None = None
+    training_dropout: dict | None = None
+    """The dropout fields set for training (SimCSE's two views), put back to the source's values in the saved model."""
+    rows: int | None = None
+    final_loss: float | None = None
+    lora: dict | None = None
+    processes: int | None = None
+    data_identity: list | str | None = None
+    lead: str | None = None
+    """The lead token the model is trained and saved with ("" without)."""
+    teacher: str | None = None
+    """distill: the teacher as given, its name and license, the projection to its width."""
+    teacher_name: str | None = None
+    teacher_license: str | None = None
+    distill_contrastive_weight: float | None = None
+    projection: list | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContrastiveSource(Part):
+    """Where the stage's rows came from and the sizes it trained (its `ContrastiveConfig`'s fields the card reads)."""
+
+    dataset: str | None = None
+    data_files: str | None = None
+    data_name: str | None = None
+    matryoshka_dims: str | list | None = None

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hf_encoderize.common.run_folder import read_json
-from hf_encoderize.records.fields import Fields
-from hf_encoderize.records.run_record import RunRecord
+from hf_encoderize.records.fields import Fields, Part
+from hf_encoderize.records.run_record import PatchFacts, RunRecord
 
 # What the patch report says beyond the typed fields, kept in the block's `facts`.
 _PATCH_COUNTS = ("config_switch", "modules_patched", "causal_buffers_replaced")
@@ -55,7 +55,7 @@ class EncoderFacts(Fields):
     """The contrastive stage of an embedding model (`contrastive`)."""
 
     def to_dict(self) -> dict:
-        return {k: v for k, v in super().to_dict().items() if v is not None}  # config.json holds what is known
+        return _known(super().to_dict())
 
     @classmethod
     def of(cls, encoder: str | os.PathLike) -> EncoderFacts:
@@ -67,15 +67,38 @@ class EncoderFacts(Fields):
         """The block of an encoder a training run saves (final or `--export-steps`), from the run's record: the one
         place a `cpt` or `pretrain` run's settings and patch report become it.
 
+        >>> from hf_encoderize.records.run_record import PatchFacts
         >>> EncoderFacts.of_run(RunRecord(command="cpt", base_model="m", steps=4, objective="mlm",
-        ...                               encoderize={"model_type": "llama", "modules_patched": 2})).to_dict()
+        ...                               encoderize=PatchFacts(model_type="llama", modules_patched=2))).to_dict()
         {'command': 'cpt', 'base_model': 'm', 'objective': 'mlm', 'steps': 4, 'lora_r': 0, 'packing': 'packed', \
 'model_type': 'llama', 'modules_patched': 2}
         """
-        report = record.encoderize or {}
+        report = record.encoderize or PatchFacts()
+        counts = {key: getattr(report, key) for key in _PATCH_COUNTS if getattr(report, key) is not None}
         return cls(command=record.command, base_model=record.base_model, revision=record.revision,
                    gguf_file=record.gguf_file, objective=record.objective, mask_ratio=record.mask_ratio,
-                   steps=record.steps, lora_r=(record.lora or {}).get("r", 0), phases=record.phases,
-                   packing=report.get("packing", "packed"), model_type=report.get("model_type"),
-                   attn_implementation=report.get("attn_implementation"), tokens=report.get("tokens"),
-                   facts={key: report[key] for key in _PATCH_COUNTS if key in report})
+                   steps=record.steps, lora_r=record.lora.r if record.lora else 0, phases=record.phases,
+                   packing=report.packing or "packed", model_type=report.model_type,
+                   attn_implementation=report.attn_implementation,
+                   tokens=_known(report.tokens.to_dict()) if report.tokens else None, facts=counts)
+
+
+def _known(values: dict) -> dict:
+    return {key: value for key, value in values.items() if value is not None}  # config.json holds what is known
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlainAttention(Part):
+    """`EncoderFacts.plain_attention`: which attention backends a plain transformers load runs bidirectionally
+    (`model.plain_attention`), one verdict per backend (kept in `facts`: True, False, or None where it could not
+    run), the backend config.json selects and the transformers release the verdicts hold for."""
+
+    saved_default: str | None = None
+    transformers: str | None = None
+
+    def verdicts(self) -> dict[str, bool | None]:
+        """Backend -> verdict."""
+        return dict(self.facts)
+
+    def verdict(self, backend: str | None) -> bool | None:
+        return self.facts.get(backend)

@@ -6,18 +6,73 @@ Design choices:
   `facts` and is written back as it was read.
 - A field a run did not record is None; readers say "n/a" or fall back (a record from before `adam_eps` existed says
   so on the card).
-- One builder (`build_run_record`) assembles the record from the run's parts; the training engine's `save_run` is its
-  one caller and `to_json` its one writer.
-- The nested parts that stay plain dicts (`data`, `lora`, `hardware`, `encoderize`, `identity`, `data_position`) are
-  written whole by one owner each (`data.sources.data_facts`, `training.monitor.hardware_facts`, the patch report,
-  `common.identity`) and read as they were written.
+- One builder (`build_run_record`) assembles the record from the run's typed settings (`records.run_settings`) and
+  parts; the training engine's `save_run` is its one caller and `to_json` its one writer.
+- The nested parts are typed too (`DataFacts`, `LoraFacts`, `HardwareFacts`, `PatchFacts`): frozen `Part`s, made by
+  keyword by one owner each (`data.sources.data_facts`, `training.monitor.hardware_facts`, the patch report's
+  `EncoderizeReport.facts`), so a misspelt field fails when the run is saved; a record of an earlier version reads
+  into them, its other keys kept. `identity` (config field name -> value) and `data_position` stay mappings.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
-from hf_encoderize.records.fields import Fields
+from hf_encoderize.records.fields import Fields, Part
+from hf_encoderize.records.run_settings import DataFacts, LoraFacts, RunSettings
+
+
+@dataclass(frozen=True, kw_only=True)
+class HardwareFacts(Part):
+    """Where a run trained (`training.monitor.hardware_facts`)."""
+
+    device: str | None = None
+    gpu_name: str | None = None
+    gpu_count: int | None = None
+    num_processes: int | None = None
+    mixed_precision: str | None = None
+    distributed_type: str | None = None
+    rocm: bool | None = None
+    cpu: str | None = None
+    torch: str | None = None
+    transformers: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenFacts(Part):
+    """Which special tokens the encoder uses and how they were obtained (`model.tokens.TokenReport`)."""
+
+    mask_token: str | None = None
+    mask_token_id: int | None = None
+    mask_token_path: str | None = None
+    """`existing`, `reserved` or `added`."""
+    pad_token: str | None = None
+    pad_token_id: int | None = None
+    pad_token_path: str | None = None
+    """`existing`, `reserved` or `eos`."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatchFacts(Part):
+    """What the attention patch and the token set-up did (`model.bidirectional.EncoderizeReport.facts`): the report,
+    its tokens once nested (`tokens`) and once beside it (the token fields), as the record has always held them."""
+
+    model_type: str | None = None
+    attn_implementation: str | None = None
+    config_switch: bool | None = None
+    modules_patched: int | None = None
+    causal_buffers_replaced: int | None = None
+    tokens: TokenFacts | None = None
+    packing: str | None = None
+    """"packed", or "padded rows: <why>"."""
+    attn_candidates: list | None = None
+    probe: str | None = None
+    mask_token: str | None = None
+    mask_token_id: int | None = None
+    mask_token_path: str | None = None
+    pad_token: str | None = None
+    pad_token_id: int | None = None
+    pad_token_path: str | None = None
 
 
 @dataclass
@@ -59,7 +114,7 @@ class RunRecord(Fields):
     """`pretrain`'s schedule string, e.g. "clm:0.75,mlm"."""
     switch_step: int | None = None
     """`pretrain`: the step attention switched from causal to bidirectional (None: no switch)."""
-    data: dict | None = None
+    data: DataFacts | None = None
     """The corpus (`data.sources.data_facts`): data_files or dataset/dataset_config, seq_len, pack, text_unit, ..."""
 
     # ------------------------------------------------------------------ how it trained
@@ -92,7 +147,7 @@ class RunRecord(Fields):
     """Whether the decoder layers ran compiled, why, and dynamo's counters over the run (graphs compiled, graph
     breaks, recompile-limit hits); None: recorded before this field existed."""
     prefetch: int | None = None
-    lora: dict | None = None
+    lora: LoraFacts | None = None
     """LoRA adapters merged into the weights: r, alpha, targets (None: all weights trained)."""
     load_in_4bit: bool | None = None
     """The base was quantised to 4-bit NF4 (QLoRA)."""
@@ -104,10 +159,10 @@ class RunRecord(Fields):
     """`pretrain`: the model's parameter count."""
 
     # ------------------------------------------------------------------ where and when
-    encoderize: dict | None = None
+    encoderize: PatchFacts | None = None
     """What the attention patch and the token set-up did."""
     num_processes: int | None = None
-    hardware: dict | None = None
+    hardware: HardwareFacts | None = None
     """`training.monitor.hardware_facts`: device, gpu_name, mixed_precision, torch, transformers, ..."""
     data_position: dict | None = None
     """Where the data stream stopped (`data.packing.data_position`): a later run can go on from there."""
@@ -127,28 +182,36 @@ class RunRecord(Fields):
     initial_eval_loss: float | None = None
     """The same held-out loss of the starting model, before the first step (recorded since 0.3)."""
 
+    @classmethod
+    def of_settings(cls, settings: RunSettings) -> RunRecord:
+        """A record holding what a run was asked to do: each settings field in the record field of its name; a field
+        of a recipe's own settings that the record does not declare goes to `facts`, as written (`to_dict`)."""
+        written, declared = settings.to_dict(), {f.name for f in fields(cls)}
+        typed = {f.name: getattr(settings, f.name) for f in fields(settings) if f.name in declared - {"facts"}}
+        return cls(**typed, facts={k: v for k, v in written.items() if k not in typed})
 
-def build_run_record(*, version: str, command: str, settings: dict, encoderize: dict, train_metrics: list[dict],
-                     final_eval: dict, initial_eval_loss: float | None, started_at: str, finished_at: str,
-                     wall_time_s: float, num_processes: int, hardware: dict, loss_implementation: str | None = None,
-                     from_checkpoint: str | None = None, saved_dtype: str | None = None,
-                     data_position: dict | None = None, compiled: dict | None = None) -> RunRecord:
+
+def build_run_record(*, version: str, command: str, settings: RunSettings, encoderize: PatchFacts,
+                     train_metrics: list[dict], final_eval: dict, initial_eval_loss: float | None, started_at: str,
+                     finished_at: str, wall_time_s: float, num_processes: int, hardware: HardwareFacts,
+                     loss_implementation: str | None = None, from_checkpoint: str | None = None,
+                     saved_dtype: str | None = None, data_position: dict | None = None,
+                     compiled: dict | None = None) -> RunRecord:
     """The run record of a finished `cpt` or `pretrain`: the one place its parts become `run_record.json`'s fields.
 
-    `settings` is what the run was asked to do (`training.engine.finish.training_facts` and the recipe's own: base
-    model, LoRA, phases, identity): its keys are field names, and a key no field declares is kept in `facts`.
+    `settings` is what the run was asked to do (the recipe's typed `RunSettings`: every field is a record field).
     `train_metrics` are metrics.jsonl's train lines (tokens seen, skipped steps and the final loss are counted from
     them); `final_eval` the trained model's held-out scores (`evaluate_held_out`).
 
-    >>> record = build_run_record(version="0.3.0", command="cpt", settings={"steps": 2, "lr": 1e-4},
-    ...     encoderize={"model_type": "llama"}, train_metrics=[{"tokens": 64, "loss": 3.0}] * 2,
+    >>> record = build_run_record(version="0.3.0", command="cpt", settings=RunSettings(steps=2, lr=1e-4),
+    ...     encoderize=PatchFacts(model_type="llama"), train_metrics=[{"tokens": 64, "loss": 3.0}] * 2,
     ...     final_eval={"eval_loss": 2.4}, initial_eval_loss=3.1, started_at="t0", finished_at="t1",
-    ...     wall_time_s=1.234, num_processes=1, hardware={"device": "cpu"})
+    ...     wall_time_s=1.234, num_processes=1, hardware=HardwareFacts(device="cpu"))
     >>> record.tokens_seen, record.final_train_loss, record.eval_loss, record.wall_time_s, record.facts
     (128, 3.0, 2.4, 1.23, {})
     """
     return replace(
-        RunRecord.from_dict(settings), hf_encoderize_version=version, command=command,
+        RunRecord.of_settings(settings), hf_encoderize_version=version, command=command,
         from_checkpoint=from_checkpoint, saved_dtype=saved_dtype, encoderize=encoderize, data_position=data_position,
         loss_implementation=loss_implementation, num_processes=num_processes, hardware=hardware, compiled=compiled,
         started_at=started_at, finished_at=finished_at, wall_time_s=round(wall_time_s, 2),

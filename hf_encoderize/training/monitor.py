@@ -32,6 +32,7 @@ import torch
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.log import get_logger
 from hf_encoderize.common.run_folder import RunFolder
+from hf_encoderize.records.run_record import HardwareFacts
 
 log = get_logger(__name__)
 
@@ -217,7 +218,7 @@ def plot_loss_curve(metrics_path: Path, png_path: Path, title: str = "MLM contin
     return Path(png_path)
 
 
-def hardware_facts(accelerator) -> dict:
+def hardware_facts(accelerator) -> HardwareFacts:
     """Device, GPU name and library versions, for the run record and the model card."""
     import platform
 
@@ -225,18 +226,18 @@ def hardware_facts(accelerator) -> dict:
     import transformers
 
     cuda = torch.cuda.is_available()
-    return {
-        "device": accelerator.device.type,
-        "gpu_name": torch.cuda.get_device_name(0) if cuda else None,
-        "gpu_count": torch.cuda.device_count() if cuda else 0,
-        "num_processes": accelerator.num_processes,
-        "mixed_precision": str(accelerator.mixed_precision),
-        "distributed_type": str(accelerator.distributed_type).split(".")[-1],
-        "rocm": bool(getattr(torch.version, "hip", None)),
-        "cpu": platform.processor() or platform.machine(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-    }
+    return HardwareFacts(
+        device=accelerator.device.type,
+        gpu_name=torch.cuda.get_device_name(0) if cuda else None,
+        gpu_count=torch.cuda.device_count() if cuda else 0,
+        num_processes=accelerator.num_processes,
+        mixed_precision=str(accelerator.mixed_precision),
+        distributed_type=str(accelerator.distributed_type).split(".")[-1],
+        rocm=bool(getattr(torch.version, "hip", None)),
+        cpu=platform.processor() or platform.machine(),
+        torch=torch.__version__,
+        transformers=transformers.__version__,
+    )
 
 
 def flatten_facts(facts: dict) -> dict:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import torch
 
@@ -24,8 +24,12 @@ from hf_encoderize.data.sources import DataConfig, data_facts
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.objectives.phases import Phase
 from hf_encoderize.records.encoder_facts import EncoderFacts
+from hf_encoderize.records.run_record import PatchFacts
+from hf_encoderize.records.run_settings import RunSettings
 from hf_encoderize.training.engine.build import Run
 from hf_encoderize.training.train_config import ADAMW_BETAS, TrainConfig
+
+S = TypeVar("S", bound=RunSettings)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,10 +40,9 @@ class Built:
     tokenizer: object
     data: DataConfig
     """The data config as it trains (cpt: padded rows for a model whose packed documents would leak)."""
-    facts: dict
-    """The run record's settings, sent to trackers (`identity` included)."""
-    settings: dict
-    """What a resume compares (pretrain leaves its memory estimate out of `facts`)."""
+    settings: RunSettings
+    """What the run was asked to do, typed per recipe: the run record's settings, sent to trackers; a resume compares
+    `settings.compared()`."""
     export_facts: Callable[[int], EncoderFacts]
     """Step -> the config facts of an intermediate encoder (`--export-steps`)."""
     export_dtype: torch.dtype
@@ -61,8 +64,8 @@ class FinalModel:
     model: torch.nn.Module
     weights: dict | None
     """The weights as they are to be saved (a sharded run's gathered ones, cast), or None: the model's own."""
-    encoderize: dict
-    """What the attention patch and the token set-up did (`EncoderizeReport.to_dict()` and its tokens)."""
+    encoderize: PatchFacts
+    """What the attention patch and the token set-up did (`EncoderizeReport.facts()`)."""
     saved_dtype: str | None = None
     """The dtype the encoder is saved in, when the recipe casts it (cpt)."""
 
@@ -110,16 +113,24 @@ class Recipe(Protocol):
         """Main process, after training: the encoder to save, from the trained run and the gathered weights."""
 
 
-def training_facts(data: DataConfig, masking: MaskingConfig, train: TrainConfig) -> dict:
-    """The settings every run records (run record, trackers); recipes add theirs. No secrets: configs hold none."""
-    return {
-        "objective": masking.objective, "mask_ratio": masking.mask_ratio, "replacement": masking.replacement,
-        "data": data_facts(data),
-        "steps": train.steps, "lr": train.lr, "schedule": "wsd", "warmup_steps": train.warmup,
-        "decay_steps": train.decay, "weight_decay": train.weight_decay, "betas": list(ADAMW_BETAS),
-        "adam_eps": train.adam_eps,
-        "max_grad_norm": train.max_grad_norm, "batch_size": train.batch_size, "grad_accum": train.grad_accum,
-        "tokens_per_step": train.tokens_per_step, "seed": train.seed,
-        "gradient_checkpointing": train.gradient_checkpointing, "master_weights": train.master_weights,
-        "compile": train.compile, "prefetch": train.prefetch,
-    }
+def run_settings(kind: type[S], data: DataConfig, masking: MaskingConfig, train: TrainConfig, **recipe: object) -> S:
+    """The recipe's typed settings (`kind`: `CptSettings`, `PretrainSettings`, ...): the fields every run records, from
+    its configs, and the recipe's own (`recipe`, which may also replace a shared one: pretrain's objective). Made by
+    keyword, so a misspelt field is a TypeError here. No secrets: configs hold none.
+
+    >>> from hf_encoderize.records.run_settings import CptSettings
+    >>> data = DataConfig(data_files="docs.jsonl", eval_documents=4)
+    >>> run_settings(CptSettings, data, MaskingConfig(), TrainConfig(), base_model="m").base_model
+    'm'
+    >>> run_settings(CptSettings, data, MaskingConfig(), TrainConfig(), base_modle="m")
+    Traceback (most recent call last):
+    TypeError: CptSettings.__init__() got an unexpected keyword argument 'base_modle'
+    """
+    shared = dict(objective=masking.objective, mask_ratio=masking.mask_ratio, replacement=masking.replacement,
+                  data=data_facts(data), steps=train.steps, lr=train.lr, schedule="wsd", warmup_steps=train.warmup,
+                  decay_steps=train.decay, weight_decay=train.weight_decay, betas=list(ADAMW_BETAS),
+                  adam_eps=train.adam_eps, max_grad_norm=train.max_grad_norm, batch_size=train.batch_size,
+                  grad_accum=train.grad_accum, tokens_per_step=train.tokens_per_step, seed=train.seed,
+                  gradient_checkpointing=train.gradient_checkpointing, master_weights=train.master_weights,
+                  compile=train.compile, prefetch=train.prefetch)
+    return kind(**{**shared, **recipe})

@@ -139,7 +139,7 @@ def setup(recipe: Recipe) -> Started:
                     built.export_facts, built.export_dtype)
     # Before loading: a checkpoint of other settings (e.g. another global batch, so other data lanes) is refused in
     # one line, never mistaken for a corrupt one.
-    check_resume_settings(output_dir, built.settings, claimed_step(resume_from) if resume_from else None,
+    check_resume_settings(output_dir, built.settings.compared(), claimed_step(resume_from) if resume_from else None,
                           extendable=recipe.extendable, main_process=accelerator.is_main_process)
     step = resume_newest(accelerator, output_dir) if resume_from else \
         load_checkpoint(accelerator, branch_point) if branch_point else 0
@@ -151,7 +151,8 @@ def setup(recipe: Recipe) -> Started:
         if branch_point:
             inherit_metrics(branch_point, output_dir)
     monitor = TrainingMonitor(accelerator, output_dir, train.steps, start_step=step, show=train.progress,
-                              label=recipe.command, log_every=train.log_every, trackers=trackers, facts=built.facts)
+                              label=recipe.command, log_every=train.log_every, trackers=trackers,
+                              facts=built.settings.to_dict())
     # The starting model's held-out score, on the rows the final one is scored on: what training changed is then the
     # difference of two figures of one measurement (the base's MLM loss before cpt, the encoder's after).
     initial_eval = evaluate_held_out(run) if step == 0 and not branch_point and recipe.scores_starting_model else {}
@@ -193,7 +194,7 @@ def finish(started: Started, trained: Trained) -> dict:
     weights = gather_weights(run.accelerator, run.model)  # every process: FSDP2/ZeRO-3 gather their shards here
     if run.accelerator.is_main_process:
         final = recipe.final_model(run, started.built, trained, weights)
-        outcome = Outcome(command=recipe.command, facts=started.built.facts,
+        outcome = Outcome(command=recipe.command, settings=started.built.settings,
                           from_checkpoint=recipe.train.from_checkpoint, encoderize=final.encoderize,
                           saved_dtype=final.saved_dtype, data_position=position, started_at=started.started_at,
                           wall_time_s=summary["wall_time_s"], final_eval=final_eval,

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from hf_encoderize.records.encoder_facts import EncoderFacts
+from hf_encoderize.records.run_record import PatchFacts
+from hf_encoderize.records.run_settings import RunSettings
 from hf_encoderize.training.engine.build import Run
 from hf_encoderize.training.nonfinite import check_finite_result
 
@@ -22,10 +24,10 @@ class Outcome:
 
     command: str
     """`cpt` or `pretrain`."""
-    facts: dict
-    """The settings (`training_facts` and the recipe's: base model, LoRA, phases, identity, ...)."""
+    settings: RunSettings
+    """What the run was asked to do (the recipe's typed settings: base model, LoRA, phases, identity, ...)."""
     from_checkpoint: str | None
-    encoderize: dict
+    encoderize: PatchFacts
     """What the attention patch and the token set-up did."""
     saved_dtype: str | None
     data_position: dict
@@ -56,7 +58,7 @@ def save_run(run: Run, model, outcome: Outcome, state_dict: dict | None = None) 
     check_finite_result(model, state_dict, {"eval_loss": outcome.final_eval.get("eval_loss")})
     train_records = [r for r in read_metrics(folder.metrics) if r["kind"] == "train"]
     record = build_run_record(
-        version=__version__, command=outcome.command, settings=outcome.facts, encoderize=outcome.encoderize,
+        version=__version__, command=outcome.command, settings=outcome.settings, encoderize=outcome.encoderize,
         train_metrics=train_records, final_eval=outcome.final_eval, initial_eval_loss=outcome.initial_eval_loss,
         started_at=outcome.started_at, finished_at=utc_now(), wall_time_s=outcome.wall_time_s,
         num_processes=run.accelerator.num_processes, hardware=hardware_facts(run.accelerator),

@@ -1,0 +1,110 @@
+"""What a `cpt` or `pretrain` run was asked to do, typed: `run_settings.json` and the settings of `run_record.json`.
+
+Design choices:
+- One frozen, keyword-only dataclass per recipe (`CptSettings`, `PretrainSettings`, on the fields every run shares,
+  `RunSettings`), built once by the recipe from its configs (`training.recipe.run_settings`). A misspelt field is a
+  TypeError where the settings are made, never a key filed silently beside the others.
+- Its nested parts (`DataFacts`, `LoraFacts`) are frozen `Part`s too; `to_dict` writes the keys the earlier dicts
+  wrote, so run_settings.json files of earlier versions compare with today's, and the record reads them as before.
+- A fact of the run that is no reason to refuse a resume (pretrain's memory estimate, which depends on the machine)
+  says so on its field (`compared=False`) and is left out of what a resume compares (`compared()`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from hf_encoderize.records.fields import Part
+
+NOT_COMPARED = {"compared": False}  # field metadata: recorded, but a resume does not compare it
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataFacts(Part):
+    """Where the text came from, as the run record and the card say it (`data.sources.data_facts`)."""
+
+    dataset: str | None = None
+    """Hub dataset id (None for a --data-files run: the default it did not read is not recorded)."""
+    dataset_config: str | None = None
+    split: str | None = None
+    data_files: str | None = None
+    data_name: str | None = None
+    """The name a local corpus goes by on the card (`--data-name`)."""
+    text_column: str | None = None
+    text_unit: str | None = None
+    """How .txt files were cut into documents (None for other files, and before it was recorded)."""
+    seq_len: int | None = None
+    pack: bool | None = None
+    eval_documents: int | None = None
+    skip_documents: int | None = None
+    shuffle_buffer: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoraFacts(Part):
+    """LoRA adapters merged into the weights."""
+
+    r: int | None = None
+    alpha: int | None = None
+    targets: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSettings(Part):
+    """The settings every training run records (run record, run_settings.json, trackers); recipes add theirs."""
+
+    base_model: str | None = None
+    """The model trained from (Hub id, folder or GGUF folder); None for `pretrain`."""
+    revision: str | None = None
+    gguf_file: str | None = None
+    objective: str | None = None
+    """mlm, mntp, or pretrain's phases joined by "+"."""
+    mask_ratio: float | None = None
+    replacement: str | None = None
+    data: DataFacts | None = None
+    steps: int | None = None
+    lr: float | None = None
+    schedule: str = "wsd"
+    warmup_steps: int | None = None
+    decay_steps: int | None = None
+    weight_decay: float | None = None
+    betas: list | None = None
+    adam_eps: float | None = None
+    max_grad_norm: float | None = None
+    batch_size: int | None = None
+    grad_accum: int | None = None
+    tokens_per_step: int | None = None
+    seed: int | None = None
+    gradient_checkpointing: bool | None = None
+    master_weights: str | None = None
+    compile: bool | None = None
+    prefetch: int | None = None
+    lora: LoraFacts | None = None
+    """None: all weights trained."""
+    load_in_4bit: bool | None = None
+    identity: dict | None = None
+    """Every config field that counts for "same run?" (`common.identity.identity_of`)."""
+
+    def compared(self) -> dict:
+        """What a resume or a branch compares (`training.resume_checks`): every field but those declared not to."""
+        skip = {f.name for f in fields(self) if not f.metadata.get("compared", True)}
+        return {key: value for key, value in self.to_dict().items() if key not in skip}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CptSettings(RunSettings):
+    """`cpt`'s settings: the shared ones, from a loaded base model (`base_model`, `lora`, `load_in_4bit`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PretrainSettings(RunSettings):
+    """`pretrain`'s settings: the shared ones (no base model: weights start random), and its phases and size."""
+
+    model_config: str | None = None
+    tokenizer: str | None = None
+    phases: str | None = None
+    """The schedule string, e.g. "clm:0.75,mlm"."""
+    switch_step: int | None = None
+    from_checkpoint: str | None = None
+    estimated_memory_gib: float | None = field(default=None, metadata=NOT_COMPARED)
+    parameters: int | None = None
