@@ -162,3 +162,19 @@ def test_a_card_renders_from_a_record_an_older_version_wrote(tmp_path):
     assert "4 optimizer steps, 512 tokens seen" in card and "linear decay over the final 20% of steps" in card
     assert "eps 1e-08 (torch's default: recorded before --adam-epsilon existed)" in card
     assert "Held-out MLM loss / masked-token accuracy | 5.50 / n/a" in card
+
+
+def test_the_patch_report_is_made_once_and_never_changed():
+    """`EncoderizeReport` is frozen: what the probe and the rows' packing add makes a new report (`replace`), so a
+    report handed to the record is the one that was checked."""
+    import dataclasses
+
+    import pytest
+
+    from hf_encoderize.model.bidirectional import EncoderizeReport
+
+    report = EncoderizeReport("llama", "sdpa", True, 2, 0, {"mask_token": "<mask>"})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.packing = "padded rows: --no-pack"
+    facts = dataclasses.replace(report, probe="passed").facts()
+    assert facts.probe == "passed" and facts.tokens.mask_token == "<mask>" and facts.mask_token == "<mask>"

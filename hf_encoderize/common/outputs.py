@@ -32,6 +32,8 @@ from hf_encoderize.common.run_folder import RunFolder
 MARKER = ".hf-encoderize.json"
 # Top-level names a command writes besides those its marker lists ("{name}": the folder's own name, which Accelerate's
 # trackers use for their log folder). A run folder also receives what `run` adds (eval, contrastive, push record).
+# A training recipe's marker lists its names itself (`known`, from the recipe: `training.runner.run_entries`); the
+# two below are kept for the markers cpt and pretrain wrote before they did.
 KNOWN_ENTRIES = {
     "cpt": (*RunFolder.entries(), "exports", "profile", "{name}"),
     "pretrain": (*RunFolder.entries(), "pretrain_schedule.json", "switch", "exports", "profile", "{name}"),
@@ -111,8 +113,13 @@ def _temporary(name: str) -> bool:
 
 def _ours(folder: Path, marker: dict) -> set[str]:
     """The top-level names of `folder` that its marker's command wrote (listed in the marker, or known for it)."""
-    return set(marker.get("entries") or []) | {name.replace("{name}", folder.name)
-                                               for name in KNOWN_ENTRIES.get(marker.get("command"), ())}
+    return set(marker.get("entries") or []) | _known(folder, marker)
+
+
+def _known(folder: Path, marker: dict) -> set[str]:
+    """The names the marker's command is known to write: those its marker lists (`known`), else `KNOWN_ENTRIES`'."""
+    names = marker.get("known") or KNOWN_ENTRIES.get(marker.get("command"), ())
+    return {name.replace("{name}", folder.name) for name in names}
 
 
 def written_by_us(folder: Path, rel: Path) -> bool | None:
@@ -182,9 +189,11 @@ def _foreign_files(folder: Path, patterns: tuple[str, ...]) -> str | None:
     return None
 
 
-def clear_for_run(output_dir: str | os.PathLike, command: str, *, overwrite: bool, resume: bool = False) -> Path:
+def clear_for_run(output_dir: str | os.PathLike, command: str, *, overwrite: bool, resume: bool = False,
+                  known: tuple[str, ...] = ()) -> Path:
     """After the command validated everything: empty an earlier run of ours (`overwrite`, checked again), make the
-    folder, mark it (a fresh start) and take its lock. Main process only. Returns the folder."""
+    folder, mark it (a fresh start) and take its lock. Main process only. `known`: the top-level names the command
+    writes (its marker lists them, so a later --overwrite knows them). Returns the folder."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     acquire_lock(out, command)  # first: a live run's folder is refused before anything in it is deleted
@@ -194,7 +203,7 @@ def clear_for_run(output_dir: str | os.PathLike, command: str, *, overwrite: boo
             if entry.name != LOCK:
                 shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
     if not resume or read_marker(out) is not None:  # an older run without a marker is resumed, not claimed
-        write_marker(out, command, (read_marker(out) or {}).get("entries", []) if resume else [])
+        write_marker(out, command, (read_marker(out) or {}).get("entries", []) if resume else [], known=known)
     return out
 
 
@@ -203,9 +212,9 @@ def finish_run(output_dir: str | os.PathLike) -> None:
     out = Path(output_dir)
     marker = read_marker(out)
     if marker is not None:
-        known = {n.replace("{name}", out.name) for n in KNOWN_ENTRIES.get(marker.get("command"), ())}
+        known = _known(out, marker)
         written = set(marker.get("entries") or []) | {p.name for p in out.iterdir() if p.name in known}
-        write_marker(out, marker["command"], sorted(written))
+        write_marker(out, marker["command"], sorted(written), known=marker.get("known") or ())
     release_lock(out)
 
 
@@ -225,7 +234,8 @@ def add_to_marker(folder: Path, names: list[str]) -> None:
     later --overwrite knows them as ours."""
     marker = read_marker(folder)
     if marker is not None:
-        write_marker(folder, marker["command"], sorted(set(marker.get("entries") or []) | set(names)))
+        write_marker(folder, marker["command"], sorted(set(marker.get("entries") or []) | set(names)),
+                     known=marker.get("known") or ())
 
 
 def read_marker(folder: Path) -> dict | None:
@@ -237,13 +247,15 @@ def read_marker(folder: Path) -> dict | None:
     return marker if isinstance(marker, dict) and isinstance(marker.get("command"), str) else None
 
 
-def write_marker(folder: Path, command: str, entries: list[str] | None = None) -> None:
-    """Mark `folder` as written by `command`; `entries`: its top-level names (default: what is there now)."""
+def write_marker(folder: Path, command: str, entries: list[str] | None = None, known=()) -> None:
+    """Mark `folder` as written by `command`; `entries`: its top-level names (default: what is there now); `known`:
+    the names the command may write there (a training recipe's, `clear_for_run`)."""
     folder = Path(folder)
     if entries is None:
         entries = sorted(p.name for p in folder.iterdir() if p.name not in (MARKER, LOCK))
     tmp = folder / f".{MARKER}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps({"command": command, "entries": entries}, indent=2) + "\n")
+    tmp.write_text(json.dumps({"command": command, "entries": entries, **({"known": list(known)} if known else {})},
+                              indent=2) + "\n")
     os.replace(tmp, folder / MARKER)
 
 

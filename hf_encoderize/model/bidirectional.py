@@ -41,9 +41,10 @@ class NotBidirectionalError(EncoderizeError):
         self.result = result
 
 
-@dataclass
+@dataclass(frozen=True)
 class EncoderizeReport:
-    """What `encoderize` changed, for logs and the model card."""
+    """What `encoderize` changed, for logs and the model card. Frozen: a later step that learns more (the probe, the
+    rows' packing) makes a new report with `dataclasses.replace`."""
 
     model_type: str
     attn_implementation: str
@@ -96,16 +97,14 @@ def encoderize(model, tokenizer=None) -> EncoderizeReport:
     if kind not in ENCODERIZABLE:
         raise EncoderizeError(refusal_message(kind, model.config.model_type))
     modules, buffers = make_bidirectional(model)
-    report = EncoderizeReport(
+    return EncoderizeReport(
         model_type=model.config.model_type,
         attn_implementation=model.config._attn_implementation,
         config_switch=True,
         modules_patched=modules,
         causal_buffers_replaced=buffers,
+        tokens=asdict(ensure_special_tokens(model, tokenizer)) if tokenizer is not None else {},
     )
-    if tokenizer is not None:
-        report.tokens = asdict(ensure_special_tokens(model, tokenizer))
-    return report
 
 
 # ---------------------------------------------------------------------------------------------------------- probe

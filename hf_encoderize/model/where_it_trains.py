@@ -10,6 +10,7 @@ process decides how rows are built, so every rank builds them the same way.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import sys
 
@@ -43,14 +44,13 @@ def encoderize_where_it_trains(load: LoadConfig, model_kwargs: dict, accelerator
     while True:
         model, tokenizer, tried = load_decoder_trying(load, model_kwargs=model_kwargs, exclude=failed,
                                                       compute_dtype=compute_dtype)
-        report = encoderize(model, tokenizer)
-        report.attn_candidates = tried
+        report = dataclasses.replace(encoderize(model, tokenizer), attn_candidates=tried)
         install_document_isolation()
         last = load.attn_implementation != "auto" or report.attn_implementation == "eager"
         try:
-            report.packing = packing_after_probe(model, tokenizer, accelerator, quantized, pack, report,
+            packing, probe = packing_after_probe(model, tokenizer, accelerator, quantized, pack, report,
                                                  other_backends=not last)
-            return model, tokenizer, report, tried
+            return model, tokenizer, dataclasses.replace(report, packing=packing, probe=probe), tried
         except NotBidirectionalError as err:
             if last:
                 raise
@@ -64,29 +64,28 @@ def encoderize_where_it_trains(load: LoadConfig, model_kwargs: dict, accelerator
 
 
 def packing_after_probe(model, tokenizer, accelerator, quantized: bool, pack: bool | None, report,
-                        other_backends: bool) -> str:
-    """Probe the model where it trains (filling `report.probe`) and return how its rows must be built: "packed", or
-    "padded rows: <why>" (one document per row: `--no-pack`, or packed documents leak while every other check
-    passes). Raises `NotBidirectionalError` for any other failure, and for a leak another backend may not have when
-    rows are to be packed (`other_backends`; never for a hybrid, whose state-space layers leak under every backend);
-    refuses an explicit `--pack` on a model that leaks."""
+                        other_backends: bool) -> tuple[str, str]:
+    """Probe the model where it trains and return how its rows must be built: "packed", or "padded rows: <why>" (one
+    document per row: `--no-pack`, or packed documents leak while every other check passes), with the probe's
+    verdict (`EncoderizeReport.probe`; empty when it did not run here). Raises `NotBidirectionalError` for any other
+    failure, and for a leak another backend may not have when rows are to be packed (`other_backends`; never for a
+    hybrid, whose state-space layers leak under every backend); refuses an explicit `--pack` on a model that leaks."""
     from hf_encoderize.model.bidirectional import PACKED, NotBidirectionalError
     from hf_encoderize.model.kinds import HYBRID, classify_config
 
     chosen = PACKED if pack is not False else "padded rows: --no-pack"
     try:
         result = probe_where_it_trains(model, tokenizer, accelerator, quantized)
-        report.probe = result.summary() if result is not None else ""
-        return chosen
+        return chosen, result.summary() if result is not None else ""
     except NotBidirectionalError as err:
         result = err.result
         hybrid = classify_config(model.config) == HYBRID
         another_may_isolate = other_backends and not hybrid and pack is not False
         if result is None or not result.passed_without_packing or another_may_isolate:
             raise
-        report.probe = result.summary()
+        probe = result.summary()
     if pack is False:
-        return chosen
+        return chosen, probe
     why = ("its state-space/linear-attention layers carry state from one packed document into the next" if hybrid
            else f"packed documents leak under {report.attn_implementation} attention")
     name = model.config.model_type
@@ -96,7 +95,7 @@ def packing_after_probe(model, tokenizer, accelerator, quantized: bool, pack: bo
                               "padded rows, one document per row")
     _warn(accelerator, f"{name} trains on padded rows (one document per row), not packed ones: {why} (the probe's "
                        "packed_documents_isolated check fails; every other check passes)")
-    return f"padded rows: {why}"
+    return f"padded rows: {why}", probe
 
 
 def as_main_process_says(accelerator, packing: str) -> str:

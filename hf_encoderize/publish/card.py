@@ -138,7 +138,7 @@ def gather_facts(config: CardConfig) -> CardFacts:
         results, base_results = folder.summary("contrastive"), folder.summary("encoder")
     run_dir = folder.root
     run = RunRecord.from_json(folder.run_record)
-    pretrained = run is not None and run.command == "pretrain"  # from random weights: there is no base model
+    pretrained = run is not None and run.from_random_weights  # there is no base model
     origin = run or meta  # a converted encoder has no run record: its config.json says where it came from
     source = origin.base_model or meta.base_model \
         or (f"random init from {run.model_config}" if pretrained else "unknown")

@@ -70,5 +70,5 @@ class CardFacts:
 
     @property
     def pretrained(self) -> bool:
-        """Trained from random weights by `pretrain` (no base model), not converted from a decoder."""
-        return self.run is not None and self.run.command == "pretrain"
+        """Trained from random weights (no base model, as `pretrain`), not converted from a decoder."""
+        return self.run is not None and self.run.from_random_weights

@@ -103,6 +103,7 @@ class Cpt:
     scores_starting_model: bool = True  # the base's held-out MLM loss, before the first step
     extendable: bool = True
     start_files: dict = field(default_factory=dict)
+    outputs: tuple[str, ...] = ()
     summary_extra: dict = field(default_factory=dict)
     curve_title: str = "MLM continued pretraining"
 
@@ -236,8 +237,9 @@ def load_encoderized(load: LoadConfig, data: DataConfig, train: TrainConfig, ada
         report = EncoderizeReport(model.config.model_type, model.config._attn_implementation, False, 0, 0,
                                   {"mask_token": tokenizer.mask_token, "mask_token_path": "existing"})
         install_document_isolation()
-        report.packing = packing_after_probe(model, tokenizer, accelerator, adapter.load_in_4bit, data.pack,
+        packing, probe = packing_after_probe(model, tokenizer, accelerator, adapter.load_in_4bit, data.pack,
                                              report, other_backends=False)
+        report = dataclasses.replace(report, packing=packing, probe=probe)
     # Every process trains on the rows the main one chose, packed or padded.
     return model, tokenizer, dataclasses.replace(report, packing=as_main_process_says(accelerator, report.packing))
 

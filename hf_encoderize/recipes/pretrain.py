@@ -279,6 +279,7 @@ class Pretrain:
     switches_attention: bool = True
     scores_starting_model: bool = False  # random weights; its objective at step 0 is the first phase's
     extendable: bool = False
+    outputs: tuple[str, ...] = ()  # its schedule is a start file, its switch/ checkpoints the engine's
 
     def check_launch(self, accelerator) -> None:
         """Nothing to refuse beyond what `pretrain` checked before the launch."""

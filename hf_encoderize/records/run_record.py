@@ -182,6 +182,12 @@ class RunRecord(Fields):
     initial_eval_loss: float | None = None
     """The same held-out loss of the starting model, before the first step (recorded since 0.3)."""
 
+    @property
+    def from_random_weights(self) -> bool:
+        """Trained from random weights (a model config, no base model: `pretrain`), read from the record's facts, not
+        from the command's name."""
+        return self.base_model is None and self.model_config is not None
+
     @classmethod
     def of_settings(cls, settings: RunSettings) -> RunRecord:
         """A record holding what a run was asked to do: each settings field in the record field of its name; a field

@@ -65,12 +65,12 @@ def prepare_output_dir(output_dir: Path, *, resume: bool, overwrite: bool, input
 
 
 def clear_output_dir(output_dir: Path, *, overwrite: bool, main_process: bool = True, command: str = "cpt",
-                     resume: bool = False) -> None:
+                     resume: bool = False, known: tuple[str, ...] = ()) -> None:
     """After everything was validated: with `overwrite`, empty the earlier run of ours; then mark the folder as
-    `command`'s and take its lock (main process; `wait_for_everyone()` afterwards). `outputs.finish_run` gives the
-    lock back when the save is done."""
+    `command`'s (with the names it writes, `known`) and take its lock (main process; `wait_for_everyone()`
+    afterwards). `outputs.finish_run` gives the lock back when the save is done."""
     if main_process:
-        clear_for_run(output_dir, command, overwrite=overwrite, resume=resume)
+        clear_for_run(output_dir, command, overwrite=overwrite, resume=resume, known=known)
 
 
 def check_shared_output_dir(accelerator, output_dir: Path) -> None:

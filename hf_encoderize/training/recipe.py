@@ -92,6 +92,9 @@ class Recipe(Protocol):
     """A resume may extend --max-steps (cpt); pretrain's phases are fixed by its budget."""
     start_files: dict[str, dict]
     """JSON files (name -> content) written into the output folder when training starts (pretrain: its schedule)."""
+    outputs: tuple[str, ...]
+    """Top-level names the recipe writes into the run folder beyond the engine's and its `start_files`: listed in the
+    folder's marker, so a later --overwrite knows them as ours (`runner.run_entries`)."""
     summary_extra: dict
     """Added to the summary the command returns."""
     curve_title: str

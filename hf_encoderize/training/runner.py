@@ -47,6 +47,7 @@ from hf_encoderize.training.checkpoints import (
 )
 from hf_encoderize.training.engine.accelerator import finish_processes, gather_weights, make_accelerator
 from hf_encoderize.training.engine.build import Run, align_lr_with_schedule, build_run, stream_position
+from hf_encoderize.training.engine.export import EXPORTS
 from hf_encoderize.training.engine.finish import Outcome, save_run
 from hf_encoderize.training.engine.loop import evaluate_held_out, train_phases
 from hf_encoderize.training.monitor import TrainingMonitor, parse_report_to, utc_now
@@ -131,7 +132,8 @@ def setup(recipe: Recipe) -> Started:
         recipe.check_branch(branch_point, built)
     # Everything is validated (options, data, model): only now may --overwrite delete the earlier run.
     clear_output_dir(output_dir, overwrite=train.overwrite and not train.resume,
-                     main_process=accelerator.is_main_process, command=recipe.command, resume=train.resume)
+                     main_process=accelerator.is_main_process, command=recipe.command, resume=train.resume,
+                     known=run_entries(recipe))
     accelerator.wait_for_everyone()
     check_shared_output_dir(accelerator, output_dir)
     built.model.train()
@@ -161,6 +163,14 @@ def setup(recipe: Recipe) -> Started:
     return Started(recipe=recipe, built=built, run=run, monitor=monitor, step=step, started_at=started_at,
                    initial_eval_loss=initial_eval.get("eval_loss") if initial_eval else first_eval_loss(output_dir),
                    train_started=time.time())
+
+
+def run_entries(recipe: Recipe) -> tuple[str, ...]:
+    """The top-level names a training run writes in its folder: the run folder's, the engine's (exports, profile, the
+    switch checkpoints of a recipe that switches attention, the trackers' folder named like the run: "{name}") and
+    the recipe's own (`start_files`, `outputs`). Its marker lists them, so --overwrite knows them as ours."""
+    switch = ("switch",) if recipe.switches_attention else ()
+    return (*RunFolder.entries(), *recipe.start_files, *switch, EXPORTS, "profile", "{name}", *recipe.outputs)
 
 
 def check_data_on_tokenizer(recipe: Recipe, documents, rows_per_step: int, main_process: bool) -> None:
