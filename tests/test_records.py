@@ -92,6 +92,7 @@ def test_a_misspelt_record_field_fails_when_the_record_is_made():
 
     from hf_encoderize.data.sources import DataConfig
     from hf_encoderize.objectives.masking import MaskingConfig
+    from hf_encoderize.records.eval_summary import DatasetResult
     from hf_encoderize.records.run_record import HardwareFacts, PatchFacts, RunRecord
     from hf_encoderize.records.run_settings import CptSettings, DataFacts, LoraFacts, PretrainSettings
     from hf_encoderize.training.recipe import run_settings
@@ -103,7 +104,7 @@ def test_a_misspelt_record_field_fails_when_the_record_is_made():
     with pytest.raises(TypeError, match="model_config"):
         run_settings(CptSettings, data, MaskingConfig(), TrainConfig(), model_config="210M")  # pretrain's, not cpt's
     for part, wrong in ((DataFacts, "seq_length"), (LoraFacts, "rank"), (HardwareFacts, "gpu"), (PatchFacts, "patched"),
-                        (RunRecord, "step")):
+                        (RunRecord, "step"), (DatasetResult, "mean")):
         with pytest.raises(TypeError, match=wrong):
             part(**{wrong: 1})
     settings = run_settings(PretrainSettings, data, MaskingConfig(), TrainConfig(), estimated_memory_gib=1.5)

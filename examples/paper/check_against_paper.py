@@ -142,8 +142,8 @@ def read_summary(path: Path) -> dict:
     try:
         summary = EvalSummary.from_dict(json.loads(path.read_text()))
         scores = {
-            r["dataset"]: {"mean": r["test_mean"], "ci95": r.get("test_ci95"), "n_seeds": r.get("n_seeds"),
-                           "comparable": "graded" not in metric_label(r)}
+            r.dataset: {"mean": r.test_mean, "ci95": r.test_ci95, "n_seeds": r.n_seeds,
+                        "comparable": "graded" not in metric_label(r)}
             for r in summary.results
         }
         protocol = protocol_of(summary)

@@ -205,14 +205,14 @@ def difference_test(task: str, parts_a: np.ndarray, parts_b: np.ndarray, *, alph
     return {"direction": direction, "unit": unit, "difference": boot["difference"], "bootstrap": boot, "t": t_cells}
 
 
-def best_lr_records(folder: str | Path, result: dict) -> list[dict]:
+def best_lr_records(folder: str | Path, result) -> list[dict]:
     """The results.json records behind one summary row: its task/dataset folder at the selected learning rate, one
     per seed; [] when they are not all there (a copied summary, or runs deleted since)."""
-    runs = Path(folder) / result["task"] / result["dataset"]
+    runs = Path(folder) / result.task / result.dataset
     records = []
-    for path in sorted(runs.glob(f"lr{result['best_lr']}_sd*/results.json")):
+    for path in sorted(runs.glob(f"lr{result.best_lr}_sd*/results.json")):
         try:
             records.append(json.loads(path.read_text()))
         except (OSError, ValueError):
             return []
-    return records if len(records) == (result.get("n_seeds") or 1) else []
+    return records if len(records) == (result.n_seeds or 1) else []

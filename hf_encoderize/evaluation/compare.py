@@ -28,7 +28,7 @@ from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.evaluation import bootstrap
 from hf_encoderize.evaluation.loaders import TASKS
 from hf_encoderize.evaluation.stats import sd_from_ci95, welch_verdict  # noqa: F401  (the paper check imports them)
-from hf_encoderize.records.eval_summary import EvalSummary
+from hf_encoderize.records.eval_summary import DatasetResult, EvalSummary
 
 PROTOCOLS = {"frozen probe": "frozen probe (only the task head trains, on the model's frozen hidden states)",
              "fine-tuned": "fine-tuned (the whole model trains with its task head, the paper's protocol, section 2)"}
@@ -77,13 +77,13 @@ def protocol_of(summary: EvalSummary) -> str:
     return "frozen probe" if isinstance(protocol, dict) and protocol.get("frozen") else "fine-tuned"
 
 
-def metric_label(row: dict) -> str:
+def metric_label(row: DatasetResult) -> str:
     """The metric as the row prints it; IR says which NDCG@10 gains scored it (graded when the binary one is the
     extra metric, `summary`), so binary and graded never share a row."""
-    if row["task"] != "ir":
-        return row["metric"]
-    graded = "ndcg@10_binary" in (row.get("extra_metrics") or {})
-    return f"{row['metric']} ({'graded' if graded else 'binary'} gains)"
+    if row.task != "ir":
+        return row.metric
+    graded = "ndcg@10_binary" in (row.extra_metrics or {})
+    return f"{row.metric} ({'graded' if graded else 'binary'} gains)"
 
 
 def check_protocols(summaries: list[EvalSummary], mixed: bool) -> None:
@@ -96,8 +96,8 @@ def check_protocols(summaries: list[EvalSummary], mixed: bool) -> None:
         raise EncoderizeError("these summaries mix frozen-probe and fine-tuned evaluations (the summaries' "
                               "protocol.frozen), which measure different things; compare like with like, or pass "
                               "--mixed to put them side by side with each column labelled and nothing bold across")
-    for dataset in sorted({r["dataset"] for s in summaries for r in s.results if r["task"] == "ir"}):
-        labels = {metric_label(r) for s in summaries for r in s.results if r["dataset"] == dataset}
+    for dataset in sorted({r.dataset for s in summaries for r in s.results if r.task == "ir"}):
+        labels = {metric_label(r) for s in summaries for r in s.results if r.dataset == dataset}
         if len(labels) > 1:
             raise EncoderizeError(f"{dataset} is scored with binary NDCG@10 in one summary and graded in another "
                                   "(eval --ndcg-gains); re-evaluate with the same gains, or pass --mixed to list them "
@@ -126,7 +126,7 @@ class Cell:
     interval: dict | None = None
     protocol: str = "fine-tuned"
     folder: str | None = None
-    row: dict | None = None
+    row: DatasetResult | None = None
 
     def records(self) -> list[dict]:
         if self.folder is None or self.row is None:
@@ -161,21 +161,20 @@ def comparison_table(summaries: list[EvalSummary], labels: list[str], folders: l
     rows = []  # (task, dataset, metric label) in task order
     for summary in summaries:
         for r in summary.results:
-            if (r["task"], r["dataset"], metric_label(r)) not in rows:
-                rows.append((r["task"], r["dataset"], metric_label(r)))
+            if (r.task, r.dataset, metric_label(r)) not in rows:
+                rows.append((r.task, r.dataset, metric_label(r)))
     rows.sort(key=lambda row: TASKS.index(row[0]))
     folders = folders or [None] * len(summaries)
     lines = ["| Task | Dataset | Metric | " + " | ".join(labels) + " |", "|---|---|---|" + "---|" * len(labels)]
     for task, dataset, metric in rows:
         cells = []
         for summary, folder in zip(summaries, folders, strict=True):
-            found = next((r for r in summary.results if r["dataset"] == dataset and metric_label(r) == metric),
-                         None)
-            cells.append(Cell(found["test_mean"], found["test_ci95"], found.get("n_seeds") or 1,
-                              found.get("test_bootstrap"), protocol_of(summary), folder, found) if found else None)
+            found = next((r for r in summary.results if r.dataset == dataset and metric_label(r) == metric), None)
+            cells.append(Cell(found.test_mean, found.test_ci95, found.n_seeds or 1, found.test_bootstrap,
+                              protocol_of(summary), folder, found) if found else None)
         lines.append(f"| {task} | {dataset} | {metric} | " + " | ".join(_cells(cells, task)) + " |")
-        zero = [Cell(c.row["extra_metrics"]["zero_shot"], None, 1) if c and "zero_shot" in (
-            c.row.get("extra_metrics") or {}) else None for c in cells]
+        zero = [Cell(c.row.extra_metrics["zero_shot"], None, 1) if c and "zero_shot" in (
+            c.row.extra_metrics or {}) else None for c in cells]
         if any(zero):  # frozen IR: the map before training (the identity), so the trained map's gain is visible
             lines.append(f"| {task} | {dataset}, zero-shot (untrained map) | {metric} | " + " | ".join(_cells(zero))
                          + " |")

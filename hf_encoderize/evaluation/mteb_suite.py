@@ -35,6 +35,7 @@ from hf_encoderize.common.files import write_json_atomic
 from hf_encoderize.common.log import get_logger
 from hf_encoderize.evaluation.config import EvalConfig
 from hf_encoderize.model.loading import LoadConfig
+from hf_encoderize.records.eval_summary import MtebSummary
 
 log = get_logger(__name__)
 
@@ -84,11 +85,11 @@ def evaluate_mteb(load: LoadConfig, cfg: EvalConfig, *, progress: Callable[[str]
                                          "score": round(100 * float(task_result.get_score()), 2)}
         progress(f"mteb: {task_result.task_name}: {scores[task_result.task_name]['main_score']} "
                  f"{scores[task_result.task_name]['score']:.2f}")
-    summary = {"model": load.source, "model_name": name, "mteb_version": mteb.__version__,
-               "tasks": {**kept, **scores}, "model_identity": identity,
-               "pooling": _pooling(model), "max_length": model.max_seq_length}
-    write_json_atomic(out / "summary.json", summary)
-    return summary
+    summary = MtebSummary(model=load.source, model_name=name, mteb_version=mteb.__version__,
+                          tasks={**kept, **scores}, model_identity=identity, pooling=_pooling(model),
+                          max_length=model.max_seq_length)
+    summary.to_json(out / "summary.json")
+    return summary.to_dict()
 
 
 def render_mteb(summary: dict) -> str:
@@ -101,11 +102,11 @@ def render_mteb(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _earlier_summary(out: Path, source: str) -> dict:
-    """`out/summary.json` as it is ({} when there is none), refusing another model's folder."""
+def _earlier_summary(out: Path, source: str) -> MtebSummary:
+    """`out/summary.json` as it is (empty when there is none), refusing another model's folder."""
     path = out / "summary.json"
     if not path.is_file():
-        return {}
+        return MtebSummary()
     try:
         earlier = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -115,16 +116,16 @@ def _earlier_summary(out: Path, source: str) -> dict:
     if earlier.get("model") != source:
         raise EncoderizeError(f"{out} holds MTEB results of another model ({earlier.get('model')!r}); pass --name or "
                               "--output-dir")
-    return earlier
+    return MtebSummary.from_dict(earlier)
 
 
-def _kept_scores(earlier: dict, identity: dict, out: Path, progress: Callable[[str], None]) -> dict:
+def _kept_scores(earlier: MtebSummary, identity: dict, out: Path, progress: Callable[[str], None]) -> dict:
     """The earlier task scores when they were made with this very model and max length; otherwise none, and their
     result files are deleted (they are ours: named in the summary) so no stale score stays beside the new ones."""
-    tasks = earlier.get("tasks") if isinstance(earlier.get("tasks"), dict) else {}
+    tasks = earlier.tasks if isinstance(earlier.tasks, dict) else {}
     if not tasks:
         return {}
-    before = earlier.get("model_identity") or {}
+    before = earlier.model_identity if isinstance(earlier.model_identity, dict) else {}
     if before == identity and identity.get("files"):
         return dict(tasks)
     changed = [key for key in ("files", "revision", "max_length") if before.get(key) != identity.get(key)]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from hf_encoderize.evaluation import bootstrap
 from hf_encoderize.evaluation.loaders import DATASETS, TASKS
-from hf_encoderize.records.eval_summary import EvalSummary
+from hf_encoderize.records.eval_summary import DatasetResult, EvalSummary
 
 TASK_TITLES = {"sc": "Sequence classification (SC)", "tc": "Token classification (TC)",
                "qa": "Question answering (QA)", "ir": "Information retrieval (IR)"}
@@ -59,7 +59,7 @@ def collect_runs(results_dir: Path, expected: dict, runs: set[Path] | None = Non
     return groups
 
 
-def dataset_result(runs: list[dict]) -> dict:
+def dataset_result(runs: list[dict]) -> DatasetResult:
     """The contract's per-dataset entry (see module docstring)."""
     by_lr: dict[str, list[dict]] = {}
     for run in sorted(runs, key=lambda r: (float(r["lr"]), r["seed"])):
@@ -73,17 +73,17 @@ def dataset_result(runs: list[dict]) -> dict:
     best_runs = by_lr[best]
     extra_keys = [k for k in best_runs[0]["test"] if k != "score"]
     first = runs[0]
-    return {
-        "task": first["task"], "dataset": first["dataset"], "metric": first["metric"], "best_lr": best,
-        "test_mean": per_lr[best]["test_mean"], "test_ci95": per_lr[best]["test_ci95"],
-        "n_seeds": per_lr[best]["n_seeds"], "val_mean": per_lr[best]["val_mean"],
-        "lr_spread": statistics.pstdev([v["test_mean"] for v in per_lr.values()]) if len(per_lr) > 1 else 0.0,
-        "per_lr": per_lr,
-        "test_bootstrap": bootstrap.interval(first["task"], [json.loads(Path(r["_path"]).read_text())
-                                                             for r in best_runs if "_path" in r]),
-        "extra_metrics": {k: _mean([r["test"][k] for r in best_runs]) for k in extra_keys},
-        "note": first.get("note"),
-    }
+    return DatasetResult(
+        task=first["task"], dataset=first["dataset"], metric=first["metric"], best_lr=best,
+        test_mean=per_lr[best]["test_mean"], test_ci95=per_lr[best]["test_ci95"],
+        n_seeds=per_lr[best]["n_seeds"], val_mean=per_lr[best]["val_mean"],
+        lr_spread=statistics.pstdev([v["test_mean"] for v in per_lr.values()]) if len(per_lr) > 1 else 0.0,
+        per_lr=per_lr,
+        test_bootstrap=bootstrap.interval(first["task"], [json.loads(Path(r["_path"]).read_text())
+                                                          for r in best_runs if "_path" in r]),
+        extra_metrics={k: _mean([r["test"][k] for r in best_runs]) for k in extra_keys},
+        note=first.get("note"),
+    )
 
 
 def build_summary(results_dir: Path, *, model: str, model_name: str, profile: str, expected: dict,
@@ -98,7 +98,7 @@ def build_summary(results_dir: Path, *, model: str, model_name: str, profile: st
     protocol["seeds"] = sorted({r["seed"] for r in runs})
     family_means = {}
     for task in TASKS:
-        scores = [r["test_mean"] for r in results if r["task"] == task]
+        scores = [r.test_mean for r in results if r.task == task]
         if scores:
             family_means[task] = _mean(scores)
     return EvalSummary(model=model, model_name=model_name, mode=expected["mode"], profile=profile, protocol=protocol,

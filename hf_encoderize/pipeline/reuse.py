@@ -101,7 +101,7 @@ def eval_done(results: Path, load, config) -> bool:
     grid = config.grid()  # the grid counts too: a summary of other seeds or learning rates is another evaluation
     same_grid = {lr_key(lr) for lr in protocol.get("lrs", [])} == {lr_key(lr) for lr in grid.lrs} and \
         set(protocol.get("seeds", [])) == set(grid.seeds) and \
-        {entry.get("dataset") for entry in summary.results} == set(grid.datasets)
+        {entry.dataset for entry in summary.results} == set(grid.datasets)
     return summary.profile == config.profile and same_protocol and same_grid
 
 

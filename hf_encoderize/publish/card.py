@@ -247,13 +247,13 @@ def eval_results(facts: CardFacts) -> list:
 
     results = []
     for row in (facts.results or EvalSummary()).results:
-        metrics = {row["metric"]: row["test_mean"], **(row.get("extra_metrics") or {})}
+        metrics = {row.metric: row.test_mean, **(row.extra_metrics or {})}
         for metric, value in metrics.items():
             if value is None:
                 continue
             results.append(EvalResult(
-                task_type=TASK_TYPES.get(row["task"], row["task"]), task_name=TASK_NAMES.get(row["task"]),
-                dataset_type=row["dataset"], dataset_name=row["dataset"], dataset_split="test",
+                task_type=TASK_TYPES.get(row.task, row.task), task_name=TASK_NAMES.get(row.task),
+                dataset_type=row.dataset, dataset_name=row.dataset, dataset_split="test",
                 metric_type=metric, metric_value=value, metric_name=metric,
                 source_name="hf-encoderize eval", source_url=f"https://arxiv.org/abs/{ARXIV_ID}",
             ))
@@ -283,12 +283,13 @@ def card_data(facts: CardFacts):
 
 def results_rows(facts: CardFacts) -> list[dict]:
     """The results table: each encoder score next to the base model's score on the same dataset and metric."""
-    base = {(r["task"], r["dataset"], r["metric"]): r for r in (facts.base_results or EvalSummary()).results}
+    base = {(r.task, r.dataset, r.metric): r for r in (facts.base_results or EvalSummary()).results}
     rows = []
     for row in (facts.results or EvalSummary()).results:
-        other = base.get((row["task"], row["dataset"], row["metric"]))
-        delta = row["test_mean"] - other["test_mean"] if other and row["test_mean"] is not None else None
-        rows.append({**row, "task_name": TASK_NAMES.get(row["task"], row["task"]), "base": other, "delta": delta})
+        other = base.get((row.task, row.dataset, row.metric))
+        delta = row.test_mean - other.test_mean if other and row.test_mean is not None else None
+        rows.append({**row.to_dict(), "task_name": TASK_NAMES.get(row.task, row.task),
+                     "base": other.to_dict() if other else None, "delta": delta})
     return rows
 
 

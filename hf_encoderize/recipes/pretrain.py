@@ -32,7 +32,6 @@ from hf_encoderize.common.launch import world_size
 from hf_encoderize.common.locks import releasing_locks
 from hf_encoderize.common.outputs import input_paths
 from hf_encoderize.common.precision import attention_dtype
-from hf_encoderize.common.run_folder import read_json
 from hf_encoderize.data.corpus_files import identity_as_today
 from hf_encoderize.data.sources import DataConfig
 from hf_encoderize.model.attention_backends import AttentionBackend
@@ -49,11 +48,11 @@ from hf_encoderize.recipes.pretrain_model import (
 )
 from hf_encoderize.records.encoder_facts import EncoderFacts
 from hf_encoderize.records.run_record import PatchFacts, RunRecord
-from hf_encoderize.records.run_settings import PretrainSettings
+from hf_encoderize.records.run_settings import PretrainSchedule, PretrainSettings
 from hf_encoderize.training.checkpoints import check_checkpoint_files
 from hf_encoderize.training.engine.accelerator import resolve_grad_accum
 from hf_encoderize.training.recipe import Built, FinalModel, Trained, run_settings
-from hf_encoderize.training.resume_checks import IDENTITY, recorded_decay_steps
+from hf_encoderize.training.resume_checks import recorded_decay_steps
 from hf_encoderize.training.runner import run_recipe
 from hf_encoderize.training.schedule import decay_start
 from hf_encoderize.training.train_config import TrainConfig
@@ -191,25 +190,25 @@ def check_branch(checkpoint: Path, phases: list[Phase], identity: dict, train: T
     if not record.is_file():
         raise EncoderizeError(f"--from-checkpoint {str(checkpoint)!r} has no {SCHEDULE_FILE} beside it; "
                               "branch only from checkpoints of `hf-encoderize pretrain` runs")
-    source = read_json(record)
-    if not isinstance(source.get(IDENTITY), dict):
+    source = PretrainSchedule.from_json(record)
+    if not isinstance(source.identity, dict):
         raise EncoderizeError(f"--from-checkpoint: {record} was written before 0.2 and holds no identity to compare "
                               "with; branch from a run pretrained with this version")
     masked_before = any(p.objective == "mlm" and p.start < step for p in phases)  # masking counts once MLM has run
     ignore = () if masked_before else tuple(key for key in identity if key.startswith("masking."))
-    recorded = identity_as_today(source[IDENTITY], (source.get("data") or {}).get("data_files"))
+    recorded = identity_as_today(source.identity)
     changed = settings_diff(recorded, identity, ignore=ignore)
     if changed:
         raise EncoderizeError(f"--from-checkpoint: the source run differs ({'; '.join(changed)}); branch with the "
                               "same settings")
-    source_phases = [Phase(**p) for p in source["phases"]]
+    source_phases = [Phase(**p) for p in source.phases]
     if step >= train.steps:
         raise EncoderizeError(f"--from-checkpoint is at step {step}, not before --max-steps {train.steps}; nothing to "
                               f"do")
     if _prefix(source_phases, step) != _prefix(phases, step):
-        raise EncoderizeError(f"--from-checkpoint is at step {step}, where the source split ({source['schedule']}) "
+        raise EncoderizeError(f"--from-checkpoint is at step {step}, where the source split ({source.schedule}) "
                               f"and this one differ; branch from a step both pass through with the same objectives")
-    earliest_decay = min(decay_start(source["steps"], recorded_decay_steps(source)),
+    earliest_decay = min(decay_start(source.steps, recorded_decay_steps(source.to_dict())),
                          decay_start(train.steps, train.decay))
     if step > earliest_decay:
         raise EncoderizeError(f"--from-checkpoint step {step} is past the start of a learning-rate decay (step "
@@ -314,8 +313,8 @@ def _split_name(phases: list[Phase]) -> str:
 
 
 def _schedule_record(spec: PretrainConfig, phases: list[Phase], identity: dict, train: TrainConfig) -> dict:
-    return {"schedule": spec.schedule, "phases": [p.to_dict() for p in phases], "steps": train.steps,
-            "decay_steps": train.decay, IDENTITY: identity}
+    return PretrainSchedule(schedule=spec.schedule, phases=[p.to_dict() for p in phases], steps=train.steps,
+                            decay_steps=train.decay, identity=identity).to_dict()
 
 
 def pretrain_settings(spec: PretrainConfig, data, masking, train, phases: list[Phase],

@@ -4,7 +4,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hf_encoderize.records.fields import Fields
+from hf_encoderize.records.fields import Fields, Part
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetResult(Part):
+    """One dataset's scores at the learning rate its validation score selected (`evaluation.summary.dataset_result`),
+    on a 0-100 scale."""
+
+    task: str | None = None
+    """sc, tc, qa or ir."""
+    dataset: str | None = None
+    metric: str | None = None
+    best_lr: str | None = None
+    test_mean: float | None = None
+    test_ci95: float | None = None
+    """95% confidence interval over seeds (None with one seed)."""
+    n_seeds: int | None = None
+    val_mean: float | None = None
+    lr_spread: float | None = None
+    """Spread of the test mean across the learning rates (0 with one)."""
+    per_lr: dict | None = None
+    """Learning rate -> val_mean, test_mean, test_ci95, n_seeds."""
+    test_bootstrap: dict | None = None
+    """The bootstrap interval of the test mean, test examples and seeds redrawn (`evaluation.bootstrap`)."""
+    extra_metrics: dict | None = None
+    """Other metrics of the selected runs, averaged over seeds (IR's binary NDCG, frozen IR's zero_shot, ...)."""
+    note: str | None = None
 
 
 @dataclass
@@ -17,6 +43,22 @@ class EvalSummary(Fields):
     """bidirectional or causal: the attention the model was fine-tuned with."""
     profile: str | None = None
     protocol: dict = field(default_factory=dict)
-    results: list = field(default_factory=list)
-    """One entry per dataset: task, dataset, metric, best_lr, test_mean, test_ci95, n_seeds, ..."""
+    results: list[DatasetResult] = field(default_factory=list)
+    """One entry per dataset, typed."""
     family_means: dict = field(default_factory=dict)
+
+
+@dataclass
+class MtebSummary(Fields):
+    """`eval/mteb/<name>/summary.json`: one model's MTEB zero-shot scores (`evaluation.mteb_suite`)."""
+
+    model: str | None = None
+    model_name: str | None = None
+    mteb_version: str | None = None
+    tasks: dict = field(default_factory=dict)
+    """Task name -> main_score (the metric's name), score and per-split scores, x100."""
+    model_identity: dict = field(default_factory=dict)
+    """The model's files, revision and max length the scores were made with: a later call keeps them only for the
+    same (`mteb_suite.model_identity`)."""
+    pooling: str | None = None
+    max_length: int | None = None

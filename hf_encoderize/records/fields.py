@@ -38,12 +38,12 @@ class Fields:
         kinds = part_fields(cls)
         typed = {f.name for f in fields(cls)} - {"facts"}
         data = data or {}
-        return cls(**{k: kinds[k].from_dict(data[k]) if k in kinds else data[k] for k in typed if k in data},
+        return cls(**{k: _read(kinds.get(k), data[k]) for k in typed if k in data},
                    facts={k: v for k, v in data.items() if k not in typed})
 
     def to_dict(self) -> dict:
         typed = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "facts"}
-        return {**{k: v.to_dict() if isinstance(v, Part) else v for k, v in typed.items()}, **self.facts}
+        return {**{k: _written(v) for k, v in typed.items()}, **self.facts}
 
     @classmethod
     def from_json(cls, path: str | os.PathLike):
@@ -86,22 +86,37 @@ class Part:
             return data
         kinds = part_fields(cls)
         typed = {f.name for f in fields(cls)} - {"facts", "read_keys"}
-        return cls(**{k: kinds[k].from_dict(data[k]) if k in kinds else data[k] for k in typed if k in data},
+        return cls(**{k: _read(kinds.get(k), data[k]) for k in typed if k in data},
                    facts={k: v for k, v in data.items() if k not in typed}, read_keys=frozenset(data))
 
     def to_dict(self) -> dict:
         typed = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("facts", "read_keys")
                  and (self.read_keys is None or f.name in self.read_keys)}
-        return {**{k: v.to_dict() if isinstance(v, Part) else v for k, v in typed.items()}, **self.facts}
+        return {**{k: _written(v) for k, v in typed.items()}, **self.facts}
 
     def known(self) -> dict:
         """`to_dict` without the values that are None (what this part knows)."""
         return {key: value for key, value in self.to_dict().items() if value is not None}
 
 
-def part_fields(cls) -> dict[str, type[Part]]:
+def _read(kind, value):
+    """A value as the field of `kind` holds it: a `Part` (or a list of them) from its dict(s); other values as read."""
+    if kind is None:
+        return value
+    if isinstance(kind, list):
+        return [kind[0].from_dict(item) for item in value] if isinstance(value, list) else value
+    return kind.from_dict(value)
+
+
+def _written(value):
+    if isinstance(value, Part):
+        return value.to_dict()
+    return [_written(item) for item in value] if isinstance(value, list) else value
+
+
+def part_fields(cls) -> dict[str, type[Part] | list[type[Part]]]:
     """The fields of dataclass `cls` that hold a `Part`, by name -> the part's class (read from the annotation, which
-    names one `Part` subclass, optionally `| None`)."""
+    names one `Part` subclass, optionally `| None`), or `[class]` for a list of them (`list[Result]`)."""
     import sys
 
     namespace = {}
@@ -109,7 +124,9 @@ def part_fields(cls) -> dict[str, type[Part]]:
         namespace.update(vars(sys.modules[base.__module__]))
     found = {}
     for f in fields(cls):
-        kind = namespace.get(str(f.type).split("|")[0].strip())
+        name = str(f.type).split("|")[0].strip()
+        listed = name.startswith("list[") and name.endswith("]")
+        kind = namespace.get(name[5:-1] if listed else name)
         if isinstance(kind, type) and issubclass(kind, Part):
-            found[f.name] = kind
+            found[f.name] = [kind] if listed else kind
     return found

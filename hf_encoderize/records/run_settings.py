@@ -6,6 +6,7 @@ Design choices:
   TypeError where the settings are made, never a key filed silently beside the others.
 - Its nested parts (`DataFacts`, `LoraFacts`) are frozen `Part`s too; `to_dict` writes the keys the earlier dicts
   wrote, so run_settings.json files of earlier versions compare with today's, and the record reads them as before.
+- `pretrain_schedule.json` (`PretrainSchedule`) is read and written through its type too.
 - A fact of the run that is no reason to refuse a resume (pretrain's memory estimate, which depends on the machine)
   says so on its field (`compared=False`) and is left out of what a resume compares (`compared()`).
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from hf_encoderize.records.fields import Part
+from hf_encoderize.records.fields import Fields, Part
 
 NOT_COMPARED = {"compared": False}  # field metadata: recorded, but a resume does not compare it
 
@@ -108,3 +109,19 @@ class PretrainSettings(RunSettings):
     from_checkpoint: str | None = None
     estimated_memory_gib: float | None = field(default=None, metadata=NOT_COMPARED)
     parameters: int | None = None
+
+
+@dataclass
+class PretrainSchedule(Fields):
+    """`pretrain_schedule.json`, next to a pretrain run's checkpoints: what a branch (`--from-checkpoint`) from them
+    must agree with (`recipes.pretrain.check_branch`)."""
+
+    schedule: str | None = None
+    """The schedule string, e.g. "clm:0.25,mlm:0.75"."""
+    phases: list | None = None
+    """Each phase as `objectives.phases.Phase.to_dict()`: objective, start, end."""
+    steps: int | None = None
+    decay_steps: int | None = None
+    """None in schedules written before it existed: their `decay_fraction` (kept in `facts`) says the decay."""
+    identity: dict | None = None
+    """Every setting that counts for "same run?" but the split and the length (None: written before 0.2)."""
