@@ -11,8 +11,10 @@ Design choices:
   config whose unset option takes a default from other options (TrainConfig's warmup follows --max-steps) gives the
   value
   that runs through an `identity_value(name)` method, so stating the default explicitly is the same run;
-  `settings_diff(before, now)` is the one comparison. A key the earlier record does not hold (a field added since that
-  run was recorded) is not compared, so run folders written by older versions still resume.
+  `differing(before, now)` is the one comparison, for run settings (`settings_diff`, which names each change) and an
+  eval protocol (`evaluation.grid.protocol_differences`) alike. A key the earlier record does not hold (a field added
+  since that run was recorded) is not compared, so run folders written by older versions still resume; or it reads
+  as what runs did before the key existed (`lacking`).
 """
 
 from __future__ import annotations
@@ -103,5 +105,20 @@ def settings_diff(before: dict, now: dict, *, ignore: tuple[str, ...] = ()) -> l
     []
     """
     now = _plain(now)
-    return [f"{key} was {before[key]!r}, now {value!r}" for key, value in now.items()
-            if key not in ignore and key in before and before[key] != value]
+    return [f"{key} was {before[key]!r}, now {now[key]!r}" for key in differing(before, now, ignore=ignore)]
+
+
+def differing(before: dict, now: dict, *, ignore: tuple[str, ...] = (), lacking: dict | None = None) -> list[str]:
+    """The one comparison of "same run?": the keys of `now` (but `ignore`) whose value `before` holds otherwise, in
+    `now`'s order. A key `before` lacks (a field added since it was written) is not compared, or, with `lacking`,
+    reads as `lacking`'s value for it (None if it names none): what runs did before the key existed (an eval
+    protocol's, `evaluation.grid.protocol_differences`).
+
+    >>> differing({"lr": 0.1}, {"lr": 0.2, "batching": "random"})
+    ['lr']
+    >>> differing({"lr": 0.1}, {"lr": 0.1, "batching": "random"}, lacking={"batching": "length"})
+    ['batching']
+    """
+    return [key for key, value in now.items() if key not in ignore
+            and (key in before or lacking is not None)
+            and (before[key] if key in before else lacking.get(key)) != value]

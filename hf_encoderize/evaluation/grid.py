@@ -21,6 +21,7 @@ import torch
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.files import write_json_atomic
+from hf_encoderize.common.identity import differing
 from hf_encoderize.common.log import get_logger
 from hf_encoderize.evaluation.config import SMOKE_SIZES, EvalConfig, fingerprint_keys, lr_key, model_limit
 from hf_encoderize.evaluation.frozen import FrozenBackbone
@@ -55,8 +56,8 @@ def protocol_differences(found: dict, expected: dict) -> list[str]:
     """The one comparison of "same protocol?" (a finished run's results.json, a summary's protocol): the keys of
     `expected` that `found` holds otherwise (a key it lacks reads as what runs did before the key existed), and
     `frozen` as a flag."""
-    differing = {k for k in expected if found.get(k, LEGACY_FINGERPRINT.get(k)) != expected[k]}
-    return sorted(differing | ({"frozen"} if bool(found.get("frozen")) != bool(expected.get("frozen")) else set()))
+    changed = set(differing(found, expected, lacking=LEGACY_FINGERPRINT))
+    return sorted(changed | ({"frozen"} if bool(found.get("frozen")) != bool(expected.get("frozen")) else set()))
 
 
 def run_dir(results_dir: Path, spec: DatasetSpec, lr: float, seed: int) -> Path:
