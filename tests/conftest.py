@@ -1,6 +1,7 @@
 """Shared fixtures: tiny random decoders and a word-level tokenizer built in-process (no network, no GPU)."""
 
 import os
+from contextlib import contextmanager
 
 import pytest
 
@@ -103,6 +104,27 @@ def contrastive_config(encoder, text, out, **extra):
     settings = dict(data_files=str(text), output_dir=str(out), steps=6, batch_size=8, save_every=2,
                     max_seq_length=16, progress=False)
     return ContrastiveConfig(str(encoder), **{**settings, **extra})
+
+
+@contextmanager
+def interrupt_at_step(step: int):
+    """Inside the block, the contrastive trainer's `step`-th training step raises KeyboardInterrupt (as Ctrl-C does),
+    so a run stops after the checkpoint before it; the real step is back after the block."""
+    from sentence_transformers import SentenceTransformerTrainer
+
+    real_step, calls = SentenceTransformerTrainer.training_step, {"n": 0}
+
+    def dies(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == step:
+            raise KeyboardInterrupt
+        return real_step(self, *args, **kwargs)
+
+    SentenceTransformerTrainer.training_step = dies
+    try:
+        yield
+    finally:
+        SentenceTransformerTrainer.training_step = real_step
 
 
 def peft_integration_refused() -> str | None:

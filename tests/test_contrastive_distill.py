@@ -12,7 +12,7 @@ import sys
 
 import pytest
 import torch
-from conftest import contrastive_config, make_tokenizer, write_corpus
+from conftest import contrastive_config, interrupt_at_step, make_tokenizer, write_corpus
 from safetensors.torch import load_file
 
 from hf_encoderize.cli import main
@@ -86,23 +86,11 @@ def test_the_student_learns_the_teacher_through_a_saved_projection(encoder, text
     assert torch.nn.functional.mse_loss(trained, target) < 0.85 * torch.nn.functional.mse_loss(untrained, target)
 
 
-def test_resume_after_interrupt_equals_unbroken_run(encoder, text, teacher, tmp_path, monkeypatch):
-    from sentence_transformers import SentenceTransformerTrainer
-
+def test_resume_after_interrupt_equals_unbroken_run(encoder, text, teacher, tmp_path):
     contrastive(_distill(encoder, text, tmp_path / "unbroken", teacher))
-    real_step, calls = SentenceTransformerTrainer.training_step, {"n": 0}
-
-    def dies_at_step_five(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 5:
-            raise KeyboardInterrupt  # after the step-4 checkpoint
-        return real_step(self, *args, **kwargs)
-
-    monkeypatch.setattr(SentenceTransformerTrainer, "training_step", dies_at_step_five)
     out = tmp_path / "broken"
-    with pytest.raises(KeyboardInterrupt, match="--resume"):
+    with interrupt_at_step(5), pytest.raises(KeyboardInterrupt, match="--resume"):  # after the step-4 checkpoint
         contrastive(_distill(encoder, text, out, teacher))
-    monkeypatch.setattr(SentenceTransformerTrainer, "training_step", real_step)
     other = shutil.copytree(teacher, tmp_path / "other-teacher")  # compared by the name given, which the card records
     with pytest.raises(EncoderizeError, match="teacher"):
         contrastive(_distill(encoder, text, out, other, resume=True))
@@ -116,25 +104,13 @@ def test_resume_after_interrupt_equals_unbroken_run(encoder, text, teacher, tmp_
     assert not work_dir(out).exists()
 
 
-def test_lora_trains_the_projection_beside_the_adapters_and_resumes(encoder, text, teacher, tmp_path, monkeypatch):
-    from sentence_transformers import SentenceTransformerTrainer
-
+def test_lora_trains_the_projection_beside_the_adapters_and_resumes(encoder, text, teacher, tmp_path):
     from hf_encoderize.training.lora import AdapterConfig
 
     adapter = AdapterConfig(lora_r=4)
     contrastive(_distill(encoder, text, tmp_path / "unbroken", teacher), adapter)
-    real_step, calls = SentenceTransformerTrainer.training_step, {"n": 0}
-
-    def dies(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt  # after the step-2 checkpoint
-        return real_step(self, *args, **kwargs)
-
-    monkeypatch.setattr(SentenceTransformerTrainer, "training_step", dies)
-    with pytest.raises(KeyboardInterrupt):
+    with interrupt_at_step(3), pytest.raises(KeyboardInterrupt):  # after the step-2 checkpoint
         contrastive(_distill(encoder, text, tmp_path / "broken", teacher), adapter)
-    monkeypatch.setattr(SentenceTransformerTrainer, "training_step", real_step)
     contrastive(_distill(encoder, text, tmp_path / "broken", teacher, resume=True), adapter)
     for part in ("model.safetensors", "2_Dense/model.safetensors"):
         unbroken, resumed = (load_file(tmp_path / run / part) for run in ("unbroken", "broken"))

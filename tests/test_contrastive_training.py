@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import torch
-from conftest import contrastive_config
+from conftest import contrastive_config, interrupt_at_step
 from safetensors.torch import load_file
 
 from hf_encoderize.cli import main
@@ -23,23 +23,11 @@ def _weights(folder):
     return load_file(folder / "model.safetensors")
 
 
-def test_resume_after_interrupt_equals_unbroken_run(encoder, text, tmp_path, monkeypatch):
-    from sentence_transformers import SentenceTransformerTrainer
-
+def test_resume_after_interrupt_equals_unbroken_run(encoder, text, tmp_path):
     contrastive(_config(encoder, text, tmp_path / "unbroken"))
-    real_step, calls = SentenceTransformerTrainer.training_step, {"n": 0}
-
-    def dies_at_step_five(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 5:
-            raise KeyboardInterrupt  # after the step-4 checkpoint
-        return real_step(self, *args, **kwargs)
-
-    monkeypatch.setattr(SentenceTransformerTrainer, "training_step", dies_at_step_five)
     out = tmp_path / "broken"
-    with pytest.raises(KeyboardInterrupt, match="--resume"):
+    with interrupt_at_step(5), pytest.raises(KeyboardInterrupt, match="--resume"):  # after the step-4 checkpoint
         contrastive(_config(encoder, text, out))
-    monkeypatch.setattr(SentenceTransformerTrainer, "training_step", real_step)
     assert not out.exists() and sorted(p.name for p in (work_dir(out) / "trainer").iterdir()) == [
         "checkpoint-2", "checkpoint-4"]
     with pytest.raises(EncoderizeError, match="interrupted contrastive run; pass --resume"):
@@ -79,23 +67,11 @@ def test_lora_adapters_are_merged_on_save(encoder, text, tmp_path):
     assert stage["lora"] == {"r": 4, "alpha": 16, "targets": "all-linear", "merged": True}
 
 
-def test_lora_run_resumes(encoder, text, tmp_path, monkeypatch):
-    from sentence_transformers import SentenceTransformerTrainer
-
+def test_lora_run_resumes(encoder, text, tmp_path):
     adapter = AdapterConfig(lora_r=4)
     contrastive(_config(encoder, text, tmp_path / "unbroken", learning_rate=1e-2), adapter)
-    real_step, calls = SentenceTransformerTrainer.training_step, {"n": 0}
-
-    def dies(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt
-        return real_step(self, *args, **kwargs)
-
-    monkeypatch.setattr(SentenceTransformerTrainer, "training_step", dies)
-    with pytest.raises(KeyboardInterrupt):
+    with interrupt_at_step(3), pytest.raises(KeyboardInterrupt):
         contrastive(_config(encoder, text, tmp_path / "broken", learning_rate=1e-2), adapter)
-    monkeypatch.setattr(SentenceTransformerTrainer, "training_step", real_step)
     contrastive(_config(encoder, text, tmp_path / "broken", learning_rate=1e-2, resume=True), adapter)
     unbroken, resumed = _weights(tmp_path / "unbroken"), _weights(tmp_path / "broken")
     for name, tensor in unbroken.items():
