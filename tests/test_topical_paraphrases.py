@@ -98,3 +98,20 @@ def test_score_counts_a_topical_distractor_above_the_paraphrase():
 
     result = score(_Lookup(by_topic))
     assert result["topic_beats_paraphrase"] == 1.0 and result["recall@1"] == 0.0
+
+
+def test_the_comparisons_hold_their_level_under_the_null():
+    """Two arms that are runs of one recipe: the paired bootstrap's 95% interval of their recall@1 difference excludes
+    0 about 5% of the time (not never: it must resample; not often: it must pair the queries), and the seed
+    intervals, the stricter criterion, are apart less often still."""
+    from topical_paraphrases import null_check
+
+    rows = 64
+    # a recipe's 3 measured runs: query i ranked first by 0, 1, 2 or 3 of them (as seeds of a 40-step stage do)
+    seeds = [{"rank": [1 if (i * 7 + run) % 4 > run else 2 for i in range(rows)]} for run in range(3)]
+    rates = null_check(seeds, simulations=200, draws=400)
+    assert 0.01 <= rates["paired_bootstrap_excludes_0"] <= 0.12, rates
+    assert rates["seed_t95_intervals_apart"] <= rates["paired_bootstrap_excludes_0"] + 0.02, rates
+    same = [{"rank": [1] * 32 + [2] * 32}] * 3  # every run alike: no difference to find
+    assert null_check(same, simulations=20, draws=200) == {"simulations": 20, "paired_bootstrap_excludes_0": 0.0,
+                                                          "seed_t95_intervals_apart": 0.0}
