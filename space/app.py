@@ -67,6 +67,9 @@ from space_models import (  # noqa: E402, F401 (re-exported: the UI's callers an
 
 # The quickstart's outputs: `hf-encoderize quickstart` (a run folder) and examples/quickstart.sh (a converted encoder).
 DEFAULT_ENCODERS = ("runs/quickstart/encoder", "encoders/smollm2-135m-encoder")
+# A bare `python space/app.py` beside a quickstart run embeds with its embedding model, as `hf-encoderize space
+# runs/quickstart` does: the MLM encoder alone ranks "Stock markets fell" above the kitten paraphrase (0.679 / 0.545).
+DEFAULT_EMBEDDING = {"runs/quickstart/encoder": "runs/quickstart/contrastive"}
 SPACE_CONFIG = Path(__file__).with_name("space_config.json")
 
 MAX_TEXTS = 12  # sentences per Similarity / Compare request
@@ -95,6 +98,9 @@ def settings_from_env() -> Settings:
     embedding = os.environ.get("EMBEDDING_MODEL") or (stored.get("embedding_model") if from_stored else None)
     if embedding and not os.environ.get("EMBEDDING_MODEL") and (SPACE_CONFIG.parent / embedding).is_dir():
         embedding = str(SPACE_CONFIG.parent / embedding)  # bundled inside the Space repo (contrastive/)
+    paired = DEFAULT_EMBEDDING.get(encoder) if encoder == default and not from_stored else None
+    if embedding is None and paired and Path(paired).is_dir():
+        embedding = paired  # the quickstart's own embedding model, found beside its encoder
     return Settings(
         encoder=encoder,
         embedding_model=None if embedding == "encoder" else embedding,  # "encoder": opt out, the encoder embeds

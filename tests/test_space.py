@@ -233,6 +233,24 @@ def test_embedding_model_opt_out_and_choices(contrastive_run, tiny_run, monkeypa
     assert app.settings_from_env().embedding_model is None
 
 
+def test_a_bare_app_beside_a_quickstart_run_embeds_with_its_embedding_model(contrastive_run, tmp_path, monkeypatch):
+    """`python space/app.py` with no space_config.json and no environment: the quickstart's folders are the default,
+    and its embedding model (not the MLM encoder) serves the embedding tabs; without one, the encoder embeds."""
+    app = load_app()
+    monkeypatch.delenv("ENCODER_MODEL", raising=False)
+    monkeypatch.delenv("EMBEDDING_MODEL", raising=False)
+    monkeypatch.setattr(app, "SPACE_CONFIG", tmp_path / "no-space-config.json")
+    quickstart = tmp_path / "runs" / "quickstart"
+    shutil.copytree(contrastive_run / "encoder", quickstart / "encoder")
+    monkeypatch.chdir(tmp_path)
+    assert app.settings_from_env().embedding_model is None  # no contrastive/ beside it yet
+    shutil.copytree(contrastive_run / "contrastive", quickstart / "contrastive")
+    settings = app.settings_from_env()
+    assert settings.encoder == "runs/quickstart/encoder" and settings.embedding_model == "runs/quickstart/contrastive"
+    monkeypatch.setenv("EMBEDDING_MODEL", "encoder")  # the opt-out still wins
+    assert app.settings_from_env().embedding_model is None
+
+
 def test_embedding_model_never_runs_its_modeling_file(contrastive_run, tmp_path):
     marker = tmp_path / "remote-code-ran"
     run = shutil.copytree(contrastive_run, tmp_path / "run")
