@@ -16,7 +16,7 @@ Design choices:
     of the anchor's type ("... is an uppercase string");
   * a function's name spelt as words and its docstring's summary (`os.path.getmtime` -> "get mtime" / "Return the
     last modification time of a file ..."); negative: a sibling function's summary from the same module.
-- Rows are (anchor, positive, negative) for `contrastive --objective supervised --negative-column negative`: in-batch
+- Rows are (anchor, positive, negative) for `contrastive --method supervised --negative-column negative`: in-batch
   negatives plus one same-topic negative per row (MultipleNegativesRankingLoss with hard negatives).
 - Deterministic: modules and names are walked in sorted order and the rows shuffled with a fixed seed.
 """

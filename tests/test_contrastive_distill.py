@@ -1,4 +1,4 @@
-"""`contrastive --objective distill --teacher MODEL`: the student learns a teacher's embeddings through a saved Dense
+"""`contrastive --method distill --teacher MODEL`: the student learns a teacher's embeddings through a saved Dense
 projection, resumes as an unbroken run, exports, is carded with its teacher, and a bad teacher is one line.
 
 The teacher is a tiny random sentence-transformers model (BERT, width 16) built in-process; the student is the tiny
@@ -166,8 +166,8 @@ def test_export_traces_the_projection(distill_run):
 @pytest.mark.parametrize("case, extra, wording", [
     ("missing folder", ["--teacher", "/nonexistent/teacher"], "--teacher '/nonexistent/teacher': no such folder"),
     ("not sentence-transformers", ["--teacher", "PLAIN"], "is not a sentence-transformers model (no modules.json)"),
-    ("no teacher", [], "--objective distill needs --teacher"),
-    ("teacher without distill", ["--objective", "simcse", "--teacher", "PLAIN"], "add --objective distill"),
+    ("no teacher", [], "--method distill needs --teacher"),
+    ("teacher without distill", ["--method", "simcse", "--teacher", "PLAIN"], "add --method distill"),
 ])
 def test_a_bad_teacher_is_one_line_before_the_output_is_touched(encoder, text, teacher, tmp_path, capsys, case,
                                                                   extra, wording):
@@ -175,7 +175,7 @@ def test_a_bad_teacher_is_one_line_before_the_output_is_touched(encoder, text, t
     shutil.copytree(teacher.parent / "bert", plain)
     out = tmp_path / "out"
     args = [arg.replace("PLAIN", str(plain)) for arg in extra]
-    objective = [] if "--objective" in args else ["--objective", "distill"]
+    objective = [] if "--method" in args else ["--method", "distill"]
     assert main(["contrastive", str(encoder), "--data-files", str(text), "--output-dir", str(out), *objective,
                  *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -24,7 +24,7 @@ def pairs(tmp_path_factory):
 
 
 def _run(encoder, data, out, *extra):
-    return main(["contrastive", str(encoder), "--objective", "supervised", "--data-files", str(data),
+    return main(["contrastive", str(encoder), "--method", "supervised", "--data-files", str(data),
                  "--anchor-column", "q", "--positive-column", "pos", "--output-dir", str(out), "--max-steps", "2",
                  "--batch-size", "8", "--max-seq-length", "32", "--no-progress", *extra])
 

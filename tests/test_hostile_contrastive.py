@@ -157,7 +157,7 @@ FEW_DISTINCT = {  # rows, extra options, words of the one error line
     "simcse: one text in 3 rows, fewer rows than a batch": (
         [{"text": "w1 w2"}] * 3, [], ["1 distinct text", "add distinct texts"]),
     "supervised: pairs sharing one anchor": (
-        [{"anchor": "w1 w2", "positive": f"w{i} w5"} for i in range(12)], ["--objective", "supervised"],
+        [{"anchor": "w1 w2", "positive": f"w{i} w5"} for i in range(12)], ["--method", "supervised"],
         ["1 row(s) that share no text", "batch of 8"]),
 }
 
@@ -297,6 +297,6 @@ def test_hard_negatives_that_leave_no_batch_are_refused(encoder, tmp_path, monke
     data = _jsonl(tmp_path / "pairs.jsonl", [{"anchor": f"w{i} w{i + 1}", "positive": f"w{i + 30} w{i + 31}"}
                                              for i in range(12)])
     out = tmp_path / "out"
-    assert main(_argv(encoder, data, out, "--objective", "supervised", "--hard-negatives", "1")) == 2
+    assert main(_argv(encoder, data, out, "--method", "supervised", "--hard-negatives", "1")) == 2
     _one_error_line(capsys, "after mining --hard-negatives 1", "1 row(s) that share no text", "batch of 8")
     assert not (out / "model.safetensors").exists()

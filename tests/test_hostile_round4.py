@@ -291,7 +291,7 @@ def test_negatives_equal_to_their_own_row_are_refused(same, encoder, tmp_path, c
     """`contrastive --negative-column` trained silently when every negative was its anchor (or positive)."""
     data = _triplets(tmp_path / "triplets.jsonl", same)
     capsys.readouterr()
-    assert main(["contrastive", str(encoder), "--data-files", str(data), "--objective", "supervised",
+    assert main(["contrastive", str(encoder), "--data-files", str(data), "--method", "supervised",
                  "--negative-column", "negative", "--output-dir", str(tmp_path / "out"), "--max-steps", "2",
                  "--batch-size", "4", "--max-seq-length", "16", "--no-progress"]) == 2
     one_error(capsys.readouterr().err, "--negative-column 'negative'", "every row", "itself")

@@ -31,7 +31,7 @@ def embedding_model(tmp_path_factory):
               "p": " ".join(f"w{rng.randrange(100)}" for _ in range(8))} for _ in range(32)]
     data = _write(root / "pairs.jsonl", pairs)
     out = root / "embedder"
-    assert main(["contrastive", str(encoder), "--objective", "supervised", "--data-files", str(data),
+    assert main(["contrastive", str(encoder), "--method", "supervised", "--data-files", str(data),
                  "--anchor-column", "q", "--positive-column", "p", "--query-prefix", "w99 ", "--output-dir", str(out),
                  "--max-steps", "3", "--batch-size", "8"]) == 0
     return out

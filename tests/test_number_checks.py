@@ -49,7 +49,7 @@ _DUMMY_POSITIONALS = {"source": "no-such-model-dir", "output_dir": "no-such-out"
 _REQUIRED = {"contrastive": ["--data-files", "no-such-data.jsonl"],
              "pretrain": ["--model-config", "210M", "--tokenizer", "no-such-tokenizer"]}
 # options that belong to one setting of another: given alone, they are refused for that reason, not their value
-_SETTING = {"distill_contrastive_weight": ["--objective", "distill", "--teacher", "some/teacher"]}
+_SETTING = {"distill_contrastive_weight": ["--method", "distill", "--teacher", "some/teacher"]}
 
 
 def _numeric_fields() -> list[tuple[str, str, type]]:

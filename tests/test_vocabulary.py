@@ -146,3 +146,22 @@ def test_a_finished_run_replays_from_its_run_settings(decoder_dir, corpus, tmp_p
     settings = [json.loads((run / "run_settings.json").read_text()) for run in (first, again)]
     assert settings[0]["identity"] == settings[1]["identity"]
     assert settings[1]["lr"] == 3e-3 and settings[1]["mask_ratio"] == 0.3 and settings[1]["steps"] == 2
+
+
+def test_objective_is_the_phase_the_masking_target_and_the_contrastive_method_have_their_own_names(tmp_path, capsys):
+    """Issue 52: cpt's `--objective mlm|mntp` is `--masking-target`, contrastive's `--objective simcse|...` is
+    `--method`; the old flag still works with one deprecation line, and the messages speak the new names."""
+    cpt = build_parser().parse_args(["cpt", "m", "--objective", "mntp"])
+    contrastive = build_parser().parse_args(["contrastive", "m", "--objective", "distill"])
+    assert cpt.objective == "mntp" and contrastive.objective == "distill"  # the fields keep their names
+    assert main(["cpt", "m", "--objective", "mntp", "--mlm-probability", "2", "--output-dir",
+                 str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "--objective is now --masking-target" in err[0], err
+    assert main(["contrastive", "m", "--data-files", str(tmp_path / "t.jsonl"), "--objective", "distill",
+                 "--output-dir", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert "--objective is now --method" in err[0] and err[-1].startswith("error: --method distill needs --teacher")
+    with pytest.raises(SystemExit) as exited:
+        main(["contrastive", "m", "--data-files", "t.jsonl", "--method", "triplet"])
+    assert exited.value.code == 2 and "argument --method: invalid choice: 'triplet'" in capsys.readouterr().err

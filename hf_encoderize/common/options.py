@@ -51,6 +51,10 @@ CLASS_OPTION_NAMES = {
     "PushOptions": {"private": "hub_private", "revision": "hub_revision", "commit_message": "hub_commit_message",
                     "create_pr": "hub_create_pr"},
     "CardConfig": {"repo_id": "model_id"},  # the encoder's Hub repo: push-space's --model-id, beside --base-model-id
+    # "objective" is the training phase (clm/mlm); what masked positions predict and how a contrastive stage learns
+    # have their own names (the fields keep theirs: records and configs of earlier versions use them)
+    "MaskingConfig": {"objective": "masking_target"},
+    "ContrastiveConfig": {"objective": "method"},
 }
 # positional fields: the folder card, export, push and space read is a run (or encoder) folder, not an output
 POSITIONAL_NAMES = {"output_dir": "run_dir"}

@@ -25,7 +25,7 @@ from hf_encoderize.objectives.loss import IGNORE, mlm_loss
 
 @dataclass(frozen=True)
 class MaskingTarget:
-    """What the masked positions learn to predict: one entry per target (its `--objective` name, its card label and
+    """What the masked positions learn to predict: one entry per target (its `--masking-target` name, its card label and
     how far its labels shift), so a new target is an entry here and its name in `MaskingConfig.objective`."""
 
     name: str
@@ -70,7 +70,8 @@ class MaskingConfig:
     def __post_init__(self):
         check_number("--mlm-probability", self.mask_ratio, above=0, below=1)
         for name in ("replacement", "objective"):  # the Literal's values, declared above
-            check_choice(f"--{name}", getattr(self, name), MaskingConfig, name)
+            check_choice("--masking-target" if name == "objective" else f"--{name}", getattr(self, name),
+                         MaskingConfig, name)
 
 
 def mask_tokens(

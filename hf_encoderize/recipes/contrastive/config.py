@@ -120,7 +120,8 @@ class ContrastiveConfig:
         problems = []
         for name in ("objective", "pooling", "loss"):  # the Literal's values, declared on the field
             try:
-                check_choice(f"--{name}", getattr(self, name), ContrastiveConfig, name)
+                check_choice("--method" if name == "objective" else f"--{name}", getattr(self, name),
+                             ContrastiveConfig, name)
             except EncoderizeError as err:
                 problems.append(str(err))
         if (self.data_files is None) == (self.dataset is None):
@@ -140,7 +141,7 @@ class ContrastiveConfig:
         check_number("--dropout", self.dropout, minimum=0, below=1)
         check_number("--warmup-ratio", self.warmup_ratio, minimum=0, below=1)
         check_extras(self)  # --hard-negatives, --matryoshka-dims (a size above the width: once the model loads)
-        check_distill_options(self)  # --teacher with --objective distill, and only then
+        check_distill_options(self)  # --teacher with --method distill, and only then
 
     def identity_value(self, name: str):
         """The value a setting runs with, for "same run?" (`common.identity`): `data_files` by content (size and a
@@ -155,29 +156,29 @@ def check_extras(config) -> None:
     parse_dims(config.matryoshka_dims)
     check_number("--hard-negatives", config.hard_negatives, minimum=0, integer=True)
     if config.hard_negatives and config.objective != "supervised":
-        raise EncoderizeError("--hard-negatives mines negatives for (anchor, positive) pairs; add --objective "
+        raise EncoderizeError("--hard-negatives mines negatives for (anchor, positive) pairs; add --method "
                               "supervised and the pair columns")
     if config.hard_negatives and config.negative_column:
         raise EncoderizeError("--hard-negatives mines the negatives itself; drop --negative-column or --hard-negatives")
 
 def check_distill_options(config) -> None:
-    """`--teacher` goes with `--objective distill` and only with it; distillation reads one text column, unprefixed
+    """`--teacher` goes with `--method distill` and only with it; distillation reads one text column, unprefixed
     (the teacher embeds the text itself). The teacher itself is checked by `distill.load_teacher`."""
     check_number("--distill-contrastive-weight", config.distill_contrastive_weight, minimum=0)
     if config.objective != "distill":
         if config.teacher is not None:
-            raise EncoderizeError("--teacher is the model --objective distill learns from; add --objective distill or "
+            raise EncoderizeError("--teacher is the model --method distill learns from; add --method distill or "
                                   "drop --teacher")
         if config.distill_contrastive_weight:
-            raise EncoderizeError("--distill-contrastive-weight weighs a loss of --objective distill; add it or drop "
+            raise EncoderizeError("--distill-contrastive-weight weighs a loss of --method distill; add it or drop "
                                   "the weight")
         return
     if not config.teacher:
-        raise EncoderizeError("--objective distill needs --teacher: a sentence-transformers model folder (or Hub id) "
+        raise EncoderizeError("--method distill needs --teacher: a sentence-transformers model folder (or Hub id) "
                               "whose embeddings the model learns")
     if config.negative_column or config.hard_negatives:
-        raise EncoderizeError("--objective distill learns the teacher's embedding of each text and reads no negatives; "
+        raise EncoderizeError("--method distill learns the teacher's embedding of each text and reads no negatives; "
                               "drop --negative-column / --hard-negatives")
     if config.query_prefix or config.document_prefix:
-        raise EncoderizeError("--objective distill embeds each text as it is (the teacher sees it without a prefix); "
+        raise EncoderizeError("--method distill embeds each text as it is (the teacher sees it without a prefix); "
                               "drop --query-prefix / --document-prefix")

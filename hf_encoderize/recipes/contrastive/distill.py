@@ -1,4 +1,4 @@
-"""`--objective distill --teacher MODEL`: the model learns a sentence-transformers teacher's embedding of each text,
+"""`--method distill --teacher MODEL`: the model learns a sentence-transformers teacher's embedding of each text,
 so any unlabelled text will do.
 
 Design choices:
