@@ -195,8 +195,11 @@ def run_part(session: Session, part: str, limit_s: float, body: Callable[[], tup
     previous = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, budget)
     try:
-        figure, details = body()
-        status = "pass"
+        try:
+            figure, details = body()
+            status = "pass"
+        finally:  # disarmed inside the outer try: an alarm that lands here is still this part's row, never the
+            signal.setitimer(signal.ITIMER_REAL, 0)  # session's end (a loaded machine made that window real)
     except gpu_check.Skip as skip:
         figure, details, status = str(skip), {}, "skipped"
     except BaseException as err:  # noqa: BLE001 - a part's failure is a row, never the end of the session
@@ -204,7 +207,6 @@ def run_part(session: Session, part: str, limit_s: float, body: Callable[[], tup
             raise
         figure, details, status = f"{type(err).__name__}: {' '.join(str(err).split())[:300]}", {}, "fail"
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     session.record(part, status, time.perf_counter() - started, figure, details)
     free_memory(torch)

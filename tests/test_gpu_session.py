@@ -87,3 +87,31 @@ def test_the_plan_runs_the_default_path_first_and_fsdp_last(tmp_path):
     limits = {name: limit for name, limit, _ in module.plan(session, ("gpu-0.5b", "gpu-1b"),
                                                              {"stage": 90, "arm": 75, "launcher": 120})}
     assert limits["gpu-1b default"] == 150  # run twice, so twice the time
+
+
+def test_an_alarm_that_lands_while_a_failure_is_written_up_stays_that_parts_row(tmp_path):
+    """The CI run of 896198a on a loaded machine lost two rows: a part failed just before its limit and the alarm
+    fired while the failure was being written up, outside the part's own try, ending the session. The timer is now
+    disarmed before the write-up."""
+    import importlib.util
+    import time
+
+    sys.path.insert(0, str(SCRIPT.parent))
+    spec = importlib.util.spec_from_file_location("gpu_session_alarm", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_session_alarm"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+
+    class SlowToDescribe(Exception):
+        def __str__(self):
+            time.sleep(0.4)  # the write-up outlasts the part's 0.2 s limit
+            return "slow to describe"
+
+    def body():
+        raise SlowToDescribe()
+
+    session = module.Session(tmp_path, tmp_path, time.time() + 60, True, False, "cpu", [])
+    module.run_part(session, "slow failure", 0.2, body)
+    module.run_part(session, "next part", 5, lambda: ("ran", {}))
+    assert [(row["part"], row["status"]) for row in session.rows] == [("slow failure", "fail"), ("next part", "pass")]
+    assert session.rows[0]["figure"] == "SlowToDescribe: slow to describe"
