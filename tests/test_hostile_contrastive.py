@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from conftest import contrastive_config, make_decoder, make_tokenizer, peft_integration_refused
+from conftest import contrastive_config, interrupt_at_step, make_decoder, make_tokenizer, peft_integration_refused
 from safetensors.torch import load_file
 
 from hf_encoderize.cli import main
@@ -35,20 +35,8 @@ def _one_error_line(capsys, *words):
 
 def _interrupted(encoder, text, out, monkeypatch, adapter=None, at_call=5, **extra):
     """A run stopped after its step-4 checkpoint (the fifth training step raises), as a kill would leave it."""
-    from sentence_transformers import SentenceTransformerTrainer
-
-    real_step, calls = SentenceTransformerTrainer.training_step, {"n": 0}
-
-    def dies(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == at_call:
-            raise KeyboardInterrupt
-        return real_step(self, *args, **kwargs)
-
-    monkeypatch.setattr(SentenceTransformerTrainer, "training_step", dies)
-    with pytest.raises(KeyboardInterrupt):
+    with interrupt_at_step(at_call), pytest.raises(KeyboardInterrupt):
         contrastive(_config(encoder, text, out, **extra), adapter)
-    monkeypatch.setattr(SentenceTransformerTrainer, "training_step", real_step)
     return work_dir(out) / "trainer"
 
 
