@@ -77,7 +77,10 @@ MAX_PASSAGES = 50  # passages in the Semantic search corpus
 MAX_CHARS = 500  # characters per sentence, passage or query
 MAX_TOP_K = 20
 
-EXAMPLE_SENTENCES = "A cat sits on the mat.\nA kitten rests on a rug.\nStock markets fell sharply today."
+# A query, its paraphrase, a sentence on its topic that means something else, and an unrelated one (the same four as
+# hf_encoderize.publish.paraphrases.SPACE_EXAMPLE, whose cosines the quickstart prints for its embedding model).
+EXAMPLE_SENTENCES = ("A cat sits on the mat.\nA kitten rests on a rug.\nThe cat chased a mouse across the garden.\n"
+                     "Stock markets fell sharply today.")
 EXAMPLE_CORPUS = (
     "The cat slept on the warm windowsill all afternoon.\n"
     "Central banks raised interest rates to fight inflation.\n"

@@ -160,6 +160,7 @@ def test_quickstart_wiring_on_a_tiny_decoder(decoder_dir, tmp_path, monkeypatch,
     assert base["protocol"]["frozen"] is True and base["protocol"]["seeds"] == [0, 1]
     assert all(r["n_seeds"] == 2 and r["test_ci95"] is not None for r in base["results"])
     assert " ± " in printed and "paraphrase first on" in printed
+    assert "the Space's first example, 'A cat sits on the mat.'" in printed  # measured on every quickstart run
     # The fair frozen baseline: the base in its native causal attention, beside the bidirectional one, in the table
     causal = json.loads((tmp_path / "qs" / "eval" / "base-causal" / "summary.json").read_text())
     assert causal["mode"] == "causal" and base["mode"] == "bidirectional"

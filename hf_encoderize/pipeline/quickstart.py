@@ -179,21 +179,38 @@ def quickstart(config: QuickstartConfig) -> dict:
     return report
 
 
+FIRST = {"paraphrase": "the paraphrase", "same_topic": "the same-topic sentence", "unrelated": "the unrelated one"}
+
+
 def paraphrase_check(out: Path) -> dict:
     """How the embedding model (OUT/contrastive) and the MLM encoder rank the held-out paraphrases: per model, the
     (anchor, cos paraphrase, cos unrelated) triples and how many put the paraphrase first. Printed, and returned."""
     from sentence_transformers import SentenceTransformer
 
     from hf_encoderize.common.run_folder import RunFolder
-    from hf_encoderize.publish.paraphrases import HELD_OUT_TRIPLES, ranks_paraphrases_first
+    from hf_encoderize.publish.paraphrases import (
+        HELD_OUT_TRIPLES,
+        SPACE_EXAMPLE,
+        ranks_paraphrases_first,
+        space_example_cosines,
+    )
 
     folder, result = RunFolder(out), {}
+    models = {name: SentenceTransformer(str(path), device="cpu")
+              for name, path in (("embedding model", folder.contrastive), ("MLM encoder", folder.encoder))}
     print(f"\nheld-out paraphrases ({len(HELD_OUT_TRIPLES)} everyday-English triples, in no training text): cosine "
           "to the paraphrase / to an unrelated sentence", flush=True)
-    for name, path in (("embedding model", folder.contrastive), ("MLM encoder", folder.encoder)):
-        scores = ranks_paraphrases_first(SentenceTransformer(str(path), device="cpu"))
+    for name, model in models.items():
+        scores = ranks_paraphrases_first(model)
         first = sum(score.ranked_first for score in scores)
         result[name] = {"ranked_first": first, "triples": [score._asdict() for score in scores]}
         cells = ", ".join(f"{s.cos_paraphrase:.2f}/{s.cos_unrelated:.2f}" for s in scores)
         print(f"  {name:<16} paraphrase first on {first}/{len(scores)} ({cells})", flush=True)
+    print(f"the Space's first example, {SPACE_EXAMPLE[0]!r}: cosine to its paraphrase / a sentence on its topic that "
+          "means something else / an unrelated one", flush=True)
+    for name, model in models.items():
+        cosines = space_example_cosines(model)
+        result[name]["space_example"] = cosines
+        first = FIRST[max(cosines, key=cosines.get)]
+        print(f"  {name:<16} {' / '.join(f'{c:.2f}' for c in cosines.values())}: {first} first", flush=True)
     return result
