@@ -207,8 +207,8 @@ FIGURES = {"recall@1": lambda q: [r == 1 for r in q["rank"]], "mrr": lambda q: [
 
 
 def intervals(queries: dict) -> dict:
-    """Per figure: each arm's seed interval and query-bootstrap interval, and the paired bootstrap interval of distill
-    minus simcse."""
+    """Per figure: each arm's seed interval and query-bootstrap interval, and the paired bootstrap interval of each
+    distill arm minus simcse."""
     out = {}
     for figure, per in FIGURES.items():
         key = "value"
@@ -216,10 +216,10 @@ def intervals(queries: dict) -> dict:
         by_query, means = bootstrap(arms, key)
         by_seed = {arm: seed_interval([sum(q[key]) / len(q[key]) for q in seeds]) for arm, seeds in arms.items()}
         out[figure] = {"seeds_t95": by_seed, "queries_bootstrap95": by_query}
-        if "distill" in means and "simcse" in means:
-            diffs = sorted(a - b for a, b in zip(means["distill"], means["simcse"], strict=True))
-            out[figure]["distill_minus_simcse_bootstrap95"] = [round(diffs[int(0.025 * len(diffs))], 3),
-                                                               round(diffs[int(0.975 * len(diffs)) - 1], 3)]
+        for arm in [arm for arm in means if arm.startswith("distill") and "simcse" in means]:
+            diffs = sorted(a - b for a, b in zip(means[arm], means["simcse"], strict=True))
+            out[figure][f"{arm}_minus_simcse_bootstrap95"] = [round(diffs[int(0.025 * len(diffs))], 3),
+                                                              round(diffs[int(0.975 * len(diffs)) - 1], 3)]
     return out
 
 
@@ -248,12 +248,13 @@ def null_check(seeds: list[dict], simulations: int = 300, draws: int = 1000, see
 def main() -> None:
     from sentence_transformers import SentenceTransformer
 
-    from hf_encoderize.pipeline.quickstart import write_corpus, write_sentences
+    from hf_encoderize.pipeline.quickstart import write_corpus, write_sampled_sentences, write_sentences
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--encoder", required=True, help="the quickstart's MLM encoder (runs/quickstart/encoder)")
     parser.add_argument("--arms", default="simcse,distill",
-                        help="trained arms, comma-separated: simcse, distill, simcse_neighbour_negatives, pairs")
+                        help="trained arms, comma-separated: simcse, distill, distill_sampled, "
+                             "simcse_neighbour_negatives, pairs")
     parser.add_argument("--teacher", help="distill's teacher (default: the packaged all-MiniLM-L6-v2)")
     parser.add_argument("--pairs", help="the docstring-pairs arm: a trained folder to score instead of training it")
     parser.add_argument("--work", default="/tmp/topical-paraphrases", help="folder for data and models")
@@ -275,7 +276,10 @@ def main() -> None:
             "simcse_neighbour_negatives": dict(objective="simcse", data=sentences, negative="negative"),
             # one view per text where SimCSE forwards two: 32 rows are SimCSE's 16 x 2 sequences a step
             "distill": dict(objective="distill", data=sentences, teacher=teacher, batch_size=32, learning_rate=5e-4),
-            "pairs": dict(objective="supervised", negative="negative")}
+            "pairs": dict(objective="supervised", negative="negative"),
+            # the quickstart's stage: 120 steps of 32 of the sentences SmolLM2 samples itself (whatever --steps says)
+            "distill_sampled": dict(objective="distill", teacher=teacher, batch_size=32, learning_rate=5e-4,
+                                    steps=120)}
     for seed in (int(seed) for seed in args.seeds.split(",")):
         for arm in args.arms.split(","):
             settings = dict(arms[arm])
@@ -283,10 +287,13 @@ def main() -> None:
                 from docstring_pairs import write_pairs
 
                 settings["data"] = write_pairs(work / "pairs-data")
+            if arm == "distill_sampled":
+                settings["data"] = write_sampled_sentences(work / "corpus", 960)
             folder = str(work / f"{arm}-{seed}")
             if not args.reuse:
-                folder, seconds[f"{arm}/{seed}"] = train(Path(args.encoder), work / f"{arm}-{seed}",
-                                                         steps=args.steps, seed=seed, **settings)
+                settings.setdefault("steps", args.steps)
+                folder, seconds[f"{arm}/{seed}"] = train(Path(args.encoder), work / f"{arm}-{seed}", seed=seed,
+                                                         **settings)
             queries.setdefault(arm, []).append(per_query(SentenceTransformer(folder, device="cpu")))
             print(arm, seed, summarise(queries[arm][-1]), file=sys.stderr, flush=True)  # stdout: the one JSON object
     if args.pairs:

