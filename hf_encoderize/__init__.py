@@ -12,7 +12,8 @@ tree):
   `plain_attention`, `bidirectional`, `tokens`, `isolation`, `where_it_trains`, `saving`, `head_file`, `positions`,
   `licenses` (a model's license and languages, read from its card or GGUF),
   plus the `remote_code/` shipped in every encoder;
-- `data/`: text in, rows out: `sources`, `corpus_files`, `budget`, `packing`, `prefetch`, `sampled_text` (sentences a decoder samples, for distillation);
+- `data/`: text in, rows out: `sources`, `corpus_files`, `budget`, `packing`, `prefetch`, `sampled_text` (sentences
+  a decoder samples, for distillation);
 - `objectives/`: what the model learns: `masking`, `phases`, `loss`, `loss_kernels`;
 - `training/`: the Accelerate engine (`engine/`, one job per module) and its parts: `train_config`, `batches`,
   `schedule`, `checkpoints`, `resume_checks` (what a resume or a branch must share), `nonfinite`, `monitor`,
