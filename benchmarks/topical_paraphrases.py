@@ -91,6 +91,7 @@ among paraphrases alone (0.734) but not against the distractors. The quickstart 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import sys
@@ -288,7 +289,8 @@ def main() -> None:
 
                 settings["data"] = write_pairs(work / "pairs-data")
             if arm == "distill_sampled":
-                settings["data"] = write_sampled_sentences(work / "corpus", 960)
+                with contextlib.redirect_stdout(sys.stderr):  # stdout: the one JSON object
+                    settings["data"] = write_sampled_sentences(work / "corpus", 960)
             folder = str(work / f"{arm}-{seed}")
             if not args.reuse:
                 settings.setdefault("steps", args.steps)
