@@ -228,6 +228,7 @@ def quickstart(config: QuickstartConfig) -> dict:
     from hf_encoderize.publish.hub import HubConfig
     from hf_encoderize.training.lora import AdapterConfig
 
+    started = time.time()
     corpus = write_corpus(Path(f"{config.output_dir.rstrip('/')}-corpus"))
     load, data, train = cpt_configs(config, corpus)
     print(f"model: {load.source}\ncorpus: {corpus} (Python's documentation topics)", flush=True)
@@ -238,6 +239,8 @@ def quickstart(config: QuickstartConfig) -> dict:
     report = run(load, data, MaskingConfig(), train, AdapterConfig(), run_cfg, HubConfig())
     if contrastive:
         report["paraphrases"] = paraphrase_check(Path(report["output_dir"]), config.contrastive_method)
+    # run's "done in" starts after the sentences are sampled: this line counts everything the command did
+    print(f"\nquickstart: {(time.time() - started) / 60:.1f} min in all", flush=True)
     return report
 
 
