@@ -231,16 +231,16 @@ def intervals(queries: dict) -> dict:
 def null_check(seeds: list[dict], simulations: int = 300, draws: int = 1000, seed: int = 0) -> dict:
     """The paired bootstrap and the seed intervals checked against their null: two arms that are runs of ONE recipe.
     Per query, a run ranks the paraphrase first with probability p (the share of `seeds`, the recipe's measured runs,
-    that did: what a training seed changes); both arms draw 3 runs from the same p's, so any difference is run-to-run
-    noise. Returns how often the paired bootstrap's 95% interval of the difference in recall@1 excludes 0 (a
-    calibrated test: 0.05) and how often the two arms' seed-t intervals do not overlap."""
+    that did: what a training seed changes); both arms draw as many runs as `seeds` holds from the same p's, so any
+    difference is run-to-run noise. Returns how often the paired bootstrap's 95% interval of the difference in
+    recall@1 excludes 0 (a calibrated test: 0.05) and how often the two arms' seed-t intervals do not overlap."""
     import random
 
     rng, n = random.Random(seed), len(seeds[0]["rank"])
     p = [sum(q["rank"][i] == 1 for q in seeds) / len(seeds) for i in range(n)]
     excluded = apart = 0
     for simulation in range(simulations):
-        arms = {arm: [{"v": [rng.random() < p[i] for i in range(n)]} for _ in range(3)] for arm in "ab"}
+        arms = {arm: [{"v": [rng.random() < p[i] for i in range(n)]} for _ in seeds] for arm in "ab"}
         _, means = bootstrap(arms, "v", draws=draws, seed=simulation)
         diffs = sorted(a - b for a, b in zip(means["a"], means["b"], strict=True))
         excluded += diffs[int(0.025 * draws)] > 0 or diffs[int(0.975 * draws) - 1] < 0

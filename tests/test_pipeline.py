@@ -315,3 +315,25 @@ def test_run_contrastive_is_evaluated_compared_and_carded(decoder_dir, corpus, t
     ours = json.loads((out / "eval" / "contrastive" / "summary.json").read_text())["results"][0]["test_mean"]
     assert card.data.eval_results[0].metric_value == pytest.approx(ours)
     assert "fill-mask" not in text  # no MLM head in an embedding model
+
+
+def test_quickstart_refuses_its_output_folder_before_sampling(decoder_dir, tmp_path, monkeypatch, capsys):
+    """An output folder `run` would refuse is refused before the corpus is written and the sentences sampled (10 min
+    on 2 cores with SmolLM2): a file, or a folder of someone else's files with --overwrite. The user's files stay."""
+    import hf_encoderize.data.sampled_text as sampled_text
+    import hf_encoderize.pipeline.quickstart as quickstart_module
+
+    monkeypatch.setattr(quickstart_module, "embedded_gguf", lambda: decoder_dir)
+    monkeypatch.setattr(sampled_text, "sample_sentences", lambda *a, **k: pytest.fail("sampled before the check"))
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine")
+    assert main(["quickstart", "--output-dir", str(theirs), "--overwrite", "--no-evaluate"]) == 2
+    err = capsys.readouterr().err
+    assert "hf-encoderize did not write" in err and "Traceback" not in err
+    a_file = tmp_path / "a-file"
+    a_file.write_text("mine")
+    assert main(["quickstart", "--output-dir", str(a_file), "--no-evaluate"]) == 2
+    assert "is a file; pass a folder" in capsys.readouterr().err
+    assert (theirs / "notes.txt").read_text() == "mine" and a_file.read_text() == "mine"
+    assert not (tmp_path / "theirs-corpus").exists() and not (tmp_path / "a-file-corpus").exists()

