@@ -1,8 +1,8 @@
 """Does the quickstart's embedding model rank a paraphrase above sentences on the same topic? (issue 42, point 5)
 
     python benchmarks/topical_paraphrases.py --encoder runs/quickstart/encoder [--arms simcse,distill,...]
-        [--teacher ST_MODEL] [--pairs FOLDER] [--work /tmp/topical] [--steps 40] [--seeds 0,1,2] [--threads 2]
-        [--reuse]
+        [--teacher ST_MODEL] [--pairs FOLDER] [--score NAME=FOLDER ...] [--work /tmp/topical] [--steps 40]
+        [--seeds 0,1,2] [--threads 2] [--reuse]
 
 The held-out set, benchmarks/data/topical_paraphrases.jsonl, is 64 everyday-English queries written for this benchmark,
 each with one paraphrase (other words, same meaning) and three distractors on the query's topic that share its words
@@ -268,6 +268,9 @@ def main() -> None:
                              "simcse_neighbour_negatives, pairs")
     parser.add_argument("--teacher", help="distill's teacher (default: the packaged all-MiniLM-L6-v2)")
     parser.add_argument("--pairs", help="the docstring-pairs arm: a trained folder to score instead of training it")
+    parser.add_argument("--score", action="append", default=[], metavar="NAME=FOLDER",
+                        help="also score this sentence-transformers folder as row NAME (a stage trained elsewhere, "
+                             "another teacher); repeatable")
     parser.add_argument("--work", default="/tmp/topical-paraphrases", help="folder for data and models")
     parser.add_argument("--steps", type=int, default=40, help="optimizer steps of each contrastive stage")
     parser.add_argument("--seeds", default="0,1,2", help="contrastive seeds (data order, dropout) of each arm")
@@ -292,7 +295,7 @@ def main() -> None:
             "distill_sampled": dict(objective="distill", teacher=teacher, batch_size=32, learning_rate=5e-4,
                                     steps=120)}
     for seed in (int(seed) for seed in args.seeds.split(",")):
-        for arm in args.arms.split(","):
+        for arm in [arm for arm in args.arms.split(",") if arm]:  # --arms "": score the --score folders alone
             settings = dict(arms[arm])
             if arm == "pairs":
                 from docstring_pairs import write_pairs
@@ -310,6 +313,8 @@ def main() -> None:
             print(arm, seed, summarise(queries[arm][-1]), file=sys.stderr, flush=True)  # stdout: the one JSON object
     if args.pairs:
         queries["docstring_pairs"] = [per_query(SentenceTransformer(args.pairs, device="cpu"))]
+    for name, folder in (item.split("=", 1) for item in args.score):
+        queries[name] = [per_query(SentenceTransformer(folder, device="cpu"))]
     if minilm := minilm_dir():
         queries["all-MiniLM-L6-v2"] = [per_query(SentenceTransformer(str(minilm), device="cpu"))]
     results = {arm: {"mean": mean_of([summarise(q) for q in seeds]), "per_seed": [summarise(q) for q in seeds]}
