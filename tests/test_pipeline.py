@@ -139,6 +139,34 @@ def test_quickstart_corpus_is_real_english_text(tmp_path):
     assert any("assignment statement" in row["text"].lower() for row in rows)
 
 
+def test_quickstart_corpus_is_the_same_on_every_python(tmp_path, monkeypatch):
+    """pydoc_data differs between patch releases (Debian's 3.11.2 made another corpus, so another encoder and table):
+    the quickstart reads Python 3.11.7's topics bundled with the package, checked, on any interpreter. The file's
+    SHA-256 is the corpus every figure in docs/quickstart.md was measured on (its run records' data identity)."""
+    import gzip
+    import hashlib
+    import sys
+
+    import hf_encoderize.pipeline.quickstart as quickstart_module
+    from hf_encoderize.common.errors import EncoderizeError
+
+    corpus = quickstart_module.write_corpus(tmp_path / "corpus")
+    assert hashlib.sha256(corpus.read_bytes()).hexdigest() == \
+        "bb797ea2f07ec0c9e009c48da6d7035701564facaa13459dc17713fd4b71bb43"
+    if sys.version_info[:3] == (3, 11, 7):  # where the copy came from: it is that Python's own text
+        from pydoc_data.topics import topics
+
+        assert quickstart_module.documentation_topics() == topics
+    tampered = tmp_path / "pydoc_topics.json.gz"
+    tampered.write_bytes(gzip.compress(json.dumps({"assignment": "Something else."}).encode()))
+    monkeypatch.setattr(quickstart_module, "TOPICS", tampered)
+    with pytest.raises(EncoderizeError, match="is not the one shipped"):
+        quickstart_module.write_corpus(tmp_path / "other")
+    tampered.write_bytes(b"not gzip")
+    with pytest.raises(EncoderizeError, match="cannot be read"):
+        quickstart_module.write_corpus(tmp_path / "other")
+
+
 def test_quickstart_wiring_on_a_tiny_decoder(decoder_dir, tmp_path, monkeypatch, capsys):
     import hf_encoderize.pipeline.quickstart as quickstart_module
 
