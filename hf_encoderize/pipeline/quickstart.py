@@ -36,8 +36,8 @@ Design choices:
 - The corpus is Python 3.11.7's documentation text on every interpreter, not the running Python's own: pydoc_data
   changes between patch releases (Debian 12's python3, 3.11.2, made a corpus of 459,650 bytes against 3.11.7's 457,968,
   so its quickstart printed another encoder: held-out loss 5.610, IR 48.46 against 5.609 and 56.06). The bundled copy
-  (137 KB; Python's documentation, PSF License) is checked against its SHA-256 when read, so the corpus, and with it
-  every figure docs/quickstart.md quotes, is the same on Debian's Python, pyenv's, 3.10 or 3.13.
+  (137 KB; Python's documentation, PSF License) is checked against its SHA-256 when read, so the corpus is the same on
+  any Python (through Debian's 3.11.2 it now trains the encoder pyenv's 3.11.7 does, byte for byte).
 - The corpus is written next to the run folder (`<output_dir>-corpus/`): one JSON line per group of paragraphs (cpt),
   one per documentation sentence (SimCSE) and one per sampled sentence (distillation, reused by a re-run).
 - Re-running resumes or skips finished stages, like `run`; `--overwrite` starts over.
