@@ -256,6 +256,14 @@ def null_check(seeds: list[dict], simulations: int = 300, draws: int = 1000, see
             "seed_t95_intervals_apart": round(apart / simulations, 3)}
 
 
+def named_folder(value: str) -> tuple[str, str]:
+    """`--score NAME=FOLDER` -> (NAME, FOLDER); anything else is argparse's one-line usage error."""
+    name, _, folder = value.partition("=")
+    if not name or not folder:
+        raise argparse.ArgumentTypeError(f"{value!r}: give NAME=FOLDER")
+    return name, folder
+
+
 def main() -> None:
     from sentence_transformers import SentenceTransformer
 
@@ -268,7 +276,7 @@ def main() -> None:
                              "simcse_neighbour_negatives, pairs")
     parser.add_argument("--teacher", help="distill's teacher (default: the packaged all-MiniLM-L6-v2)")
     parser.add_argument("--pairs", help="the docstring-pairs arm: a trained folder to score instead of training it")
-    parser.add_argument("--score", action="append", default=[], metavar="NAME=FOLDER",
+    parser.add_argument("--score", action="append", default=[], metavar="NAME=FOLDER", type=named_folder,
                         help="also score this sentence-transformers folder as row NAME (a stage trained elsewhere, "
                              "another teacher); repeatable")
     parser.add_argument("--work", default="/tmp/topical-paraphrases", help="folder for data and models")
@@ -313,7 +321,7 @@ def main() -> None:
             print(arm, seed, summarise(queries[arm][-1]), file=sys.stderr, flush=True)  # stdout: the one JSON object
     if args.pairs:
         queries["docstring_pairs"] = [per_query(SentenceTransformer(args.pairs, device="cpu"))]
-    for name, folder in (item.split("=", 1) for item in args.score):
+    for name, folder in args.score:
         queries[name] = [per_query(SentenceTransformer(folder, device="cpu"))]
     if minilm := minilm_dir():
         queries["all-MiniLM-L6-v2"] = [per_query(SentenceTransformer(str(minilm), device="cpu"))]
