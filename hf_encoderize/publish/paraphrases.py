@@ -5,7 +5,7 @@ Design choices:
   whether the model learnt meaning in general, not whether it memorised its data. Each triple is (anchor, paraphrase,
   unrelated); the paraphrase shares few words with the anchor, so word overlap alone cannot pass it.
 - Four triples are twelve sentences, one Similarity request of the Space (its limit is 12 per request), which the
-  browser test in tests/test_space.py types in and reads back from the rendered heatmap.
+  browser test in tests/test_space_browser.py types in and reads back from the rendered heatmap.
 - `ranks_paraphrases_first` returns the two cosines per triple rather than a verdict, so a caller can print them (the
   quickstart's last line) as well as test `cos_paraphrase > cos_unrelated`. It takes any sentence-transformers model;
   nothing here imports gradio.
