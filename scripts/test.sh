@@ -28,7 +28,8 @@ floor="${HF_ENCODERIZE_FLOOR_VENV:-$HOME/.cache/hf-encoderize/venv-floor}"
 pins="$(cat constraints/floor.txt pyproject.toml | sha256sum | cut -c1-16)"
 if [ "$(cat "$floor/.pins" 2>/dev/null)" != "$pins" ]; then
     rm -rf "$floor" && python3 -m venv "$floor"
-    VIRTUAL_ENV="$floor" PATH="$floor/bin:$PATH" PIP_CONSTRAINT="$PWD/constraints/floor.txt" bash scripts/setup.sh
+    VIRTUAL_ENV="$floor" PATH="$floor/bin:$PATH" PIP_CONSTRAINT="$PWD/constraints/floor.txt" HF_ENCODERIZE_MPNET=0 \
+        bash scripts/setup.sh
     echo "$pins" > "$floor/.pins"
 fi
 "$floor/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e .  # this checkout, wherever it is

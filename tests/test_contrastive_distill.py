@@ -229,3 +229,40 @@ def test_the_space_embeds_through_the_projection(distill_run):
         sentences, convert_to_tensor=True, normalize_embeddings=True)  # (3, teacher width)
     assert torch.tensor(scores["similarity"]) == pytest.approx(unit @ unit.T, abs=1e-5)
     assert "contrastive (distill)" in heatmap and len(unit[0]) == TEACHER_WIDTH  # the method ran is named
+
+
+def test_word_variants_change_one_word_each_and_repeat_with_the_seed():
+    from hf_encoderize.recipes.contrastive.distill import word_variants
+
+    texts = ["Petrol prices rose again this month.", "It isn't raining, so we walk.", "OK 42 !"]
+    variants = word_variants(texts, 2, seed=3)
+    assert variants == word_variants(texts, 2, seed=3) != word_variants(texts, 2, seed=4)
+    assert len(variants) == 4  # two per text with a lowercase word of 3+ letters; "OK 42 !" has none
+    vocabulary = {"rose", "again", "this", "month", "raining", "walk", "prices"}
+    for original, variant in zip([texts[0]] * 2 + [texts[1]] * 2, variants, strict=True):
+        before, after = original.split(), variant.split()
+        assert len(before) == len(after), (original, variant)
+        changed = [(a, b) for a, b in zip(before, after, strict=True) if a != b]
+        assert len(changed) == 1, (original, variant)
+        old, new = (word.strip(".,") for word in changed[0])
+        assert old in vocabulary and new in vocabulary and old != new  # "isn't", "Petrol", "It", "we" never edited
+    assert word_variants(["A b c."], 1, seed=0) == []  # nothing to replace with: no edit rather than a loop
+
+
+def test_variants_are_labelled_trained_and_carded(encoder, teacher, tmp_path, capsys):
+    from hf_encoderize.publish.card import CardConfig, write_card
+
+    words = ["rain", "sun", "road", "price", "fell", "rose", "train", "late", "early", "cheap", "dear", "home"]
+    text = tmp_path / "sentences.jsonl"
+    text.write_text("".join(json.dumps({"text": " ".join(words[(i * 5 + j) % 12] for j in range(5)) + f" n{i}."})
+                            + "\n" for i in range(24)))
+    out = tmp_path / "variants"
+    summary = contrastive(_distill(encoder, text, out, teacher, distill_variants=2, steps=3))
+    record = json.loads((out / "contrastive_run.json").read_text())
+    assert summary["rows"] == 24 * 3 and record["stage"]["distill_variants"] == 2
+    write_card(CardConfig(str(out)))
+    assert "and of 2 one-word edit(s) of each" in (out / "README.md").read_text()
+    assert main(["contrastive", str(encoder), "--data-files", str(text), "--distill-variants", "1",
+                 "--output-dir", str(tmp_path / "refused")]) == 2
+    assert "--distill-variants adds texts for the teacher" in capsys.readouterr().err
+    assert not (tmp_path / "refused").exists()

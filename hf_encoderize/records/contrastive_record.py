@@ -54,6 +54,8 @@ class ContrastiveStage(Part):
     teacher_name: str | None = None
     teacher_license: str | None = None
     distill_contrastive_weight: float | None = None
+    distill_variants: int | None = None
+    """distill: minimal edits of each text the teacher labelled too (`--distill-variants`)."""
     projection: list | None = None
 
 

@@ -43,6 +43,10 @@ class ContrastiveConfig:
     distill_contrastive_weight: float = 0.0
     """distill: weight of SimCSE's in-batch contrastive loss added to the distillation loss (0: distillation alone;
     above 0 the text is given twice and `--dropout` makes the two views, as in simcse)."""
+    distill_variants: int = 0
+    """distill: also train on N minimal edits of each text (one word of 3+ lowercase letters replaced by another word
+    of the texts, drawn with `--seed`), each labelled by the teacher: the student sees how far one changed word moves
+    the teacher's embedding, which plain sentences rarely show. 0: the texts alone."""
     data_files: str | None = None
     """Local JSON/JSONL, CSV, Parquet or .txt file(s) (a glob works; .txt: one text per line, column `text`)."""
     data_name: str | None = field(default=None, metadata=identity(HARMLESS))
@@ -165,6 +169,7 @@ def check_distill_options(config) -> None:
     """`--teacher` goes with `--method distill` and only with it; distillation reads one text column, unprefixed
     (the teacher embeds the text itself). The teacher itself is checked by `distill.load_teacher`."""
     check_number("--distill-contrastive-weight", config.distill_contrastive_weight, minimum=0)
+    check_number("--distill-variants", config.distill_variants, minimum=0, integer=True)
     if config.objective != "distill":
         if config.teacher is not None:
             raise EncoderizeError("--teacher is the model --method distill learns from; add --method distill or "
@@ -172,6 +177,9 @@ def check_distill_options(config) -> None:
         if config.distill_contrastive_weight:
             raise EncoderizeError("--distill-contrastive-weight weighs a loss of --method distill; add it or drop "
                                   "the weight")
+        if config.distill_variants:
+            raise EncoderizeError("--distill-variants adds texts for the teacher to label (--method distill); add "
+                                  "--method distill or drop --distill-variants")
         return
     if not config.teacher:
         raise EncoderizeError("--method distill needs --teacher: a sentence-transformers model folder (or Hub id) "

@@ -11,6 +11,11 @@ Design choices:
   vector, and Matryoshka sizes, export (ONNX traces Dense) and the Space see one model. It starts at the least-squares
   map from the student's embeddings to the teacher's on the first 1,024 training texts (ridge 1e-3 of the mean
   squared norm), so the steps train the encoder towards the teacher rather than a random map first.
+- `--distill-variants N` adds N minimal edits of each text before the teacher labels them: one lowercase word (3+
+  letters, not part of a contraction) replaced by another word of the texts, drawn with `--seed` (a resume draws the
+  same). Plain sentences rarely show that one word can change the meaning; the teacher's labels of the edits do.
+  Measured on benchmarks/topical_paraphrases.py (issue 53; docs/contrastive.md): with one edit per sentence, a
+  distractor that differs from the query by a few words outranked the paraphrase less often.
 - `--distill-contrastive-weight W` adds SimCSE's in-batch loss: each row holds its text twice, one forward embeds both
   views (dropout on, as in simcse), and the loss is MSE(each view, teacher) + W * MultipleNegativesRankingLoss(view 1,
   view 2), both sentence-transformers' own, composed through their `compute_loss_from_embeddings`.
@@ -23,6 +28,7 @@ Design choices:
 
 from __future__ import annotations
 
+import random
 import re
 from pathlib import Path
 
@@ -96,6 +102,38 @@ def least_squares(model, texts: list[str], labels: torch.Tensor, prompt: str) ->
     return solution[:-1].T.float().contiguous(), solution[-1].float().contiguous()
 
 
+WORD = re.compile(r"(?<![\w'])[a-z]{3,}(?![\w'])")  # a lowercase word of 3+ letters, not inside "isn't"
+
+
+def word_variants(texts: list[str], per_text: int, seed: int) -> list[str]:
+    """`per_text` minimal edits of each text (in order): one WORD replaced by another WORD of `texts`, both drawn
+    with `seed`. A text without such a word gets none."""
+    vocabulary = sorted({word for text in texts for word in WORD.findall(text)})
+    if len(vocabulary) < 2:
+        return []
+    rng, variants = random.Random(seed), []
+    for text in texts:
+        spans = [match.span() for match in WORD.finditer(text)]
+        for _ in range(per_text if spans else 0):
+            start, end = rng.choice(spans)
+            word = rng.choice(vocabulary)
+            while word == text[start:end]:
+                word = rng.choice(vocabulary)
+            variants.append(text[:start] + word + text[end:])
+    return variants
+
+
+def with_variants(rows, config):
+    """`rows` (anchor, positive: one text twice) followed by `--distill-variants` edits of each text, as rows alike."""
+    import datasets
+
+    if not config.distill_variants:
+        return rows
+    edits = word_variants(rows["anchor"], config.distill_variants, config.seed)
+    added = datasets.Dataset.from_dict({"anchor": edits, "positive": edits}, features=rows.features)
+    return datasets.concatenate_datasets([rows, added])
+
+
 def label_rows(rows, labels: torch.Tensor, config):
     """(anchor, positive) rows of one text twice -> `text, label` (distillation alone) or `anchor, positive, label`
     (with the contrastive loss), `label` being the teacher's embedding of the text."""
@@ -143,6 +181,7 @@ def distill_loss(model, config):
 def prepare(model, rows, teacher, config, prompt: str):
     """The model with its projection, the labelled rows and the loss: what `contrastive` trains for distill.
     `prompt`: what the student's texts start with in training (the lead tokens), for the projection's fit."""
+    rows = with_variants(rows, config)  # the texts first: the projection's fit reads the first FIT_TEXTS
     texts = rows["anchor"]
     # (rows, teacher width): computed once, as sentence-transformers' distillation example does
     labels = teacher.encode(texts, batch_size=64, convert_to_tensor=True, show_progress_bar=False).float().cpu()
@@ -172,5 +211,5 @@ def distill_stage(config, folder: Path) -> dict:
     projection = json.loads(dense[0].read_text()) if dense else None
     weight = config.distill_contrastive_weight
     return {**teacher_facts(config.teacher), "loss": "mse+mnrl" if weight else "mse",
-            "distill_contrastive_weight": weight,
+            "distill_contrastive_weight": weight, "distill_variants": config.distill_variants,
             "projection": [projection["in_features"], projection["out_features"]] if projection else None}
