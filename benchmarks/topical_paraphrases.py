@@ -182,24 +182,21 @@ def train(encoder: Path, out: Path, objective: str, data: Path, steps: int, seed
     return summary["output_dir"], round(time.time() - started, 1)
 
 
-QUICKSTART = None  # the quickstart's defaults (QuickstartConfig), set by main: its teacher and stage settings
-
-
-def quickstart_settings() -> dict:
-    """The quickstart's distillation options for its teacher, as `contrastive` names them."""
+def quickstart_settings(teacher: str) -> dict:
+    """The quickstart's distillation options for `teacher` (quickstart.DISTILL_SETTINGS), named as `contrastive`'s."""
     from hf_encoderize.pipeline.quickstart import DISTILL_SETTINGS
 
     names = {"contrastive_warmup_ratio": "warmup_ratio", "contrastive_distill_variants": "distill_variants"}
-    return {names[key]: value for key, value in DISTILL_SETTINGS[QUICKSTART.teacher].items()}
+    return {names[key]: value for key, value in DISTILL_SETTINGS[teacher].items()}
 
 
-def quickstart_teacher() -> str | None:
-    """The quickstart's teacher folder; None (the arm is not run) when it is not installed."""
+def teacher_folder(teacher: str) -> str:
+    """A packaged teacher's folder, by name; its one error line (and exit) when it is not installed."""
     from hf_encoderize.common.errors import EncoderizeError
     from hf_encoderize.pipeline.teachers import packaged
 
     try:
-        return str(packaged(QUICKSTART.teacher))
+        return str(packaged(teacher))
     except EncoderizeError as err:
         sys.exit(f"error: {err}")
 
@@ -256,7 +253,7 @@ def intervals(queries: dict) -> dict:
         by_query, means = bootstrap(arms, key)
         by_seed = {arm: seed_interval([sum(q[key]) / len(q[key]) for q in seeds]) for arm, seeds in arms.items()}
         out[figure] = {"seeds_t95": by_seed, "queries_bootstrap95": by_query}
-        for arm in [arm for arm in means if arm.startswith("distill") or arm == "quickstart" if "simcse" in means]:
+        for arm in [a for a in means if "simcse" in means and (a.startswith("distill") or a == "quickstart")]:
             diffs = sorted(a - b for a, b in zip(means[arm], means["simcse"], strict=True))
             out[figure][f"{arm}_minus_simcse_bootstrap95"] = [round(diffs[int(0.025 * len(diffs))], 3),
                                                               round(diffs[int(0.975 * len(diffs)) - 1], 3)]
@@ -302,7 +299,6 @@ def main() -> None:
         write_sampled_sentences,
         write_sentences,
     )
-    global QUICKSTART
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--encoder", required=True, help="the quickstart's MLM encoder (runs/quickstart/encoder)")
@@ -322,7 +318,7 @@ def main() -> None:
     parser.add_argument("--null-simulations", type=int, default=300,
                         help="simulations of the recall@1 comparisons under their null, per trained arm (0: none)")
     args = parser.parse_args()
-    QUICKSTART = QuickstartConfig(contrastive_steps=0)  # the defaults, without checking the teacher is installed
+    quickstart_teacher = QuickstartConfig.teacher  # the field's default: the teacher the quickstart ships with
     torch.set_num_threads(args.threads)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -340,8 +336,8 @@ def main() -> None:
             "distill_sampled": dict(objective="distill", teacher=teacher, batch_size=32, learning_rate=5e-4,
                                     steps=120),
             # the quickstart's stage as it ships: its teacher and settings (quickstart.DISTILL_SETTINGS), its sentences
-            "quickstart": lambda: dict(objective="distill", teacher=quickstart_teacher(), batch_size=32,
-                                       learning_rate=5e-4, steps=120, **quickstart_settings())}
+            "quickstart": lambda: dict(objective="distill", teacher=teacher_folder(quickstart_teacher), batch_size=32,
+                                       learning_rate=5e-4, steps=120, **quickstart_settings(quickstart_teacher))}
     for seed in (int(seed) for seed in args.seeds.split(",")):
         for arm in [arm for arm in args.arms.split(",") if arm]:  # --arms "": score the --score folders alone
             settings = dict(arms[arm]() if callable(arms[arm]) else arms[arm])
@@ -365,8 +361,9 @@ def main() -> None:
         queries[name] = [per_query(SentenceTransformer(folder, device="cpu"))]
     if minilm := minilm_dir():
         queries["all-MiniLM-L6-v2"] = [per_query(SentenceTransformer(str(minilm), device="cpu"))]
-    if "quickstart" in args.arms.split(",") and QUICKSTART.teacher != "all-MiniLM-L6-v2":  # its teacher, the bar
-        queries[QUICKSTART.teacher] = [per_query(SentenceTransformer(quickstart_teacher(), device="cpu"))]
+    if "quickstart" in args.arms.split(",") and quickstart_teacher != "all-MiniLM-L6-v2":  # its teacher, the bar
+        queries[quickstart_teacher] = [per_query(SentenceTransformer(teacher_folder(quickstart_teacher),
+                                                                     device="cpu"))]
     results = {arm: {"mean": mean_of([summarise(q) for q in seeds]), "per_seed": [summarise(q) for q in seeds]}
                for arm, seeds in queries.items()}
     print(json.dumps({"set": str(SET), "queries": len(held_out()), "candidates": 4 * len(held_out()),
