@@ -72,11 +72,11 @@ def margins(vectors: torch.Tensor) -> dict:
             "margin": round((to_paraphrase - to_distractor).mean().item(), 3)}
 
 
-def gap(student, teacher, texts: list[str]) -> dict:
-    """Agreement with the teacher on `texts` (trained on) and on the held-out set, and the held-out margins."""
-    held = held_out_texts()
-    student_held, teacher_held = embed(student, held), embed(teacher, held)
-    return {"training_texts": agreement(embed(student, texts), embed(teacher, texts)),
+def gap(student, teacher_texts: torch.Tensor, teacher_held: torch.Tensor, texts: list[str]) -> dict:
+    """Agreement with the teacher's embeddings (`teacher_texts` of `texts`, the ones trained on; `teacher_held` of
+    `held_out_texts()`) on both, and the held-out margins of student and teacher."""
+    student_held = embed(student, held_out_texts())
+    return {"training_texts": agreement(embed(student, texts), teacher_texts),
             "held_out": agreement(student_held, teacher_held),
             "margins": {"student": margins(student_held), "teacher": margins(teacher_held)}}
 
@@ -84,6 +84,7 @@ def gap(student, teacher, texts: list[str]) -> dict:
 def main() -> None:
     from sentence_transformers import SentenceTransformer
 
+    from hf_encoderize.common.errors import EncoderizeError
     from hf_encoderize.pipeline import teachers
     from hf_encoderize.pipeline.quickstart import QuickstartConfig
 
@@ -97,11 +98,16 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     texts = [json.loads(line)["text"] for line in Path(args.texts).read_text().splitlines() if line.strip()]
-    teacher_path = args.teacher or str(teachers.packaged(QuickstartConfig.teacher))
+    try:
+        teacher_path = args.teacher or str(teachers.packaged(QuickstartConfig.teacher))
+    except EncoderizeError as err:
+        sys.exit(f"error: {err}")
     teacher = SentenceTransformer(teacher_path, device="cpu")
-    results = {name: gap(SentenceTransformer(folder, device="cpu"), teacher, texts[:args.limit])
+    compared = texts[:args.limit]
+    teacher_texts, teacher_held = embed(teacher, compared), embed(teacher, held_out_texts())  # once, for every student
+    results = {name: gap(SentenceTransformer(folder, device="cpu"), teacher_texts, teacher_held, compared)
                for name, folder in args.student}
-    print(json.dumps({"texts": args.texts, "compared": min(args.limit, len(texts)), "held_out": len(held_out_texts()),
+    print(json.dumps({"texts": args.texts, "compared": len(compared), "held_out": len(held_out_texts()),
                       "teacher": teacher_path, "students": results}, indent=1))
 
 
