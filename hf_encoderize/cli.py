@@ -27,7 +27,7 @@ import torch.distributed
 from hf_encoderize.common.arguments import CommandParser, add_dataclass_args, parse_args, value_type
 from hf_encoderize.common.config_file import build_configs, load_yaml
 from hf_encoderize.common.errors import EncoderizeError
-from hf_encoderize.common.launch import is_main_process
+from hf_encoderize.common.launch import end_launched_process, is_main_process
 from hf_encoderize.common.log import get_logger, setup_logging, teardown_logging
 from hf_encoderize.common.options import option_name
 from hf_encoderize.common.version import __version__
@@ -246,5 +246,17 @@ def leave_process_group() -> None:
         torch.distributed.destroy_process_group()
 
 
+def entry() -> None:
+    """The `hf-encoderize` command and `python -m hf_encoderize.cli`: `main`, then the exit. A process that torchrun
+    or `accelerate launch` started beside others ends through `end_launched_process` (gloo's threads can abort an
+    ordinary exit after the work is done); `main` itself always returns, so it can run in-process."""
+    code = main()
+    try:
+        end_launched_process(code)
+    except EncoderizeError:  # a malformed WORLD_SIZE: main has said so already
+        pass
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

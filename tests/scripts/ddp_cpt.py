@@ -9,6 +9,7 @@ import os
 import pathlib
 import sys
 
+from hf_encoderize.common.launch import end_launched_process
 from hf_encoderize.data.sources import DataConfig
 from hf_encoderize.model.loading import LoadConfig
 from hf_encoderize.objectives.masking import MaskingConfig
@@ -33,3 +34,5 @@ pathlib.Path(f"{losses_file}.rank{os.environ.get('RANK', '0')}").write_text(json
 if os.environ.get("RANK", "0") == "0":
     with open(losses_file, "w") as handle:
         json.dump(summary["losses"], handle)
+# As the CLI ends a launched process (gloo's threads outlive the process group and can abort an ordinary exit).
+end_launched_process(0)
