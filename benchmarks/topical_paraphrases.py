@@ -186,7 +186,8 @@ def quickstart_settings(teacher: str) -> dict:
     """The quickstart's distillation options for `teacher` (quickstart.DISTILL_SETTINGS), named as `contrastive`'s."""
     from hf_encoderize.pipeline.quickstart import DISTILL_SETTINGS
 
-    names = {"contrastive_warmup_ratio": "warmup_ratio", "contrastive_distill_variants": "distill_variants"}
+    names = {"contrastive_warmup_ratio": "warmup_ratio", "contrastive_distill_variants": "distill_variants",
+             "contrastive_distill_synonyms": "distill_synonyms"}
     return {names[key]: value for key, value in DISTILL_SETTINGS[teacher].items()}
 
 

@@ -266,3 +266,65 @@ def test_variants_are_labelled_trained_and_carded(encoder, teacher, tmp_path, ca
                  "--output-dir", str(tmp_path / "refused")]) == 2
     assert "--distill-variants adds texts for the teacher" in capsys.readouterr().err
     assert not (tmp_path / "refused").exists()
+
+
+class _WordTeacher:
+    """A teacher whose word vectors are given: car ~ vehicle (0.9), cars ~ car (0.99, an inflection), quick ~ rapid
+    (0.7), slow ~ quick (0.5, below the bar), banana alone; the stop word "the" sits on car."""
+
+    VECTORS = {"car": [1.0, 0.0, 0.0, 0.0], "vehicle": [0.9, 0.436, 0.0, 0.0], "cars": [0.99, 0.141, 0.0, 0.0],
+               "the": [1.0, 0.0, 0.0, 0.0], "quick": [0.0, 0.0, 1.0, 0.0], "rapid": [0.0, 0.0, 0.7, 0.714],
+               "slow": [0.0, 0.0, 0.5, -0.866], "banana": [0.0, -1.0, 0.0, 0.0]}
+
+    def encode(self, words, **kwargs):
+        vectors = torch.tensor([self.VECTORS[word] for word in words])
+        return torch.nn.functional.normalize(vectors, dim=-1)
+
+
+@pytest.mark.parametrize("block", [1024, 2], ids=["one block", "blocks of 2"])
+def test_near_synonyms_are_the_teachers_nearest_words_but_not_inflections_or_stop_words(block):
+    from hf_encoderize.recipes.contrastive.distill import nearest_words
+
+    near = nearest_words(sorted(_WordTeacher.VECTORS), _WordTeacher(), block=block)
+    # cars is nearest to car but is its inflection (vehicle may take cars); slow's nearest (quick, 0.5) is below 0.6
+    assert near == {"car": "vehicle", "cars": "vehicle", "vehicle": "cars", "quick": "rapid", "rapid": "quick"}
+
+
+def test_synonym_variants_swap_one_word_for_its_near_synonym_and_repeat_with_the_seed():
+    from hf_encoderize.recipes.contrastive.distill import synonym_variants
+
+    texts = ["the car was quick.", "a banana, slow.", "the quick car and the rapid car."]
+    variants = synonym_variants(texts, 2, seed=0, teacher=_WordTeacher())
+    assert variants == synonym_variants(texts, 2, seed=0, teacher=_WordTeacher())
+    assert len(variants) == 4  # two each for the texts with a near-synonym; "a banana, slow." has none
+    swaps = {("car", "vehicle"), ("quick", "rapid"), ("rapid", "quick")}
+    for original, variant in zip([texts[0]] * 2 + [texts[2]] * 2, variants, strict=True):
+        changed = [(a.strip("."), b.strip(".")) for a, b in zip(original.split(), variant.split(), strict=True)
+                   if a != b]
+        assert len(changed) == 1 and changed[0] in swaps, (original, variant)
+    many = synonym_variants(texts * 20, 1, seed=1, teacher=_WordTeacher())
+    assert len(set(many)) > 2  # the word swapped is drawn, not always the first
+
+
+def test_synonym_edits_are_labelled_trained_recorded_and_carded(encoder, teacher, tmp_path, capsys):
+    from sentence_transformers import SentenceTransformer
+
+    from hf_encoderize.publish.card import CardConfig, write_card
+    from hf_encoderize.recipes.contrastive.distill import synonym_variants
+
+    words = ["rain", "sun", "road", "price", "fell", "rose", "train", "late", "early", "cheap", "dear", "home"]
+    texts = [" ".join(words[(i * 5 + j) % 12] for j in range(5)) + f" n{i}." for i in range(24)]
+    text = tmp_path / "sentences.jsonl"
+    text.write_text("".join(json.dumps({"text": line}) + "\n" for line in texts))
+    edits = synonym_variants(texts, 1, seed=0, teacher=SentenceTransformer(str(teacher), device="cpu"))
+    out = tmp_path / "synonyms"
+    summary = contrastive(_distill(encoder, text, out, teacher, distill_synonyms=1, distill_variants=1, steps=3))
+    record = json.loads((out / "contrastive_run.json").read_text())
+    assert summary["rows"] == 24 * 2 + len(edits)  # the texts, one word edit each, then the near-synonym edits
+    assert record["stage"]["distill_synonyms"] == 1 and record["config"]["distill_synonyms"] == 1
+    write_card(CardConfig(str(out)))
+    assert "and of 1 near-synonym edit(s) of each" in (out / "README.md").read_text()
+    assert main(["contrastive", str(encoder), "--data-files", str(text), "--distill-synonyms", "1",
+                 "--output-dir", str(tmp_path / "refused")]) == 2
+    assert "--distill-synonyms adds texts for the teacher" in capsys.readouterr().err
+    assert not (tmp_path / "refused").exists()

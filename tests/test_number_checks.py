@@ -36,7 +36,9 @@ ZERO_ALLOWED = {
     "port": "0 asks the OS for any free port",
     "distill_contrastive_weight": "0 distils alone, without the in-batch contrastive loss",
     "distill_variants": "0 distils the texts alone, no one-word edits",
+    "distill_synonyms": "0 distils without near-synonym edits",
     "contrastive_distill_variants": "run's distillation stage on the texts alone",
+    "contrastive_distill_synonyms": "run's distillation stage without near-synonym edits",
     "contrastive_warmup_ratio": "run's contrastive stage without warmup",
 }
 # Fields where inf is a legitimate value: none today; a field that needs it is named here with its reason.
@@ -54,7 +56,8 @@ _REQUIRED = {"contrastive": ["--data-files", "no-such-data.jsonl"],
              "pretrain": ["--model-config", "210M", "--tokenizer", "no-such-tokenizer"]}
 # options that belong to one setting of another: given alone, they are refused for that reason, not their value
 _SETTING = {"distill_contrastive_weight": ["--method", "distill", "--teacher", "some/teacher"],
-            "distill_variants": ["--method", "distill", "--teacher", "some/teacher"]}
+            "distill_variants": ["--method", "distill", "--teacher", "some/teacher"],
+            "distill_synonyms": ["--method", "distill", "--teacher", "some/teacher"]}
 
 
 def _numeric_fields() -> list[tuple[str, str, type]]:

@@ -110,6 +110,8 @@ class RunConfig:
     """Warmup share of the contrastive stage's steps (default: the `contrastive` command's, 0.1)."""
     contrastive_distill_variants: int = 0
     """distill: one-word edits of each text the teacher labels too (`contrastive --distill-variants`)."""
+    contrastive_distill_synonyms: int = 0
+    """distill: near-synonym edits of each text the teacher labels too (`contrastive --distill-synonyms`)."""
     eval_contrastive: bool = True
     """With --contrastive and an eval profile, evaluate the embedding model too."""
 
@@ -136,6 +138,10 @@ class RunConfig:
         check_number("--contrastive-distill-variants", self.contrastive_distill_variants, minimum=0, integer=True)
         if self.contrastive_distill_variants and self.contrastive != "distill":
             raise EncoderizeError("--contrastive-distill-variants adds texts for the teacher to label; add "
+                                  "--contrastive distill or drop it")
+        check_number("--contrastive-distill-synonyms", self.contrastive_distill_synonyms, minimum=0, integer=True)
+        if self.contrastive_distill_synonyms and self.contrastive != "distill":
+            raise EncoderizeError("--contrastive-distill-synonyms adds texts for the teacher to label; add "
                                   "--contrastive distill or drop it")
         check_number("--contrastive-learning-rate", self.contrastive_lr, above=0)
         check_number("--eval-max-steps", self.eval_max_steps, minimum=1, integer=True)
@@ -189,6 +195,7 @@ def contrastive_config(data, run_cfg: RunConfig, out: Path, resume: bool = False
                              negative_column=run_cfg.contrastive_negative_column,
                              teacher=run_cfg.contrastive_teacher,
                              distill_variants=run_cfg.contrastive_distill_variants,
+                             distill_synonyms=run_cfg.contrastive_distill_synonyms,
                              **({"warmup_ratio": run_cfg.contrastive_warmup_ratio}
                                 if run_cfg.contrastive_warmup_ratio is not None else {}),
                              **({"dropout": run_cfg.contrastive_dropout} if run_cfg.contrastive_dropout is not None

@@ -75,6 +75,7 @@ def distilled_text(stage: ContrastiveStage) -> str:
     return (f"distilled from {stage.teacher_name} (`{stage.teacher}`, license "
             f"{stage.teacher_license or 'unknown'}): MSE to the teacher's embedding of each text"
             + (f", and of {stage.distill_variants} one-word edit(s) of each" if stage.distill_variants else "")
+            + (f", and of {stage.distill_synonyms} near-synonym edit(s) of each" if stage.distill_synonyms else "")
             + (f" plus {weight} x the in-batch contrastive loss" if weight else "")
             + (f", through a Dense projection {projection[0]} -> {projection[1]}" if projection else ""))
 

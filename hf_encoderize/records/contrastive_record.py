@@ -56,6 +56,8 @@ class ContrastiveStage(Part):
     distill_contrastive_weight: float | None = None
     distill_variants: int | None = None
     """distill: minimal edits of each text the teacher labelled too (`--distill-variants`)."""
+    distill_synonyms: int | None = None
+    """distill: near-synonym edits of each text the teacher labelled too (`--distill-synonyms`)."""
     projection: list | None = None
 
 

@@ -47,6 +47,11 @@ class ContrastiveConfig:
     """distill: also train on N minimal edits of each text (one word of 3+ lowercase letters replaced by another word
     of the texts, drawn with `--seed`), each labelled by the teacher: the student sees how far one changed word moves
     the teacher's embedding, which plain sentences rarely show. 0: the texts alone."""
+    distill_synonyms: int = 0
+    """distill: also train on N near-synonym edits of each text (one content word replaced by its nearest other word
+    of the texts in the teacher's embedding space, at cosine 0.6 or more and not an inflection of it: car -> vehicle,
+    quickly -> rapidly), each labelled by the teacher: where the one-word edits show that a word can change the
+    meaning, these show that another word can keep it. 0: none."""
     data_files: str | None = None
     """Local JSON/JSONL, CSV, Parquet or .txt file(s) (a glob works; .txt: one text per line, column `text`)."""
     data_name: str | None = field(default=None, metadata=identity(HARMLESS))
@@ -170,6 +175,7 @@ def check_distill_options(config) -> None:
     (the teacher embeds the text itself). The teacher itself is checked by `distill.load_teacher`."""
     check_number("--distill-contrastive-weight", config.distill_contrastive_weight, minimum=0)
     check_number("--distill-variants", config.distill_variants, minimum=0, integer=True)
+    check_number("--distill-synonyms", config.distill_synonyms, minimum=0, integer=True)
     if config.objective != "distill":
         if config.teacher is not None:
             raise EncoderizeError("--teacher is the model --method distill learns from; add --method distill or "
@@ -180,6 +186,9 @@ def check_distill_options(config) -> None:
         if config.distill_variants:
             raise EncoderizeError("--distill-variants adds texts for the teacher to label (--method distill); add "
                                   "--method distill or drop --distill-variants")
+        if config.distill_synonyms:
+            raise EncoderizeError("--distill-synonyms adds texts for the teacher to label (--method distill); add "
+                                  "--method distill or drop --distill-synonyms")
         return
     if not config.teacher:
         raise EncoderizeError("--method distill needs --teacher: a sentence-transformers model folder (or Hub id) "

@@ -16,6 +16,10 @@ Design choices:
   same). Plain sentences rarely show that one word can change the meaning; the teacher's labels of the edits do.
   Measured on benchmarks/topical_paraphrases.py (issue 53; docs/contrastive.md): with one edit per sentence, a
   distractor that differs from the query by a few words outranked the paraphrase less often.
+- `--distill-synonyms N` adds N near-synonym edits of each text: a content word replaced by its nearest other word
+  of the texts in the teacher's own embedding space (cosine 0.6 or more, not an inflection, stop words skipped; car
+  -> vehicle, children -> kids). The one-word edits show that a word can change the meaning; these show that another
+  word can keep it, which is what a paraphrase does. No thesaurus ships offline; the teacher is one.
 - `--distill-contrastive-weight W` adds SimCSE's in-batch loss: each row holds its text twice, one forward embeds both
   views (dropout on, as in simcse), and the loss is MSE(each view, teacher) + W * MultipleNegativesRankingLoss(view 1,
   view 2), both sentence-transformers' own, composed through their `compute_loss_from_embeddings`.
@@ -123,13 +127,62 @@ def word_variants(texts: list[str], per_text: int, seed: int) -> list[str]:
     return variants
 
 
-def with_variants(rows, config):
-    """`rows` (anchor, positive: one text twice) followed by `--distill-variants` edits of each text, as rows alike."""
+SYNONYM_COSINE = 0.6  # the least teacher cosine at which a nearest word counts as a near-synonym
+NEIGHBOURS = 20  # nearest words looked at per word (the first that is not an inflection is the one taken or not)
+
+
+def nearest_words(words: list[str], teacher, block: int = 1024) -> dict[str, str]:
+    """Each content word of `words` (not one of scikit-learn's English stop words) -> its nearest other content word
+    in the teacher's embedding space, skipping inflections (a word sharing its first 4 letters, or holding it or held
+    in it), kept when their cosine is at least SYNONYM_COSINE. Similarities are taken `block` words at a time."""
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    content = [word for word in words if word not in ENGLISH_STOP_WORDS]
+    if len(content) < 2:
+        return {}
+    vectors = teacher.encode(content, batch_size=256, convert_to_tensor=True, normalize_embeddings=True,
+                             show_progress_bar=False).float().cpu()
+    near = {}
+    for start in range(0, len(content), block):
+        sims = vectors[start:start + block] @ vectors.T
+        sims[torch.arange(len(sims)), torch.arange(start, start + len(sims))] = -1.0  # not the word itself
+        values, indices = sims.topk(min(NEIGHBOURS, len(content) - 1), dim=1)
+        for offset, (row_values, row_indices) in enumerate(zip(values.tolist(), indices.tolist(), strict=True)):
+            word = content[start + offset]
+            for value, index in zip(row_values, row_indices, strict=True):
+                other = content[index]
+                if other[:4] == word[:4] or word in other or other in word:
+                    continue  # an inflection (city, cities; happy, happier) says nothing new
+                if value >= SYNONYM_COSINE:
+                    near[word] = other
+                break
+    return near
+
+
+def synonym_variants(texts: list[str], per_text: int, seed: int, teacher) -> list[str]:
+    """`per_text` near-synonym edits of each text (in order): one WORD that has a near-synonym (`nearest_words` over
+    the words of `texts`) replaced by it, drawn with `seed`. A text without such a word gets none."""
+    near = nearest_words(sorted({word for text in texts for word in WORD.findall(text)}), teacher)
+    rng, variants = random.Random(seed), []
+    for text in texts:
+        spans = [match.span() for match in WORD.finditer(text) if match.group() in near]
+        for _ in range(per_text if spans else 0):
+            start, end = rng.choice(spans)
+            variants.append(text[:start] + near[text[start:end]] + text[end:])
+    return variants
+
+
+def with_variants(rows, config, teacher=None):
+    """`rows` (anchor, positive: one text twice) followed by `--distill-variants` one-word edits and then
+    `--distill-synonyms` near-synonym edits of each text, as rows alike (`teacher` finds the near-synonyms)."""
     import datasets
 
-    if not config.distill_variants:
+    if not (config.distill_variants or config.distill_synonyms):
         return rows
-    edits = word_variants(rows["anchor"], config.distill_variants, config.seed)
+    texts = rows["anchor"]
+    edits = word_variants(texts, config.distill_variants, config.seed) if config.distill_variants else []
+    if config.distill_synonyms:
+        edits += synonym_variants(texts, config.distill_synonyms, config.seed, teacher)
     added = datasets.Dataset.from_dict({"anchor": edits, "positive": edits}, features=rows.features)
     return datasets.concatenate_datasets([rows, added])
 
@@ -181,7 +234,7 @@ def distill_loss(model, config):
 def prepare(model, rows, teacher, config, prompt: str):
     """The model with its projection, the labelled rows and the loss: what `contrastive` trains for distill.
     `prompt`: what the student's texts start with in training (the lead tokens), for the projection's fit."""
-    rows = with_variants(rows, config)  # the texts first: the projection's fit reads the first FIT_TEXTS
+    rows = with_variants(rows, config, teacher)  # the texts first: the projection's fit reads the first FIT_TEXTS
     texts = rows["anchor"]
     # (rows, teacher width): computed once, as sentence-transformers' distillation example does
     labels = teacher.encode(texts, batch_size=64, convert_to_tensor=True, show_progress_bar=False).float().cpu()
@@ -212,4 +265,5 @@ def distill_stage(config, folder: Path) -> dict:
     weight = config.distill_contrastive_weight
     return {**teacher_facts(config.teacher), "loss": "mse+mnrl" if weight else "mse",
             "distill_contrastive_weight": weight, "distill_variants": config.distill_variants,
+            "distill_synonyms": config.distill_synonyms,
             "projection": [projection["in_features"], projection["out_features"]] if projection else None}
