@@ -152,7 +152,8 @@ def nearest_words(words: list[str], teacher, block: int = 1024) -> dict[str, str
             for value, index in zip(row_values, row_indices, strict=True):
                 other = content[index]
                 if other[:4] == word[:4] or word in other or other in word:
-                    continue  # an inflection (city, cities; happy, happier) says nothing new
+                    continue  # an inflection (house, houses; happy, happier) says nothing new; a heuristic:
+                    # city -> cities passes it
                 if value >= SYNONYM_COSINE:
                     near[word] = other
                 break
@@ -172,7 +173,7 @@ def synonym_variants(texts: list[str], per_text: int, seed: int, teacher) -> lis
     return variants
 
 
-def with_variants(rows, config, teacher=None):
+def with_variants(rows, config, teacher):
     """`rows` (anchor, positive: one text twice) followed by `--distill-variants` one-word edits and then
     `--distill-synonyms` near-synonym edits of each text, as rows alike (`teacher` finds the near-synonyms)."""
     import datasets
