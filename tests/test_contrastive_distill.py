@@ -249,23 +249,34 @@ def test_word_variants_change_one_word_each_and_repeat_with_the_seed():
     assert word_variants(["A b c."], 1, seed=0) == []  # nothing to replace with: no edit rather than a loop
 
 
+def _edit_sentences(tmp_path):
+    """24 five-word sentences of 12 lowercase words (each editable), as a JSONL file: (path, texts)."""
+    words = ["rain", "sun", "road", "price", "fell", "rose", "train", "late", "early", "cheap", "dear", "home"]
+    texts = [" ".join(words[(i * 5 + j) % 12] for j in range(5)) + f" n{i}." for i in range(24)]
+    text = tmp_path / "sentences.jsonl"
+    text.write_text("".join(json.dumps({"text": line}) + "\n" for line in texts))
+    return text, texts
+
+
+def _refused_without_distill(encoder, text, tmp_path, capsys, option):
+    """`option 1` without --method distill: exit 2, one line saying what it is for, no output folder."""
+    assert main(["contrastive", str(encoder), "--data-files", str(text), option, "1",
+                 "--output-dir", str(tmp_path / "refused")]) == 2
+    assert f"{option} adds texts for the teacher" in capsys.readouterr().err
+    assert not (tmp_path / "refused").exists()
+
+
 def test_variants_are_labelled_trained_and_carded(encoder, teacher, tmp_path, capsys):
     from hf_encoderize.publish.card import CardConfig, write_card
 
-    words = ["rain", "sun", "road", "price", "fell", "rose", "train", "late", "early", "cheap", "dear", "home"]
-    text = tmp_path / "sentences.jsonl"
-    text.write_text("".join(json.dumps({"text": " ".join(words[(i * 5 + j) % 12] for j in range(5)) + f" n{i}."})
-                            + "\n" for i in range(24)))
+    text, _ = _edit_sentences(tmp_path)
     out = tmp_path / "variants"
     summary = contrastive(_distill(encoder, text, out, teacher, distill_variants=2, steps=3))
     record = json.loads((out / "contrastive_run.json").read_text())
     assert summary["rows"] == 24 * 3 and record["stage"]["distill_variants"] == 2
     write_card(CardConfig(str(out)))
     assert "and of 2 one-word edit(s) of each" in (out / "README.md").read_text()
-    assert main(["contrastive", str(encoder), "--data-files", str(text), "--distill-variants", "1",
-                 "--output-dir", str(tmp_path / "refused")]) == 2
-    assert "--distill-variants adds texts for the teacher" in capsys.readouterr().err
-    assert not (tmp_path / "refused").exists()
+    _refused_without_distill(encoder, text, tmp_path, capsys, "--distill-variants")
 
 
 class _WordTeacher:
@@ -312,10 +323,7 @@ def test_synonym_edits_are_labelled_trained_recorded_and_carded(encoder, teacher
     from hf_encoderize.publish.card import CardConfig, write_card
     from hf_encoderize.recipes.contrastive.distill import synonym_variants
 
-    words = ["rain", "sun", "road", "price", "fell", "rose", "train", "late", "early", "cheap", "dear", "home"]
-    texts = [" ".join(words[(i * 5 + j) % 12] for j in range(5)) + f" n{i}." for i in range(24)]
-    text = tmp_path / "sentences.jsonl"
-    text.write_text("".join(json.dumps({"text": line}) + "\n" for line in texts))
+    text, texts = _edit_sentences(tmp_path)
     edits = synonym_variants(texts, 1, seed=0, teacher=SentenceTransformer(str(teacher), device="cpu"))
     out = tmp_path / "synonyms"
     summary = contrastive(_distill(encoder, text, out, teacher, distill_synonyms=1, distill_variants=1, steps=3))
@@ -324,7 +332,4 @@ def test_synonym_edits_are_labelled_trained_recorded_and_carded(encoder, teacher
     assert record["stage"]["distill_synonyms"] == 1 and record["config"]["distill_synonyms"] == 1
     write_card(CardConfig(str(out)))
     assert "and of 1 near-synonym edit(s) of each" in (out / "README.md").read_text()
-    assert main(["contrastive", str(encoder), "--data-files", str(text), "--distill-synonyms", "1",
-                 "--output-dir", str(tmp_path / "refused")]) == 2
-    assert "--distill-synonyms adds texts for the teacher" in capsys.readouterr().err
-    assert not (tmp_path / "refused").exists()
+    _refused_without_distill(encoder, text, tmp_path, capsys, "--distill-synonyms")
