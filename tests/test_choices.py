@@ -33,6 +33,7 @@ ENUMERATED = [
     (ContrastiveConfig, CONTRASTIVE, "objective", ("simcse", "supervised", "distill")),
     (ContrastiveConfig, CONTRASTIVE, "pooling", ("mean", "lasttoken", "weightedmean")),
     (ContrastiveConfig, CONTRASTIVE, "loss", ("mnrl", "cached_mnrl")),
+    (ContrastiveConfig, CONTRASTIVE, "mixed_precision", ("auto", "bf16", "no")),
     (LoadConfig, {"source": "m"}, "attn_implementation", BACKENDS),
     (LoadConfig, {"source": "m"}, "dtype", ("auto", "float32", "bfloat16", "float16")),
     (PretrainConfig, {"model_config": "210M", "tokenizer": "t"}, "attn_implementation", BACKENDS),

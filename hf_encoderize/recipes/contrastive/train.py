@@ -115,9 +115,11 @@ def _training_args(config: ContrastiveConfig, work: Path, rows: int, prompts: di
     )
 
     # Several CPU processes (torchrun/accelerate with gloo): the trainer goes distributed only when told
-    multi_cpu = not torch.cuda.is_available() and world_size() > 1
+    cpu, bf16 = not torch.cuda.is_available(), uses_bf16(config.mixed_precision)
+    multi_cpu = cpu and world_size() > 1
     return SentenceTransformerTrainingArguments(
-        **({"ddp_backend": "gloo", "use_cpu": True} if multi_cpu else {}),
+        **({"ddp_backend": "gloo"} if multi_cpu else {}),
+        **({"use_cpu": True} if multi_cpu or (cpu and bf16) else {}),  # bf16 on a CPU: refused without use_cpu
         output_dir=str(work / "trainer"), max_steps=config.steps, per_device_train_batch_size=config.batch_size,
         # transformers v5 reads a float warmup_steps below 1 as a ratio (warmup_ratio is deprecated)
         learning_rate=config.learning_rate, warmup_steps=config.warmup_ratio, lr_scheduler_type="linear",
@@ -125,8 +127,14 @@ def _training_args(config: ContrastiveConfig, work: Path, rows: int, prompts: di
         save_strategy="steps", save_steps=config.save_every, save_total_limit=config.keep_last,
         report_to="none", logging_steps=max(1, config.steps // 20), disable_tqdm=not config.progress, prompts=prompts,
         dataloader_drop_last=rows >= config.batch_size,
-        bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),  # autocast over the fp32 master weights
+        bf16=bf16,  # autocast over the fp32 master weights
     )
+
+def uses_bf16(mixed_precision: str) -> bool:
+    """Whether the stage autocasts to bf16: `bf16` always (on CPU too), `auto` on a CUDA/ROCm GPU that has bf16."""
+    if mixed_precision == "auto":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return mixed_precision == "bf16"
 
 def warmup_decay_factor(step: int, total_steps: int, warmup_steps: int) -> float:
     """Multiplier of the peak LR at optimizer step `step` (0-based), as cpt's schedule counts: linear warmup whose
