@@ -111,9 +111,9 @@ class ContrastiveConfig:
     seed: int = 0
     """Seed for data order and dropout."""
     mixed_precision: Precision = "auto"
-    """auto (bf16 on a GPU that has it, none on CPU), bf16 or no: autocast over the fp32 master weights. bf16 on a
-    CPU with native bf16 (AVX512-BF16 or AMX: `lscpu` lists avx512_bf16 or amx_bf16) trains about 1.8x faster than
-    fp32 (measured: benchmarks/contrastive_precision.py); on a CPU without it bf16 is emulated and slower."""
+    """auto (bf16 on a GPU that has it, none on CPU), bf16 or no: autocast over the fp32 master weights. On a CPU
+    with native bf16 (`lscpu` lists avx512_bf16 or amx_bf16) bf16 trains faster than fp32 (benchmarks/
+    contrastive_precision.py measures it; docs/contrastive.md has the figures); elsewhere it is emulated."""
     save_every: int = field(default=500, metadata=identity(HARMLESS))
     """Save a resumable checkpoint (weights, optimizer, scheduler, RNG, data position) every N steps, in the
     `.NAME.work/` folder next to the output; it is removed once the embedding model is written."""
