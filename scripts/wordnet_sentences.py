@@ -80,8 +80,9 @@ def main() -> None:
     held_out = held_out_texts(args.exclude if args.exclude and args.exclude.is_file() else None)
     kept = [text for text in sentences[:args.count] if not near(set(WORDS.findall(text.lower())), held_out)]
     args.output.write_text("".join(json.dumps({"text": text}) + "\n" for text in kept))
-    print(json.dumps({"examples": len(sentences), "written": len(kept), "left_out_near_held_out": args.count - len(kept)
-                      if len(sentences) >= args.count else None, "output": str(args.output), "license": LICENSE}))
+    print(json.dumps({"examples": len(sentences), "written": len(kept),
+                      "left_out_near_held_out": min(args.count, len(sentences)) - len(kept),
+                      "output": str(args.output), "license": LICENSE}))
 
 
 if __name__ == "__main__":

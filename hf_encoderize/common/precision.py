@@ -10,6 +10,13 @@ from __future__ import annotations
 import torch
 
 
+def resolve_mixed_precision(choice: str) -> str:
+    """A `--mixed-precision` choice as it runs: `auto` is bf16 on a GPU that has it, else no; others as given."""
+    if choice != "auto":
+        return choice
+    return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
+
+
 def autocast_dtype(accelerator) -> torch.dtype | None:
     """The dtype an Accelerate run autocasts to (bf16, fp16), None without mixed precision (or without accelerator)."""
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(getattr(accelerator, "mixed_precision", "no")))

@@ -16,6 +16,7 @@ from hf_encoderize.common import outputs
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import world_size
 from hf_encoderize.common.locks import LOCK, acquire_lock, check_unlocked, release_lock, releasing_locks
+from hf_encoderize.common.precision import resolve_mixed_precision
 from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD
 from hf_encoderize.model.saving import MODELING_FILE, encoder_dir, write_encoder_block
 from hf_encoderize.recipes.contrastive import distill
@@ -115,7 +116,7 @@ def _training_args(config: ContrastiveConfig, work: Path, rows: int, prompts: di
     )
 
     # Several CPU processes (torchrun/accelerate with gloo): the trainer goes distributed only when told
-    cpu, bf16 = not torch.cuda.is_available(), uses_bf16(config.mixed_precision)
+    cpu, bf16 = not torch.cuda.is_available(), resolve_mixed_precision(config.mixed_precision) == "bf16"
     multi_cpu = cpu and world_size() > 1
     return SentenceTransformerTrainingArguments(
         **({"ddp_backend": "gloo"} if multi_cpu else {}),
@@ -129,12 +130,6 @@ def _training_args(config: ContrastiveConfig, work: Path, rows: int, prompts: di
         dataloader_drop_last=rows >= config.batch_size,
         bf16=bf16,  # autocast over the fp32 master weights
     )
-
-def uses_bf16(mixed_precision: str) -> bool:
-    """Whether the stage autocasts to bf16: `bf16` always (on CPU too), `auto` on a CUDA/ROCm GPU that has bf16."""
-    if mixed_precision == "auto":
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    return mixed_precision == "bf16"
 
 def warmup_decay_factor(step: int, total_steps: int, warmup_steps: int) -> float:
     """Multiplier of the peak LR at optimizer step `step` (0-based), as cpt's schedule counts: linear warmup whose

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from hf_encoderize.common.launch import world_size
+from hf_encoderize.common.precision import resolve_mixed_precision
 from hf_encoderize.training.train_config import TrainConfig
 
 
@@ -38,9 +39,7 @@ def make_accelerator(train: TrainConfig, output_dir: Path, trackers: list[str]):
     from accelerate.state import AcceleratorState
     from accelerate.utils import InitProcessGroupKwargs
 
-    precision = train.mixed_precision
-    if precision == "auto":
-        precision = "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
+    precision = resolve_mixed_precision(train.mixed_precision)
     if AcceleratorState._shared_state and AcceleratorState().mixed_precision != precision:
         # A second run in one Python process (library use) with another precision: accelerate keeps its state in a
         # process-wide singleton and refuses the change; clear it (not the process group, which stays valid).
