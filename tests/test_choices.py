@@ -13,6 +13,7 @@ from hf_encoderize.data.sources import DataConfig
 from hf_encoderize.evaluation.config import EvalConfig
 from hf_encoderize.model.loading import LoadConfig
 from hf_encoderize.objectives.masking import MaskingConfig
+from hf_encoderize.pipeline.quickstart import QuickstartConfig
 from hf_encoderize.pipeline.run import RunConfig
 from hf_encoderize.publish.export import ExportConfig
 from hf_encoderize.recipes.contrastive import ContrastiveConfig
@@ -43,6 +44,8 @@ ENUMERATED = [
     (RunConfig, {"contrastive_data_files": "p.jsonl"}, "contrastive", ("simcse", "supervised", "distill", "none")),
     (RunConfig, {}, "eval_profile", ("paper", "quick", "smoke", "none")),
     (RunConfig, {}, "eval_base", ("bidirectional", "causal", "both", "none")),
+    (RunConfig, {}, "contrastive_mixed_precision", ("auto", "bf16", "no")),
+    (QuickstartConfig, {"contrastive_steps": 0}, "distill_text", ("wordnet", "sampled")),
     (ExportConfig, {"output_dir": "o"}, "format", ("onnx", "gguf")),
 ]
 

