@@ -91,3 +91,23 @@ def test_help_lists_a_literal_option_s_values(capsys):
         main(["cpt", "--help"])
     assert "--attn-implementation {auto,eager,sdpa,flex_attention,flash_attention_2,flash_attention_3}" in \
         capsys.readouterr().out
+
+
+def test_bf16_on_a_gpu_without_it_is_refused_in_one_line(monkeypatch, capsys):
+    """A T4 or V100 has no bf16: cpt and contrastive say so, before Accelerate or transformers raise their own."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: False)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "Tesla T4")
+    for make in (lambda: TrainConfig(mixed_precision="bf16"),
+                 lambda: ContrastiveConfig(**CONTRASTIVE, mixed_precision="bf16")):
+        with pytest.raises(EncoderizeError, match=r"--mixed-precision bf16: this GPU \(Tesla T4\) has no bf16"):
+            make()
+    TrainConfig(mixed_precision="auto"), ContrastiveConfig(**CONTRASTIVE, mixed_precision="no")  # accepted
+    assert main(["contrastive", "enc", "--data-files", "x.jsonl", "--output-dir", "o", "--mixed-precision",
+                 "bf16"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --mixed-precision bf16: this GPU") and "Traceback" not in err
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    TrainConfig(mixed_precision="bf16")  # an A100 or H100 has it

@@ -9,12 +9,22 @@ from __future__ import annotations
 
 import torch
 
+from hf_encoderize.common.errors import EncoderizeError
+
 
 def resolve_mixed_precision(choice: str) -> str:
     """A `--mixed-precision` choice as it runs: `auto` is bf16 on a GPU that has it, else no; others as given."""
     if choice != "auto":
         return choice
     return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
+
+
+def check_bf16(choice: str, flag: str = "--mixed-precision") -> None:
+    """Refuse bf16 on a GPU without it (a T4, a V100) in one line, before transformers or Accelerate refuses it with a
+    traceback. A CPU runs bf16 autocast anywhere (slowly without bf16 instructions)."""
+    if choice == "bf16" and torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
+        raise EncoderizeError(f"{flag} bf16: this GPU ({torch.cuda.get_device_name()}) has no bf16; pass {flag} "
+                              "auto (fp32 here) or fp16 where the command offers it")
 
 
 def autocast_dtype(accelerator) -> torch.dtype | None:

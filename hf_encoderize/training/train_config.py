@@ -14,6 +14,7 @@ from typing import Literal
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, LENGTH, identity
+from hf_encoderize.common.precision import check_bf16
 from hf_encoderize.common.validation import check_choice, check_number
 from hf_encoderize.objectives.loss_kernels import LossImplementation
 from hf_encoderize.training.schedule import decay_steps_for, default_warmup
@@ -158,6 +159,7 @@ class TrainConfig:
         check_number("--max-grad-norm", self.max_grad_norm, above=0)
         for name in ("mixed_precision", "on_nonfinite", "loss_implementation", "master_weights"):
             check_choice(f"--{name.replace('_', '-')}", getattr(self, name), TrainConfig, name)  # the Literal's values
+        check_bf16(self.mixed_precision)
 
     def _check_exports_after_branch(self, exports: tuple[int, ...]) -> None:
         """A branch starts after its checkpoint's step, so an export at or before it would never be written."""

@@ -8,6 +8,7 @@ from typing import Literal, get_args
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, identity
+from hf_encoderize.common.precision import check_bf16
 from hf_encoderize.common.validation import check_choice, check_data_name, check_number, parse_dims
 
 Objective = Literal["simcse", "supervised", "distill"]
@@ -157,6 +158,7 @@ class ContrastiveConfig:
         check_number("--warmup-ratio", self.warmup_ratio, minimum=0, below=1)
         check_extras(self)  # --hard-negatives, --matryoshka-dims (a size above the width: once the model loads)
         check_distill_options(self)  # --teacher with --method distill, and only then
+        check_bf16(self.mixed_precision)
 
     def identity_value(self, name: str):
         """The value a setting runs with, for "same run?" (`common.identity`): `data_files` by content (size and a
