@@ -246,7 +246,7 @@ def test_quickstart_distils_the_teacher_on_sentences_the_decoder_samples(decoder
     record = json.loads((out / "contrastive" / "contrastive_run.json").read_text())
     assert record["config"]["objective"] == "distill" and record["config"]["steps"] == 2
     assert record["config"]["data_files"].endswith("sampled_sentences_7.jsonl")
-    assert record["config"]["learning_rate"] == 5e-4
+    assert record["config"]["learning_rate"] == 5e-4 and record["config"]["mixed_precision"] == "auto"  # as measured
     assert record["config"]["teacher"] == str(teacher) and record["stage"]["projection"] == [32, 768]
     assert record["config"]["warmup_ratio"] == 0.3 and record["stage"]["distill_variants"] == 1
     assert record["stage"]["rows"] == 2 * 48  # each sampled sentence and one edit of it

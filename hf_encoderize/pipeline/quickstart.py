@@ -187,13 +187,15 @@ def embedding_stage(config: QuickstartConfig, corpus: Path) -> dict:
                     contrastive_max_seq_length=24, contrastive_dropout=0.1, contrastive_lr=1e-4, eval_contrastive=False)
     if config.distill_text == "wordnet":
         sentences, stage = write_wordnet_sentences(corpus.parent), DISTILL_STAGES["wordnet"]
-    else:
+        precision = cpu_precision()  # measured in bf16 on this project's CPU
+    else:  # the stage before, as it was measured: fp32 on a CPU
         sentences = write_sampled_sentences(corpus.parent, config.sampled_sequences)
         stage = DISTILL_STAGES["sampled"] if config.teacher == teachers.MPNET else SAMPLED_WITH_MINILM
+        precision = "auto"
     stage = {**stage, **({"contrastive_steps": config.contrastive_steps} if config.contrastive_steps else {})}
     return dict(contrastive="distill", contrastive_teacher=str(teachers.packaged(config.teacher)),
                 contrastive_data_files=str(sentences), contrastive_batch_size=32, contrastive_max_seq_length=24,
-                contrastive_mixed_precision=cpu_precision(), **stage, eval_contrastive=False)
+                contrastive_mixed_precision=precision, **stage, eval_contrastive=False)
 
 
 def cpu_precision() -> str:
