@@ -301,6 +301,15 @@ def named_folder(value: str) -> tuple[str, str]:
 
 
 def main() -> None:
+    """Everything but the one JSON object writes to stderr: a library's import-time log line (DeepSpeed's
+    accelerator warning, through Accelerate) went to stdout before it and made the output unparseable."""
+    stdout = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):
+        report = measure()
+    print(json.dumps(report, indent=1), file=stdout)
+
+
+def measure() -> dict:
     from sentence_transformers import SentenceTransformer
 
     from hf_encoderize.pipeline.quickstart import (
@@ -355,8 +364,7 @@ def main() -> None:
 
                 settings["data"] = write_pairs(work / "pairs-data")
             if arm == "distill_sampled":
-                with contextlib.redirect_stdout(sys.stderr):  # stdout: the one JSON object
-                    settings["data"] = write_sampled_sentences(work / "corpus", 960)
+                settings["data"] = write_sampled_sentences(work / "corpus", 960)
             folder = str(work / f"{arm}-{seed}")
             if arm == "quickstart" and not args.reuse:
                 folder, seconds[f"{arm}/{seed}"] = train_quickstart(Path(args.encoder), work / f"{arm}-{seed}",
@@ -366,7 +374,7 @@ def main() -> None:
                 folder, seconds[f"{arm}/{seed}"] = train(Path(args.encoder), work / f"{arm}-{seed}", seed=seed,
                                                          **settings)
             queries.setdefault(arm, []).append(per_query(SentenceTransformer(folder, device="cpu")))
-            print(arm, seed, summarise(queries[arm][-1]), file=sys.stderr, flush=True)  # stdout: the one JSON object
+            print(arm, seed, summarise(queries[arm][-1]), flush=True)  # to stderr (main): stdout is the one JSON object
     if args.pairs:
         queries["docstring_pairs"] = [per_query(SentenceTransformer(args.pairs, device="cpu"))]
     for name, folder in args.score:
@@ -378,11 +386,11 @@ def main() -> None:
                                                                      device="cpu"))]
     results = {arm: {"mean": mean_of([summarise(q) for q in seeds]), "per_seed": [summarise(q) for q in seeds]}
                for arm, seeds in queries.items()}
-    print(json.dumps({"set": str(SET), "queries": len(held_out()), "candidates": 4 * len(held_out()),
-                      "seeds": args.seeds, "teacher": teacher, "results": results, "intervals": intervals(queries),
-                      "null_check": {arm: null_check(seeds, args.null_simulations) for arm, seeds in queries.items()
-                                     if len(seeds) > 1 and args.null_simulations},
-                      "train_seconds": seconds, "threads": args.threads}, indent=1))
+    return {"set": str(SET), "queries": len(held_out()), "candidates": 4 * len(held_out()), "seeds": args.seeds,
+            "teacher": teacher, "results": results, "intervals": intervals(queries),
+            "null_check": {arm: null_check(seeds, args.null_simulations) for arm, seeds in queries.items()
+                           if len(seeds) > 1 and args.null_simulations},
+            "train_seconds": seconds, "threads": args.threads}
 
 
 if __name__ == "__main__":
