@@ -35,11 +35,14 @@ topical_paraphrases-issue53-5seeds.json; docs/contrastive.md has the table): rec
 0.219 [0.166, 0.272], topic beats paraphrase 0.650 [0.608, 0.692] against 0.753 [0.705, 0.801], seed intervals apart
 on all four figures (the null check: apart in 0.3% and 1.0% of 300 simulations of five runs of one recipe).
 
-The quickstart's stage as it ships since issue 53's last round (`--arms quickstart`: all-mpnet-base-v2, which setup.sh
-assembles, one one-word edit per sentence, 30% warmup; benchmarks/results/topical_paraphrases-issue53-quickstart-
-mpnet.json; docs/contrastive.md "One-word edits"), 5 seeds: recall@1 0.422 [0.367, 0.477], MRR 0.663, topic beats
-paraphrase 0.572 [0.521, 0.622]; seed intervals apart from SimCSE's on all four figures, and the teacher itself reads
-0.688 and 0.297.
+The quickstart's stage as it ships since issue 53's round 9 (`--arms quickstart`, `train_quickstart`: all-mpnet-base-v2
+on 5,760 of WordNet's usage examples and one edit of each, 360 steps; benchmarks/results/topical_paraphrases-issue53-
+round9-quickstart.json; docs/contrastive.md "The quickstart's stage on WordNet's examples"), 5 seeds: recall@1 0.616
+[0.583, 0.648] against SimCSE's 0.210 [0.165, 0.254], topic beats paraphrase 0.384 [0.352, 0.417]. The stage before
+(120 steps on sampled sentences, one one-word edit per sentence, 30% warmup; benchmarks/results/topical_paraphrases-
+issue53-quickstart-mpnet.json; docs/contrastive.md "One-word edits"), 5 seeds: recall@1 0.422 [0.367, 0.477], MRR
+0.663, topic beats paraphrase 0.572 [0.521, 0.622]; seed intervals apart from SimCSE's on all four figures, and the
+teacher itself reads 0.688 and 0.297.
 
 Measured at the commit that added `distill` (issue 53; the quickstart's encoder after its 80 MLM steps, held-out loss
 5.749 on this machine; seeds 0, 1, 2; 2 threads, 141-594 s per stage on 2 cores shared with other jobs; `--arms
