@@ -20,7 +20,9 @@ Design choices:
   compile, more rows per step, Liger's fused RMSNorm/SwiGLU/RoPE last because it patches transformers' Llama classes
   for the rest of the process), then FSDP2 and the clean-environment reload through scripts/gpu_check.py's own rows
   (subprocesses: the launcher needs its own process).
-- Each part has its own time limit (SIGALRM, at most what is left of `--budget-s`) and writes its result as soon as it
+- Each part has its own time limit (SIGALRM, at most what is left of `--budget-s`; raised only once the main thread
+  is out of torch's own code, scripts/part_limits.py, so a part can overrun by the compilation it was in, and the
+  imports every part needs come first, in an `imports` row, under no limit) and writes its result as soon as it
   ends: OUT/session.jsonl (one line a part) and OUT/session.md (the table so far). A part cut by its limit, or one that
   fails, is a row with its reason, never the end of the session, so a session cut short still brings back every part
   that finished.
@@ -38,7 +40,6 @@ import importlib.util
 import json
 import os
 import shutil
-import signal
 import statistics
 import sys
 import time
@@ -63,6 +64,7 @@ def _load(name: str, path: Path):
 bench = _load("cpt_throughput", REPO / "benchmarks" / "cpt_throughput.py")
 synthetic = _load("synthetic_inputs", REPO / "benchmarks" / "synthetic_inputs.py")
 gpu_check = _load("gpu_check", REPO / "scripts" / "gpu_check.py")
+part_limits = _load("part_limits", REPO / "scripts" / "part_limits.py")
 
 SHAPES = ("gpu-0.5b", "gpu-1b")
 SMOKE_SHAPES = ("smoke",)
@@ -139,16 +141,6 @@ def prepare(inputs: Path, shapes: tuple[str, ...]) -> dict:
 # ------------------------------------------------------------------------------------------------ run (GPU)
 
 
-class PartTimeout(BaseException):
-    """A part ran past its own limit. A BaseException, as KeyboardInterrupt is: code under test that catches
-    `Exception` (a loader trying the next attention backend, the loss probe leaving a kernel out) must not swallow
-    it, or the part would run on past its limit with no alarm left and pass."""
-
-
-def _alarm(signum, frame):
-    raise PartTimeout("ran past its time limit")
-
-
 @dataclass
 class Session:
     out: Path
@@ -192,14 +184,14 @@ def run_part(session: Session, part: str, limit_s: float, body: Callable[[], tup
         session.record(part, "skipped", 0.0, "no budget left")
         return
     started = time.perf_counter()
-    previous = signal.signal(signal.SIGALRM, _alarm)
+    limit = part_limits.Limit(budget)  # raises only outside torch's own code: see scripts/part_limits.py
     try:
         try:
-            signal.setitimer(signal.ITIMER_REAL, budget)  # armed inside both trys: no instant is outside them
+            limit.arm()  # armed inside both trys: no instant is outside them
             figure, details = body()
             status = "pass"
         finally:  # disarmed inside the outer try: an alarm that lands here is still this part's row, never the
-            signal.setitimer(signal.ITIMER_REAL, 0)  # session's end (a loaded machine made that window real)
+            limit.disarm()  # session's end (a loaded machine made that window real)
     except gpu_check.Skip as skip:
         figure, details, status = str(skip), {}, "skipped"
     except BaseException as err:  # noqa: BLE001 - a part's failure is a row, never the end of the session
@@ -207,9 +199,24 @@ def run_part(session: Session, part: str, limit_s: float, body: Callable[[], tup
             raise
         figure, details, status = f"{type(err).__name__}: {' '.join(str(err).split())[:300]}", {}, "fail"
     finally:
-        signal.signal(signal.SIGALRM, previous)
+        limit.restore()
     session.record(part, status, time.perf_counter() - started, figure, details)
     free_memory(torch)
+
+
+# What the parts import on first use, imported before the first alarm is armed: a limit that lands inside an import
+# leaves half-initialised modules behind (every later part then failed on `datasets`), or a C extension half set up.
+PRELOAD = (
+    "torch", "torch._dynamo", "torch._inductor.compile_fx", "torch.profiler", "datasets", "accelerate", "transformers",
+    "transformers.trainer", "transformers.models.llama.modeling_llama", "hf_encoderize.recipes.cpt",
+    "hf_encoderize.training.profiling", "hf_encoderize.training.flops", "hf_encoderize.objectives.loss_kernels",
+)
+
+
+def preload() -> tuple[str, dict]:
+    for name in PRELOAD:
+        importlib.import_module(name)
+    return f"{len(PRELOAD)} modules", {}
 
 
 def free_memory(torch) -> None:
@@ -445,6 +452,9 @@ def run(args: argparse.Namespace) -> int:
     session = Session(out, Path(args.inputs).resolve(), started + args.budget_s, args.smoke, cuda, device_name, [])
     shapes = SMOKE_SHAPES if args.smoke else tuple(args.shapes.split(","))
     limits = {"stage": args.stage_limit_s, "arm": args.arm_limit_s, "launcher": args.launcher_limit_s}
+    began = time.perf_counter()
+    figure, details = preload()  # under no alarm: see PRELOAD
+    session.record("imports", "pass", time.perf_counter() - began, figure, details)
     for part, limit, body in plan(session, shapes, limits):
         run_part(session, part, limit, body)
     encoder = session.out / "work" / "accelerate-fsdp" / "encoder"

@@ -197,7 +197,10 @@ def test_profile_writes_a_per_component_summary(decoder_dir, tmp_path):
     parts = sum(summary[k] for k in ("attention", "loss", "head_backward", "optimizer", "data_wait", "forward_other",
                                      "backward_other"))
     assert abs(parts + summary["unaccounted"] - summary["total"]) < 1e-6
-    assert parts <= summary["total"] * 1.05 and summary["unaccounted"] < 0.1 * summary["total"]
+    # the sections cover the step: what they leave is the gaps between them, a few percent on a quiet machine, more
+    # when two xdist workers and a neighbour preempt a 3-step window of a tiny model (over 10% in a loaded CI run),
+    # so 25% here
+    assert parts <= summary["total"] * 1.05 and summary["unaccounted"] < 0.25 * summary["total"]
     assert summary["attention_by_kernel_name"] == 0  # every attention op was found by the op that ran it
     assert 0 < len(summary["top_kernels"]) <= 20
     assert (out / "profile" / "trace.json").stat().st_size > 0

@@ -99,3 +99,62 @@ def test_the_profiled_steps_are_steady_ones():
     assert steady_window(0, 35) == 10  # the benchmark: 5 warm-up steps, compilation in the first
     assert steady_window(100, 200) == 110  # a resumed run: 10 steps after it resumed
     assert steady_window(0, 7) == 4 and steady_window(0, 3) == 0  # a short run: its last 3 steps
+
+
+CUT_SCRIPT = r'''
+import sys
+from pathlib import Path
+
+import torch
+from hf_encoderize.training.profiling import StepProfiler
+
+folder = Path(sys.argv[1])
+start = torch.profiler.profile.__enter__
+
+
+def cut(self):  # a time limit or Ctrl-C landing while the profiler starts
+    raise KeyboardInterrupt
+
+
+torch.profiler.profile.__enter__ = cut
+cut_start = StepProfiler(folder, first=0, count=2)
+try:
+    with cut_start.around(0):
+        raise AssertionError("the step ran")
+except KeyboardInterrupt:
+    pass
+assert cut_start.profiler is None
+cut_start.close()  # what a run's end used to do here: read the results of a profiler that never ran (SIGSEGV)
+cut_start.abandon()
+torch.profiler.profile.__enter__ = start
+
+cut_step = StepProfiler(folder, first=0, count=2)
+try:
+    with cut_step.around(0):
+        torch.ones(8).sum()
+        raise KeyboardInterrupt
+except KeyboardInterrupt:
+    pass
+assert cut_step.profiler is not None  # the run's end decides
+cut_step.abandon()
+assert not torch.autograd.profiler._is_profiler_enabled
+assert not folder.exists()  # a cut window writes nothing
+
+whole = StepProfiler(folder, first=0, count=1)  # and the next window profiles as before
+with whole.around(0):
+    torch.ones(8).sum()
+assert (folder / "summary.json").is_file() and (folder / "trace.json").is_file()
+print("ok")
+'''
+
+
+def test_a_window_cut_short_writes_nothing_and_never_crashes(tmp_path):
+    """A time limit (or Ctrl-C) that lands in the profiler's start used to leave a profiler that never ran, whose
+    results the run's end then exported: SIGSEGV (the GPU session's rehearsal, on a loaded CI machine). Run in its own
+    process, so a crash is this test's failure and not the worker's."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", CUT_SCRIPT, str(tmp_path / "profile")], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode, done.stderr[-3000:])

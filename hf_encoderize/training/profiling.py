@@ -98,9 +98,13 @@ class StepProfiler:
             activities = [torch.profiler.ProfilerActivity.CPU]
             if torch.cuda.is_available():
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
-            self.profiler = torch.profiler.profile(activities=activities)
-            self.profiler.__enter__()
-            _TIMES = {}
+            profiler = torch.profiler.profile(activities=activities)
+            try:
+                profiler.__enter__()
+            except BaseException:  # cut while starting (Ctrl-C, a time limit): stop what may have started, and keep
+                _stop_quietly(profiler)  # no handle on it, since its results cannot be read (see `abandon`)
+                raise
+            self.profiler, _TIMES = profiler, {}
         _synchronize()
         started = time.perf_counter()
         try:
@@ -109,8 +113,8 @@ class StepProfiler:
             _synchronize()
             self.wall += time.perf_counter() - started
             self.steps += 1
-            if self.steps == self.count:
-                self.close()
+        if self.steps == self.count:  # only after a step that ended normally: a cut step leaves `abandon` to the run
+            self.close()
 
     def close(self) -> None:
         """Stop profiling and write `summary.json` and `trace.json` (main process; idempotent)."""
@@ -129,6 +133,21 @@ class StepProfiler:
             summary["profiled_steps"] = [self.first, self.first + self.steps - 1]
             (self.folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         self.profiler = None
+
+    def abandon(self) -> None:
+        """Stop profiling a run that did not end normally, and write nothing: the window was cut, and reading kineto's
+        results after a start that was itself cut short crashes the process (a SIGSEGV in `export_chrome_trace`, seen
+        when a time limit landed in the profiler's warm-up on a loaded CPU). Idempotent."""
+        global _TIMES
+        if self.profiler is None:
+            return
+        profiler, self.profiler, _TIMES = self.profiler, None, None
+        _stop_quietly(profiler)
+
+
+def _stop_quietly(profiler) -> None:
+    with contextlib.suppress(Exception):
+        profiler.__exit__(None, None, None)
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,7 @@ def train_until(run: Run, monitor, step: int, until: int) -> int:
 
     train, guard = run.train, NonFiniteGuard(run.train.on_nonfinite, run.output_dir)
     profiler = StepProfiler(run.output_dir / "profile", first=steady_window(step, until)) if train.profile else None
+    ended = False
     try:
         while step < until:
             lr = run.scheduler.get_last_lr()[0]  # the LR this step applies; train_step moves the scheduler on
@@ -102,14 +103,17 @@ def train_until(run: Run, monitor, step: int, until: int) -> int:
             if step in train.exports:
                 export_encoder(run, step)
         guard.check_all(monitor.flush())
+        ended = True
     except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM: checkpoints are written atomically, so the newest
         monitor.close()  # end the progress bar's line now: the CLI's one line follows it, and tqdm never redraws it
         # (checkpoint is whole); the type says which signal
         raise type(interrupt)(resume_hint(run.output_dir, train.save_every)) from None
     finally:
         run.rows.close()  # stop the prefetching thread; the stream rewinds to the last batch trained on
-        if profiler:
+        if profiler and ended:
             profiler.close()
+        elif profiler:  # a run cut short (an error, Ctrl-C) writes no profile: its window may be partial or unreadable
+            profiler.abandon()
     return step
 
 
