@@ -204,3 +204,34 @@ def test_profile_writes_a_per_component_summary(decoder_dir, tmp_path):
     assert summary["attention_by_kernel_name"] == 0  # every attention op was found by the op that ran it
     assert 0 < len(summary["top_kernels"]) <= 20
     assert (out / "profile" / "trace.json").stat().st_size > 0
+
+
+def test_a_run_stopped_inside_the_profile_window_writes_no_profile(decoder_dir, tmp_path, monkeypatch):
+    """Ctrl-C (or an error) in the profiled steps: the run stops as any interrupted run does, the profiler is stopped,
+    and no partial summary or trace is left to be read as a measurement."""
+    from conftest import write_corpus
+
+    from hf_encoderize.data.sources import DataConfig
+    from hf_encoderize.model.loading import LoadConfig
+    from hf_encoderize.recipes.cpt import cpt
+    from hf_encoderize.training.engine import loop
+
+    steps = []
+
+    def interrupted(run, **kwargs):
+        steps.append(len(steps))
+        if len(steps) == 6:  # step 5: the second of the profiled steps 4-6
+            raise KeyboardInterrupt
+        return train_step(run, **kwargs)
+
+    train_step = loop.train_step
+    monkeypatch.setattr(loop, "train_step", interrupted)
+    corpus = write_corpus(tmp_path / "docs.jsonl", 200, lambda i: 5 + i % 17)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        cpt(LoadConfig(str(decoder_dir), attn_implementation="sdpa"),
+            DataConfig(data_files=str(corpus), seq_len=32, eval_documents=0), MaskingConfig(),
+            TrainConfig(output_dir=str(out), steps=7, batch_size=4, save_every=100, eval_every=0, progress=False,
+                        profile=True))
+    assert len(steps) == 6 and not (out / "profile").exists()
+    assert not torch.autograd.profiler._is_profiler_enabled
