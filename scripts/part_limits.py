@@ -44,7 +44,7 @@ def in_torch_machinery(frame, torch_dir: str) -> bool:
     """Whether raising at `frame` could cross torch's C++: a torch file innermost, or torch's machinery anywhere."""
     if frame is not None and frame.f_code.co_filename.startswith(torch_dir):
         return True
-    machinery = tuple(torch_dir + part.replace("/", os.sep) for part in MACHINERY)
+    machinery = tuple(torch_dir + part.replace("/", os.sep) for part in MACHINERY)  # built only when an alarm fires
     while frame is not None:
         if frame.f_code.co_filename.startswith(machinery):
             return True
@@ -67,10 +67,12 @@ class Limit:
         if self.fired_at is None:
             self.fired_at = now
         self.deferred_s = now - self.fired_at
-        if self.deferred_s < MAX_DEFER_S and in_torch_machinery(frame, self.torch_dir):
+        inside = in_torch_machinery(frame, self.torch_dir)
+        if inside and self.deferred_s < MAX_DEFER_S:
             signal.setitimer(signal.ITIMER_REAL, RETRY_S)
             return
-        late = f" (raised {self.deferred_s:.1f} s late, once out of torch's own code)" if self.deferred_s >= 0.1 else ""
+        where = f"still inside torch after {MAX_DEFER_S:.0f} s" if inside else "once out of torch's own code"
+        late = f" (raised {self.deferred_s:.1f} s late, {where})" if self.deferred_s >= 0.1 else ""
         raise PartTimeout("ran past its time limit" + late)
 
     def arm(self) -> None:

@@ -136,7 +136,7 @@ def test_the_limit_waits_until_torch_is_out_of_the_way_then_raises():
     limit = limits.Limit(0.05)
     limit.arm()
     try:
-        with pytest.raises(limits.PartTimeout, match="late"):
+        with pytest.raises(limits.PartTimeout, match="late, once out of torch's own code"):
             machinery["busy"](0.4)  # the alarm fires in here, and waits
             assert limit.deferred_s >= 0.3 - limits.RETRY_S
             time.sleep(5)  # our own code: it raises here
@@ -145,3 +145,25 @@ def test_the_limit_waits_until_torch_is_out_of_the_way_then_raises():
         limit.restore()
     assert 0.3 <= limit.deferred_s < 1.0
     assert not limits.in_torch_machinery(sys._getframe(), torch_dir)
+
+
+def test_a_limit_that_waited_its_longest_raises_inside_torch_and_says_so(monkeypatch):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("part_limits_cap", SCRIPT.parent / "part_limits.py")
+    limits = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(limits)
+    monkeypatch.setattr(limits, "MAX_DEFER_S", 0.15)
+    machinery = {}
+    source = ("import time\ndef busy(seconds):\n    end = time.monotonic() + seconds\n"
+              "    while time.monotonic() < end:\n        pass\n")
+    exec(compile(source, limits.torch_folder() + "_dynamo/stand_in.py", "exec"), machinery)
+    limit = limits.Limit(0.05)
+    limit.arm()
+    try:
+        with pytest.raises(limits.PartTimeout, match="still inside torch after 0 s"):
+            machinery["busy"](5)  # never leaves torch's machinery: the cap ends the wait
+    finally:
+        limit.disarm()
+        limit.restore()
+    assert 0.15 <= limit.deferred_s < 1.0
