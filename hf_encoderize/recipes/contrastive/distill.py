@@ -40,6 +40,7 @@ import torch
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import world_size
+from hf_encoderize.data.stop_words import ENGLISH_STOP_WORDS
 from hf_encoderize.model.load_errors import is_remote_code_refusal
 
 
@@ -132,11 +133,10 @@ NEIGHBOURS = 20  # nearest words looked at per word (the first that is not an in
 
 
 def nearest_words(words: list[str], teacher, block: int = 1024) -> dict[str, str]:
-    """Each content word of `words` (not one of scikit-learn's English stop words) -> its nearest other content word
-    in the teacher's embedding space, skipping inflections (a word sharing its first 4 letters, or holding it or held
-    in it), kept when their cosine is at least SYNONYM_COSINE. Similarities are taken `block` words at a time."""
-    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
-
+    """Each content word of `words` (not one of scikit-learn's English stop words, `data.stop_words`) -> its nearest
+    other content word in the teacher's embedding space, skipping inflections (a word sharing its first 4 letters, or
+    holding it or held in it), kept when their cosine is at least SYNONYM_COSINE. Similarities are taken `block` words
+    at a time."""
     content = [word for word in words if word not in ENGLISH_STOP_WORDS]
     if len(content) < 2:
         return {}
