@@ -6,8 +6,7 @@
 #                                                         # as last read (Python 3.12, torch 2.11, transformers 5.17, peft 0.21.0)
 #   bash scripts/gpu_wheels.sh gpu_wheels/ freeze.txt     # or against what `pip freeze` printed on the GPU machine
 #
-# What goes in: hf-encoderize itself and seqeval (an sdist upstream), both built here as pure-Python wheels with
-# --no-deps; then every package that hf-encoderize's runtime (and the gguf extra) resolves to and the GPU machine
+# What goes in: hf-encoderize itself, built here as a pure-Python wheel with --no-deps; then every package that hf-encoderize's runtime (and the gguf extra) resolves to and the GPU machine
 # lacks *or has at a version the resolution refuses* (scripts/gpu_wheels_plan.py: a package the machine has older than
 # our floor travels), downloaded --no-deps as linux x86_64 wheels for each
 # GPU_WHEELS_PYTHON version (default 3.12, the lent machine's; e.g. GPU_WHEELS_PYTHON="3.11 3.12"). Never torch or what
@@ -35,7 +34,7 @@ done
 platform+=(--platform manylinux2014_x86_64 --platform manylinux2010_x86_64 --platform manylinux1_x86_64)
 
 [ -d build ] && had_build=1 || had_build=
-"${pip[@]}" wheel -q --no-deps -w "$out" . "seqeval>=1.2"
+"${pip[@]}" wheel -q --no-deps -w "$out" .
 [ -n "$had_build" ] || rm -rf build  # setuptools' in-tree leftovers
 if [ "${GPU_WHEELS_DEEPSPEED:-1}" != 0 ]; then
     if python3 -c "import torch" 2>/dev/null; then  # its setup.py imports torch: built without isolation, here
@@ -47,12 +46,12 @@ if [ "${GPU_WHEELS_DEEPSPEED:-1}" != 0 ]; then
     fi
 fi
 
-# Our runtime requirements (seqeval is built above), resolved afresh at the machine's torch version.
+# Our runtime requirements (all of them wheels on PyPI), resolved afresh at the machine's torch version.
 GPU_WHEELS_OUT="$out" python3 - "$tmp" "$freeze" <<'EOF'
 import os, re, sys, tomllib
 tmp, freeze = sys.argv[1], sys.argv[2]
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
-ours = [r for r in project["dependencies"] + project["optional-dependencies"]["gguf"] if not r.startswith("seqeval")]
+ours = project["dependencies"] + project["optional-dependencies"]["gguf"]
 ours += project["optional-dependencies"]["kernels"]  # pure-Python Triton kernels: the loss probe's candidates
 ours += os.environ.get("GPU_WHEELS_EXTRAS", "").split()
 import glob, zipfile  # the built DeepSpeed wheel's own runtime requirements (no extras; torch stays the machine's)

@@ -47,7 +47,7 @@ fi
 # cache that export reads (gguf_export.converter_cache). The first build took 29 min on this project's 2 cores under
 # a load average of 6-8 (about 10 on idle cores); HF_ENCODERIZE_GGUF_EXPORT=0 skips it (test_export_gguf.py then skips).
 if [ "${HF_ENCODERIZE_GGUF_EXPORT:-1}" != 0 ]; then
-llama_version="$(sed -n 's/.*"llama-cpp-python==\([0-9.]*\)".*/\1/p' pyproject.toml)"
+llama_version="$(sed -n 's/.*"llama-cpp-python>=\([0-9.]*\),.*/\1/p' pyproject.toml)"  # the range's floor: the tested one
 converter="$("$py" -c 'import sys; from hf_encoderize.publish.gguf_export import converter_cache as c
 print(c(sys.argv[1]))' "$llama_version")"
 wheels="$(dirname "$converter")/wheels"
@@ -66,7 +66,9 @@ unpack_converter(Path(sys.argv[1]), Path(sys.argv[2]))' "$sdist" "$converter"
     rm -rf "$sdist_dir"
     echo "setup.sh: llama-cpp-python built and llama.cpp's converter cached in $((SECONDS - started)) s" >&2
 fi
-"$py" -m pip install -q --disable-pip-version-check --find-links "$wheels" -e ".[gguf-export]"
+# The version just built, named: the extra's range alone would let pip pick a newer sdist and compile it again.
+"$py" -m pip install -q --disable-pip-version-check --find-links "$wheels" -e ".[gguf-export]" \
+    "llama-cpp-python==$llama_version"
 fi
 # The Space's browser test drives Debian's Chromium through Playwright; Playwright's own browser download cannot
 # work here, so it is never called. Without root or apt the test skips and says why.

@@ -144,7 +144,8 @@ def test_error_line_names_the_cause_not_the_launcher(output, line):
 def test_wheel_requirements_never_include_torch():
     requirements = load_gpu_check().runtime_requirements()
     assert not [r for r in requirements if r.startswith("torch")]
-    assert {"datasets", "gguf", "seqeval"} <= {re.split(r"[<>=\[ ]", r)[0] for r in requirements}
+    names = {re.split(r"[<>=\[ ]", r)[0] for r in requirements}
+    assert {"datasets", "gguf"} <= names and "seqeval" not in names  # entity F1 is ours (evaluation/entities.py)
 
 
 def load_wheels_plan():

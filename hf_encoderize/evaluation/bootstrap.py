@@ -8,7 +8,7 @@ Design choices:
   and, when paired, for both models) and the seeds (with replacement), and recomputes the seed-averaged score.
   The 2.5th and 97.5th percentiles of the replicates are the interval; with one seed it covers the examples only.
 - Each metric is recomputed from per-example parts, so a replicate is the metric the table prints: accuracy from
-  `correct`, QA F1 and EM and IR NDCG@10 as means over examples, TC's entity F1 (seqeval, micro) from per-sentence
+  `correct`, QA F1 and EM and IR NDCG@10 as means over examples, TC's entity F1 (`entities`, micro) from per-sentence
   counts of correct, predicted and gold entities (2 x correct / (predicted + gold)); TC runs recorded before those
   counts were kept have no bootstrap (None).
 - Paired: the difference of the two models' replicates on the same drawn examples, so what both models find hard

@@ -1,5 +1,5 @@
 """Token classification (CoNLL-2003, OntoNotes 5, UNER): token-level cross-entropy on the first sub-token of each word,
-scored with entity-level F1 (seqeval, conlleval rules).
+scored with entity-level F1 (`evaluation.entities`: seqeval's default, conlleval rules, owned here).
 
 Words are aligned to sub-tokens through character offsets of the space-joined sentence rather than the tokenizer's
 `is_split_into_words` mode, which byte-level BPE tokenizers (GPT-2, Llama 3, SmolLM2) only allow with
@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from hf_encoderize.evaluation.base import Prepared, Scores, Task, sorted_batches, to_device
+from hf_encoderize.evaluation.entities import EntityCounts, entity_scores
 
 
 def first_subtokens(words: list[str], offsets: list[tuple[int, int]]) -> list[int]:
@@ -66,9 +67,6 @@ class TokenClassification(Task):
 
     @torch.inference_mode()
     def score(self, backbone, model, head, features: list[dict]) -> Scores:
-        from seqeval.metrics import f1_score, precision_score, recall_score
-        from seqeval.metrics.sequence_labeling import get_entities
-
         names = self.tag_names
         gold, predicted = [], []
         per_token = {}
@@ -87,11 +85,11 @@ class TokenClassification(Task):
             gold.append(truth)
             predicted.append(tags)
             correct = sum(a == b for a, b in zip(tags, truth, strict=True))
-            found, gold_entities = set(get_entities(tags)), set(get_entities(truth))
+            counts = EntityCounts.of(truth, tags)
             per_example.append({"id": feature["_id"], "prediction": tags, "word_accuracy": correct / max(1, len(tags)),
-                                # seqeval's micro F1 is 2 x correct / (predicted + gold) summed over sentences: kept
-                                # per sentence so a bootstrap over test sentences can rebuild it (`bootstrap`)
-                                "entities": [len(found & gold_entities), len(found), len(gold_entities)]})
-        extra = {"precision": 100.0 * precision_score(gold, predicted, zero_division=0),
-                 "recall": 100.0 * recall_score(gold, predicted, zero_division=0)}
-        return Scores(score=100.0 * f1_score(gold, predicted, zero_division=0), extra=extra, per_example=per_example)
+                                # micro F1 is 2 x correct / (predicted + gold) summed over sentences: kept per
+                                # sentence so a bootstrap over test sentences can rebuild it (`bootstrap`)
+                                "entities": [counts.correct, counts.predicted, counts.gold]})
+        total = entity_scores(gold, predicted)
+        extra = {"precision": 100.0 * total.precision, "recall": 100.0 * total.recall}
+        return Scores(score=100.0 * total.f1, extra=extra, per_example=per_example)

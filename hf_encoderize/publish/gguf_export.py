@@ -44,6 +44,10 @@ VARIANTS = {"model-f32.gguf": ("f32", 0.999), "model-q8_0.gguf": ("q8_0", 0.99)}
 # What the converter needs of llama.cpp's tree (the rest of the 76 MB sdist is C++ that the wheel already built).
 CONVERTER_PARTS = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/", "LICENSE")
 EXTRA = "pip install 'hf-encoderize[gguf-export]'"
+# The llama-cpp-python releases the export is checked with (the gguf-export extra declares the same range; a test
+# holds them equal): from the one scripts/setup.sh builds and the tests run, below the next minor release, whose
+# converter may change what it writes. A range, not a pin, so the extra installs beside a user's own llama-cpp-python.
+LLAMA_CPP_RANGE = ("0.3.36", "0.4")
 COMPLETE = ".complete"  # written last into an unpacked converter cache: without it the cache is half-filled
 
 
@@ -72,11 +76,29 @@ def export_gguf(model_dir: Path, texts: list[str], llama_cpp: str | None, *, tru
 
 
 def llama_cpp_version() -> str:
+    """The installed llama-cpp-python's version, refused in one line outside `LLAMA_CPP_RANGE`."""
     try:
-        return importlib.metadata.version("llama-cpp-python")
+        version = importlib.metadata.version("llama-cpp-python")
     except importlib.metadata.PackageNotFoundError:
         raise EncoderizeError(f"--format gguf checks each file on llama.cpp through llama-cpp-python: {EXTRA} "
                               "(it compiles llama.cpp; bash scripts/setup.sh shows how in minutes)") from None
+    if not in_range(version):
+        low, high = LLAMA_CPP_RANGE
+        raise EncoderizeError(f"--format gguf was tested with llama-cpp-python {low} up to (not including) {high}, "
+                              f"and {version} is installed: its llama.cpp converter may write keys our checks do not "
+                              f"know; pip install 'llama-cpp-python>={low},<{high}'")
+    return version
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """(0, 3, 36) of "0.3.36" (a local or pre-release tail such as "+cpu" or "rc1" ends the release numbers)."""
+    return tuple(int(part) for part in re.match(r"\d+(?:\.\d+)*", version).group().split("."))
+
+
+def in_range(version: str) -> bool:
+    """Whether llama-cpp-python `version` lies in `LLAMA_CPP_RANGE` (what the gguf-export extra declares)."""
+    low, high = LLAMA_CPP_RANGE
+    return _release(low) <= _release(version) < _release(high)
 
 
 def converter_cache(version: str) -> Path:
