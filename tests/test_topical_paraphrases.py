@@ -159,3 +159,40 @@ def test_the_quickstart_arm_trains_the_stage_the_quickstart_runs(tmp_path, monke
         ("distill", teacher, 360, 32, 24)
     assert (config.learning_rate, config.warmup_ratio, config.distill_variants) == (2e-4, 0.3, 1)
     assert config.mixed_precision == cpu_precision() and config.data_files.endswith("wordnet_sentences_5760.jsonl")
+
+
+def test_chance_is_what_a_model_that_ranks_at_random_scores():
+    """Topic beats paraphrase at chance is 0.75, not 0.5 (issue 71): with three distractors and one paraphrase ranked
+    at random, the paraphrase is first of its four in one draw of four. Checked through the benchmark's own ranking:
+    random vectors for every text, 40 draws of the 64 queries."""
+    from topical_paraphrases import chance_levels, per_query
+
+    chance = chance_levels(3, 256)
+    assert chance["topic_beats_paraphrase"] == 0.75 and chance["recall@1"] == 1 / 256
+    generator = torch.Generator().manual_seed(0)
+    topical = []
+    for _ in range(40):
+        drawn = {}
+        topical += per_query(_Lookup(lambda text, drawn=drawn: drawn.setdefault(
+            text, torch.randn(64, generator=generator))))["topical"]
+    share, sd = sum(topical) / len(topical), (0.75 * 0.25 / len(topical)) ** 0.5
+    assert abs(share - chance["topic_beats_paraphrase"]) < 4 * sd, share
+
+
+def test_the_round9_record_names_each_arms_own_teacher_and_the_docs_quote_its_intervals():
+    """The JSON's `teacher` named all-MiniLM-L6-v2's folder while its one distilling arm, the quickstart's, learnt from
+    all-mpnet-base-v2; docs/quickstart.md quotes the query-redraw interval beside the seed interval, from the JSON."""
+    from hf_encoderize.pipeline.quickstart import QuickstartConfig
+
+    record = json.loads((ROOT / "benchmarks" / "results" / "topical_paraphrases-issue53-round9-quickstart.json")
+                        .read_text())
+    assert record["teacher"] == {"quickstart": QuickstartConfig.teacher} and record["chance"]["topic_beats_paraphrase"]
+    docs = " ".join((ROOT / "docs" / "quickstart.md").read_text().split())
+    figures = record["intervals"]
+    for figure, name in (("recall@1", "recall@1"), ("topic_beats_paraphrase", "topic beats paraphrase")):
+        seeds = figures[figure]["seeds_t95"]["quickstart"]
+        queries = figures[figure]["queries_bootstrap95"]["quickstart"]
+        mean = record["results"]["quickstart"]["mean"][figure]
+        quoted = f"{name} {mean:.3f} [{seeds[0]:.3f}, {seeds[1]:.3f}] over seeds, [{queries[0]:.3f}, {queries[1]:.3f}]"
+        assert quoted in docs, quoted
+    assert "chance is 0.75" in docs and "SimCSE's 0.766" in docs
