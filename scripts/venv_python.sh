@@ -15,8 +15,22 @@ if ! command -v "$base" >/dev/null 2>&1; then
     echo "error: no $base on PATH; install Python 3.10 or later, or set PYTHON=/path/to/python3" >&2
     exit 2
 fi
-if [ "$("$base" -c 'import sys; print(sys.prefix != sys.base_prefix)')" = True ]; then
+# The path printed is one that runs: a PYTHON that is no Python (/bin/true answers nothing and makes nothing) is refused
+# here, not by the caller's exit 127 on a path that does not exist.
+runs() { [ -x "$1" ] && "$1" -c 'import sys' >/dev/null 2>&1; }
+in_venv="$("$base" -c 'import sys; print(sys.prefix != sys.base_prefix)' 2>/dev/null || true)"
+if [ "$in_venv" != True ] && [ "$in_venv" != False ]; then
+    echo "error: $base does not run as Python (it printed no answer to a one-line script); set PYTHON to a Python" \
+        "3.10 or later" >&2
+    exit 2
+fi
+if [ "$in_venv" = True ]; then
     py="$("$base" -c 'import sys; print(sys.executable)')"
+    if ! runs "$py"; then
+        echo "error: $base names its interpreter as '$py', which does not run; set PYTHON to the virtual" \
+            "environment's bin/python" >&2
+        exit 2
+    fi
     echo "venv_python.sh: using $py (the active virtual environment)" >&2
     echo "$py"
     exit 0
@@ -36,7 +50,7 @@ if [ ! -x "$venv/bin/python" ]; then
     fi
     echo "venv_python.sh: $("$base" -c 'import sys; print(sys.executable)') is not a virtual environment;" \
         "making the project environment $venv" >&2
-    if ! "$base" -m venv "$venv"; then
+    if ! "$base" -m venv "$venv" || ! runs "$venv/bin/python"; then
         case "$before" in
             none) rm -rf "$venv" ;;
             empty) find "$venv" -mindepth 1 -delete ;;  # the folder was the user's, what is in it now is ours
@@ -45,6 +59,11 @@ if [ ! -x "$venv/bin/python" ]; then
             "python3-venv package (apt install python3-venv), or activate a virtual environment of your own" >&2
         exit 2
     fi
+fi
+if ! runs "$venv/bin/python"; then
+    echo "error: $venv/bin/python does not run (its base Python moved or was removed?); set HF_ENCODERIZE_VENV to a" \
+        "new folder, or delete $venv and run this again" >&2
+    exit 2
 fi
 echo "venv_python.sh: using $venv/bin/python (the project environment; activate it with: source $venv/bin/activate)" >&2
 echo "$venv/bin/python"

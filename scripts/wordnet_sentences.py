@@ -20,16 +20,34 @@ from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.data import wordnet
 
 
-def held_out_texts(path: Path | None) -> list[str]:
-    """Every query, paraphrase and distractor of a held-out set."""
-    if path is None:
-        return []
+def held_out_texts(path: Path) -> list[str]:
+    """Every query, paraphrase and distractor of a held-out set; one `EncoderizeError` line when it cannot be read (a
+    held-out set that is silently skipped lets its sentences into training)."""
+    if not path.is_file():
+        raise EncoderizeError(f"--exclude {str(path)!r}: no such file; give the held-out set's JSONL (query, "
+                              "paraphrase, distractors), whose sentences are kept out of the output")
     texts = []
-    for line in path.read_text().splitlines():
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
         if line.strip():
-            row = json.loads(line)
-            texts += [row["query"], row["paraphrase"], *row["distractors"]]
+            try:
+                row = json.loads(line)
+                texts += [row["query"], row["paraphrase"], *row["distractors"]]
+            except (ValueError, KeyError, TypeError):
+                raise EncoderizeError(f"--exclude {str(path)!r}, line {number}: not a JSON row with query, "
+                                      "paraphrase and distractors; give the held-out set's JSONL") from None
     return texts
+
+
+def check_arguments(args) -> None:
+    """Refuse, before anything is read or written, a count that writes nothing and an output that cannot be made."""
+    if args.count < 1:
+        raise EncoderizeError(f"--count {args.count}: the number of sentences to write must be 1 or more")
+    if args.output.exists():
+        raise EncoderizeError(f"{args.output} exists; give a new --output")
+    parent = args.output.parent
+    if not parent.is_dir():
+        raise EncoderizeError(f"--output {str(args.output)!r}: the folder {str(parent)!r} does not exist; make it "
+                              "first or give an --output in an existing folder")
 
 
 def main() -> None:
@@ -45,14 +63,13 @@ def main() -> None:
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args()
     try:
+        check_arguments(args)
         database = args.folder or wordnet.folder()
+        if not (database / "data.noun").is_file():
+            raise EncoderizeError(f"{database} has no data.noun; give WordNet 3.0's database folder")
+        exclude = held_out_texts(args.exclude)
     except EncoderizeError as err:
         parser.exit(2, f"error: {err}\n")
-    if not (database / "data.noun").is_file():
-        parser.exit(2, f"error: {database} has no data.noun; give WordNet 3.0's database folder\n")
-    if args.output.exists():
-        parser.exit(2, f"error: {args.output} exists; give a new --output\n")
-    exclude = held_out_texts(args.exclude if args.exclude and args.exclude.is_file() else None)
     print(json.dumps(wordnet.write_sentences(database, args.output, args.count, args.seed, exclude)))
 
 

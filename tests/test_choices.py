@@ -54,7 +54,11 @@ NEEDS = {("ContrastiveConfig", "distill"): {"teacher": "t"}, ("RunConfig", "dist
 
 
 @pytest.mark.parametrize("cls, base, name, values", ENUMERATED, ids=lambda v: v if isinstance(v, str) else "")
-def test_an_enumerated_option_is_a_literal_and_refuses_other_values_in_one_wording(cls, base, name, values):
+def test_an_enumerated_option_is_a_literal_and_refuses_other_values_in_one_wording(cls, base, name, values,
+                                                                                   monkeypatch):
+    import hf_encoderize.common.precision as precision
+
+    monkeypatch.setattr(precision, "fp16_device", lambda: True)  # every value, where it runs (fp16: a GPU)
     assert choices_of(cls, name) == values
     field = next(f for f in dataclasses.fields(cls) if f.name == name)
     assert choices(cls, field) == values  # what the CLI shows in usage

@@ -214,7 +214,8 @@ def test_mlm_to_mlm_on_a_native_encoder(corpus, tmp_path):
 def test_fp16_weights_trained_as_loaded_under_the_fp16_scaler_are_refused(corpus, tmp_path, monkeypatch, capsys):
     """On a GPU, fp16 autocast brings a loss scaler that refuses to unscale fp16 gradients, so fp16 weights trained as
     loaded (--master-weights loaded) would fail at the first step; refused in one line before the output folder is
-    touched. The CPU has no scaler, so the test gives the accelerator the one a GPU would have."""
+    touched. The CPU has no scaler (and refuses fp16), so the test gives the accelerator the one a GPU would have."""
+    import hf_encoderize.common.precision as precision
     import hf_encoderize.training.runner as runner
 
     model_dir = tmp_path / "fp16-decoder"
@@ -228,6 +229,7 @@ def test_fp16_weights_trained_as_loaded_under_the_fp16_scaler_are_refused(corpus
         return accelerator
 
     monkeypatch.setattr(runner, "make_accelerator", with_scaler)
+    monkeypatch.setattr(precision, "fp16_device", lambda: True)
     code = main(["cpt", str(model_dir), "--data-files", str(corpus), "--output-dir", str(tmp_path / "o"),
                  "--mixed-precision", "fp16", "--master-weights", "loaded", "--max-seq-length", "32", "--max-steps",
                  "1"])

@@ -9,7 +9,8 @@ Design choices:
   naming one foreign entry. A folder without a marker (a user's, or a run of an older version) is never deleted; it
   still resumes, since resuming deletes nothing.
 - Never deleted or written over, whatever the marker says: the working folder or one of its ancestors, a symlink (its
-  target is somewhere else), an input of the command (the output may not be, hold, or sit inside one).
+  target is somewhere else), an input of the command (the output may not be, hold, or sit inside one). A command's
+  inputs are what its configs declare (`INPUTS`, read by `inputs_of`): the model, data files, teacher, checkpoint.
 - A live run's folder is never touched: its lock (`common.locks`) is checked first and taken before any
   deletion.
 - Every check runs before any work; deleting happens only in `clear_for_run`, after the command validated its inputs
@@ -55,6 +56,15 @@ FILES_OF = {
 }
 # Our temporary names (atomic saves, the shared-folder probe, contrastive's work folder, the marker and lock).
 OUR_TEMPORARIES = (MARKER, LOCK, ".*.partial", ".*.tmp", ".*.old-*", ".shared-*", ".*.work")
+
+
+def inputs_of(*configs) -> list[Path]:
+    """Every local input of a command, from the one declaration each of its configs makes: the attributes its class
+    names in `INPUTS` (a model, data files, a teacher, a checkpoint, ...), as `input_paths` finds them. A config that
+    gains an input declares it there once, and every command taking that config protects it (a teacher counted among
+    no command's inputs was deleted by `--overwrite`)."""
+    return input_paths(*(getattr(config, name) for config in configs if config is not None
+                         for name in getattr(type(config), "INPUTS", ())))
 
 
 def input_paths(*specs: str | os.PathLike | None) -> list[Path]:
@@ -260,6 +270,14 @@ def write_marker(folder: Path, command: str, entries: list[str] | None = None, k
     tmp.write_text(json.dumps({"command": command, "entries": entries, **({"known": list(known)} if known else {})},
                               indent=2) + "\n")
     os.replace(tmp, folder / MARKER)
+
+
+def check_apart_from_inputs(out: str | os.PathLike, inputs, flag: str = "--output-dir",
+                            containing: bool = True) -> None:
+    """Refuse an output folder that is, sits inside or (`containing`: it may be emptied) holds one of `inputs` (a
+    command's `inputs_of`); `check_output_dir` applies it, and `run` to a later stage's folder before the first
+    stage."""
+    _check_not_an_input(Path(out), inputs, flag, containing)
 
 
 def _check_not_an_input(out: Path, inputs, flag: str, containing: bool) -> None:

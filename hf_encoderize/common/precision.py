@@ -27,6 +27,22 @@ def check_bf16(choice: str, flag: str = "--mixed-precision") -> None:
                               "auto (fp32 here) or fp16 where the command offers it")
 
 
+def fp16_device() -> bool:
+    """Whether this machine has a device Accelerate runs fp16 autocast on (CUDA, MPS, XPU). On a CPU it does not:
+    `Accelerator(mixed_precision="fp16")` keeps its `mixed_precision` "fp16" but turns no autocast on (fp32 compute)."""
+    xpu = getattr(torch, "xpu", None)
+    return (torch.cuda.is_available() or torch.backends.mps.is_available()
+            or bool(xpu is not None and xpu.is_available()))
+
+
+def check_fp16(choice: str, flag: str = "--mixed-precision") -> None:
+    """Refuse fp16 where it would not run: on a CPU, Accelerate trains in plain fp32 while the record and the card would
+    say fp16 (issue 68 saw losses bit-identical to --mixed-precision no). One line, as `contrastive` refuses it."""
+    if choice == "fp16" and not fp16_device():
+        raise EncoderizeError(f"{flag} fp16 runs on a GPU only (on a CPU nothing would autocast: it would train in "
+                              f"fp32 and record fp16); pass {flag} bf16 or no here")
+
+
 def autocast_dtype(accelerator) -> torch.dtype | None:
     """The dtype an Accelerate run autocasts to (bf16, fp16), None without mixed precision (or without accelerator)."""
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(getattr(accelerator, "mixed_precision", "no")))

@@ -1,4 +1,4 @@
-"""One check for every numeric option, used by the config dataclasses' `__post_init__`.
+"""One check for every numeric option (and for every Hub repo id), used by the config dataclasses' `__post_init__`.
 
 Why one helper: `float("nan")` and `float("inf")` parse as floats, and NaN compares false with everything, so a
 check like `if lr <= 0: refuse` lets NaN through. `check_number` first requires a finite number, then the bounds,
@@ -101,3 +101,27 @@ def check_choice(flag: str, value, cls, name: str) -> None:
     allowed = choices_of(cls, name)
     if value not in allowed:
         raise EncoderizeError(f"{public_flag(flag)} must be one of {', '.join(map(str, allowed))}, not {value!r}")
+
+
+def check_repo_id(repo_id: str | None, flag: str | None = None, *, namespaced: bool = True) -> None:
+    """A one-line error for anything the Hub would refuse as a model repo id, for every command that takes one (push,
+    push-space, --push-to-hub, card --model-id, --base-model-id): a card would otherwise print
+    `from_pretrained("bad id!")`, which `push` refuses. None passes (not given). `flag`: the option, named first.
+    `namespaced`: a repo pushed to is `user/name`; a base model may be a canonical id without one (`gpt2`).
+
+    >>> check_repo_id("bad id!", "--model-id")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    hf_encoderize.common.errors.EncoderizeError: --model-id: invalid Hub repo id 'bad id!'; use user/name with ...
+    """
+    if repo_id is None:
+        return
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    named = f"{flag}: " if flag else ""
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError:
+        raise EncoderizeError(f"{named}invalid Hub repo id {repo_id!r}; use user/name with letters, digits, '-', '_', "
+                              "'.'") from None
+    if namespaced and repo_id.count("/") != 1:
+        raise EncoderizeError(f"{named}invalid Hub repo id {repo_id!r}; use user/name (or org/name)")

@@ -87,6 +87,31 @@ def file_identity(path: str, head_only: bool = False) -> str:
     return _HASHED[key]
 
 
+def folder_identity(folder: str | os.PathLike, skip: tuple[str, ...] = ()) -> str:
+    """What a local folder holds, for "same run?" (a teacher model's, `recipes.contrastive.distill.teacher_identity`):
+    `sha256:` of every file's relative path and `file_identity`, in name order, hidden files and the top-level names in
+    `skip` left out. A file edited in place gives another identity; the folder's own path does not count.
+
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp()); (folder / "config.json").write_text("{}")
+    2
+    >>> before = folder_identity(folder); (folder / "README.md").write_text("card")
+    4
+    >>> folder_identity(folder, skip=("README.md",)) == before, folder_identity(folder) == before
+    (True, False)
+    """
+    import hashlib
+    from pathlib import Path
+
+    root = Path(os.path.realpath(folder))
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        parts = path.relative_to(root).parts
+        if path.is_file() and parts[0] not in skip and not any(part.startswith(".") for part in parts):
+            digest.update(f"{'/'.join(parts)}\0{file_identity(str(path))}\n".encode())
+    return f"sha256:{digest.hexdigest()}"
+
+
 def identity_as_today(identity: dict, data_files: str | None = None) -> dict:
     """A recorded identity in today's terms, so a resume or a reused stage compares like with like (kept for runs
     recorded before 0.2's content identity and before `--text-unit`): a `data.data_files` path text becomes the content

@@ -56,6 +56,8 @@ _SAMPLE_BY = {"line": "line", "paragraph": "paragraph", "file": "document"}  # d
 class DataConfig:
     """Where the pretraining text comes from and how it is packed."""
 
+    INPUTS = ("data_files",)  # what an output folder stays apart from (`common.outputs.inputs_of`)
+
     _: KW_ONLY
     dataset: str | None = "HuggingFaceFW/fineweb-edu"
     """Hub dataset id (streamed). Ignored when `data_files` is set.
@@ -351,16 +353,29 @@ def open_documents(cfg: DataConfig, rows_per_step: int = 1) -> Documents:
     if next(itertools.islice(iter(documents), first, None), None) is None:
         skipped = f" and the {cfg.skip_documents} skipped" if cfg.skip_documents else ""
         raise EncoderizeError(f"the dataset has no training documents after the {cfg.eval_documents} held out for "
-                              f"evaluation{skipped}; add data or lower --eval-documents/--skip-documents")
+                              f"evaluation{skipped}; {text_unit_hint(cfg, count)}add data or lower "
+                              "--eval-documents/--skip-documents")
     if count is not None and count - first < rows_per_step:
-        raise EncoderizeError(too_few_documents(count - first, rows_per_step))
+        raise EncoderizeError(too_few_documents(count - first, rows_per_step, text_unit_hint(cfg, count)))
     return documents
 
 
-def too_few_documents(count: int, rows_per_step: int) -> str:
-    """The refusal of a source with fewer training documents than a step has rows (said before or while streaming)."""
+def text_unit_hint(cfg: DataConfig, count: int | None) -> str:
+    """For .txt files cut at blank lines (or whole): how many documents that made, and the option that makes each line
+    one, the one change that helps a text without blank lines; "" for other sources."""
+    if cfg.text_unit == "line" or not cfg.reads_text_files():
+        return ""
+    made = f"{count} document(s)" if count is not None else "few documents"
+    cut = "one per file" if cfg.text_unit == "file" else "one per paragraph, split at blank lines"
+    return (f"the .txt files made {made} under --text-unit {cfg.text_unit} ({cut}): pass --text-unit line to read "
+            "each line as a document, or ")
+
+
+def too_few_documents(count: int, rows_per_step: int, hint: str = "") -> str:
+    """The refusal of a source with fewer training documents than a step has rows (said before or while streaming).
+    `hint`: `text_unit_hint`'s words for .txt files."""
     return (f"the dataset has {count} training documents after the held-out ones; a step takes {rows_per_step} rows "
-            "(batch size x processes x accumulation), each packed from its own documents: add data, or lower "
+            f"(batch size x processes x accumulation), each packed from its own documents: {hint}add data, or lower "
             "--batch-size or --gradient-accumulation-steps")
 
 

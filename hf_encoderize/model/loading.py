@@ -41,6 +41,8 @@ from hf_encoderize.model.load_errors import safetensor_error as _safetensor_erro
 class LoadConfig:
     """Where the decoder comes from and how to load it."""
 
+    INPUTS = ("input_path",)  # what an output folder stays apart from (`common.outputs.inputs_of`)
+
     source: str
     """A Hub id (`org/name`), a local folder, or a `.gguf` file (local path, or a Hub repo id with `gguf_file`)."""
     _: KW_ONLY

@@ -35,10 +35,10 @@ def convert(load: LoadConfig, out: ConvertConfig) -> dict:
     model fails the probe gives way to the next), and a model that fails only packed-document isolation (a hybrid)
     is saved all the same, recorded as one to train on padded rows (`packing` in the saved config)."""
     from hf_encoderize.common.locks import lock_output, release_lock, releasing_locks
-    from hf_encoderize.common.outputs import input_paths
+    from hf_encoderize.common.outputs import inputs_of
     from hf_encoderize.model.saving import check_output_dir
 
-    inputs = input_paths(load.input_path)
+    inputs = inputs_of(load)
     check_output_dir(out.output_dir, out.overwrite, inputs=inputs)  # before any work
     # Two converts into one folder both exited 0 and one model was lost: the folder is locked (and checked again,
     # now that no other run can change it) before the model loads, and given back once the encoder is in place.

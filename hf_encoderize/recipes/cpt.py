@@ -21,7 +21,7 @@ import torch
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import identity_of
 from hf_encoderize.common.locks import releasing_locks
-from hf_encoderize.common.outputs import input_paths
+from hf_encoderize.common.outputs import inputs_of
 from hf_encoderize.common.precision import attention_dtype
 from hf_encoderize.data.sources import DataConfig
 from hf_encoderize.model.attention_backends import check_backend_available
@@ -73,7 +73,7 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
     train = resolve_grad_accum(train, data.seq_len)
     return run_recipe(Cpt(load=load, data=data, masking=masking, train=train, adapter=adapter,
                           output_dir=Path(train.output_dir) if train.output_dir else default_output_dir(load),
-                          inputs=input_paths(load.input_path, data.data_files, train.from_checkpoint),
+                          inputs=inputs_of(load, data, train),
                           phases=[Phase("mlm", 0, train.steps)]))
 
 

@@ -14,7 +14,7 @@ from typing import Literal
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, LENGTH, identity
-from hf_encoderize.common.precision import check_bf16
+from hf_encoderize.common.precision import check_bf16, check_fp16
 from hf_encoderize.common.validation import check_choice, check_number
 from hf_encoderize.objectives.loss_kernels import LossImplementation
 from hf_encoderize.training.schedule import decay_steps_for, default_warmup
@@ -25,6 +25,8 @@ ADAMW_BETAS = (0.9, 0.95)  # paper, Appendix A
 @dataclass
 class TrainConfig:
     """How long and how fast to train, and where checkpoints go."""
+
+    INPUTS = ("from_checkpoint",)  # what an output folder stays apart from (`common.outputs.inputs_of`)
 
     _: KW_ONLY
     output_dir: str | None = field(default=None, metadata=identity(HARMLESS))
@@ -160,6 +162,7 @@ class TrainConfig:
         for name in ("mixed_precision", "on_nonfinite", "loss_implementation", "master_weights"):
             check_choice(f"--{name.replace('_', '-')}", getattr(self, name), TrainConfig, name)  # the Literal's values
         check_bf16(self.mixed_precision)
+        check_fp16(self.mixed_precision)  # on a CPU it would train in fp32 and record fp16
 
     def _check_exports_after_branch(self, exports: tuple[int, ...]) -> None:
         """A branch starts after its checkpoint's step, so an export at or before it would never be written."""

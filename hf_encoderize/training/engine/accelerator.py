@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import world_size
 from hf_encoderize.common.precision import resolve_mixed_precision
 from hf_encoderize.training.train_config import TrainConfig
@@ -23,14 +24,24 @@ from hf_encoderize.training.train_config import TrainConfig
 
 def resolve_grad_accum(train: TrainConfig, seq_len: int) -> TrainConfig:
     """`train` with `grad_accum` worked out from `tokens_per_step` (a copy; unchanged when it is not set). The
-    processes are those of the launch (`WORLD_SIZE`), known before the Accelerator exists."""
+    processes are those of the launch (`WORLD_SIZE`), known before the Accelerator exists.
+
+    An accumulation given beside the target (other than the default 1, which cannot be told from unset) that the
+    target does not give is a conflict, refused naming both: it was silently replaced. One the target gives too (a
+    replayed run_settings.json holds both, the accumulation as resolved) is the same run and passes."""
     import dataclasses
 
     if train.tokens_per_step is None:
         return train
     processes = world_size()
     per_micro = train.batch_size * processes * seq_len
-    return dataclasses.replace(train, grad_accum=max(1, math.ceil(train.tokens_per_step / per_micro)))
+    derived = max(1, math.ceil(train.tokens_per_step / per_micro))
+    if train.grad_accum not in (1, derived):
+        raise EncoderizeError(f"--tokens-per-step {train.tokens_per_step} sets the accumulation itself (here "
+                              f"{derived}: {train.batch_size} rows x {processes} process(es) x {seq_len} tokens per "
+                              f"micro-batch), but --gradient-accumulation-steps {train.grad_accum} is given too; "
+                              "drop one of them")
+    return dataclasses.replace(train, grad_accum=derived)
 
 
 def make_accelerator(train: TrainConfig, output_dir: Path, trackers: list[str]):
