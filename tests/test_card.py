@@ -48,8 +48,13 @@ def test_model_index_equals_summary(run_dir):
     for row in json.loads((run_dir / "eval" / "encoder" / "summary.json").read_text())["results"]:
         expected[(row["dataset"], row["metric"])] = row["test_mean"]
         expected.update({(row["dataset"], name): value for name, value in row["extra_metrics"].items()})
-    found = {(r.dataset_type, r.metric_type): r.metric_value for r in card.data.eval_results}
+    found = {(r.dataset_name, r.metric_type): r.metric_value for r in card.data.eval_results}
     assert found == expected  # exact floats: one EvalResult per dataset and metric, nothing rounded
+    from hf_encoderize.evaluation.loaders import dataset_spec
+
+    # Named as the Hub names datasets: id, config and the split scored (issue 66 point 2)
+    assert {(r.dataset_name, r.dataset_type, r.dataset_config, r.dataset_split) for r in card.data.eval_results} == {
+        (name, dataset_spec(name).hub, dataset_spec(name).config, dataset_spec(name).test_split) for name, _ in found}
 
 
 def table(text: str, first_header: str) -> list[list[str]]:
@@ -110,7 +115,11 @@ def test_repo_id_goes_into_snippets_and_plots(run_dir):
     assert "![Training and held-out loss](plots/loss_curve.png)" in text
     meta = yaml.safe_load(text.split("---\n")[1])
     assert meta["base_model"] == "HuggingFaceTB/SmolLM2-135M"
-    assert meta["model-index"][0]["name"] == "tiny-encoder"
+    assert meta["model-index"][0]["name"] == "someone/tiny-encoder"  # the Hub id names it (issue 66 point 5)
+    assert text.split("---\n", 2)[2].split("\n# ", 1)[1].startswith("someone/tiny-encoder\n")
+    assert "Named after its local folder" not in text
+    local = render_card(gather_facts(CardConfig(str(run_dir))))
+    assert "\n# run\n" in local and "Named after its local folder: pass `--model-id`" in local  # and says so
 
 
 def test_converted_encoder_without_run_or_eval(tmp_path):

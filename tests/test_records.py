@@ -162,7 +162,7 @@ def test_a_card_renders_from_a_record_an_older_version_wrote(tmp_path):
     card = render_card(gather_facts(CardConfig(str(out))))
     assert "4 optimizer steps, 512 tokens seen" in card and "linear decay over the final 20% of steps" in card
     assert "eps 1e-08 (torch's default: recorded before --adam-epsilon existed)" in card
-    assert "Held-out MLM loss / masked-token accuracy | 5.50 / n/a" in card
+    assert "Held-out MLM loss / masked-token accuracy | 5.5 / n/a" in card
 
 
 def test_the_patch_report_is_made_once_and_never_changed():

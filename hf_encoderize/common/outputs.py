@@ -43,7 +43,7 @@ KNOWN_ENTRIES = {
 # `card` keeps the options it was given beside a converted encoder or an embedding model too (`run` gives its
 # contrastive/ card the --base-model-id): without the name here, `run --overwrite` refused its own run folder.
 SERVED = ("README.md", "export_record.json", "onnx", "model-f32.gguf", "model-q8_0.gguf",
-          RunFolder(Path()).card_sources.name)
+          RunFolder(Path()).card_sources.name, ".eval_results", ".sentence-transformers-card.md")  # `card` (card_st)
 KNOWN_ENTRIES.update({"encoder": SERVED, "contrastive": SERVED, "convert": SERVED})
 # Known sub-folders without a marker of their own, and the files our commands write in them (at any depth): a file of
 # another name there (a user's eval/NOTES.md) keeps the folder from being deleted. A sub-folder that carries a marker
@@ -53,6 +53,7 @@ FILES_OF = {
     "profile": ("summary.json", "trace.json"),
     "exports": (),
     "onnx": ("model.onnx", "model_qint8.onnx"),
+    ".eval_results": ("hf-encoderize.yaml",),  # `card`'s results in the Hub's schema (publish.card_index)
 }
 # Our temporary names (atomic saves, the shared-folder probe, contrastive's work folder, the marker and lock).
 OUR_TEMPORARIES = (MARKER, LOCK, ".*.partial", ".*.tmp", ".*.old-*", ".shared-*", ".*.work")

@@ -21,6 +21,7 @@ import torch
 
 from hf_encoderize.common.validation import check_choice, check_number
 from hf_encoderize.objectives.loss import IGNORE, mlm_loss
+from hf_encoderize.records.learnt import learnt
 
 
 @dataclass(frozen=True)
@@ -36,8 +37,8 @@ class MaskingTarget:
 
 
 MASKING_TARGETS = {target.name: target for target in (
-    MaskingTarget("mlm", "MLM", shift=0),
-    MaskingTarget("mntp", "MNTP (masked next-token prediction, LLM2Vec)", shift=1),  # LLM2Vec, section 2
+    MaskingTarget("mlm", learnt("mlm").card_label, shift=0),
+    MaskingTarget("mntp", learnt("mntp").card_label, shift=1),  # LLM2Vec, section 2
 )}
 
 

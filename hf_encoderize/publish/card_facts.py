@@ -9,7 +9,7 @@ from dataclasses import KW_ONLY, dataclass, field
 
 from hf_encoderize.records.contrastive_record import ContrastiveRecord
 from hf_encoderize.records.encoder_facts import PlainAttention
-from hf_encoderize.records.eval_summary import EvalSummary
+from hf_encoderize.records.eval_summary import EvalSummary, MtebSummary
 from hf_encoderize.records.run_record import PatchFacts, RunRecord
 
 
@@ -22,6 +22,13 @@ class CardFacts:
     """Short name for the title and the model-index."""
     model_ref: str
     """What the usage snippets load: the Hub repo id, or the local encoder folder."""
+    repo_id: str | None = None
+    """The Hub repo id (`--model-id`, or push's REPO_ID); None: the card names the model by its local folder and
+    says so."""
+    mteb: MtebSummary | None = None
+    """`eval --mteb`'s summary of this model (`eval/<model>/mteb/summary.json`), None when it was not run."""
+    mteb_dir: str | None = None
+    """The folder of that summary and of mteb's task result files (the model-index reads them through mteb)."""
     base_model: str
     """The base model as it was given to convert/cpt (Hub id, folder or GGUF folder)."""
     base_model_id: str | None = None
@@ -65,6 +72,8 @@ class CardFacts:
     """`contrastive_run.json` of an embedding model made by `contrastive` (the second stage, after cpt)."""
     evaluate_hint: str = ""
     """The commands that evaluate this model and bring its scores into the card (shown while it has none)."""
+    st_card: str | None = None
+    """The card sentence-transformers wrote for an embedding model (`card_st`): ours is built on it."""
     base_label: str = "base model"
     """Name of the comparison column: the base decoder, or the MLM encoder for an embedding model."""
 

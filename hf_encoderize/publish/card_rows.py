@@ -10,10 +10,10 @@ import os
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.validation import parse_dims
-from hf_encoderize.objectives.masking import card_label
 from hf_encoderize.publish.card_facts import CardFacts
 from hf_encoderize.records.contrastive_record import ContrastiveRecord, ContrastiveStage
 from hf_encoderize.records.encoder_facts import PlainAttention
+from hf_encoderize.records.learnt import learnt, phase_learnt, recorded_sequence
 from hf_encoderize.records.run_record import HardwareFacts, RunRecord, TokenFacts
 from hf_encoderize.records.run_settings import DataFacts
 
@@ -60,13 +60,29 @@ def contrastive_text(record: ContrastiveRecord) -> str:
     stage, config = record.stage_facts(), record.source_facts()
     source = local_data(config.data_files, config.data_name) if config.data_files else f"`{config.dataset or '?'}`"
     dropout = max((stage.training_dropout or {}).values(), default=0)
-    how = (f"SimCSE (unsupervised: each text twice, dropout {dropout} making the two views)"
-           if stage.objective == "simcse" else distilled_text(stage) if stage.objective == "distill"
-           else "supervised pairs (in-batch and given hard negatives)")
-    return (f"{how}; `{stage.loss}` loss with scale {stage.scale}, `{stage.pooling}` pooling, "
+    how = distilled_text(stage) if stage.teacher else learnt(stage.objective).phrase  # the method that ran
+    if dropout:
+        how += f" (dropout {dropout} making the two views)"
+    return (f"{how}; {loss_text(stage)}, `{stage.pooling}` pooling, "
             f"{thousands(stage.steps)} steps at batch {stage.batch_size}, "
             f"lr {stage.learning_rate}, on {thousands(stage.rows)} rows of {source}; "
-            f"final loss {score(stage.final_loss)}")
+            f"final loss {loss_value(stage.final_loss)}")
+
+
+def loss_text(stage: ContrastiveStage) -> str:
+    """The loss in words, with its similarity scale only where a term uses one: MSE to a teacher has none.
+
+    >>> loss_text(ContrastiveStage(loss="mse", scale=20.0)), loss_text(ContrastiveStage(loss="mnrl", scale=20.0))
+    ('`mse` loss', '`mnrl` loss with scale 20.0')
+    >>> loss_text(ContrastiveStage(loss="mse+mnrl", scale=20.0))
+    '`mse+mnrl` loss (scale 20.0 in its in-batch term)'
+    """
+    terms = (stage.loss or "?").split("+")
+    scaled = stage.scale is not None and any(term != "mse" for term in terms)
+    if not scaled:
+        return f"`{stage.loss}` loss"
+    return f"`{stage.loss}` loss " + (f"(scale {stage.scale} in its in-batch term)" if "mse" in terms
+                                      else f"with scale {stage.scale}")
 
 
 def distilled_text(stage: ContrastiveStage) -> str:
@@ -74,10 +90,24 @@ def distilled_text(stage: ContrastiveStage) -> str:
     projection, weight = stage.projection, stage.distill_contrastive_weight
     return (f"distilled from {stage.teacher_name} (`{stage.teacher}`, license "
             f"{stage.teacher_license or 'unknown'}): MSE to the teacher's embedding of each text"
-            + (f", and of {stage.distill_variants} one-word edit(s) of each" if stage.distill_variants else "")
-            + (f", and of {stage.distill_synonyms} near-synonym edit(s) of each" if stage.distill_synonyms else "")
+            + edits_text(stage.distill_variants, stage.distill_variant_edits, "one-word")
+            + edits_text(stage.distill_synonyms, stage.distill_synonym_edits, "near-synonym")
             + (f" plus {weight} x the in-batch contrastive loss" if weight else "")
             + (f", through a Dense projection {projection[0]} -> {projection[1]}" if projection else ""))
+
+
+def edits_text(asked: int | None, made: int | None, kind: str) -> str:
+    """The edits the teacher labelled too, as made (issue 68: the card claimed 3 near-synonym edits of each text when
+    none was made); a record from before the count says what was asked.
+
+    >>> edits_text(3, 0, "near-synonym"), edits_text(1, 96, "one-word"), edits_text(2, None, "one-word")
+    ('', ', and of 96 one-word edit(s) (up to 1 of each text)', ', and of 2 one-word edit(s) of each')
+    """
+    if not asked or made == 0:
+        return ""
+    if made is None:
+        return f", and of {asked} {kind} edit(s) of each"
+    return f", and of {thousands(made)} {kind} edit(s) (up to {asked} of each text)"
 
 
 def plain_loading(plain: PlainAttention | dict) -> str | None:
@@ -134,7 +164,9 @@ def _training_rows(run: RunRecord) -> list[tuple[str, str]]:
     data, lora, hardware = run.data or DataFacts(), run.lora, run.hardware or HardwareFacts()
     source = local_data(data.data_files, data.data_name) if data.data_files else \
         f"`{' '.join(filter(None, [data.dataset, data.dataset_config]))}`"
-    objective = card_label(run.objective) or _phases_text(run)
+    sequence = recorded_sequence(run.objective)
+    objective = _phases_text(run) if run.phases else sequence.card_label or "unknown"
+    masked = (sequence.masking_target or learnt("mlm")).name.upper()  # what the held-out loss measures
     replacement = "BERT 80/10/10" if run.replacement == "bert" else "every masked token becomes the mask token"
     adapters = "none (all weights trained)" if not lora else \
         f"LoRA r={lora.r}, alpha={lora.alpha}, targets {lora.targets}, merged into the weights"
@@ -158,16 +190,18 @@ def _training_rows(run: RunRecord) -> list[tuple[str, str]]:
                      f"precision {hardware.mixed_precision}; torch {hardware.torch}, "
                      f"transformers {hardware.transformers}"),
         ("Wall time", f"{duration(run.wall_time_s)} ({run.started_at} to {run.finished_at})"),
-        ("Final training loss", score(run.final_train_loss)),
-        ("Held-out MLM loss / masked-token accuracy", f"{score(run.eval_loss)} / "
+        ("Final training loss", loss_value(run.final_train_loss)),
+        (f"Held-out {masked} loss / masked-token accuracy", f"{loss_value(run.eval_loss)} / "
          + ("n/a" if accuracy is None else f"{accuracy:.1%}")),
     ]
 
 
 def _phases_text(run: RunRecord) -> str:
-    """A pretrain run's schedule in words, e.g. "CLM for steps 0-750, then MLM for steps 750-1,000" (from
-    `run_record.json`'s `phases`, the schedule string `clm:0.75,mlm:0.25`); the raw objective string otherwise."""
+    """A pretrain run's schedule in words, e.g. "CLM for steps 0-750, then MNTP (...) for steps 750-1,000" (from
+    `run_record.json`'s `phases`, the schedule string `clm:0.75,mlm:0.25`, its masked phase named for the masking
+    target the record's `objective` names); the raw objective string otherwise."""
     schedule, steps = run.phases, run.steps
+    target = (recorded_sequence(run.objective).masking_target or learnt("mlm")).name
     if not isinstance(schedule, str) or not isinstance(steps, int):
         return str(run.objective or "unknown")
     from hf_encoderize.objectives.phases import parse_schedule
@@ -176,13 +210,23 @@ def _phases_text(run: RunRecord) -> str:
         phases = parse_schedule(schedule, steps)
     except EncoderizeError:
         return schedule
-    return ", then ".join(f"{p.objective.upper()} for steps {thousands(p.start)}-{thousands(p.end)}" for p in phases)
+    return ", then ".join(f"{phase_learnt(p.objective, target).card_label} for steps {thousands(p.start)}-"
+                          f"{thousands(p.end)}" for p in phases)
 
 
 def score(value, ci=None) -> str:
     if value is None:
         return "n/a"
     return f"{value:.2f} ± {ci:.2f}" if ci is not None else f"{value:.2f}"
+
+
+def loss_value(value) -> str:
+    """A loss with four significant digits: 0.0016 stays 0.0016 (a fixed two decimals would print 0.00).
+
+    >>> loss_value(0.0016), loss_value(3.14159), loss_value(None)
+    ('0.0016', '3.142', 'n/a')
+    """
+    return "n/a" if value is None else f"{value:.4g}"
 
 
 def signed(value) -> str:

@@ -27,6 +27,7 @@ from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import is_main_process
 from hf_encoderize.common.log import get_logger
 from hf_encoderize.common.run_folder import RunFolder
+from hf_encoderize.common.validation import check_repo_id
 from hf_encoderize.model.saving import encoder_dir
 from hf_encoderize.publish.export_record import read_export_record
 from hf_encoderize.publish.upload_set import files_holding, strip_local_paths, upload_set
@@ -118,19 +119,6 @@ def check_push_ready(hub: HubConfig) -> None:
         _endpoint_or_refuse()
         if not _saved_token():
             raise EncoderizeError("--push-to-hub needs a Hub token: run `hf auth login` or set HF_TOKEN first")
-
-
-def check_repo_id(repo_id: str) -> None:
-    """A one-line error for anything the Hub would refuse as a repo id."""
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-    try:
-        validate_repo_id(repo_id)
-    except HFValidationError:
-        raise EncoderizeError(
-            f"invalid Hub repo id {repo_id!r}; use user/name with letters, digits, '-', '_', '.'") from None
-    if repo_id.count("/") != 1:
-        raise EncoderizeError(f"invalid Hub repo id {repo_id!r}; use user/name (or org/name)")
 
 
 def mask_credentials(text: str) -> str:
@@ -266,7 +254,9 @@ def encoder_upload(output_dir: str | os.PathLike, repo_id: str, card_config=None
     extra: dict[str, Path | bytes] = {}
     if card.is_generated_card(encoder / "README.md"):
         # With the export record, so the Hub's card lists the checked ONNX / GGUF files that this push carries.
-        extra["README.md"] = card.render_card(card.gather_facts(config), read_export_record(encoder)).encode()
+        facts = card.gather_facts(config)
+        extra["README.md"] = card.render_card(facts, read_export_record(encoder)).encode()
+        extra.update(card.pushed_results(facts))  # the summary the scores cite, and .eval_results/
     if encoder != run_dir:
         extra.update({f"plots/{p}": run_dir / p for p in card.plot_files(run_dir)})
     for results in filter(None, (config.results_dir, config.base_results_dir)):

@@ -47,6 +47,7 @@ from hf_encoderize.recipes.pretrain_model import (
     switch_report,
 )
 from hf_encoderize.records.encoder_facts import EncoderFacts
+from hf_encoderize.records.learnt import phase_learnt, phase_sequence
 from hf_encoderize.records.run_record import PatchFacts, RunRecord
 from hf_encoderize.records.run_settings import PretrainSchedule, PretrainSettings
 from hf_encoderize.training.checkpoints import check_checkpoint_files
@@ -295,9 +296,12 @@ class Pretrain:
         known = EncoderFacts.of_run(dataclasses.replace(
             RunRecord.of_settings(settings), command=self.command,
             encoderize=PatchFacts(model_type=self.config.model_type, packing=packing_label(data.pack))))
+        def learnt_at(at: int) -> str:  # the masked phase is named for the target that ran: mlm or mntp
+            return phase_learnt(next(p.objective for p in phases if p.start < at <= p.end), masking.objective).name
+
         return PretrainBuilt(model=model, tokenizer=tokenizer, data=data, settings=settings,
                              export_dtype=model.dtype, tokens=tokens, export_facts=lambda at: dataclasses.replace(
-                                 known, objective=next(p.objective for p in phases if p.start < at <= p.end)))
+                                 known, objective=learnt_at(at)))
 
     def check_branch(self, checkpoint: Path, built: Built) -> None:
         check_checkpoint_files(checkpoint, built.model)  # shapes, once built
@@ -323,7 +327,8 @@ def pretrain_settings(spec: PretrainConfig, data, masking, train, phases: list[P
     switch = [p.start for p in phases[1:]]
     return run_settings(
         PretrainSettings, data, masking, train, load_in_4bit=False, model_config=spec.model_config,
-        tokenizer=spec.tokenizer, objective="+".join(p.objective for p in phases), phases=spec.schedule,
+        tokenizer=spec.tokenizer, phases=spec.schedule,
+        objective=phase_sequence([p.objective for p in phases], masking.objective).record_name,  # clm+mntp
         switch_step=switch[0] if switch else None, from_checkpoint=train.from_checkpoint,
         estimated_memory_gib=round(memory["total"] / 2**30, 2) if memory else None,
         parameters=memory["parameters"] if memory else None,

@@ -8,6 +8,8 @@ read by attribute only.
 - `contrastive_record`: `contrastive_run.json` (the contrastive stage of an embedding model);
 - `encoder_facts`: the `hf_encoderize` block of a saved encoder's config.json;
 - `push_record`: `push_record.json` (what `run` pushed, so an unchanged folder is not pushed twice).
+- `learnt`: the one table of what a run can learn (contrastive methods, masking targets, phases) and the names the
+  card, the run record and the metrics give each.
 
 The paths of these files are `common.run_folder`'s; this package sits just above `common` so every stage that writes
 or reads a record can import it.

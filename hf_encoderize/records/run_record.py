@@ -106,7 +106,7 @@ class RunRecord(Fields):
 
     # ------------------------------------------------------------------ what it learnt
     objective: str | None = None
-    """mlm, mntp, or pretrain's phases joined by "+"."""
+    """mlm, mntp, or pretrain's phases joined by "+" (clm+mlm, clm+mntp), each named by `records.learnt`."""
     mask_ratio: float | None = None
     replacement: str | None = None
     """How masked tokens are replaced: mask (every one becomes the mask token) or bert (80/10/10)."""

@@ -59,7 +59,7 @@ class RunSettings(Part):
     revision: str | None = None
     gguf_file: str | None = None
     objective: str | None = None
-    """mlm, mntp, or pretrain's phases joined by "+"."""
+    """mlm, mntp, or pretrain's phases joined by "+" (clm+mlm, clm+mntp), each named by `records.learnt`."""
     mask_ratio: float | None = None
     replacement: str | None = None
     data: DataFacts | None = None

@@ -32,11 +32,11 @@ import torch
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.log import get_logger
 from hf_encoderize.common.run_folder import RunFolder
+from hf_encoderize.records.learnt import learnt
 from hf_encoderize.records.run_record import HardwareFacts
 
 log = get_logger(__name__)
 
-OBJECTIVE_TARGETS = {"clm": "CLM: next token", "mlm": "MLM: masked tokens", "mntp": "MNTP: masked, next position"}
 TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio", "mlflow": "mlflow",
                     "comet_ml": "comet_ml", "aim": "aim", "clearml": "clearml", "dvclive": "dvclive"}
 
@@ -206,7 +206,7 @@ def plot_loss_curve(metrics_path: Path, png_path: Path, title: str = "MLM contin
     for objective in dict.fromkeys(r.get("objective", "mlm") for r in train):
         steps = [r for r in train if r.get("objective", "mlm") == objective]
         axis.plot([r["step"] for r in steps], [r["loss"] for r in steps], lw=1, alpha=0.8,
-                  label=f"train loss ({OBJECTIVE_TARGETS.get(objective, objective)})")
+                  label=f"train loss ({learnt(objective).card_label})")
     if evals:
         axis.plot([r["step"] for r in evals], [r["eval_loss"] for r in evals], "o-", label="held-out loss")
     axis.set(xlabel="optimizer step", ylabel="cross-entropy per predicted token", title=title)

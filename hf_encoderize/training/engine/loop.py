@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from hf_encoderize.objectives.phases import Phase
+from hf_encoderize.records.learnt import learnt
 from hf_encoderize.training.batches import StepBatch, prepare_step, to_device
 from hf_encoderize.training.checkpoints import checkpoint_dir, list_checkpoints, prune_checkpoints, save_checkpoint
 from hf_encoderize.training.engine.build import Run
@@ -222,7 +223,7 @@ def evaluate_held_out(run: Run) -> dict:
         loss, right = run.model(to_device(batch.micro[0], device), True, run.loss_kernel)
         loss_sum, correct, count = loss_sum + float(loss), correct + int(right), count + int(batch.counts[0])
     run.model.train()
-    accuracy = "eval_next_token_accuracy" if run.masker.objective == "clm" else "eval_masked_accuracy"
+    accuracy = learnt(run.masker.objective).metric  # eval_next_token_accuracy in a CLM phase
     if not run.eval_batches:
         return {}
     # No labelled token (a tiny --mlm-probability): there is no score, and 0.0 would read as a perfect one.
