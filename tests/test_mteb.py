@@ -124,3 +124,42 @@ def test_bad_mteb_input_is_one_line(embedding_model, tmp_path, capsys, monkeypat
 def test_mteb_does_not_push(embedding_model, tmp_path, capsys):
     assert main(["eval", str(embedding_model), "--mteb", "SciFact", "--push-to-hub", "me/x"]) == 2
     assert "eval --mteb does not push" in capsys.readouterr().err
+
+
+def test_mteb_results_reach_the_card_and_its_model_index(embedding_model, beir, tmp_path):
+    """Issue 66 point 4: a run's embedding model scored by `eval --mteb` shows its scores in the card; an MTEB task
+    enters `model-index` as mteb itself converts it (`TaskResult.get_hf_eval_results`), a local collection only the
+    card's body, marked."""
+    import shutil
+    import warnings
+
+    import mteb
+    import yaml
+    from hub_server import make_run_folder
+    from huggingface_hub import ModelCard
+
+    run = make_run_folder(tmp_path, evaluated=False, base_evaluated=False)
+    shutil.copytree(embedding_model, run / "contrastive")
+    record = json.loads((run / "contrastive" / "contrastive_run.json").read_text())
+    (run / "contrastive" / "contrastive_run.json").write_text(json.dumps({**record, "source": str(run / "encoder")}))
+    assert main(["eval", str(run / "contrastive"), "--mteb", str(beir[0])]) == 0
+    out = run / "eval" / "contrastive" / "mteb"
+    # An MTEB Hub task's result, as mteb writes it (the Hub is offline here: written through mteb's own type)
+    sts = mteb.TaskResult.from_task_results(mteb.get_task("STS12"), {"test": {"default": {
+        "main_score": 0.61234, "cosine_spearman": 0.61234}}}, evaluation_time=1.0)
+    (out / "STS12.json").write_text(json.dumps(sts.to_dict()))
+    summary = json.loads((out / "summary.json").read_text())
+    summary["tasks"]["STS12"] = {"main_score": "cosine_spearman", "splits": {"test": 61.23}, "score": 61.23}
+    (out / "summary.json").write_text(json.dumps(summary))
+    assert main(["card", str(run / "contrastive")]) == 0
+    readme = run / "contrastive" / "README.md"
+    text = readme.read_text()
+    assert "### MTEB (zero-shot)" in text and "| STS12 | cosine_spearman | test | 61.23 |" in text
+    toyret = summary["tasks"]["toyret"]["splits"]["test"]
+    assert f"| toyret (local collection: not in the metadata) | ndcg_at_10 | test | {toyret:.2f} |" in text
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = sts.get_hf_eval_results()
+    assert ModelCard.load(readme).data.eval_results == expected  # mteb's own form, nothing else
+    index = yaml.safe_load(text.split("---\n")[1])["model-index"][0]["results"]
+    assert [r["dataset"]["type"] for r in index] == ["mteb/sts12-sts"]
