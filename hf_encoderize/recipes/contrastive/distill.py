@@ -42,11 +42,15 @@ from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import world_size
 from hf_encoderize.data.stop_words import ENGLISH_STOP_WORDS
 from hf_encoderize.model.load_errors import is_remote_code_refusal
+from hf_encoderize.model.teachers import resolve_teacher
 
 
 def check_teacher(name: str) -> bool:
     """Refuse a teacher path that is missing or not a sentence-transformers folder, from the files alone (what `run`
-    checks before cpt). Returns whether `name` is a local folder (else a Hub id)."""
+    checks before cpt). Returns whether `name` is a local folder (else a Hub id). An official teacher's name or Hub id
+    is its checked folder first (`model.teachers.resolve_teacher`: the Hub at a pinned revision, else the packaged
+    copy, else one error line naming `hf-encoderize assets fetch`)."""
+    name = resolve_teacher(name)
     path = Path(name).expanduser()
     local = path.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1
     if local and not path.is_dir():
@@ -62,6 +66,7 @@ def load_teacher(name: str):
     """The teacher as a SentenceTransformer, loaded without remote code; a bad one is one `EncoderizeError`."""
     from sentence_transformers import SentenceTransformer
 
+    name = resolve_teacher(name)  # the same folder check_teacher checks (its digests are remembered)
     local, path = check_teacher(name), Path(name).expanduser()
     try:
         return SentenceTransformer(str(path) if local else name, trust_remote_code=False)
@@ -247,7 +252,7 @@ def teacher_facts(name: str) -> dict:
     """What the record and card say of the teacher: the name given, the model's own name, its license."""
     from hf_encoderize.model.licenses import card_license, hub_license
 
-    path = Path(name).expanduser()
+    path = Path(resolve_teacher(name)).expanduser()  # an official teacher: its card, in its checked folder
     readme = path / "README.md"
     license_id = card_license(readme)[0] if readme.is_file() else None if path.exists() else hub_license(name, None)[0]
     heading = re.search(r"^# (\S.*)$", readme.read_text(errors="replace"), re.M) if readme.is_file() else None
