@@ -6,7 +6,8 @@ Design choices:
 - Which encoder: the ENCODER_MODEL environment variable (Hub id or encoder folder; `hf-encoderize space` passes the
   run folder's encoder/ here), else `space_config.json` next to this file (written by `hf-encoderize push-space`),
   else the quickstart's encoder folder.
-- Two models, one job each. The embedding tabs (Similarity, Semantic search, Compare) use the embedding model:
+- Two models, one job each. The embedding tabs (Similarity, Semantic search, Embeddings, Compare) use the embedding
+  model:
   EMBEDDING_MODEL (Hub id or folder), else space_config.json's `embedding_model` when the encoder comes from there too,
   else the encoder itself. That is the `contrastive` stage's sentence-transformers folder when a run has one (it has no
   MLM head), so Fill-mask always uses the encoder. EMBEDDING_MODEL=encoder opts out: the encoder makes the embeddings.
@@ -23,6 +24,11 @@ Design choices:
   edited file too. The bytes that were checked are the bytes executed (not re-read by `trust_remote_code=True`), so
   nothing can swap the file, auto_map or an adapter redirect in between. Otherwise the tab says why fill-mask is off.
   Native MLM heads (e.g. BERT's) load without remote code; embeddings and Compare never run remote code.
+- Every tab is an API endpoint with a name (`/similarity`, `/search`, `/embed`, `/fill_mask`, `/compare`) and named
+  outputs, so the Space's API page and `gradio_client` read as the tabs do. `/embed` returns the vectors themselves,
+  exactly as sentence-transformers' `encode` gives them, with the model, its pooling and the dimension.
+- The size picker's values are strings ("0" for the full vector, "16"...): Gradio's API schema declares a dropdown's
+  values as strings, so a client built from the schema sends what the server accepts.
 - Models load on first use, once, so the Space starts in seconds and an unused tab costs nothing.
 - Inputs are capped (texts, characters, top-k) with a friendly message, so a public Space cannot be exhausted.
 """
@@ -48,6 +54,8 @@ from space_compute import (  # noqa: E402
     first_line,
     first_token_shift,
     heatmap_html,
+    is_normalized,
+    pooling_mode,
 )
 from space_models import (  # noqa: E402, F401 (re-exported: the UI's callers and tests read them off app)
     MODELING_FILE,
@@ -143,7 +151,8 @@ class EncoderSpace:
     def __init__(self, models: Models):
         self.models = models
 
-    def similarity(self, text: str, dim: int = 0):
+    def similarity(self, text: str, dim: str = "0"):
+        """Cosine similarity of every pair of sentences (one per line), as a heatmap and as JSON."""
         sentences = parse_lines(text, "sentence", MAX_TEXTS)
         dim = self.models.size(dim)
         matrix = cosine_matrix(encode(self.models.embedder(), sentences, truncate_dim=dim))
@@ -151,7 +160,8 @@ class EncoderSpace:
         scores = {"sentences": sentences, "similarity": matrix, "model": name, "dimensions": dim or self.models.width}
         return heatmap_html(sentences, matrix, f"{self.models.embedding_title(dim)}: {name}"), scores
 
-    def search(self, corpus: str, query: str, dim: int = 0):
+    def search(self, corpus: str, query: str, dim: str = "0"):
+        """The passages (one per line) ranked by cosine similarity to the query: rank, score, passage."""
         passages = parse_lines(corpus, "passage", MAX_PASSAGES)
         query = (query or "").strip()
         if not query:
@@ -165,7 +175,17 @@ class EncoderSpace:
         ranked = sorted(zip(scores, passages, strict=True), key=lambda pair: -pair[0])
         return [[rank, round(score, 4), passage] for rank, (score, passage) in enumerate(ranked, 1)]
 
+    def embed(self, text: str, dim: str = "0") -> dict:
+        """The embedding of each text (one per line), as sentence-transformers' `encode` gives it (the first `dim`
+        values at a Matryoshka size), with the model, its pooling and the vectors' dimension."""
+        texts = parse_lines(text, "text", MAX_PASSAGES)
+        model, dim = self.models.embedder(), self.models.size(dim)
+        vectors = encode(model, texts, truncate_dim=dim)  # (texts, dim or the full width)
+        return {"model": self.models.embedding_name, "pooling": pooling_mode(model), "normalized": is_normalized(model),
+                "dimension": int(vectors.shape[-1]), "texts": texts, "vectors": vectors.float().cpu().tolist()}
+
     def fill_mask(self, text: str, top_k: float):
+        """The most likely tokens for the one mask token in the sentence, with their probabilities."""
         if self.models.mlm is None:
             raise gr.Error(self.models.mlm_note)
         fill = self.models.fill_mask()
@@ -179,7 +199,9 @@ class EncoderSpace:
         predictions = fill(text, top_k=max(1, min(int(top_k), MAX_TOP_K)))
         return {p["token_str"].strip() or repr(p["token_str"]): float(p["score"]) for p in predictions}
 
-    def compare(self, text: str, dim: int = 0):
+    def compare(self, text: str, dim: str = "0"):
+        """The sentences' cosine heatmaps through the base decoder (causal) and the embedding model, and how far the
+        first token's hidden state moves when the last one changes in each."""
         if not self.models.base_available:
             raise gr.Error("No base decoder is available for this encoder; set BASE_MODEL to a Hub id or folder.")
         sentences = parse_lines(text, "sentence", MAX_TEXTS)
@@ -206,7 +228,7 @@ class EncoderSpace:
 
 
 def build_demo(settings: Settings | None = None) -> gr.Blocks:
-    """The four tabs, wired to an `EncoderSpace` for `settings` (default: from the environment)."""
+    """The five tabs, wired to an `EncoderSpace` for `settings` (default: from the environment)."""
     space = EncoderSpace(Models(settings or settings_from_env()))
     with gr.Blocks(title="hf-encoderize: encoder demo", analytics_enabled=False) as demo:
         gr.Markdown(_intro(space.models), elem_id="intro")
@@ -214,6 +236,8 @@ def build_demo(settings: Settings | None = None) -> gr.Blocks:
             _similarity_tab(space)
         with gr.Tab("Semantic search"):
             _search_tab(space)
+        with gr.Tab("Embeddings"):
+            _embed_tab(space)
         with gr.Tab("Fill-mask"):
             _fill_mask_tab(space)
         with gr.Tab("Compare"):
@@ -230,7 +254,8 @@ def _intro(models: Models) -> str:
                 "Sentences are mean-pooled into one vector each and compared by cosine similarity.")
     pooling = models.contrastive.get("pooling") or "its own"
     return (f"# Encoder demo\n**embedding model: {models.embedding_label}** ({models.settings.embedding_model}) "
-            f"makes the embeddings of Similarity, Semantic search and Compare ({pooling} pooling, cosine similarity). "
+            f"makes the embeddings of Similarity, Semantic search, Embeddings and Compare ({pooling} pooling, "
+            "cosine similarity). "
             f"Fill-mask uses the MLM encoder **{models.settings.encoder}**, {origin}." + _sizes_line(models))
 
 
@@ -244,16 +269,18 @@ def _similarity_tab(space: EncoderSpace) -> None:
     sentences = gr.Textbox(value=EXAMPLE_SENTENCES, lines=5, label="Sentences", elem_id="sim-input")
     size = _size_picker(space, "sim-size")
     run = gr.Button("Compute similarity", variant="primary", elem_id="sim-button")
-    heatmap = gr.HTML(elem_id="sim-heatmap")
+    heatmap = gr.HTML(label="Heatmap", elem_id="sim-heatmap")
     with gr.Accordion("Scores as JSON", open=False):
         scores = gr.JSON(label="Cosine similarity")
     run.click(space.similarity, [sentences, size], [heatmap, scores], api_name="similarity")
 
 
-def _size_picker(space: EncoderSpace, elem_id: str) -> gr.Dropdown:
-    """The Matryoshka size of the embeddings, shown only when the model was trained at sizes below its full one."""
-    return gr.Dropdown(space.models.sizes, value=0, label="Embedding size (dimensions)", elem_id=elem_id,
-                       visible=len(space.models.sizes) > 1, info="Matryoshka: the first D dimensions, renormalised.")
+def _size_picker(space: EncoderSpace, elem_id: str, info: str = "the first D dimensions, renormalised") -> gr.Dropdown:
+    """The Matryoshka size of the embeddings, shown only when the model was trained at sizes below its full one. Its
+    values are strings ("0": the full vector), the type Gradio's API schema gives a dropdown (see the docstring)."""
+    choices = [(label, str(value)) for label, value in space.models.sizes]
+    return gr.Dropdown(choices, value="0", label="Embedding size (dimensions)", elem_id=elem_id,
+                       visible=len(choices) > 1, info=f"Matryoshka: {info}.")
 
 
 def _search_tab(space: EncoderSpace) -> None:
@@ -265,6 +292,16 @@ def _search_tab(space: EncoderSpace) -> None:
     results = gr.Dataframe(headers=["rank", "score", "passage"], label="Ranked passages", interactive=False,
                            elem_id="search-results", wrap=True)
     run.click(space.search, [corpus, query, size], results, api_name="search")
+
+
+def _embed_tab(space: EncoderSpace) -> None:
+    gr.Markdown(f"Texts, one per line (at most {MAX_PASSAGES}), give their embedding vectors as the model's "
+                "`encode` does, with the model, its pooling and the dimension. The API's `/embed` returns the same.")
+    texts = gr.Textbox(value=EXAMPLE_SENTENCES, lines=5, label="Texts", elem_id="embed-input")
+    size = _size_picker(space, "embed-size", info="the first D dimensions, as encode(truncate_dim=D) gives them")
+    run = gr.Button("Embed", variant="primary", elem_id="embed-button")
+    vectors = gr.JSON(label="Embeddings", elem_id="embed-output")
+    run.click(space.embed, [texts, size], vectors, api_name="embed")
 
 
 def _fill_mask_tab(space: EncoderSpace) -> None:
@@ -300,9 +337,9 @@ def _compare_tab(space: EncoderSpace) -> None:
     size = _size_picker(space, "compare-size")
     run = gr.Button("Compare", variant="primary", elem_id="compare-button", interactive=space.models.base_available)
     with gr.Row():
-        base = gr.HTML(elem_id="compare-base")
-        encoder = gr.HTML(elem_id="compare-encoder")
-    note = gr.Markdown(elem_id="compare-note")
+        base = gr.HTML(label="Base decoder heatmap", elem_id="compare-base")
+        encoder = gr.HTML(label="Embedding model heatmap", elem_id="compare-encoder")
+    note = gr.Markdown(label="First-token shift", elem_id="compare-note")
     run.click(space.compare, [sentences, size], [base, encoder, note], api_name="compare")
 
 

@@ -32,6 +32,23 @@ def encode(model, texts: list[str], prompt: str | None = None, truncate_dim: int
     return model.encode(texts, convert_to_tensor=True, truncate_dim=truncate_dim or None, **named)
 
 
+def pooling_mode(model) -> str:
+    """How a sentence-transformers model pools its token states, as its Pooling module names the mode ("mean",
+    "lasttoken"...; modes joined by "+" when it concatenates several); "none" without a Pooling module."""
+    for module in model:
+        mode = getattr(module, "pooling_mode", None)  # sentence-transformers 6: a name or a tuple of names
+        if mode is None and hasattr(module, "get_pooling_mode_str"):
+            mode = module.get_pooling_mode_str()  # sentence-transformers 5
+        if mode:
+            return mode if isinstance(mode, str) else "+".join(mode)
+    return "none"
+
+
+def is_normalized(model) -> bool:
+    """Whether the model's last module normalises its vectors to length 1 (sentence-transformers' Normalize)."""
+    return any(type(module).__name__ == "Normalize" for module in model)
+
+
 def matryoshka_dims(model: str, stage: dict) -> list[int]:
     """The sizes the embedding model `model` (folder or Hub id) was trained at, largest first; [] without Matryoshka.
 
@@ -121,7 +138,7 @@ def causal_embeddings(model, tokenizer, texts: list[str]):
     rows = []
     with torch.no_grad():
         for text in texts:
-            batch = tokenizer(text, return_tensors="pt", truncation=True, max_length=512)
+            batch = tokenizer(text, return_tensors="pt", truncation=True, max_length=512).to(model.device)
             rows.append(model(**batch).last_hidden_state[0].float().mean(0))  # (hidden,)
     return torch.stack(rows)
 
@@ -130,7 +147,8 @@ def first_token_shift(model, tokenizer, text: str) -> float:
     """How far the first word's hidden state moves when the last word changes: 0 for a causal model."""
     import torch
 
-    batch = tokenizer(text, return_tensors="pt", return_special_tokens_mask=True, truncation=True, max_length=512)
+    batch = tokenizer(text, return_tensors="pt", return_special_tokens_mask=True, truncation=True,
+                      max_length=512).to(model.device)
     real = (batch.pop("special_tokens_mask")[0] == 0).nonzero().flatten()
     if len(real) < 2:
         return float("nan")

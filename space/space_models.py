@@ -137,6 +137,14 @@ def masked_lm_head(settings: Settings, config) -> tuple[str | None, str]:
 # ------------------------------------------------------------------------------------------------ models
 
 
+def device() -> str:
+    """Where the models run: the GPU when the Space has one (push-space may suggest GPU hardware for a large model),
+    else the CPU."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 class Models:
     """Loads each model once, on first use, behind a lock (Gradio runs events on worker threads)."""
 
@@ -181,10 +189,13 @@ class Models:
         return f"{title} ({size_note(dim, self.width)})" if len(self.sizes) > 1 else title
 
     def size(self, dim) -> int:
-        """`dim` when the model was trained at that size (0: the full vector); any other size is refused."""
-        if int(dim or 0) not in [value for _, value in self.sizes]:
+        """`dim` ("16", or 16 from Python) when the model was trained at that size ("0": the full vector); any other
+        size is refused."""
+        text = str(dim or 0).strip()
+        size = int(text) if text.isdigit() else -1
+        if size not in [value for _, value in self.sizes]:
             raise gr.Error(f"Pick an embedding size this model was trained at: {', '.join(dict(self.sizes))}.")
-        return int(dim or 0)
+        return size
 
     def _once(self, key, load):
         with self._lock:
@@ -196,7 +207,7 @@ class Models:
         """The sentence-transformers model of the embedding tabs: the embedding model, else the encoder."""
         from sentence_transformers import SentenceTransformer
 
-        return self._once("embedder", lambda: SentenceTransformer(self.embedding_name, device="cpu",
+        return self._once("embedder", lambda: SentenceTransformer(self.embedding_name, device=device(),
                                                                   trust_remote_code=False))
 
     def fill_mask(self):
@@ -209,7 +220,7 @@ class Models:
             else:
                 model = AutoModelForMaskedLM.from_pretrained(self.settings.encoder, trust_remote_code=False)
             tokenizer = AutoTokenizer.from_pretrained(self.settings.encoder, trust_remote_code=False)
-            return pipeline("fill-mask", model=model.eval(), tokenizer=tokenizer)
+            return pipeline("fill-mask", model=model.eval(), tokenizer=tokenizer, device=device())
 
         return self._once("fill_mask", load)
 
@@ -221,7 +232,7 @@ class Models:
             kwargs = {"trust_remote_code": False, **({"gguf_file": s.base_gguf_file} if s.base_gguf_file else {})}
             if s.base_revision and not Path(s.base_model).exists():
                 kwargs["revision"] = s.base_revision
-            return AutoModel.from_pretrained(s.base_model, **kwargs).eval(), AutoTokenizer.from_pretrained(
-                s.base_model, **kwargs)
+            model = AutoModel.from_pretrained(s.base_model, **kwargs).to(device()).eval()
+            return model, AutoTokenizer.from_pretrained(s.base_model, **kwargs)
 
         return self._once("base", load)

@@ -18,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -336,16 +337,37 @@ def test_cli_serves_the_app_until_stopped(tiny_run):
         port = sock.getsockname()[1]
     command = [sys.executable, "-m", "hf_encoderize.cli", "space", str(tiny_run), "--port", str(port)]
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = read_lines(server)
     try:
-        page = _wait_for_page(f"http://127.0.0.1:{port}/config", server, seconds=120)
+        page = wait_for_page(f"http://127.0.0.1:{port}/config", server, seconds=120)
+        wait_for_line(lines, "Serving the encoder demo at", seconds=60)  # printed once launch() has returned
     finally:
         server.terminate()
-        output = server.communicate(timeout=30)[0]
+        server.wait(timeout=30)
+    output = "".join(lines)
     assert "hf-encoderize: encoder demo" in page, output[-2000:]
     assert f"http://127.0.0.1:{port}" in output
 
 
-def _wait_for_page(url: str, server: subprocess.Popen, seconds: float) -> str:
+def read_lines(server: subprocess.Popen) -> list[str]:
+    """The server's output lines as they come (a thread reads them), so a test can wait for one while it runs."""
+    lines: list[str] = []
+
+    def read():
+        for line in server.stdout:
+            lines.append(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def wait_for_line(lines: list[str], text: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not any(text in line for line in lines):
+        time.sleep(0.2)
+
+
+def wait_for_page(url: str, server: subprocess.Popen, seconds: float) -> str:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and server.poll() is None:
         try:

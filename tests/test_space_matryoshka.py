@@ -15,7 +15,7 @@ from hf_encoderize.publish.space import SpaceConfig, app_settings, load_app  # n
 pytestmark = pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")
 
 SENTENCES = ["w1 w2 w3", "w4 w5 w6 w7", "w1 w2 w8", "w9 w3 w5"]
-PICKERS = ("sim-size", "search-size", "compare-size")
+PICKERS = ("sim-size", "search-size", "embed-size", "compare-size")
 
 
 def _space(run):
@@ -40,9 +40,9 @@ def test_picker_offers_the_full_size_and_each_trained_size(matryoshka_run):
     app, space = _space(matryoshka_run)
     assert space.models.sizes == [("32 (full size)", 0), ("16", 16), ("8", 8)]
     pickers = _pickers(app.build_demo(space.models.settings))
-    assert set(pickers) == set(PICKERS)  # Similarity, Semantic search and Compare each have one
-    for picker in pickers.values():
-        assert picker.visible and picker.value == 0 and [value for _, value in picker.choices] == [0, 16, 8]
+    assert set(pickers) == set(PICKERS)  # Similarity, Semantic search, Embeddings and Compare each have one
+    for picker in pickers.values():  # strings: the type Gradio's API schema declares for a dropdown's values
+        assert picker.visible and picker.value == "0" and [value for _, value in picker.choices] == ["0", "16", "8"]
 
 
 def test_similarity_at_a_size_is_the_first_dims_renormalised(matryoshka_run):
@@ -91,7 +91,7 @@ def test_the_api_takes_the_size(matryoshka_run):
     demo, url = launch_space(SpaceConfig(str(matryoshka_run), port=0), block=False)
     try:
         client = Client(url, verbose=False)
-        _, scores = client.predict("\n".join(SENTENCES), 8, api_name="/similarity")
+        _, scores = client.predict("\n".join(SENTENCES), "8", api_name="/similarity")  # the schema's string
         _, default = client.predict("\n".join(SENTENCES), api_name="/similarity")  # the picker's default: full size
     finally:
         demo.close()

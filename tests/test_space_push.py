@@ -46,7 +46,8 @@ def test_push_space_with_a_model_id_uploads_the_app_pinned(fake_hub, tiny_run, c
     assert meta["sdk"] == "gradio" and meta["app_file"] == "app.py" and meta["sdk_version"] == gradio.__version__
     assert meta["models"] == ["someone/tiny-encoder", "someone/tiny-base"]
     pins = files["requirements.txt"].decode().split()
-    assert {f"{n}=={_installed(n)}" for n in ("torch", "transformers", "sentence-transformers")} <= set(pins)
+    assert {f"{n}=={_installed(n)}" for n in ("transformers", "sentence-transformers")} <= set(pins)
+    assert f"torch=={_installed('torch')}+cpu" in pins  # a tiny model: a CPU Space, PyTorch's CPU wheel
     config = json.loads(files["space_config.json"])
     assert config == {"encoder": "someone/tiny-encoder", "base_model": "someone/tiny-base"}
     assert all(TOKEN.encode() not in content for content in files.values())

@@ -15,13 +15,14 @@ Design choices:
   from (its contrastive_run.json, else encoder/ beside it), so `space OUT/contrastive` shows the same as `space OUT`.
 - The base decoder for the Compare tab comes from the flags, else run_record.json, else the encoder's config.json
   metadata (the app reads that last one itself, so a Space that only knows a Hub id still finds its base).
-- push-space uploads a staged copy: app.py, requirements.txt pinned to the versions installed here, README.md with
-  the Space YAML header, and space_config.json naming the encoder: a Hub model id, or (without one) the encoder folder
-  uploaded into the Space next to the app as encoder/. The embedding model goes the same way, as a second entry:
-  `--embedding-model-id` (a Hub repo pushed on its own), else the contrastive folder uploaded as contrastive/. One
-  Space repo and one commit; the app on the Hub reads both names from space_config.json. app.py goes as is, so the
-  Space carries its TRUSTED_MODELING_SHA256 and runs an encoder's modeling_encoderize.py only when it is the file this
-  version writes (the embedding model never runs remote code).
+- push-space uploads a staged copy: app.py, requirements.txt pinned to the versions installed here, README.md with the
+  Space YAML header (both sized to the models by `publish.space_card`: hardware, preloads, the torch wheel), and
+  space_config.json naming the encoder: a Hub model id, or (without one) the encoder folder uploaded into the Space
+  next to the app as encoder/. The embedding model goes the same way, as a second entry: `--embedding-model-id` (a Hub
+  repo pushed on its own), else the contrastive folder uploaded as contrastive/. One Space repo and one commit; the
+  app on the Hub reads both names from space_config.json. app.py goes as is, so the Space carries its
+  TRUSTED_MODELING_SHA256 and runs an encoder's modeling_encoderize.py only when it is the file this version writes
+  (the embedding model never runs remote code).
 - `--trust-remote-code` (`SpaceConfig.trust_remote_code`) reaches the app as `Settings.trust_remote_code`, the same
   switch a Space gets from ENCODER_TRUST_REMOTE_CODE=1.
 """
@@ -40,12 +41,18 @@ from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD, RunFolder
 from hf_encoderize.common.validation import check_number
 from hf_encoderize.model.saving import encoder_dir
 from hf_encoderize.publish.hub import PushOptions
-from hf_encoderize.publish.shipped import shipped_dir
+from hf_encoderize.publish.space_card import (
+    SPACE_DIR,
+    pinned_requirements,
+    preload_entries,
+    space_readme,
+    suggest_hardware,
+    weight_bytes,
+)
 from hf_encoderize.records.contrastive_record import ContrastiveRecord
 from hf_encoderize.records.encoder_facts import EncoderFacts
 from hf_encoderize.records.run_record import RunRecord
 
-SPACE_DIR = shipped_dir("space")  # the Space as it deploys: app.py and its two sibling modules, README.md, ...
 APP_MODULE = "hf_encoderize_space_app"
 INSTALL_HINT = "pip install 'hf-encoderize[space]'"
 
@@ -71,6 +78,10 @@ class SpaceConfig:
     trust_remote_code: bool = False
     """Let Fill-mask run the encoder's modeling_encoderize.py even when it is not byte for byte the file this
     hf-encoderize writes (an edited or downloaded encoder); without it such a file never runs and the tab says why."""
+    share: bool = False
+    """Also serve the demo at a temporary public https://*.gradio.live link (through Gradio's share servers; anyone
+    with the link can use it while this runs). Needed where this machine's localhost cannot be reached (Colab, some
+    containers and proxies)."""
 
     def __post_init__(self):
         check_number("--port", self.port, minimum=0, maximum=65535, integer=True)  # 0: any free port
@@ -164,20 +175,44 @@ def load_app():
 
 
 def launch_space(cfg: SpaceConfig, *, block: bool = True):
-    """Serve the demo for `cfg.output_dir` on `cfg.host:cfg.port`. Returns `(demo, url)`; `demo.close()` stops it.
+    """Serve the demo for `cfg.output_dir` on `cfg.host:cfg.port` (and a public link with `cfg.share`). Returns
+    `(demo, url)`, the local URL; `demo.share_url` is the public one; `demo.close()` stops it.
 
-    With `block=True` (the CLI) this returns only when the server stops (Ctrl+C).
+    With `block=True` (the CLI) this prints where the demo is and returns only when the server stops (Ctrl+C).
+    Gradio's own start-up lines stay quiet: they tell a CLI user to "set `share=True` in `launch()`", which is
+    `--share` here.
     """
     settings = app_settings(cfg)
     app = load_app()
     demo = app.build_demo(settings)
     try:
-        _, url, _ = demo.launch(server_name=cfg.host, server_port=int(cfg.port) or _free_port(cfg.host),
-                                prevent_thread_lock=not block, theme=app.theme(), css=app.APP_CSS, ssr_mode=False,
-                                quiet=not block, show_error=True)
+        _, url, share_url = demo.launch(server_name=cfg.host, server_port=int(cfg.port) or _free_port(cfg.host),
+                                        prevent_thread_lock=True, theme=app.theme(), css=app.APP_CSS,
+                                        ssr_mode=False, quiet=True, show_error=True, share=cfg.share)
     except OSError as err:
         raise EncoderizeError(f"cannot listen on {cfg.host}:{cfg.port} ({err}); pick another --port") from None
+    except ValueError as err:  # Gradio: "When localhost is not accessible, a shareable link must be created"
+        if "share=True" not in str(err):
+            raise
+        demo.close()  # the server had started before Gradio found its page unreachable
+        raise EncoderizeError(f"this machine's {cfg.host}:{cfg.port} cannot be reached from here (a notebook host "
+                              "or a proxy); pass --share for a public gradio.live link") from None
+    if block:
+        print(serving_lines(url, share_url, cfg.share), flush=True)
+        demo.block_thread()
     return demo, url
+
+
+def serving_lines(url: str, share_url: str | None, share: bool) -> str:
+    """Where the demo answers, as the CLI prints it: the local URL, then the public link or how to get one."""
+    lines = [f"Serving the encoder demo at {url} (Ctrl+C stops it)"]
+    if share_url:
+        lines.append(f"Public link (temporary, anyone with it can use the demo): {share_url}")
+    elif share:
+        lines.append("Could not create the public link (Gradio's share servers were not reached); serving locally.")
+    else:
+        lines.append("Add --share for a temporary public gradio.live link.")
+    return "\n".join(lines)
 
 
 def _free_port(host: str) -> int:
@@ -189,8 +224,6 @@ def _free_port(host: str) -> int:
 
 
 # ------------------------------------------------------------------------------------------------ push-space
-
-PINNED = ("torch", "transformers", "sentence-transformers")  # what app.py imports besides gradio
 
 
 @dataclass
@@ -241,9 +274,14 @@ def push_space(cfg: PushSpaceConfig) -> list[str]:
     config = {"encoder": cfg.model_id or "encoder", **base}
     if cfg.embedding_model_id or embedding:
         config["embedding_model"] = cfg.embedding_model_id or "contrastive"
+    hardware = suggest_hardware(space_weight_bytes(cfg, encoder, base))
+    readme = space_readme(title=f"{(cfg.model_id or cfg.space_id).split('/')[-1]} demo", hardware=hardware,
+                          models=[name for name in (cfg.model_id, cfg.embedding_model_id, base.get("base_model"))
+                                  if name],
+                          preload=preload_entries([cfg.model_id, cfg.embedding_model_id], base))
     extra: dict[str, Path | bytes] = {
-        "README.md": space_readme(cfg, base).encode(),
-        "requirements.txt": pinned_requirements(gguf=bool(base.get("base_gguf_file"))).encode(),
+        "README.md": readme.encode(),
+        "requirements.txt": pinned_requirements(hardware, gguf=bool(base.get("base_gguf_file"))).encode(),
         "space_config.json": (json.dumps(config, indent=2) + "\n").encode(),
     }
     if cfg.model_id is None:  # bundle the encoder (minus any training state) inside the Space repo
@@ -252,6 +290,15 @@ def push_space(cfg: PushSpaceConfig) -> list[str]:
         extra.update({f"contrastive/{name}": path for name, path in upload_set(embedding).items()})
     options = {**cfg.push_options(), "commit_message": cfg.commit_message or "Upload Space with hf-encoderize"}
     return push_folder(SPACE_DIR, cfg.space_id, repo_type="space", space_sdk="gradio", **options, extra_files=extra)
+
+
+def space_weight_bytes(cfg: PushSpaceConfig, encoder: Path, base: dict) -> int:
+    """The weights the pushed Space may hold at once: the encoder (Fill-mask), the embedding model and the base
+    decoder (Compare). An embedding model without a local copy (a Hub one, or the encoder itself, loaded a second time
+    by sentence-transformers) and the base decoder count as large as the encoder: the Hub cannot be asked from here."""
+    size = weight_bytes(encoder)
+    embedding = weight_bytes(embedding_dir(cfg.output_dir, cfg.embedding_model)) or size
+    return size + embedding + (size if base.get("base_model") else 0)
 
 
 def _space_base(cfg: PushSpaceConfig, encoder: Path) -> dict:
@@ -266,29 +313,3 @@ def _space_base(cfg: PushSpaceConfig, encoder: Path) -> dict:
     if not name or Path(name).exists() or name.count("/") != 1:
         return {}  # a local path (or nothing): the Space's Compare tab says no base is available
     return {"base_model": name, "base_gguf_file": recorded.gguf_file, "base_revision": recorded.revision}
-
-
-def pinned_requirements(*, gguf: bool = False) -> str:
-    """requirements.txt with the exact versions installed here (gradio comes from the README's sdk_version)."""
-    from importlib.metadata import version
-
-    names = PINNED + (("gguf",) if gguf else ())
-    pins = [f"{name}=={version(name).split('+')[0]}" for name in names]  # "2.13.0+cpu" -> "2.13.0"
-    return "# Pinned by hf-encoderize push-space to the versions it was run with.\n" + "\n".join(pins) + "\n"
-
-
-def space_readme(cfg: PushSpaceConfig, base: dict) -> str:
-    """space/README.md with its YAML header filled in: title, the installed gradio as sdk_version, linked models."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    import yaml
-
-    _, header, body = (SPACE_DIR / "README.md").read_text().split("---\n", 2)
-    meta = yaml.safe_load(header)
-    meta["title"] = f"{(cfg.model_id or cfg.space_id).split('/')[-1]} demo"[:60]
-    try:
-        meta["sdk_version"] = version("gradio")  # the version the app was run with here
-    except PackageNotFoundError:
-        pass  # keep the template's tested version
-    meta["models"] = [name for name in (cfg.model_id, cfg.embedding_model_id, base.get("base_model")) if name]
-    return f"---\n{yaml.safe_dump(meta, sort_keys=False, allow_unicode=True)}---\n{body}"
