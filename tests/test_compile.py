@@ -1,6 +1,10 @@
 """--compile: compiled decoder layers give the same loss and gradients as eager ones, and save under the same names."""
 
 import json
+import subprocess
+import sys
+import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -168,10 +172,8 @@ def test_flash_varlen_inputs_do_not_recompile_every_batch():
     assert len(compiled_graphs) == 2
 
 
-@pytest.mark.parametrize("backend", ["sdpa", pytest.param("flex_attention", marks=pytest.mark.slow)])
-def test_compiled_layers_compile_once_across_packed_layouts(backend):
-    """Every step packs its documents differently: sdpa's 4-D mask changes values, flex's `BlockMask` is rebuilt with
-    a new mask function each step. Neither may make the compiled layers recompile."""
+def graphs_across_packed_layouts(backend: str) -> int:
+    """How many graphs the compiled layers of a tiny encoderized Llama compile over five packed layouts."""
     graphs = []
 
     def counting_backend(graph, example_inputs):
@@ -188,7 +190,56 @@ def test_compiled_layers_compile_once_across_packed_layouts(backend):
             docs = document_ids_from_lengths(lengths, 16)
             packed_forward(model.model, torch.randint(0, 100, (2, 16)), docs, packed=packed_inputs(docs, backend),
                            use_cache=False)
-    assert len(graphs) == 1
+    return len(graphs)
+
+
+# Run in a fresh interpreter where `kernels` cannot be imported (transformers then decorates nothing).
+_WITHOUT_KERNELS = """
+import sys
+sys.modules["kernels"] = None  # `import kernels` raises ImportError and find_spec finds nothing
+sys.path[:0] = [sys.argv[2]]
+import test_compile
+import transformers.integrations.hub_kernels as hub
+assert not hub.is_kernels_available()
+print("graphs", test_compile.graphs_across_packed_layouts(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("backend", ["sdpa", pytest.param("flex_attention", marks=pytest.mark.slow)])
+def test_compiled_layers_compile_once_across_packed_layouts(backend):
+    """Every step packs its documents differently: sdpa's 4-D mask changes values, flex's `BlockMask` is rebuilt with
+    a new mask function each step. Neither may make the compiled layers recompile: one graph for both layers and all
+    five layouts, in this environment (where transformers >= 5.25 brings `kernels`, whose router on Llama's attention
+    made flex's second layer recompile once: issue 72) and in one where `kernels` cannot be imported."""
+    assert graphs_across_packed_layouts(backend) == 1
+    done = subprocess.run([sys.executable, "-c", _WITHOUT_KERNELS, backend, str(Path(__file__).parent)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-2:] == ["graphs", "1"], done.stdout[-2000:]
+
+
+def test_an_idle_kernels_router_is_unwrapped_and_a_kernelized_one_kept():
+    """The router `use_kernelized_func` puts on Llama's attention is replaced by the class's own forward when no hub
+    kernel was swapped in (same outputs), and kept when one was."""
+    pytest.importorskip("kernels")
+    from hf_encoderize.training.compiling import route_no_idle_kernels
+
+    model = make_decoder("llama", "sdpa")
+    encoderize(model)
+    attention = model.model.layers[0].self_attn
+    if "_kernel_funcs" not in attention.__dict__:
+        pytest.skip("this transformers does not route Llama's attention through kernels")
+    ids = torch.randint(0, 100, (2, 16))
+    with torch.no_grad():
+        before = model.model(ids).last_hidden_state
+        assert route_no_idle_kernels(model.model.layers[0]) == 1
+        assert route_no_idle_kernels(model.model.layers[0]) == 0  # once only
+        torch.testing.assert_close(model.model(ids).last_hidden_state, before)
+    kernelized = model.model.layers[1].self_attn
+    func = next(iter(kernelized._kernel_funcs.values()))
+    func.forward = types.MethodType(type(func).forward, func)  # what `kernelize` does when it swaps a kernel in
+    assert route_no_idle_kernels(model.model.layers[1]) == 0
+    assert "forward" not in kernelized.__dict__
 
 
 @pytest.mark.slow

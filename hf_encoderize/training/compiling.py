@@ -24,9 +24,18 @@ Design choices:
   under DeepSpeed (neither measured with it). `--compile` / `--no-compile` decide instead; the run record says which
   way it went and why, with dynamo's counters (graphs compiled, graph breaks), so a recompile or a break that would
   run the layers eagerly is seen in the record, not guessed from the speed.
+- The hub-kernels routing stays out of compiled layers where it routes nothing. Since transformers 5.25 requires
+  `kernels`, attention classes decorated with `use_kernelized_func` (Llama's, for its rotary embedding) wrap their
+  forward in a router that writes a process-wide variable (`kernels`' `_ACTIVE_KERNEL_FUNCS`) while compiling; dynamo
+  guards that variable, and a layer compiled under flex attention left it set (kernels 0.19.1, torch 2.13), so every
+  other layer recompiled once. The router only matters once `kernelize` has swapped a hub kernel in, which the engine
+  never asks for; until then each layer gets its class's own forward back (`route_no_idle_kernels`), and one graph
+  serves every layer again (`tests/test_compile.py`, with and without `kernels`). A kernelized layer keeps its router.
 """
 
 from __future__ import annotations
+
+import types
 
 import torch
 
@@ -54,8 +63,32 @@ def compile_decoder_layers(model: torch.nn.Module, **options) -> int:
     backend = getattr(getattr(model, "config", None), "_attn_implementation", None) or ""
     options.setdefault("dynamic", None if backend.startswith("flash_attention") else False)
     for layer in layers:
+        route_no_idle_kernels(layer)
         layer.compile(**options)
     return len(layers)
+
+
+def route_no_idle_kernels(layer: torch.nn.Module) -> int:
+    """Give every submodule of `layer` whose forward is `kernels`' `use_kernelized_func` router, with no hub kernel
+    swapped in, its class's own forward back (see the module docstring); returns how many were unwrapped.
+    A module is left as it is when any of its kernel functions was kernelized (`kernelize` binds a `forward` on it)."""
+    unwrapped = 0
+    for module in layer.modules():
+        router = type(module).forward
+        funcs = module.__dict__.get("_kernel_funcs")
+        if not funcs or not _is_kernels_router(router) or "forward" in module.__dict__:
+            continue
+        if any("forward" in func.__dict__ for func in funcs.values()):
+            continue  # a hub kernel is in use: the router is what calls it
+        module.forward = types.MethodType(router.__wrapped__, module)
+        unwrapped += 1
+    return unwrapped
+
+
+def _is_kernels_router(forward) -> bool:
+    code = getattr(forward, "__code__", None)
+    return (code is not None and code.co_name == "new_forward" and hasattr(forward, "__wrapped__")
+            and code.co_filename.replace("\\", "/").endswith("kernels/_internals/layer/layer.py"))
 
 
 def compile_decision(requested: bool | None, device: torch.device, model, *, deepspeed: bool = False,
