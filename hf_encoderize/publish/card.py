@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
@@ -182,7 +183,8 @@ def gather_facts(config: CardConfig) -> CardFacts:
         pooling=_pooling(read_json(encoder / "1_Pooling" / "config.json") or {}),
         st_card=read_st_card(encoder, CARD_MARKER) if contrastive else None,
         plots=[f"plots/{p}" for p in plot_files(run_dir)] if config.repo_id else [],
-        evaluate_hint=evaluate_hint(config.output_dir, encoder, for_hub=bool(config.repo_id)),
+        evaluate_hint=evaluate_hint(config.output_dir, encoder, config.repo_id),
+        export_command=export_command(encoder, config.repo_id),
     )
 
 
@@ -205,17 +207,38 @@ def mteb_facts(folder: RunFolder, encoder: Path, results_dir: str | None) -> dic
     return {}
 
 
-def evaluate_hint(given: str, encoder: Path, for_hub: bool = False) -> str:
+def evaluate_hint(given: str, encoder: Path, repo_id: str | None = None) -> str:
     """The commands that put scores in this card, true for where `eval` writes them: a run's own model is scored
     into the run folder, where `card` reads it; any other encoder into results/<name>, which `card` is then told.
-    A card for the Hub (`for_hub`) names no local folder: RUN, ENCODER and NAME stand for them."""
+    A card for the Hub (`repo_id`) starts from a download of the repo (`hf download`), so every command runs as
+    printed there too; every argument is shell-quoted (a folder named `my enc` stays one argument)."""
+    q = shlex.quote
+    if repo_id:
+        local = repo_id.split("/")[-1]
+        results = str(Path("results") / local)
+        return (f"{download_command(repo_id)}, then `hf-encoderize eval {q(local)} --name {q(local)}` runs the "
+                f"paper's suite into `{results}`, then `hf-encoderize card {q(local)} --results-dir {q(results)} "
+                f"--model-id {q(repo_id)}` adds the")
     if run_model_results(encoder) is not None:
-        run, model = ("RUN", f"RUN/{encoder.name}") if for_hub else (given, str(encoder))
-        return f"`hf-encoderize eval {model}` runs the paper's suite, then `hf-encoderize card {run}` adds the"
-    name, model, folder = ("NAME", "ENCODER", "ENCODER") if for_hub else (encoder.resolve().name, str(encoder), given)
-    results = Path("results") / name
-    return (f"`hf-encoderize eval {model} --name {name}` runs the paper's suite into `{results}`, then "
-            f"`hf-encoderize card {folder} --results-dir {results}` adds the")
+        return (f"`hf-encoderize eval {q(str(encoder))}` runs the paper's suite, then `hf-encoderize card {q(given)}` "
+                "adds the")
+    name = encoder.resolve().name
+    results = str(Path("results") / name)
+    return (f"`hf-encoderize eval {q(str(encoder))} --name {q(name)}` runs the paper's suite into `{results}`, then "
+            f"`hf-encoderize card {q(given)} --results-dir {q(results)}` adds the")
+
+
+def download_command(repo_id: str) -> str:
+    """The command that brings a pushed model into a folder of its repo's name, for the commands that take one."""
+    return f"`hf download {shlex.quote(repo_id)} --local-dir {shlex.quote(repo_id.split('/')[-1])}`"
+
+
+def export_command(encoder: Path, repo_id: str | None) -> str:
+    """`hf-encoderize export` of this model as a reader can run it: on its folder, or on a download of its repo."""
+    if repo_id:
+        local = shlex.quote(repo_id.split("/")[-1])
+        return f"hf download {shlex.quote(repo_id)} --local-dir {local} && hf-encoderize export {local}"
+    return f"hf-encoderize export {shlex.quote(str(encoder.resolve()))}"
 
 
 def _previous_metadata(readme: Path) -> dict:

@@ -70,6 +70,8 @@ class CardFacts:
     """Repo paths of plots pushed next to the card (shown only in a pushed card)."""
     contrastive: ContrastiveRecord | None = None
     """`contrastive_run.json` of an embedding model made by `contrastive` (the second stage, after cpt)."""
+    export_command: str = ""
+    """`hf-encoderize export` of this model as printed on the card (a download first for a Hub card)."""
     evaluate_hint: str = ""
     """The commands that evaluate this model and bring its scores into the card (shown while it has none)."""
     st_card: str | None = None

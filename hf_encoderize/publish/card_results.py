@@ -20,8 +20,8 @@ def results_rows(facts: CardFacts) -> list[dict]:
         other = base.get((row.task, row.dataset, row.metric))
         delta = row.test_mean - other.test_mean if other and row.test_mean is not None else None
         # A synthetic or smoke set stays in the body, marked, and out of the metadata (card_index.hub_spec).
-        marked = f"{row.dataset} (synthetic: not in the metadata)" if is_synthetic(summary, row) else row.dataset
-        rows.append({**row.to_dict(), "task_name": TASK_NAMES.get(row.task, row.task), "shown": marked,
+        rows.append({**row.to_dict(), "task_name": TASK_NAMES.get(row.task, row.task),
+                     "synthetic": is_synthetic(summary, row),
                      "base": other.to_dict() if other else None, "delta": delta})
     return rows
 
@@ -35,12 +35,13 @@ def results_table(facts: CardFacts) -> dict | None:
     header = ["Task", "Dataset", "Metric", facts.model_name] + compared
     cells = []
     for r in rows:
-        line = [r["task_name"], r["shown"], r["metric"], score(r["test_mean"], r["test_ci95"])]
+        line = [r["task_name"], r["dataset"], r["metric"], score(r["test_mean"], r["test_ci95"])]
         if facts.base_results:
             base = r["base"]
             line += [score(base["test_mean"], base["test_ci95"]) if base else "not run", signed(r["delta"])]
         cells.append(line)
-    return {"header": header, "rows": cells}
+    synthetic = [r["dataset"] for r in rows if r["synthetic"]]
+    return {"header": header, "rows": cells, "synthetic": synthetic}
 
 
 def family_table(facts: CardFacts) -> dict | None:

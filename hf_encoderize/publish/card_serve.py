@@ -11,6 +11,8 @@ Design choices:
 
 from __future__ import annotations
 
+import shlex
+
 from hf_encoderize.publish.card_facts import CardFacts
 
 # Pooling names of the serving engines, per sentence-transformers pooling mode (TEI `--pooling`, vLLM `pooling_type`).
@@ -49,13 +51,14 @@ def serve_commands(facts: CardFacts, serve: dict | None) -> list[dict]:
     prompt = (f" Neither adds this model's lead `{lead}`: put it before every text yourself; both then pool every "
               "token, where sentence-transformers leaves lead tokens out of the pooling." if lead else "")
     commands.append({"engine": "Text Embeddings Inference", "language": "bash", "verified": False,
-                     "code": f"text-embeddings-router --model-id {ref} --pooling {TEI_POOLING.get(pooling, pooling)}",
+                     "code": f"text-embeddings-router --model-id {shlex.quote(ref)} "
+                             f"--pooling {TEI_POOLING.get(pooling, pooling)}",
                      "note": "TEI has no flag for the attention: it reads it from config.json, and only for some "
                              "architectures (`is_causal` for qwen2, `use_bidirectional_attention` for qwen3); "
                              f"check that TEI runs `{facts.model_type or 'this model type'}` bidirectionally before "
                              "relying on it." + prompt})
     commands.append({"engine": "vLLM", "language": "bash", "verified": False,
-                     "code": f"vllm serve {ref} --runner pooling --convert embed \\\n  --hf-overrides "
+                     "code": f"vllm serve {shlex.quote(ref)} --runner pooling --convert embed \\\n  --hf-overrides "
                              f"'{{\"is_causal\": false}}' --pooler-config "
                              f"'{{\"pooling_type\": \"{VLLM_POOLING.get(pooling, pooling)}\"}}'",
                      "note": "vLLM >= 0.10 (older releases: `--task embed`, `--override-pooler-config`); "
@@ -163,8 +166,9 @@ def _llama_cpp_client_pooled(path: str, download: str, record: dict, checked: di
 def _llama_cpp_server(ref: str, file: str, pooling: str, lead: str) -> dict:
     """llama-server: a binary this project cannot build here, so never marked verified."""
     local = ref.startswith("/")
-    server = (f"llama-server -m {ref}/{file}" if local else f"llama-server -hf {ref} --hf-file {file}") + \
-        f" --embedding --pooling {LLAMA_CPP_POOLING.get(pooling, pooling)} -ctk f32 -ctv f32"
+    server = ((f"llama-server -m {shlex.quote(f'{ref}/{file}')}" if local
+               else f"llama-server -hf {shlex.quote(ref)} --hf-file {file}")
+              + f" --embedding --pooling {LLAMA_CPP_POOLING.get(pooling, pooling)} -ctk f32 -ctv f32")
     return {"engine": "llama.cpp server", "language": "bash", "verified": False, "code": server,
             "note": "llama-server is a binary of the llama.cpp release llama-cpp-python vendors; the package "
                     "installed here builds the library only, so no test runs the server (`--pooling` repeats what "
