@@ -19,6 +19,12 @@ The metric is SC's accuracy over 200 balanced examples, the synthetic test set's
 (trials, 2, orders, seeds, examples) draws, then the library's test once per trial.
 
     python benchmarks/headline_stats.py [--trials 1000]   # prints every scenario's false-alarm rates
+
+Power (issue 71): what a null of the paired t over the orders means depends on what it could have detected.
+`t_power` is the noncentral t's power of that t at a true difference, with the orders' spread taken as the observed
+sd of the per-order differences (a plug-in: the true spread is unknown); `detectable` inverts it at 80%; `tost_power`
+simulates the ±margin equivalence test ("≈"). The criterion needs the bootstrap too, so its power is at most these.
+A simulated false-alarm rate is a share of trials: `rate_interval` is its Clopper-Pearson 95% interval.
 """
 
 from __future__ import annotations
@@ -81,11 +87,14 @@ CONTRASTS = (
 POWER = (Scenario(name="a real difference (+0.6 logits), 4 data orders", orders=4, order=0.5, run=0.4, effect=0.6),)
 
 
+EASINESS = 1.5  # the spread of the examples' easiness in logits: shared by every run
+
+
 def draw(scenario: Scenario, trials: int, examples: int = 200, seed: int = 0) -> np.ndarray:
     """Simulated per-example correctness, (trials, 2 arms, orders, seeds, examples) of 0/1."""
     rng = np.random.default_rng(seed)
     o, s = scenario.orders, scenario.seeds
-    logit = (rng.normal(0.0, 1.5, size=(trials, 1, 1, 1, examples))
+    logit = (rng.normal(0.0, EASINESS, size=(trials, 1, 1, 1, examples))
              + rng.normal(0.0, scenario.order, size=(trials, 1, o, 1, 1))
              + rng.normal(0.0, scenario.run, size=(trials, 2, o, 1, 1))
              + rng.normal(0.0, scenario.seed, size=(trials, 2, o, s, 1)))
@@ -115,15 +124,67 @@ def simulate(scenario: Scenario, trials: int = 1000, *, replicates: int = 1000, 
     return {**{key: count / trials for key, count in flagged.items()}, "unit": unit, "trials": trials}
 
 
+def t_power(effect: float, sd: float, n: int, alpha: float = 0.05) -> float:
+    """Power of the two-sided paired t over `n` units (n - 1 degrees of freedom) at a true mean difference `effect`,
+    the differences' sd `sd`: P(|T| > t crit) with T noncentral t (noncentrality effect x sqrt(n) / sd)."""
+    from scipy import stats
+
+    df, shift = n - 1, effect * math.sqrt(n) / sd
+    crit = stats.t.ppf(1 - alpha / 2, df)
+    return float(stats.nct.sf(crit, df, shift) + stats.nct.sf(crit, df, -shift))  # the lower tail by symmetry
+
+
+def detectable(sd: float, n: int, power: float = 0.8, alpha: float = 0.05) -> float:
+    """The smallest true difference the paired t over `n` units detects with `power` (the spread `sd`)."""
+    from scipy import optimize
+
+    high = sd
+    while t_power(high, sd, n, alpha) < power:  # 1 degree of freedom needs ~20 sd; 3 need ~2
+        high *= 2
+    return float(optimize.brentq(lambda effect: t_power(effect, sd, n, alpha) - power, 1e-9 * sd, high))
+
+
+def tost_power(effect: float, sd: float, n: int, margin: float, alpha: float = 0.05, draws: int = 200_000,
+               seed: int = 0) -> float:
+    """How often the (1 - 2 alpha) t interval of the mean difference lies inside ±margin (TOST at alpha, as
+    `headline_design.score_row` scores "≈") when the true difference is `effect`: simulated, `draws` designs."""
+    from scipy import stats
+
+    rng, df = np.random.default_rng(seed), n - 1
+    mean = rng.normal(effect, sd / math.sqrt(n), draws)
+    half = stats.t.ppf(1 - alpha, df) * sd * np.sqrt(rng.chisquare(df, draws) / df) / math.sqrt(n)
+    return float(np.mean((mean - half > -margin) & (mean + half < margin)))
+
+
+def rate_interval(flagged: int, trials: int) -> tuple[float, float]:
+    """The Clopper-Pearson 95% interval of a simulated rate (`flagged` of `trials`)."""
+    from scipy import stats
+
+    found = stats.binomtest(flagged, trials).proportion_ci(method="exact")
+    return float(found.low), float(found.high)
+
+
+def effect_points(scenario: Scenario, draws: int = 2_000_000, seed: int = 0) -> float:
+    """A scenario's effect (in logits) as score points: the expected accuracy of arm A minus arm B's, over the logit's
+    every source of spread in `draw` (easiness, order, run, seed: independent normals, so one normal of their summed
+    variance)."""
+    spread = math.sqrt(EASINESS**2 + scenario.order**2 + scenario.run**2 + scenario.seed**2)
+    logit = np.random.default_rng(seed).normal(0.0, spread, draws)
+    return float(100.0 * np.mean(1 / (1 + np.exp(-logit - scenario.effect)) - 1 / (1 + np.exp(-logit))))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="False-alarm rates of the headline's test under its nulls")
     parser.add_argument("--trials", type=int, default=1000)
     args = parser.parse_args(argv)
-    print("| scenario | unit | criterion (t and bootstrap) | t alone | bootstrap alone |\n|---|---|---|---|---|")
+    print("| scenario | unit | criterion (t and bootstrap) [95% MC interval] | t alone | bootstrap alone |\n"
+          "|---|---|---|---|---|")
     for scenario in NULLS + CONTRASTS + POWER:
         rates = simulate(scenario, args.trials)
-        print(f"| {scenario.name} | {rates['unit']} | {rates['criterion']:.1%} | {rates['t alone']:.1%} | "
-              f"{rates['bootstrap alone']:.1%} |", flush=True)
+        low, high = rate_interval(round(rates["criterion"] * args.trials), args.trials)
+        print(f"| {scenario.name} | {rates['unit']} | {rates['criterion']:.1%} [{low:.1%}, {high:.1%}] | "
+              f"{rates['t alone']:.1%} | {rates['bootstrap alone']:.1%} |", flush=True)
+    print(f"The real difference's +{POWER[0].effect:g} logits: {effect_points(POWER[0]):+.1f} score points on average")
     return 0
 
 
