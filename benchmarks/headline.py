@@ -12,7 +12,8 @@ synthetic offline families (SC, TC, QA, IR; `evaluation.synthetic`), seeds x lea
 Design choices:
 - The corpus is English text that ships with Python and the installed packages (pydoc topics, docstrings of the
   standard library and of site-packages, package descriptions). It is NOT FineWeb-Edu: technical prose, much of it
-  about code, a long way from the reviews, places and facts the synthetic tests probe.
+  about code, a long way from the reviews, places and facts the synthetic tests probe (`headline_corpus`: read once
+  into OUT/texts.jsonl.gz, each data order's split made from it).
 - A byte-level BPE (8k for the real presets) is trained in-process on the pretraining split.
 - The CPT reads a held-apart slice of the corpus (documents the bases never saw), the same slice for both arms.
 - The learning rate is chosen per arm and family on validation (mean over seeds), as the paper does; the test scores
@@ -29,14 +30,10 @@ Writes OUT/headline.json and OUT/headline.md, and prints the table.
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
-import hashlib
 import json
 import os
-import random
 import sys
-import sysconfig
 import time
 from pathlib import Path
 
@@ -44,6 +41,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import headline_corpus as hc  # noqa: E402
 import headline_folder  # noqa: E402
 import headline_stats as hs  # noqa: E402
 
@@ -72,65 +70,11 @@ PRESETS = {
     # the `cpu` run's folder and order 0 is reused: the second order costs what the first did (38 min, 1 thread).
     "cpu2": dict(corpus_tokens=2_000_000, **ELEVEN_M, seq_len=128, batch=16, pretrain_steps=500, cpt_steps=170,
                  lr=1e-3, cpt_lr=5e-4, ft_lrs=(2e-4, 5e-4), ft_seeds=(0, 1, 2), ft_steps=30, orders=(0, 1)),
-    # About 10 minutes on one H100 (not run yet): ~11M tokens per arm from the ~12M the environment holds, 5 seeds,
-    # a second data order per arm.
+    # Never run, so no time is measured; superseded by headline_design.py's GPU presets: ~11M tokens per arm from
+    # the ~12M the environment holds, 5 seeds, a second data order per arm.
     "gpu": dict(corpus_tokens=12_000_000, **ELEVEN_M, seq_len=256, batch=64, pretrain_steps=500, cpt_steps=170,
                 lr=1e-3, cpt_lr=5e-4, ft_lrs=(2e-4, 5e-4), ft_seeds=(0, 1, 2, 3, 4), ft_steps=30, orders=(0, 1)),
 }
-CHARS_PER_TOKEN = 3.65  # measured with the 8k BPE on this corpus; the size is a target, the real count is reported
-
-
-# ------------------------------------------------------------------------------------------------------- corpus
-
-
-def _docstrings(source: Path) -> list[str]:
-    try:
-        tree = ast.parse(source.read_text(errors="ignore"))
-    except (SyntaxError, ValueError, OSError):
-        return []
-    nodes = (n for n in ast.walk(tree) if isinstance(n, ast.Module | ast.FunctionDef | ast.ClassDef
-                                                    | ast.AsyncFunctionDef))
-    return [d for d in (ast.get_docstring(n) for n in nodes) if d]
-
-
-def _shipped_texts():
-    """Texts in a fixed order: pydoc topics, the standard library's docstrings, package descriptions, then
-    site-packages docstrings (the largest source, read last and only as far as needed)."""
-    from pydoc_data.topics import topics
-
-    yield from (topics[key] for key in sorted(topics))
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    for source in sorted(stdlib.rglob("*.py")):
-        if "site-packages" not in source.parts and "test" not in source.parts:
-            yield from _docstrings(source)
-    purelib = Path(sysconfig.get_paths()["purelib"])
-    for metadata in sorted(purelib.glob("*.dist-info/METADATA")):
-        yield metadata.read_text(errors="ignore").partition("\n\n")[2]
-    for source in sorted(purelib.rglob("*.py")):
-        if "tests" not in source.parts and "test" not in source.parts:
-            yield from _docstrings(source)
-
-
-def build_corpus(folder: Path, tokens: int, order: int, cpt_share: float) -> dict:
-    """pretrain.jsonl and cpt.jsonl (disjoint): texts over 200 characters, deduplicated, shuffled by `order`."""
-    seen, texts, chars = set(), [], 0
-    for text in _shipped_texts():
-        text = " ".join(text.split())  # one docstring or topic is one document, on one line
-        digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
-        if len(text) < 200 or digest in seen:
-            continue
-        seen.add(digest)
-        texts.append(text)
-        chars += len(text)
-        if chars >= tokens * CHARS_PER_TOKEN:
-            break
-    random.Random(order).shuffle(texts)
-    cut = round(len(texts) * (1 - cpt_share))
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, part in (("pretrain", texts[:cut]), ("cpt", texts[cut:])):
-        with (folder / f"{name}.jsonl").open("w") as handle:
-            handle.writelines(json.dumps({"text": t}) + "\n" for t in part)
-    return {"documents": len(texts), "characters": chars, "pretrain_documents": cut, "cpt_documents": len(texts) - cut}
 
 
 def write_model_config(path: Path, p: dict, vocab_size: int) -> None:
@@ -322,18 +266,26 @@ def render(table: dict, budget: str, seeds: list[int], orders: int = 1, tokens_p
 # ------------------------------------------------------------------------------------------------------- main
 
 
+def cpt_share(p: dict) -> float:
+    """The share of the documents held apart for the CPT: the longest CPT's share of the steps."""
+    longest = max(p["cpt_steps"]) if isinstance(p["cpt_steps"], tuple) else p["cpt_steps"]
+    return longest / (p["pretrain_steps"] + longest)
+
+
 def prepare_order(out: Path, p: dict, order: int) -> Path:
-    """OUT/orderN: the corpus split, the BPE and the model config of one data order (CPU work, done once)."""
+    """OUT/orderN: the corpus split, the BPE and the model config of one data order (CPU work, done once; the texts
+    are read once for every order into OUT/texts.jsonl.gz). A split left out of a compact carry is re-made here."""
     from biphasic_small import train_tokenizer
 
-    work = out / f"order{order}"
+    work, texts = out / f"order{order}", out / hc.TEXTS
     if not (work / "config.json").is_file():
-        longest = max(p["cpt_steps"]) if isinstance(p["cpt_steps"], tuple) else p["cpt_steps"]
-        cpt_share = longest / (p["pretrain_steps"] + longest)
-        work.mkdir(parents=True, exist_ok=True)
-        (work / "corpus.json").write_text(json.dumps(build_corpus(work, p["corpus_tokens"], order, cpt_share)))
+        if not texts.is_file():
+            hc.write_texts(texts, hc.collect_texts(p["corpus_tokens"]))
+        corpus = hc.split_order(hc.read_texts(texts), work, order, cpt_share(p))
+        (work / "corpus.json").write_text(json.dumps(corpus))
         tokenizer = train_tokenizer(work / "pretrain.jsonl", work / "tokenizer", p["vocab"])
         write_model_config(work / "config.json", p, len(tokenizer))
+    hc.ensure_split(work, texts, order, cpt_share(p))
     return work
 
 
@@ -399,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--budget", choices=sorted(PRESETS), default="cpu",
                         help="tiny (seconds, a test), reduced[2], cpu (38 min measured on 2 cores), cpu2 (cpu + a "
-                             "second data order), gpu (~10 min, H100, not run)")
+                             "second data order), gpu (never run; superseded by headline_design.py)")
     parser.add_argument("--out", default="runs/headline")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--analyse-only", action="store_true",

@@ -36,7 +36,8 @@ def test_prepare_only_builds_every_orders_inputs_and_trains_nothing(tmp_path):
     assert design.run("design-tiny", tmp_path, prepare_only=True) is None
     for order in (0, 1):
         work = tmp_path / f"order{order}"
-        assert (work / "config.json").is_file() and (work / "tokenizer").is_dir() and (work / "cpt.jsonl").is_file()
+        assert (work / "config.json").is_file() and (work / "tokenizer").is_dir() and (work / "corpus.json").is_file()
+    assert (tmp_path / "texts.jsonl.gz").is_file() and not list(tmp_path.glob("order*/*.jsonl"))  # a compact carry
     assert not list(tmp_path.glob("order*/*-base")) and not (tmp_path / "eval").exists()
 
 
