@@ -4,8 +4,8 @@ The pipeline, one subpackage per stage, listed from the bottom layer up; each im
 list (the import-linter contracts in pyproject.toml enforce it, and `tests/test_layout.py` checks this map against the
 tree):
 - `common/`: rules every stage shares: `errors`, `files`, `identity`, `launch`, `log`, `options`, `arguments` (a
-  config dataclass as argparse options), `config_file` (`--config`), `outputs`, `locks`, `precision`, `run_folder`,
-  `validation`, `version`;
+  config dataclass as argparse options), `config_file` (`--config`), `outputs`, `results` (what stdout holds: the
+  result alone, `--json`, `--print-config`), `locks`, `precision`, `run_folder`, `validation`, `version`;
 - `records/`: the typed files the stages hand each other, one writer each: `fields`, `run_settings`, `run_record`,
   `eval_summary`, `contrastive_record`, `encoder_facts`, `push_record`;
 - `model/`: load, encoderize (patch and probe), save: `kinds`, `loading`, `attention_backends`, `load_errors`, `tiny`,
@@ -19,8 +19,8 @@ tree):
 - `objectives/`: what the model learns: `masking`, `phases`, `loss`, `loss_kernels`;
 - `training/`: the Accelerate engine (`engine/`, one job per module) and its parts: `train_config`, `batches`,
   `schedule`, `checkpoints`, `resume_checks` (what a resume or a branch must share), `nonfinite`, `monitor`,
-  `profiling`, `flops`, `compiling`, `lora`, `recipe` (the typed recipe interface) and `runner` (the recipes' lockstep
-  sequence: setup, train, finish);
+  `profiling`, `flops`, `compiling`, `lora`, `plan` (the plan line: tokens per step and in all, beside the paper's),
+  `recipe` (the typed recipe interface) and `runner` (the recipes' lockstep sequence: setup, train, finish);
 - `recipes/`: the commands that make a model: `convert`, `cpt`, `pretrain` (its random model: `pretrain_model`), and
   the contrastive/ subpackage, one job per module (config, rows, model, losses, resume, train);
 - `evaluation/`: the paper's SC, TC, QA and IR suite: `loaders`, `converters`, `synthetic`, `backbone`, `base`,

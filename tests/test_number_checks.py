@@ -96,7 +96,7 @@ def _no_work(monkeypatch, parser):
     def reached(*configs):
         raise cli.EncoderizeError("the configs accepted the value and the command ran")
 
-    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(cli, "build_parser", lambda only=None: parser)
     for name, command in cli.COMMANDS.items():
         monkeypatch.setitem(cli.COMMANDS, name, dataclasses.replace(command, function=reached))
 

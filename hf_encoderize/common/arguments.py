@@ -66,8 +66,10 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls) -> None:
         if field.default not in (None, dataclasses.MISSING) and "default" not in help_text.lower():
             help_text = f"{help_text} (default: {field.default})"  # once: a docstring that says its default keeps it
         action = argparse.BooleanOptionalAction if kind is bool else None
-        given = {"action": action} if action else {"type": kind, "nargs": "*" if is_list else None,
-                                                   "metavar": metavar or _metavar(kind, name), "choices": values}
+        named = field.metadata.get("named")  # `--tokens-per-step paper`: a value with a name
+        given = {"action": action} if action else {"type": named_value(kind, named) if named else kind,
+                                                   "nargs": "*" if is_list else None, "choices": values,
+                                                   "metavar": metavar or _metavar(kind, name, named)}
         short = SHORT_SPELLINGS.get(name)
         spellings = [flag(name), *([flag(short)] if short else [])]
         group.add_argument(*spellings, dest=field.name, default=None, help=help_text,
@@ -78,9 +80,30 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls) -> None:
                                **{**given, "action": alias})
 
 
-def _metavar(kind: type, name: str) -> str:
-    """N for a whole number, X for a real one (short, so an option and its help share a line), else the name."""
-    return {int: "N", float: "X"}.get(kind, name.upper())
+def _metavar(kind: type, name: str, named: dict | None = None) -> str:
+    """N for a whole number, X for a real one (short, so an option and its help share a line), else the name; then
+    the names a value may go by (`N|paper`)."""
+    return "|".join([{int: "N", float: "X"}.get(kind, name.upper()), *(named or ())])
+
+
+def named_value(kind: type, named: dict):
+    """argparse's `type` for a field whose values may go by a name (`field(metadata={"named": {"paper": 2359296}})`):
+    the name's value, else the text as `kind`."""
+
+    def convert(text: str):
+        if text in named:
+            return named[text]
+        try:
+            return kind(text)
+        except ValueError:
+            names = " or ".join(map(repr, named))
+            raise argparse.ArgumentTypeError(f"{text!r} is neither a {_TYPE_WORDS.get(kind, kind.__name__)} nor "
+                                             f"{names}") from None
+
+    return convert
+
+
+_TYPE_WORDS = {int: "whole number", float: "number"}
 
 
 def group_title(cls) -> str:

@@ -64,6 +64,8 @@ def _yaml_value(where: str, key: str, value, field: dataclasses.Field):
     kind, is_list = value_type(field)
     if value is None:
         return None  # `key:` with nothing after it: the default
+    if isinstance(value, str) and value in field.metadata.get("named", {}):
+        return field.metadata["named"][value]  # `tokens_per_step: paper`, as its flag takes it
     if is_list:
         if not isinstance(value, list):
             raise EncoderizeError(f"{where} sets {key!r} to {value!r}; it takes a list, e.g. `{key}: [a, b]`")

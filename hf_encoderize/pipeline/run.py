@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
@@ -34,7 +33,7 @@ from hf_encoderize.common.launch import world_size
 from hf_encoderize.common.log import get_logger
 from hf_encoderize.common.options import flag, option_name
 from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD, EVAL_NAMES, RunFolder
-from hf_encoderize.common.validation import check_choice, check_number
+from hf_encoderize.common.validation import check_choice, check_number, check_repo_id
 from hf_encoderize.pipeline.reuse import (
     card_kept,
     contrastive_done,
@@ -57,6 +56,8 @@ EVAL_LISTS = ("eval_tasks", "eval_datasets", "eval_lrs", "eval_seeds")  # what -
 @dataclass
 class RunConfig:
     """What `run` does after continued pretraining."""
+
+    INPUTS = ("contrastive_teacher", "contrastive_data_files", "eval_data_dir")  # `common.outputs.inputs_of`
 
     _: KW_ONLY
     eval_profile: Literal["paper", "quick", "smoke", "none"] = "quick"
@@ -129,7 +130,8 @@ class RunConfig:
         if self.contrastive_teacher is not None:
             from hf_encoderize.recipes.contrastive.distill import check_teacher
 
-            check_teacher(self.contrastive_teacher)  # a missing teacher is refused now, not after cpt
+            check_teacher(self.contrastive_teacher)  # a missing or cut teacher is refused now, not after cpt
+        check_repo_id(self.base_model_id, "--base-model-id", namespaced=False)  # the card's, checked before cpt
         if self.contrastive_negative_column and not self.contrastive_data_files:
             raise EncoderizeError("--contrastive-negative-column names a column of --contrastive-data-files; pass "
                                   "the file too")
@@ -316,13 +318,27 @@ def eval_stage(load, name: str, causal: bool, run_cfg: RunConfig, out: Path) -> 
                  lambda: stage_eval(load, run_cfg, out, name, causal))
 
 
+def check_later_stages(data, run_cfg: RunConfig, out: Path) -> None:
+    """What a stage after cpt would refuse, refused before cpt trains: the contrastive stage's options (its config
+    built now) and its folder OUT/contrastive, which it replaces, apart from its inputs (a teacher there would go)."""
+    from hf_encoderize.common.outputs import check_apart_from_inputs, inputs_of
+
+    if run_cfg.contrastive != "none":
+        stage = contrastive_config(data, run_cfg, out)
+        check_apart_from_inputs(stage.output_dir, inputs_of(stage), flag="the contrastive stage's folder")
+
+
 def run(load, data, masking, train, adapter, run_cfg: RunConfig, hub) -> dict:
     """cpt -> eval (encoder, then base) -> card -> push in one folder, skipping finished stages; returns where
     everything is."""
     if world_size() > 1:  # the eval and push stages would run once per process
         raise EncoderizeError("run is single-process: launch `cpt` with accelerate/torchrun, then the same `run` "
                               "command picks up the finished cpt")
-    from hf_encoderize.common.outputs import check_output_dir, input_paths
+    if train.dry_run:  # the cpt stage's plan, and nothing run
+        from hf_encoderize.recipes.cpt import cpt
+
+        return cpt(load, data, masking, train, adapter)
+    from hf_encoderize.common.outputs import check_output_dir, inputs_of
     from hf_encoderize.publish.hub import check_push_ready
     from hf_encoderize.recipes.cpt import default_output_dir
 
@@ -330,7 +346,8 @@ def run(load, data, masking, train, adapter, run_cfg: RunConfig, hub) -> dict:
     # The output-folder policy first (cpt applies it again): without --overwrite a run continues in its folder, so
     # only an input, a file or a live run's folder is refused; with it, only a marked folder of ours is replaced.
     check_output_dir(out, overwrite=train.overwrite, resume=not train.overwrite,
-                     inputs=input_paths(load.input_path, data.data_files))
+                     inputs=inputs_of(load, data, train, run_cfg))
+    check_later_stages(data, run_cfg, out)
     check_push_ready(hub)  # no token or offline mode fails now, not after hours of work
     train = dataclasses.replace(train, output_dir=str(out))  # the caller's config is left as it was
     stages = plan(load, data, masking, train, adapter, run_cfg, hub, out)
@@ -345,7 +362,7 @@ def run(load, data, masking, train, adapter, run_cfg: RunConfig, hub) -> dict:
 
 
 def report(out: Path, table: str | None, repo_id: str | None, seconds: float) -> dict:
-    """Print and return where everything is."""
+    """Where everything is (`render_report` prints it; the CLI's `--json` prints it as it is)."""
     folder = RunFolder(out)
     encoder = folder.encoder
     places = {
@@ -360,17 +377,22 @@ def report(out: Path, table: str | None, repo_id: str | None, seconds: float) ->
     places = {k: v for k, v in places.items() if Path(v).exists()}
     if repo_id and folder.push_record.is_file():
         places["hub"] = f"{_hub_url()}/{repo_id}"
-    print(f"\n{'=' * 8} done in {seconds / 60:.1f} min {'=' * 80}", flush=True)
-    if table:
-        print(table)
-    if (loss := held_out_losses(out)):
-        print(loss + "\n")
-    width = max(len(k) for k in places)
-    for key, value in places.items():
-        print(f"{key:<{width}}  {value}")
-    print(f'\nLoad it: AutoModel.from_pretrained("{encoder}") or SentenceTransformer("{encoder}")', flush=True)
-    sys.stdout.flush()
-    return {"output_dir": str(out), "places": places, "table": table, "wall_time_s": seconds}
+    return {"output_dir": str(out), "places": places, "table": table, "held_out": held_out_losses(out),
+            "wall_time_s": seconds}
+
+
+def render_report(result: dict) -> str:
+    """`report`'s result as the screen the CLI prints: the table, the held-out losses, where everything is."""
+    places, encoder = result["places"], RunFolder(Path(result["output_dir"])).encoder
+    lines = [f"\n{'=' * 8} done in {result['wall_time_s'] / 60:.1f} min {'=' * 80}"]
+    if result.get("table"):
+        lines.append(result["table"])
+    if result.get("held_out"):
+        lines.append(result["held_out"] + "\n")
+    width = max((len(k) for k in places), default=0)
+    lines += [f"{key:<{width}}  {value}" for key, value in places.items()]
+    lines.append(f'\nLoad it: AutoModel.from_pretrained("{encoder}") or SentenceTransformer("{encoder}")')
+    return "\n".join(lines) + "\n"
 
 
 def held_out_losses(out: Path) -> str | None:

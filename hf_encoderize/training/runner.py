@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.launch import world_size
 from hf_encoderize.common.locks import held_here
 from hf_encoderize.common.log import get_logger
 from hf_encoderize.common.outputs import MARKER, finish_run
@@ -51,6 +52,7 @@ from hf_encoderize.training.engine.export import EXPORTS
 from hf_encoderize.training.engine.finish import Outcome, save_run
 from hf_encoderize.training.engine.loop import evaluate_held_out, train_phases
 from hf_encoderize.training.monitor import TrainingMonitor, parse_report_to, utc_now
+from hf_encoderize.training.plan import training_plan
 from hf_encoderize.training.recipe import Built, Recipe, Trained
 from hf_encoderize.training.resume_checks import check_resume_settings, keep_recorded_warmup
 
@@ -75,7 +77,12 @@ class Started:
 
 def run_recipe(recipe: Recipe) -> dict:
     """Set `recipe`'s run up, train it, finish it (module docstring). Returns the summary: the run folder, steps,
-    per-step losses, the final held-out loss and masked accuracy, wall time (and the recipe's `summary_extra`)."""
+    per-step losses, the final held-out loss and masked accuracy, wall time (and the recipe's `summary_extra`).
+    First the plan line (`training.plan`); with `--dry-run` only that, returned as the summary."""
+    plan = training_plan(recipe.train, recipe.data, world_size())
+    log.info(plan.line())
+    if recipe.train.dry_run:
+        return {"dry_run": True, "output_dir": str(recipe.output_dir), **plan.to_dict()}
     try:
         started = setup(recipe)
         trained = train(started)

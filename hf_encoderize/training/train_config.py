@@ -20,6 +20,7 @@ from hf_encoderize.objectives.loss_kernels import LossImplementation
 from hf_encoderize.training.schedule import decay_steps_for, default_warmup
 
 ADAMW_BETAS = (0.9, 0.95)  # paper, Appendix A
+PAPER_TOKENS_PER_STEP = 1_152 * 2_048  # paper, Appendix A: 1,152 rows of 2,048 tokens, 2,359,296 a step
 
 
 @dataclass
@@ -41,9 +42,9 @@ class TrainConfig:
     """Rows per device per micro-batch."""
     grad_accum: int = 1
     """Micro-batches per optimizer step (see --tokens-per-step)."""
-    tokens_per_step: int | None = None
-    """Target tokens per optimizer step: sets --gradient-accumulation-steps to ceil(target / (batch size x processes x
-    seq len)); default: --gradient-accumulation-steps as given.
+    tokens_per_step: int | None = field(default=None, metadata={"named": {"paper": PAPER_TOKENS_PER_STEP}})
+    """Target tokens per optimizer step, or `paper` (2,359,296): sets --gradient-accumulation-steps to ceil(target /
+    (batch size x processes x seq len)); default: --gradient-accumulation-steps as given.
 
     The paper's step is 2,359,296 tokens (Appendix A: 1,152 rows of 2,048)."""
     warmup_steps: int | None = None
@@ -130,6 +131,8 @@ class TrainConfig:
     dvclive; or none. Each needs its own package (pip install wandb, ...)."""
     progress: bool = field(default=True, metadata=identity(HARMLESS))
     """Show a progress bar (loss, masked accuracy, LR, tokens/s, ETA) on the main process."""
+    dry_run: bool = field(default=False, metadata=identity(HARMLESS))
+    """Print the plan (tokens per step, total tokens, the paper's figure) and stop: nothing is loaded or written."""
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "grad_accum", "save_every", "keep_last", "log_every"):
