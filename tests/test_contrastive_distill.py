@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 from conftest import contrastive_config, interrupt_at_step, make_tokenizer, write_corpus
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from hf_encoderize.cli import main
 from hf_encoderize.common.errors import EncoderizeError
@@ -91,7 +91,10 @@ def test_resume_after_interrupt_equals_unbroken_run(encoder, text, teacher, tmp_
     out = tmp_path / "broken"
     with interrupt_at_step(5), pytest.raises(KeyboardInterrupt, match="--resume"):  # after the step-4 checkpoint
         contrastive(_distill(encoder, text, out, teacher))
-    other = shutil.copytree(teacher, tmp_path / "other-teacher")  # compared by the name given, which the card records
+    other = shutil.copytree(teacher, tmp_path / "other-teacher")  # compared by content (issue 68): weights changed
+    weights = load_file(other / "model.safetensors")
+    weights = {name: tensor + 0.01 if i == 0 else tensor for i, (name, tensor) in enumerate(sorted(weights.items()))}
+    save_file(weights, other / "model.safetensors")
     with pytest.raises(EncoderizeError, match="teacher"):
         contrastive(_distill(encoder, text, out, other, resume=True))
     contrastive(_distill(encoder, text, out, teacher, resume=True))
@@ -274,8 +277,9 @@ def test_variants_are_labelled_trained_and_carded(encoder, teacher, tmp_path, ca
     summary = contrastive(_distill(encoder, text, out, teacher, distill_variants=2, steps=3))
     record = json.loads((out / "contrastive_run.json").read_text())
     assert summary["rows"] == 24 * 3 and record["stage"]["distill_variants"] == 2
+    assert record["stage"]["distill_variant_edits"] == 48  # what was made, carded as made (issue 68)
     write_card(CardConfig(str(out)))
-    assert "and of 2 one-word edit(s) of each" in (out / "README.md").read_text()
+    assert "and of 48 one-word edit(s) (up to 2 of each text)" in (out / "README.md").read_text()
     _refused_without_distill(encoder, text, tmp_path, capsys, "--distill-variants")
 
 
@@ -330,6 +334,7 @@ def test_synonym_edits_are_labelled_trained_recorded_and_carded(encoder, teacher
     record = json.loads((out / "contrastive_run.json").read_text())
     assert summary["rows"] == 24 * 2 + len(edits)  # the texts, one word edit each, then the near-synonym edits
     assert record["stage"]["distill_synonyms"] == 1 and record["config"]["distill_synonyms"] == 1
+    assert edits and record["stage"]["distill_synonym_edits"] == len(edits)
     write_card(CardConfig(str(out)))
-    assert "and of 1 near-synonym edit(s) of each" in (out / "README.md").read_text()
+    assert f"and of {len(edits)} near-synonym edit(s) (up to 1 of each text)" in (out / "README.md").read_text()
     _refused_without_distill(encoder, text, tmp_path, capsys, "--distill-synonyms")

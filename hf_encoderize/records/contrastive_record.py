@@ -51,6 +51,9 @@ class ContrastiveStage(Part):
     """The lead token the model is trained and saved with ("" without)."""
     teacher: str | None = None
     """distill: the teacher as given, its name and license, the projection to its width."""
+    teacher_identity: str | None = None
+    """distill: the teacher's content (`distill.teacher_identity`: `sha256:...` of a local folder's files, a Hub id's
+    name), what `run` compares before reusing the stage."""
     teacher_name: str | None = None
     teacher_license: str | None = None
     distill_contrastive_weight: float | None = None
@@ -58,6 +61,10 @@ class ContrastiveStage(Part):
     """distill: minimal edits of each text the teacher labelled too (`--distill-variants`)."""
     distill_synonyms: int | None = None
     """distill: near-synonym edits of each text the teacher labelled too (`--distill-synonyms`)."""
+    distill_variant_edits: int | None = None
+    """distill: the one-word edits `--distill-variants` made, in all (None: recorded before they were counted)."""
+    distill_synonym_edits: int | None = None
+    """distill: the near-synonym edits `--distill-synonyms` made, in all: 0 when no word of the texts had one."""
     projection: list | None = None
 
 

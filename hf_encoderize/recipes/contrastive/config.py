@@ -4,6 +4,7 @@ it is declared (the hard-negative and Matryoshka options too)."""
 from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass, field
+from pathlib import Path
 from typing import Literal, get_args
 
 from hf_encoderize.common.errors import EncoderizeError
@@ -29,6 +30,8 @@ Precision = Literal["auto", "bf16", "no"]
 @dataclass
 class ContrastiveConfig:
     """The contrastive stage: objective, data, pooling and training settings."""
+
+    INPUTS = ("encoder_folder", "data_files", "teacher")  # what its output stays apart from (`outputs.inputs_of`)
 
     encoder: str
     """An encoder folder (a cpt/convert output, OUT or OUT/encoder) or any sentence-transformers/transformers folder."""
@@ -160,13 +163,38 @@ class ContrastiveConfig:
         check_distill_options(self)  # --teacher with --method distill, and only then
         check_bf16(self.mixed_precision)
 
+    @property
+    def encoder_folder(self) -> str:
+        """The saved encoder `encoder` names (`model.saving.encoder_dir`: RUN/encoder for a run folder RUN), what the
+        stage reads; `encoder` as given while there is none yet (`run` checks its stages before cpt makes it)."""
+        from hf_encoderize.model.saving import encoder_dir
+
+        try:
+            return str(encoder_dir(self.encoder))
+        except EncoderizeError:
+            return self.encoder
+
     def identity_value(self, name: str):
         """The value a setting runs with, for "same run?" (`common.identity`): `data_files` by content (size and a
         hash of each whole file, as cpt's resume counts it), not by the path text: an edit in place is other data,
-        `./pairs.jsonl` for `pairs.jsonl` the same."""
+        `./pairs.jsonl` for `pairs.jsonl` the same. A local `teacher` by its content too (`distill.teacher_identity`):
+        its labels are what the model learns, so a teacher whose weights changed in place is another run."""
         from hf_encoderize.data.corpus_files import content_identity
 
+        if name == "teacher":
+            return teacher_identity(self.teacher)
         return content_identity(self.data_files) if name == "data_files" else getattr(self, name)
+
+def teacher_identity(name: str | None) -> str | None:
+    """The teacher as "same run?" counts it (`ContrastiveConfig.identity_value`): a local folder by its content, a
+    hash of every file the model loads from (what `card` and `export` add beside it left out), so a teacher changed in
+    place is another teacher and `./T` is `T`; a Hub id by its name."""
+    from hf_encoderize.common.outputs import SERVED
+    from hf_encoderize.data.corpus_files import folder_identity
+
+    path = Path(name).expanduser() if name else None
+    return folder_identity(path, skip=SERVED) if path is not None and path.is_dir() else name
+
 
 def check_extras(config) -> None:
     """`--hard-negatives` needs (anchor, positive) pairs and no negative column of the user's; the dims must parse."""

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import random
 import re
+import sys
 from pathlib import Path
 
 import torch
@@ -41,7 +42,7 @@ import torch
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import world_size
 from hf_encoderize.data.stop_words import ENGLISH_STOP_WORDS
-from hf_encoderize.model.load_errors import is_remote_code_refusal
+from hf_encoderize.model.load_errors import is_remote_code_refusal, local_folder_problem
 from hf_encoderize.model.teachers import resolve_teacher
 
 
@@ -59,7 +60,23 @@ def check_teacher(name: str) -> bool:
     if local and not (path / "modules.json").is_file():
         raise EncoderizeError(f"--teacher {name!r} is not a sentence-transformers model (no modules.json): the "
                               "teacher's embeddings are what the model learns, so its pooling must be saved with it")
+    if local and (problem := _transformer_problem(path)):
+        raise EncoderizeError(f"--teacher {name!r}: {problem}")
     return local
+
+
+def _transformer_problem(path: Path) -> str | None:
+    """What is wrong with the files of a local teacher's transformer module (`model.load_errors`: a config that is
+    not JSON, weights cut short), read without loading it, so `run` refuses a cut teacher before cpt trains."""
+    import json
+
+    try:
+        modules = json.loads((path / "modules.json").read_text())
+        folders = [path / module.get("path", "") for module in modules
+                   if str(module.get("type", "")).endswith("Transformer")]
+    except (OSError, ValueError, AttributeError, TypeError):
+        return "modules.json is not a sentence-transformers module list; re-download or re-save the teacher"
+    return next((problem for folder in folders if (problem := local_folder_problem(folder))), None)
 
 
 def load_teacher(name: str):
@@ -178,19 +195,31 @@ def synonym_variants(texts: list[str], per_text: int, seed: int, teacher) -> lis
     return variants
 
 
-def with_variants(rows, config, teacher):
+def with_variants(rows, config, teacher) -> tuple:
     """`rows` (anchor, positive: one text twice) followed by `--distill-variants` one-word edits and then
-    `--distill-synonyms` near-synonym edits of each text, as rows alike (`teacher` finds the near-synonyms)."""
+    `--distill-synonyms` near-synonym edits of each text, as rows alike (`teacher` finds the near-synonyms), and the
+    edits each option made (`{"variants": n, "synonyms": m}`, what the record and the card say). An option that made
+    none is one warning line: the run trains on the texts alone, which is not what the option asked for."""
     import datasets
 
     if not (config.distill_variants or config.distill_synonyms):
-        return rows
+        return rows, {}
     texts = rows["anchor"]
-    edits = word_variants(texts, config.distill_variants, config.seed) if config.distill_variants else []
-    if config.distill_synonyms:
-        edits += synonym_variants(texts, config.distill_synonyms, config.seed, teacher)
-    added = datasets.Dataset.from_dict({"anchor": edits, "positive": edits}, features=rows.features)
-    return datasets.concatenate_datasets([rows, added])
+    variants = word_variants(texts, config.distill_variants, config.seed) if config.distill_variants else []
+    synonyms = (synonym_variants(texts, config.distill_synonyms, config.seed, teacher) if config.distill_synonyms
+                else [])
+    made = {"variants": len(variants), "synonyms": len(synonyms)}
+    for option, asked, edits, why in (
+            ("--distill-variants", config.distill_variants, variants, "the texts have fewer than two distinct "
+             "lowercase words of 3+ letters to swap"),
+            ("--distill-synonyms", config.distill_synonyms, synonyms, "no word of the texts has a near-synonym "
+             f"among them (teacher cosine {SYNONYM_COSINE} or more)")):
+        if asked and not edits:
+            print(f"warning: {option} {asked} made no edit: {why}; the texts alone are trained on (the record and "
+                  "the card say 0 edits)", file=sys.stderr, flush=True)
+    added = datasets.Dataset.from_dict({"anchor": variants + synonyms, "positive": variants + synonyms},
+                                       features=rows.features)
+    return datasets.concatenate_datasets([rows, added]), made
 
 
 def label_rows(rows, labels: torch.Tensor, config):
@@ -238,14 +267,15 @@ def distill_loss(model, config):
 
 
 def prepare(model, rows, teacher, config, prompt: str):
-    """The model with its projection, the labelled rows and the loss: what `contrastive` trains for distill.
-    `prompt`: what the student's texts start with in training (the lead tokens), for the projection's fit."""
-    rows = with_variants(rows, config, teacher)  # the texts first: the projection's fit reads the first FIT_TEXTS
+    """The model with its projection, the labelled rows, the loss and the edits made (`with_variants`): what
+    `contrastive` trains for distill. `prompt`: what the student's texts start with in training (the lead tokens), for
+    the projection's fit."""
+    rows, made = with_variants(rows, config, teacher)  # the texts first: the projection's fit reads the first FIT_TEXTS
     texts = rows["anchor"]
     # (rows, teacher width): computed once, as sentence-transformers' distillation example does
     labels = teacher.encode(texts, batch_size=64, convert_to_tensor=True, show_progress_bar=False).float().cpu()
     model = with_projection(model, teacher.get_embedding_dimension(), texts, labels, prompt)
-    return model, label_rows(rows, labels, config), distill_loss(model, config)
+    return model, label_rows(rows, labels, config), distill_loss(model, config), made
 
 
 def teacher_facts(name: str) -> dict:
@@ -260,16 +290,19 @@ def teacher_facts(name: str) -> dict:
     return {"teacher": name, "teacher_name": title, "teacher_license": license_id}
 
 
-def distill_stage(config, folder: Path) -> dict:
-    """The stage record's distillation facts: the teacher, its license, the projection saved in `folder`."""
+def distill_stage(config, folder: Path, made: dict | None = None) -> dict:
+    """The stage record's distillation facts: the teacher (and its content, `teacher_identity`), its license, the
+    edits asked for and made (`with_variants`), the projection saved in `folder`."""
     import json
 
     if config.objective != "distill":
         return {}
     dense = sorted(folder.glob("*_Dense/config.json"))
     projection = json.loads(dense[0].read_text()) if dense else None
-    weight = config.distill_contrastive_weight
-    return {**teacher_facts(config.teacher), "loss": "mse+mnrl" if weight else "mse",
+    weight, made = config.distill_contrastive_weight, made or {}
+    return {**teacher_facts(config.teacher), "teacher_identity": config.identity_value("teacher"),
+            "loss": "mse+mnrl" if weight else "mse",
             "distill_contrastive_weight": weight, "distill_variants": config.distill_variants,
             "distill_synonyms": config.distill_synonyms,
+            "distill_variant_edits": made.get("variants", 0), "distill_synonym_edits": made.get("synonyms", 0),
             "projection": [projection["in_features"], projection["out_features"]] if projection else None}

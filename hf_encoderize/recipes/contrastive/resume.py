@@ -47,15 +47,27 @@ def settings_of(config, adapter) -> dict:
 
 def recorded_settings(settings: dict, stage: dict | None = None) -> dict:
     """A recorded `settings_of` (settings.json) or a finished stage's config (its record's `config`, with the
-    `data_identity` its `stage` holds since 0.2) in today's terms: `data_files` by content. A record from before
-    holds the path text: the files as they are now stand for it (such a record cannot tell an edit in place)."""
+    `data_identity` and `teacher_identity` its `stage` holds) in today's terms: `data_files` and a local `teacher` by
+    content. A record from before holds the path text: the files as they are now stand for it (such a record cannot
+    tell an edit in place)."""
     from hf_encoderize.data.corpus_files import content_identity, whole_file_identity
+    from hf_encoderize.recipes.contrastive.config import teacher_identity
 
+    settings = _teacher_as_today(settings, stage, teacher_identity)
     recorded = (stage or {}).get("data_identity", settings.get("data_files"))
     if isinstance(recorded, list) and isinstance(settings.get("data_files"), str):  # first-MiB hashes, as once recorded
         recorded = whole_file_identity(recorded, settings["data_files"])
-    return {**settings, "data_files": content_identity(recorded) if isinstance(recorded, str) else recorded} \
-        if "data_files" in settings else settings
+    return ({**settings, "data_files": content_identity(recorded) if isinstance(recorded, str) else recorded}
+            if "data_files" in settings else settings)
+
+
+def _teacher_as_today(settings: dict, stage: dict | None, teacher_identity) -> dict:
+    """The recorded teacher as content (`teacher_identity`): the finished stage's `teacher_identity`, a settings.json
+    of today's (already content: `sha256:...`), or a path recorded before content counted, read as it is now."""
+    recorded = (stage or {}).get("teacher_identity", settings.get("teacher"))
+    if not isinstance(recorded, str) or recorded.startswith("sha256:"):
+        return settings if "teacher" not in settings else {**settings, "teacher": recorded}
+    return {**settings, "teacher": teacher_identity(recorded)}
 
 def check_resume(config, adapter, work: Path) -> list[Path]:
     """Refuse --resume without a whole checkpoint or with other settings; refuse a fresh start over an interrupted

@@ -57,7 +57,7 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
     out, work = Path(config.output_dir), work_dir(config.output_dir)
     # --resume too: the output folder is written at the end, so what the user has there is checked now, not deleted then
     out = outputs.check_output_dir(config.output_dir, overwrite=config.overwrite, resumable=not config.resume,
-                                   inputs=outputs.input_paths(source, config.data_files))
+                                   inputs=outputs.inputs_of(config))
     check_unlocked(work)  # another contrastive run is live on this output: its work folder is not wiped
     broken = check_resume(config, adapter, work)  # a checkpoint cut short while saving: resumed from the one before
     rows = load_rows(config)  # every input is checked before the output folder is touched
@@ -70,10 +70,10 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
     prompts = saved_prompts(config, model.tokenizer)
     rows = mine_negatives(model, rows, config, prompts)  # --hard-negatives: negative_1..negative_K columns
     if teacher is not None:  # the projection to the teacher's width, the teacher's embeddings as labels, MSELoss
-        model, rows, loss = distill.prepare(model, rows, teacher, config, prompts.get("text", ""))
+        model, rows, loss, made = distill.prepare(model, rows, teacher, config, prompts.get("text", ""))
         del teacher
     else:
-        loss = stage_loss(model, config)  # with --matryoshka-dims, at each size
+        loss, made = stage_loss(model, config), {}  # with --matryoshka-dims, at each size
     roles = {"anchor": "query", "text": "text",
              **{column: "document" for column in rows.column_names if column not in ("anchor", "text", "label")}}
     training = {column: prompts[roles[column]] for column in rows.column_names if roles.get(column) in prompts} \
@@ -105,7 +105,7 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
         raise type(interrupt)(f"{where}; run the same command with --resume to continue") from None
     summary = {}
     if trainer.is_world_process_zero():
-        summary = _write_output(trainer, model, source, config, adapter, dropout, len(rows), out, work)
+        summary = _write_output(trainer, model, source, config, adapter, dropout, len(rows), out, work, made)
     trainer.accelerator.wait_for_everyone()
     return {**summary, "output_dir": str(out)}
 
@@ -159,7 +159,7 @@ def _first_step_trains(trainer) -> None:
     trainer.create_scheduler = create_scheduler
 
 def _write_output(trainer, model, source: Path, config: ContrastiveConfig, adapter: AdapterConfig, dropout: dict,
-                  rows: int, out: Path, work: Path) -> dict:
+                  rows: int, out: Path, work: Path, made: dict) -> dict:
     """Merge adapters, save under `work/final`, finish the folder, then move it into place (main process)."""
     final = work / "final"
     shutil.rmtree(final, ignore_errors=True)
@@ -173,7 +173,7 @@ def _write_output(trainer, model, source: Path, config: ContrastiveConfig, adapt
     model.save(str(final))
     log = trainer.state.log_history
     summary = _finish_folder(final, source, config, dropout, [e["loss"] for e in log if "loss" in e], rows,
-                             adapter, log)
+                             adapter, log, made)
     outputs.match_umask(final)  # safetensors wrote model.safetensors 0600 beside 0644 files
     if out.is_symlink() or out.exists():  # allowed at the start; checked again now that it goes
         if out.is_dir() and not out.is_symlink() and any(out.iterdir()):
@@ -198,8 +198,9 @@ def release_work(work: Path) -> None:
 
 
 def _finish_folder(folder: Path, source: Path, config: ContrastiveConfig, dropout: dict, logged: list, rows: int,
-                   adapter: AdapterConfig, log: list):
-    """Dropout back to the source's values, the shipped modeling file, the run record."""
+                   adapter: AdapterConfig, log: list, made: dict):
+    """Dropout back to the source's values, the shipped modeling file, the run record (`made`: the distillation
+    edits made, `distill.with_variants`)."""
     source_config = json.loads((source / "config.json").read_text())
     saved = json.loads((folder / "config.json").read_text())
     updates = {name: source_config.get(name, 0.0) for name in dropout}
@@ -215,7 +216,7 @@ def _finish_folder(folder: Path, source: Path, config: ContrastiveConfig, dropou
              "processes": world_size(),
              "data_identity": config.identity_value("data_files"),  # what `run` compares before reusing the stage
              "lead": json.loads((folder / "config_sentence_transformers.json").read_text()).get("prompts", {}).get(
-                 "text", ""), **distill.distill_stage(config, folder)}
+                 "text", ""), **distill.distill_stage(config, folder, made)}
     previous = EncoderFacts.from_dict(saved.get("hf_encoderize"))  # the MLM encoder's facts, kept
     write_encoder_block(folder, replace(previous, contrastive=stage), updates=updates,
                         remove=() if "auto_map" in updates else ("auto_map",))
