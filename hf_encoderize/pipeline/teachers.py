@@ -54,6 +54,11 @@ def minilm() -> Path:
     return official.packaged_copy(TEACHERS[MINILM])
 
 
+def packaged(name: str) -> Path:
+    """The folder the teacher `name` loads from: `model.teachers.resolve_teacher` (the benchmarks' name for it)."""
+    return Path(official.resolve_teacher(name))
+
+
 def mpnet(home: Path | None = None) -> Path:
     """The assembled all-mpnet-base-v2 folder (`assemble_mpnet`), or one error line saying how to get it."""
     path = (home or teachers_home()) / MPNET
