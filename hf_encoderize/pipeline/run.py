@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
@@ -335,6 +334,10 @@ def run(load, data, masking, train, adapter, run_cfg: RunConfig, hub) -> dict:
     if world_size() > 1:  # the eval and push stages would run once per process
         raise EncoderizeError("run is single-process: launch `cpt` with accelerate/torchrun, then the same `run` "
                               "command picks up the finished cpt")
+    if train.dry_run:  # the cpt stage's plan, and nothing run
+        from hf_encoderize.recipes.cpt import cpt
+
+        return cpt(load, data, masking, train, adapter)
     from hf_encoderize.common.outputs import check_output_dir, inputs_of
     from hf_encoderize.publish.hub import check_push_ready
     from hf_encoderize.recipes.cpt import default_output_dir
@@ -359,7 +362,7 @@ def run(load, data, masking, train, adapter, run_cfg: RunConfig, hub) -> dict:
 
 
 def report(out: Path, table: str | None, repo_id: str | None, seconds: float) -> dict:
-    """Print and return where everything is."""
+    """Where everything is (`render_report` prints it; the CLI's `--json` prints it as it is)."""
     folder = RunFolder(out)
     encoder = folder.encoder
     places = {
@@ -374,17 +377,22 @@ def report(out: Path, table: str | None, repo_id: str | None, seconds: float) ->
     places = {k: v for k, v in places.items() if Path(v).exists()}
     if repo_id and folder.push_record.is_file():
         places["hub"] = f"{_hub_url()}/{repo_id}"
-    print(f"\n{'=' * 8} done in {seconds / 60:.1f} min {'=' * 80}", flush=True)
-    if table:
-        print(table)
-    if (loss := held_out_losses(out)):
-        print(loss + "\n")
-    width = max(len(k) for k in places)
-    for key, value in places.items():
-        print(f"{key:<{width}}  {value}")
-    print(f'\nLoad it: AutoModel.from_pretrained("{encoder}") or SentenceTransformer("{encoder}")', flush=True)
-    sys.stdout.flush()
-    return {"output_dir": str(out), "places": places, "table": table, "wall_time_s": seconds}
+    return {"output_dir": str(out), "places": places, "table": table, "held_out": held_out_losses(out),
+            "wall_time_s": seconds}
+
+
+def render_report(result: dict) -> str:
+    """`report`'s result as the screen the CLI prints: the table, the held-out losses, where everything is."""
+    places, encoder = result["places"], RunFolder(Path(result["output_dir"])).encoder
+    lines = [f"\n{'=' * 8} done in {result['wall_time_s'] / 60:.1f} min {'=' * 80}"]
+    if result.get("table"):
+        lines.append(result["table"])
+    if result.get("held_out"):
+        lines.append(result["held_out"] + "\n")
+    width = max((len(k) for k in places), default=0)
+    lines += [f"{key:<{width}}  {value}" for key, value in places.items()]
+    lines.append(f'\nLoad it: AutoModel.from_pretrained("{encoder}") or SentenceTransformer("{encoder}")')
+    return "\n".join(lines) + "\n"
 
 
 def held_out_losses(out: Path) -> str | None:
