@@ -309,7 +309,7 @@ def eval_settings(config: QuickstartConfig) -> dict:
 
 def quickstart(config: QuickstartConfig) -> dict:
     """Run the pipeline on the embedded default; returns `pipeline.run`'s report."""
-    from hf_encoderize.common.outputs import check_output_dir, input_paths
+    from hf_encoderize.common.outputs import check_output_dir, inputs_of
     from hf_encoderize.objectives.masking import MaskingConfig
     from hf_encoderize.pipeline.run import RunConfig, run
     from hf_encoderize.publish.hub import HubConfig
@@ -321,7 +321,7 @@ def quickstart(config: QuickstartConfig) -> dict:
     # run checks its folder too, but only after the corpus is written and the sentences sampled (minutes): a folder it
     # would refuse is refused here first, as run will (continued without --overwrite, replaced only if ours with it)
     check_output_dir(train.output_dir, overwrite=config.overwrite, resume=not config.overwrite,
-                     inputs=input_paths(load.input_path, data.data_files))
+                     inputs=inputs_of(load, data, train))
     corpus = write_corpus(corpus_dir)
     print(f"model: {load.source}\ncorpus: {corpus} (Python's documentation topics)", flush=True)
     contrastive = embedding_stage(config, corpus)
