@@ -345,9 +345,12 @@ def install_wheels(folder: str, site_parent: Path) -> str:
     sys.path.insert(0, str(repo / "scripts"))
     import gpu_check
 
-    context = gpu_check.Context(site_parent, False, 0.0, 0.0, "")
+    context = gpu_check.Context(site_parent, False, timeout_s=300.0, deadline=time.time() + 300.0, baselines="")
     context.logs.mkdir(parents=True, exist_ok=True)
-    said, _ = gpu_check.check_wheels(context, folder)
+    try:
+        said, _ = gpu_check.check_wheels(context, folder)
+    except (gpu_check.CheckFailed, gpu_check.Skip) as failed:
+        raise SystemExit(f"error: --wheels {folder}: {failed}") from None
     sys.path.insert(0, str(repo))
     return said
 

@@ -109,3 +109,31 @@ def test_the_gpu_pilots_carry_is_under_64_mib(tmp_path):
     uncompressed = len(gzip.decompress((tmp_path / corpus.TEXTS).read_bytes()))
     assert uncompressed * len(p["orders"]) > 150e6  # what carrying each order's split would have cost
     assert carry < 64 * MIB, f"{carry / MIB:.1f} MiB"
+
+
+def _wheel(folder: Path) -> Path:
+    """A minimal pure-Python wheel (one module), enough for pip's --no-index --target install."""
+    import zipfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "pilotprobe-0.1-py3-none-any.whl"
+    files = {"pilotprobe.py": "VALUE = 42\n",
+             "pilotprobe-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: pilotprobe\nVersion: 0.1\n",
+             "pilotprobe-0.1.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                               "Tag: py3-none-any\n"}
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+        archive.writestr("pilotprobe-0.1.dist-info/RECORD", "".join(f"{name},,\n" for name in files)
+                         + "pilotprobe-0.1.dist-info/RECORD,,\n")
+    return path
+
+
+def test_wheels_install_the_way_the_gpu_session_does_and_a_bad_folder_is_one_error_line(tmp_path, monkeypatch):
+    design = _load("headline_design")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setenv("PYTHONPATH", "")
+    said = design.install_wheels(str(_wheel(tmp_path / "wheels").parent), tmp_path / "gpu")
+    assert "installed 1" in said and (tmp_path / "gpu" / "site" / "pilotprobe.py").is_file()
+    with pytest.raises(SystemExit, match=r"^error: --wheels .*no \.whl files"):
+        design.install_wheels(str(tmp_path / "empty"), tmp_path / "gpu2")
