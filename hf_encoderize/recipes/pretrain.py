@@ -30,7 +30,7 @@ from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, RESUME, identity, identity_of, settings_diff
 from hf_encoderize.common.launch import world_size
 from hf_encoderize.common.locks import releasing_locks
-from hf_encoderize.common.outputs import input_paths
+from hf_encoderize.common.outputs import inputs_of
 from hf_encoderize.common.precision import attention_dtype
 from hf_encoderize.data.corpus_files import identity_as_today
 from hf_encoderize.data.sources import DataConfig
@@ -65,6 +65,8 @@ MEMORY_HEADROOM = 0.9  # refuse a run whose estimate exceeds 90% of the memory t
 @dataclass
 class PretrainConfig:
     """What to pretrain from scratch, and the order of objectives."""
+
+    INPUTS = ("model_config", "tokenizer")  # what an output folder stays apart from (`common.outputs.inputs_of`)
 
     _: KW_ONLY
     model_config: str | None = None
@@ -243,7 +245,7 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
     return run_recipe(Pretrain(
         spec=spec, config=config, data=data, masking=masking, train=train, phases=phases, memory=memory,
         output_dir=output_dir, curve_title=f"pretraining, {spec.schedule}",
-        inputs=input_paths(spec.model_config, spec.tokenizer, data.data_files, train.from_checkpoint),
+        inputs=inputs_of(spec, data, train),
         start_files={SCHEDULE_FILE: _schedule_record(spec, phases, shared, train)},
         summary_extra={"schedule": spec.schedule, "phases": [p.to_dict() for p in phases]}))
 
