@@ -37,6 +37,7 @@ from hf_encoderize.records.run_record import HardwareFacts
 
 log = get_logger(__name__)
 
+ETA_AFTER = 3  # steps timed (past the first) before the ETA line
 TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio", "mlflow": "mlflow",
                     "comet_ml": "comet_ml", "aim": "aim", "clearml": "clearml", "dvclive": "dvclive"}
 
@@ -71,6 +72,8 @@ class TrainingMonitor:
         self.losses: list[float] = []  # this process's run of steps (from `start_step` on)
         self.pending: list[tuple] = []  # steps whose device figures are not read yet
         self.bar = None
+        self.timed: list[float] = []  # step times past the first, until the ETA is said
+        self.eta_said = False
         if trackers:
             accelerator.init_trackers(Path(output_dir).name, config=flatten_facts(facts or {}))
         if self.main:
@@ -90,7 +93,7 @@ class TrainingMonitor:
         (empty between), for the non-finite check."""
         now = time.perf_counter()
         self.pending.append((step, lr, totals.detach(), counts.detach(), processes, objective, with_accuracy,
-                             data_wait_s, now - self.last))
+                             data_wait_s, now - self.last, now))
         self.last = now
         return self.flush() if step % self.log_every == 0 else []
 
@@ -102,8 +105,8 @@ class TrainingMonitor:
         # That copy waited for the device to finish every pending step (the host runs ahead of a GPU): the wait is the
         # last step's, so step times add up to wall time between flushes rather than to the host's queueing time.
         synced = time.perf_counter()
-        *rest, seconds = self.pending[-1]
-        self.pending[-1], self.last = (*rest, seconds + synced - self.last), synced
+        *rest, seconds, _ = self.pending[-1]
+        self.pending[-1], self.last = (*rest, seconds + synced - self.last, synced), synced
         records = [self._record(pending, *row) for pending, row in zip(self.pending, values, strict=True)]
         self.pending = []
         if self.main:
@@ -112,11 +115,32 @@ class TrainingMonitor:
                 self.accelerator.log({f"train/{k}": v for k, v in record.items() if isinstance(v, float | int)},
                                      step=record["step"])
             self._show(records)
+            self._say_eta(records)
         return records
+
+    def _say_eta(self, records: list[dict]) -> None:
+        """Once, as soon as `ETA_AFTER` steps past the first (which pays compilation and warm-up) are timed: the mean
+        step time and when the run should end, above the bar (the bar's own ETA counts the first step in)."""
+        self.timed += [r["step_time_s"] for r in records if r["step"] > self.start_step + 1]
+        if self.eta_said or len(self.timed) < ETA_AFTER:
+            return
+        self.eta_said = True
+        per_step = sum(self.timed) / len(self.timed)
+        left = self.total_steps - records[-1]["step"]
+        ends = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=left * per_step)
+        self._say(f"ETA: {left:,} steps left x {per_step:.3g} s = {_duration(left * per_step)} "
+                  f"(ends about {ends:%Y-%m-%d %H:%M} UTC)")
+
+    def _say(self, message: str) -> None:
+        """A line above the bar, on its stream (stdout holds only the result), or a log line without a bar."""
+        if self.bar is not None:
+            self.bar.write(message, file=sys.stderr)
+        else:
+            log.info(message)
 
     def _record(self, pending: tuple, loss: float, correct: float, norm: float, labelled: float,
                 tokens: float) -> dict:
-        step, lr, _, _, processes, objective, with_accuracy, wait, seconds = pending
+        step, lr, _, _, processes, objective, with_accuracy, wait, seconds, ended = pending
         labelled = max(labelled, 1.0)
         self.tokens += int(tokens)
         self.losses.append(loss / labelled)
@@ -124,7 +148,7 @@ class TrainingMonitor:
                   "masked_accuracy": correct / labelled if with_accuracy else None, "lr": lr,
                   "grad_norm": norm / processes, "tokens": int(tokens), "labelled_tokens": int(labelled),
                   "step_time_s": seconds, "tokens_per_s": tokens / max(seconds, 1e-9), "data_wait_s": wait,
-                  "elapsed_s": time.perf_counter() - self.started}
+                  "elapsed_s": ended - self.started}  # when this step ended, not when its figures were read
         if not (math.isfinite(loss) and math.isfinite(norm)):
             record["skipped_nonfinite"] = True
         return record
@@ -147,12 +171,8 @@ class TrainingMonitor:
         self._write({"kind": "eval", "step": step, **metrics})
         scored = {k: v for k, v in metrics.items() if v is not None}  # None: no labelled token to score
         self.accelerator.log({f"eval/{k.removeprefix('eval_')}": v for k, v in scored.items()}, step=step)
-        message = f"step {step}: " + (", ".join(f"{k} {v:.4f}" for k, v in scored.items()) or
-                                      "no held-out token was masked, so no held-out score (raise --mlm-probability)")
-        if self.bar is not None:
-            self.bar.write(message, file=sys.stderr)  # above the bar, on its stream: stdout holds only the result
-        else:
-            log.info(message)
+        self._say(f"step {step}: " + (", ".join(f"{k} {v:.4f}" for k, v in scored.items()) or
+                                      "no held-out token was masked, so no held-out score (raise --mlm-probability)"))
 
     def close(self) -> None:
         if self.bar is not None:
@@ -162,6 +182,15 @@ class TrainingMonitor:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as handle:
             handle.write(json_line(record))
+
+
+def _duration(seconds: float) -> str:
+    """3725 -> "1h 02m"; 95 -> "1m 35s"; 8.5 -> "8.5s"."""
+    if seconds >= 3600:
+        return f"{int(seconds // 3600)}h {int(seconds % 3600 // 60):02d}m"
+    if seconds >= 60:
+        return f"{int(seconds // 60)}m {int(seconds % 60):02d}s"
+    return f"{seconds:.1f}s"
 
 
 def json_line(record: dict) -> str:
