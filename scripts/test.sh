@@ -9,6 +9,10 @@ py="$(bash scripts/venv_python.sh 2>/dev/null)"
 PATH="$(dirname "$py"):$PATH" VIRTUAL_ENV="$("$py" -c 'import sys; print(sys.prefix)')"
 export PATH VIRTUAL_ENV HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 echo "test.sh: testing with $py" >&2
+# What moved since the last green run (constraints/last-green.txt), named before any test can fail on it; after a
+# green run, `python scripts/dependency_drift.py --installed .venv/bin/python --record` makes this the new baseline,
+# and `python scripts/dependency_drift.py` alone resolves the newest releases without installing (issue 72).
+python3 scripts/dependency_drift.py --installed "$py" >/dev/null || true
 python3 -m ruff check hf_encoderize tests
 lint-imports  # the layers of pyproject.toml: each stage imports only the stages below it
 # tests/ and the package's doctests (pyproject.toml), on two workers (pytest-xdist; a test file stays on one worker, so
