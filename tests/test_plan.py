@@ -55,3 +55,16 @@ def test_a_run_states_its_plan_first_then_an_eta_and_stamps_each_step(decoder_di
     elapsed = [r["elapsed_s"] for r in steps]  # five steps read in one flush, each stamped when it ended
     assert len(steps) == 5 and all(a < b for a, b in zip(elapsed, elapsed[1:], strict=False)), elapsed
     assert json.loads((out / "run_record.json").read_text())["tokens_seen"] > 0  # the record states tokens trained
+
+
+def test_the_readmes_headline_command_says_what_it_costs(capsys):
+    """The README's headline cpt command is preceded by its plan's figures: the tokens it trains and the paper's."""
+    from pathlib import Path
+
+    lines = (Path(__file__).resolve().parents[1] / "README.md").read_text().splitlines()
+    at = lines.index("hf-encoderize cpt meta-llama/Llama-3.2-1B --max-steps 12000")
+    above = " ".join(lines[at - 3:at])
+    assert cli.main(["cpt", "meta-llama/Llama-3.2-1B", "--max-steps", "12000", "--dry-run"]) == 0
+    line = next(line for line in capsys.readouterr().err.splitlines() if line.startswith("plan:"))
+    for figure in ("49.2M tokens", "0.17%", "28.3B", "--tokens-per-step paper"):
+        assert figure in line and figure in above, (figure, above)
