@@ -5,6 +5,7 @@ import json
 import shutil
 
 import pytest
+import yaml
 from hub_server import make_run_folder, run_record
 
 from hf_encoderize.publish.card import CardConfig, gather_facts, render_card
@@ -43,6 +44,7 @@ def test_the_card_names_the_contrastive_method_that_ran(tmp_path, method):
     assert not [words for words in others if words in body], f"{method}'s card names another method"
     limitations = card.split("## Limitations", 1)[1].replace("\n", " ")
     assert learnt(method).trained_on in limitations
+    assert method in yaml.safe_load(card.split("---\n")[1])["tags"]  # the method's one word, as its flag says it
 
 
 def test_distilled_card_has_loss_digits_and_no_scale_for_mse(tmp_path):

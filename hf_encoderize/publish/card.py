@@ -308,6 +308,7 @@ def card_data(facts: CardFacts):
     data = run.data or DataFacts()
     tags = ["hf-encoderize", "encoder", "bidirectional", "sentence-transformers", "feature-extraction",
             "sentence-similarity" if facts.contrastive else None, "contrastive" if facts.contrastive else None,
+            learnt(facts.contrastive.stage_facts().objective).name if facts.contrastive else None,
             facts.model_type or None, "fill-mask" if facts.has_mlm_head else None,
             *(p.name for p in recorded_sequence(run.objective).phases), "lora" if run.lora else None,
             f"arxiv:{ARXIV_ID}"]
