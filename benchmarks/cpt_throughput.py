@@ -60,7 +60,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 PRESETS = {
@@ -99,6 +98,8 @@ MASK_RATIO = 0.4  # paper, section 2
 # scripts/gpu_session.py load this module by path, so its folder is put on the path here, not by the caller.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic_inputs import build_inputs  # noqa: E402, I001
+from bench_measures import THROTTLE_REASONS, device_state, lane_rows, ours_spans, utilisation  # noqa: E402, F401
+from trainer_baseline import run_trainer  # noqa: E402
 
 
 
@@ -162,114 +163,6 @@ def run_ours(preset: dict, folder: Path, attn_implementation: str = "auto", prof
     return result
 
 
-def ours_spans(preset: dict, folder: Path) -> list[int]:
-    """Attention spans of `ours`'s timed rows: the document pieces of each packed row, as `packing.LaneStream` packs
-    them (lane j of `rows` takes documents j, j + rows, ...; each gets EOS and continues across row boundaries; a
-    lane whose documents run out starts over and drops its partial row; one process, no accumulation and no held-out
-    documents, so there are `rows` lanes). A document's tokens are its words + EOS (the word-level tokenizer)."""
-    texts = (json.loads(line)["text"] for line in (folder / "docs.jsonl").read_text().splitlines())
-    lengths, lanes = [len(text.split()) + 1 for text in texts], preset["rows"]
-    total = preset["warmup"] + preset["steps"]
-    return [span for lane in range(lanes)
-            for row in lane_rows(lengths[lane::lanes], preset["seq_len"], total)[preset["warmup"]:] for span in row]
-
-
-def lane_rows(lengths: list[int], seq_len: int, count: int) -> list[list[int]]:
-    """The first `count` rows one lane packs from documents of `lengths` tokens, each row as its pieces' lengths.
-
-    >>> lane_rows([3, 6, 2], seq_len=4, count=3)  # the third row starts a new pass: [1, 2] is dropped
-    [[3, 1], [4], [3, 1]]
-    """
-    rows: list[list[int]] = []
-    while len(rows) < count:
-        made, pieces, fill = len(rows), [], 0  # a new pass over the lane's documents; its partial row was dropped
-        for length in lengths:
-            while length and len(rows) < count:
-                take = min(length, seq_len - fill)
-                pieces, fill, length = pieces + [take], fill + take, length - take
-                if fill == seq_len:
-                    rows, pieces, fill = rows + [pieces], [], 0
-        if len(rows) == made:
-            raise SystemExit(f"a lane's documents do not fill one row of {seq_len} tokens")
-    return rows
-
-
-class _CountingCollator:
-    """Wraps the MLM collator to record, per batch (the Trainer calls it once per step), the real tokens, the masked
-    ones, the positions the dense head runs on, and each row's real length (its attention span)."""
-
-    def __init__(self, collator):
-        self.collator, self.batches = collator, []
-
-    def __call__(self, examples):
-        batch = self.collator(examples)
-        mask = batch.get("attention_mask")
-        if mask is None:
-            mask = batch["input_ids"].new_ones(batch["input_ids"].shape)
-        self.batches.append({"tokens": int(mask.sum()), "masked": int((batch["labels"] != -100).sum()),
-                             "positions": batch["input_ids"].numel(), "spans": mask.sum(-1).tolist()})
-        return batch
-
-
-def run_trainer(preset: dict, folder: Path, grouped: bool, attn_implementation: str = "sdpa",
-                tokens_per_step: int | None = None) -> dict:
-    """The Trainer baseline; `tokens_per_step`: gradient accumulation to that many tokens per optimizer step, as
-    `ours` gets with `--tokens-per-step`."""
-    import datasets
-    import torch
-    from transformers import (
-        AutoModelForMaskedLM,
-        AutoTokenizer,
-        DataCollatorForLanguageModeling,
-        Trainer,
-        TrainerCallback,
-        TrainingArguments,
-    )
-
-    tokenizer = AutoTokenizer.from_pretrained(folder / "model")
-    model = AutoModelForMaskedLM.from_pretrained(folder / "model", trust_remote_code=True,
-                                                 attn_implementation=attn_implementation)
-    raw = datasets.load_dataset("json", data_files=str(folder / "docs.jsonl"), split="train")
-    seq_len = preset["seq_len"]
-    if grouped:  # transformers' run_mlm.py default: concatenate, then cut into blocks of seq_len
-        ids = raw.map(lambda b: tokenizer(b["text"]), batched=True, remove_columns=["text"])
-        flat = [t for row in ids["input_ids"] for t in row]
-        blocks = [flat[i:i + seq_len] for i in range(0, len(flat) - seq_len + 1, seq_len)]
-        train = datasets.Dataset.from_dict({"input_ids": blocks, "attention_mask": [[1] * seq_len] * len(blocks)})
-    else:  # one document per row, truncated, padded per batch by the collator
-        train = raw.map(lambda b: tokenizer(b["text"], truncation=True, max_length=seq_len), batched=True,
-                        remove_columns=["text"])
-    collator = _CountingCollator(DataCollatorForLanguageModeling(
-        tokenizer, mlm_probability=MASK_RATIO, mask_replace_prob=1.0, random_replace_prob=0.0))
-    times = []
-
-    class StepClock(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            times.append(time.perf_counter())
-
-    total = preset["warmup"] + preset["steps"]
-    accum = max(1, -(-tokens_per_step // (preset["rows"] * seq_len))) if tokens_per_step else 1
-    bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    args = TrainingArguments(
-        output_dir=str(folder / "trainer-out"), max_steps=total, per_device_train_batch_size=preset["rows"],
-        gradient_accumulation_steps=accum,
-        learning_rate=1e-4, warmup_steps=1, lr_scheduler_type="constant_with_warmup", adam_beta1=0.9, adam_beta2=0.95,
-        weight_decay=0.1, max_grad_norm=1.0, bf16=bf16, logging_steps=10**9, save_strategy="no", report_to=[],
-        dataloader_num_workers=0, disable_tqdm=True, seed=0)
-    started = time.perf_counter()
-    Trainer(model=model, args=args, train_dataset=train, data_collator=collator, callbacks=[StepClock()]).train()
-    ends, warm = [started, *times], preset["warmup"]
-    timed = collator.batches[warm * accum:total * accum]  # the collator runs once per micro-batch
-    return {"tokens": sum(b["tokens"] for b in timed), "seconds": ends[total] - ends[warm], "grad_accum": accum,
-            "masked_tokens": sum(b["masked"] for b in timed), "masked_tokens_source": "collator labels",
-            "head_tokens": sum(b["positions"] for b in timed),  # dense logits: every position, padding included
-            "spans": [span for b in timed for span in b["spans"]],
-            "padding_fraction": 1 - sum(b["tokens"] for b in collator.batches[:total * accum])
-            / (total * accum * preset["rows"] * seq_len)}
-
-
 def arm_main(arm: str, preset_name: str, folder: Path, attn_implementation: str, profile: bool = False,
              tokens_per_step: int | None = None) -> None:
     import torch
@@ -293,63 +186,6 @@ def arm_main(arm: str, preset_name: str, folder: Path, attn_implementation: str,
     if torch.cuda.is_available():
         result["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
     print("RESULT " + json.dumps(result), flush=True)
-
-
-THROTTLE_REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
-                    0x10: "sync_boost", 0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake",
-                    0x100: "display_clocks"}
-
-
-def device_state() -> dict | None:
-    """On a CUDA GPU: the caching allocator's retries so far (a retry frees cached blocks and tries again: a sign of
-    memory pressure that slows steps), and from nvidia-smi the SM clock against its maximum, temperature, power and
-    the active clock-throttle reasons. None on CPU; clocks are left out, with why, where nvidia-smi does not answer.
-
-    >>> device_state() is None or "alloc_retries" in device_state()
-    True
-    """
-    import torch
-
-    if not torch.cuda.is_available():
-        return None
-    state = {"alloc_retries": torch.cuda.memory_stats().get("num_alloc_retries", 0)}
-    for reasons_field in ("clocks_event_reasons.active", "clocks_throttle_reasons.active"):  # new name, then old
-        query = f"clocks.sm,clocks.max.sm,temperature.gpu,power.draw,{reasons_field}"
-        try:
-            done = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits", "-i", "0"],
-                                  capture_output=True, text=True, timeout=15)
-        except (OSError, subprocess.TimeoutExpired) as err:
-            return {**state, "clocks": f"not read ({type(err).__name__})"}
-        if done.returncode == 0 and done.stdout.strip():
-            sm, sm_max, temperature, power, mask = (v.strip() for v in done.stdout.strip().split(","))
-            bits = int(mask, 16) if mask.startswith("0x") else 0
-            return {**state, "sm_clock_mhz": _number(sm), "sm_clock_max_mhz": _number(sm_max),
-                    "temperature_c": _number(temperature), "power_w": _number(power),
-                    "throttle_reasons": [name for bit, name in THROTTLE_REASONS.items() if bits & bit]}
-    return {**state, "clocks": f"not read (nvidia-smi: {done.stderr.strip()[:120]})"}
-
-
-def _number(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
-def utilisation(folder: Path, result: dict) -> dict:
-    """Model FLOPs of the timed steps (training.flops: useful work, the same definition for every arm), their
-    rate, and MFU against the device's dense bf16 peak (null on a device not in the table, and on CPU)."""
-    from hf_encoderize.training.flops import matmul_params, mfu, training_flops
-
-    config = json.loads((folder / "model" / "config.json").read_text())
-    flops = training_flops(config, tokens=result["tokens"], masked_tokens=result["masked_tokens"],
-                           document_lengths=result.pop("spans"), head_tokens=result["head_tokens"])
-    params = matmul_params(config)
-    if flops is None:  # a config training.flops does not cover (MoE, hybrid): no number rather than a wrong one
-        return {"params_matmul": params, "flops": None, "model_tflops_per_s": None, "mfu": None}
-    per_s = flops["total"] / result["seconds"]
-    return {"params_matmul": params, "flops": flops, "model_tflops_per_s": per_s / 1e12,
-            "mfu": mfu(per_s, result["device"])}
 
 
 def available_backends(folder: Path) -> tuple[list[str], dict[str, str]]:

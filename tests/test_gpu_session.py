@@ -54,6 +54,9 @@ def test_the_smoke_session_times_every_arm_in_one_process(tmp_path):
     # the default arm compiles (as on a GPU) and its row says dynamo neither broke the graph nor hit its limit
     assert default["compiled"]["on"] and default["compiled"]["graph_breaks"] == 0
     assert default["compiled"]["recompile_limit_hits"] == 0
+    assert default["dynamo"]["unique_graphs"] >= 1 and default["dynamo"]["recompile_limit_hits"] == 0  # the row's
+    assert by_part["smoke trainer_grouped"]["attention_backend"] == "sdpa"  # the Trainer's rows name theirs too
+    assert by_part["smoke trainer_grouped"]["figure"].startswith("attention sdpa")
     assert by_part["smoke sdpa"]["attention_backend"] == "sdpa" and not by_part["smoke sdpa"]["compiled"]["on"]
     assert by_part["smoke default_rows2x"]["figure"].startswith("rows 8 x accum 1")
     assert by_part["smoke tokens_per_step"]["grad_accum"] == 4  # 2048 tokens a step over 4 x 128-token rows
@@ -167,3 +170,96 @@ def test_a_limit_that_waited_its_longest_raises_inside_torch_and_says_so(monkeyp
         limit.disarm()
         limit.restore()
     assert 0.15 <= limit.deferred_s < 1.0
+
+
+def _script(name: str, filename: str):
+    """A script of scripts/ or benchmarks/ as a module under a test-only name (they are not packages)."""
+    import importlib.util
+
+    path = next(folder / filename for folder in (SCRIPT.parent, REPO / "benchmarks") if (folder / filename).is_file())
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_wheels_and_the_imports_are_rows_and_the_session_goes_on(tmp_path):
+    """Issue 65: the wheel check and the preload ran outside any part, so a bad folder (or an import it broke) ended
+    the session with a traceback and no rows. Each is a part now: a failure is its row, and the next part runs."""
+    import time
+    from functools import partial
+
+    parts = _script("session_parts_rows", "session_parts.py")
+    session = parts.Session(tmp_path, tmp_path, time.time() + 60, True, False, "cpu", [])
+    empty = tmp_path / "no_wheels"
+    empty.mkdir()
+    parts.run_part(session, "install wheels", None, partial(parts.install_wheels, session, str(empty)))
+
+    def broken_import():
+        raise ImportError("huggingface-hub>=1.5.0,<2.0 is required, found huggingface-hub==2.4.0")
+
+    parts.run_part(session, "imports", None, broken_import)
+    parts.run_part(session, "next part", 5, lambda: ("ran", {}))
+    assert [(row["part"], row["status"]) for row in session.rows] == [
+        ("install wheels", "fail"), ("imports", "fail"), ("next part", "pass")]
+    assert "no .whl files" in session.rows[0]["figure"] and "huggingface-hub" in session.rows[1]["figure"]
+    assert "| install wheels | fail |" in (tmp_path / "session.md").read_text()
+
+
+def _dist(folder: Path, name: str, version: str, requires: list[str]) -> None:
+    info = folder / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    lines += [f"Requires-Dist: {requirement}" for requirement in requires]
+    (info / "METADATA").write_text("\n".join(lines) + "\n")
+
+
+def test_the_wheel_part_names_an_image_package_the_carried_wheels_break(tmp_path):
+    """On the device, after installing: a package the image keeps whose requirement a carried wheel refuses (its
+    transformers 5.17 and a carried huggingface_hub 2.4) is named before anything imports it."""
+    parts = _script("session_parts_broken", "session_parts.py")
+    site, image = tmp_path / "site", tmp_path / "image"
+    _dist(site, "huggingface_hub", "2.4.0", [])
+    _dist(site, "gguf", "0.19.0", [])
+    _dist(image, "transformers", "5.17.0", ["huggingface-hub<2.0,>=1.5.0", "tokenizers<0.24", "rich; extra == 'x'"])
+    _dist(image, "datasets", "5.2.0", ["huggingface-hub<3.0,>=1.31.0"])
+    _dist(image, "huggingface_hub", "1.33.0", [])
+    assert parts.broken_by(site, [str(image)]) == [
+        "transformers 5.17.0 requires huggingface-hub<2.0,>=1.5.0, the wheels carry 2.4.0"]
+
+
+def test_each_row_says_what_dynamo_compiled_during_it(tmp_path, monkeypatch):
+    """Issue 72: every row carries dynamo's unique graphs and recompile-limit hits over its part, and the table
+    shows them, so a recompile (one that only shows with `kernels` installed, say) is visible in the session."""
+    import time
+
+    import torch
+
+    parts = _script("session_parts_dynamo", "session_parts.py")
+    session = parts.Session(tmp_path, tmp_path, time.time() + 120, True, False, "cpu", [])
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+
+    def recompiles():
+        step = torch.compile(lambda x: x * 2 + 1, backend="eager", dynamic=False)
+        for dtype in (torch.float32, torch.float64, torch.int64):  # a new dtype each call: past the limit of 1
+            step(torch.ones(3, dtype=dtype))
+        return "compiled", {}
+
+    parts.run_part(session, "compiles", 60, recompiles)
+    parts.run_part(session, "plain", 60, lambda: ("no compile", {}))
+    compiled, plain = session.rows
+    assert compiled["dynamo"]["unique_graphs"] >= 1 and compiled["dynamo"]["recompile_limit_hits"] >= 1
+    assert plain["dynamo"] == {"unique_graphs": 0, "graph_breaks": 0, "recompile_limit_hits": 0}
+    table = (tmp_path / "session.md").read_text()
+    assert "| dynamo graphs |" in table and f"{compiled['dynamo']['unique_graphs']} (limit hits " in table
+
+
+def test_the_trainer_baseline_names_its_attention_backend(tmp_path):
+    """Issue 65: every timed row names what ran; the Trainer's rows name their model's attn_implementation as loaded
+    (here eager, asked for, where the table used to fall back to the name asked for)."""
+    bench = _script("cpt_throughput_trainer", "cpt_throughput.py")
+    preset = {**bench.PRESETS["smoke"], "steps": 1, "warmup": 1}
+    bench.ensure_inputs("smoke", tmp_path)
+    result = bench.run_trainer(preset, tmp_path, grouped=True, attn_implementation="eager")
+    assert result["attention_backend"] == "eager" and result["compiled"] == {"on": False}
