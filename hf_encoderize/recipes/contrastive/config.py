@@ -10,6 +10,7 @@ from typing import Literal, get_args
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, identity
 from hf_encoderize.common.precision import check_bf16
+from hf_encoderize.common.run_folder import RunFolder
 from hf_encoderize.common.validation import check_choice, check_data_name, check_number, parse_dims
 
 Objective = Literal["simcse", "supervised", "distill"]
@@ -36,8 +37,10 @@ class ContrastiveConfig:
     encoder: str
     """An encoder folder (a cpt/convert output, OUT or OUT/encoder) or any sentence-transformers/transformers folder."""
     _: KW_ONLY
-    output_dir: str = field(default="runs/contrastive", metadata=identity(HARMLESS))
-    """Folder to write the embedding model to; must be empty or absent unless `overwrite`."""
+    output_dir: str | None = field(default=None, metadata=identity(HARMLESS))
+    """Folder to write the embedding model to; must be empty or absent unless `overwrite`. Default: RUN/contrastive
+    for a run folder RUN (or RUN/encoder), where `card`, `eval`, `push` and `space` find a run's embedding model;
+    runs/contrastive for any other encoder."""
     overwrite: bool = field(default=False, metadata=identity(HARMLESS))
     """Replace a non-empty output folder."""
     objective: Objective = "simcse"
@@ -162,6 +165,8 @@ class ContrastiveConfig:
         check_extras(self)  # --hard-negatives, --matryoshka-dims (a size above the width: once the model loads)
         check_distill_options(self)  # --teacher with --method distill, and only then
         check_bf16(self.mixed_precision)
+        if self.output_dir is None:
+            self.output_dir = default_output_dir(self.encoder)
 
     @property
     def encoder_folder(self) -> str:
@@ -184,6 +189,20 @@ class ContrastiveConfig:
         if name == "teacher":
             return teacher_identity(self.teacher)
         return content_identity(self.data_files) if name == "data_files" else getattr(self, name)
+
+def default_output_dir(encoder: str) -> str:
+    """Where the embedding model goes when no --output-dir is given: RUN/contrastive for a run folder RUN or its
+    RUN/encoder (a folder holding run_record.json), runs/contrastive for any other encoder.
+
+    >>> default_output_dir("some/converted-encoder")
+    'runs/contrastive'
+    """
+    given = Path(str(encoder).rstrip("/") or ".")
+    for run in (RunFolder(given), RunFolder(given.parent)):
+        if run.run_record.is_file() and given.resolve() in (run.root.resolve(), run.encoder.resolve()):
+            return str(run.contrastive)
+    return "runs/contrastive"
+
 
 def teacher_identity(name: str | None) -> str | None:
     """The teacher as "same run?" counts it (`ContrastiveConfig.identity_value`): a local folder by its content, a
