@@ -312,7 +312,8 @@ def test_limits_answer_with_a_friendly_message(tiny_url):
     cases = [(("\n".join(["w1"] * 13),), "/similarity", "at most 12 sentences"),
              (("w1 " * 300,), "/similarity", "the limit is 500"),
              (("w1\nw2", "  "), "/search", "Type a query"),
-             (("w1 w2 w3", 5), "/fill_mask", "exactly once")]
+             (("w1 w2 w3", 5), "/fill_mask", "exactly once"),
+             (("\n".join(["w1"] * 51),), "/embed", "at most 50 texts")]
     for inputs, api_name, message in cases:
         with pytest.raises(AppError, match=message):
             client.predict(*inputs, api_name=api_name)
