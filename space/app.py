@@ -7,10 +7,10 @@ Design choices:
   run folder's encoder/ here), else `space_config.json` next to this file (written by `hf-encoderize push-space`),
   else the quickstart's encoder folder.
 - Two models, one job each. The embedding tabs (Similarity, Semantic search, Embeddings, Compare) use the embedding
-  model:
-  EMBEDDING_MODEL (Hub id or folder), else space_config.json's `embedding_model` when the encoder comes from there too,
-  else the encoder itself. That is the `contrastive` stage's sentence-transformers folder when a run has one (it has no
-  MLM head), so Fill-mask always uses the encoder. EMBEDDING_MODEL=encoder opts out: the encoder makes the embeddings.
+  model: EMBEDDING_MODEL (Hub id or folder), else space_config.json's `embedding_model` when the encoder comes from
+  there too, else the encoder itself. That is the `contrastive` stage's sentence-transformers folder when a run has
+  one (it has no MLM head), so Fill-mask always uses the encoder. EMBEDDING_MODEL=encoder opts out: the encoder makes
+  the embeddings.
 - An embedding model trained with Matryoshka sizes (`contrastive --matryoshka-dims`) gets a size picker on each
   embedding tab: the full vector and each trained size, no other (space_compute.py says where the sizes come from).
 - Embeddings are sentence-transformers' vectors with the model's own pooling (mean for an encoder as `save_encoder`
@@ -338,7 +338,7 @@ def _compare_tab(space: EncoderSpace) -> None:
     run = gr.Button("Compare", variant="primary", elem_id="compare-button", interactive=space.models.base_available)
     with gr.Row():
         base = gr.HTML(label="Base decoder heatmap", elem_id="compare-base")
-        encoder = gr.HTML(label="Embedding model heatmap", elem_id="compare-encoder")
+        encoder = gr.HTML(label="Bidirectional heatmap", elem_id="compare-encoder")
     note = gr.Markdown(label="First-token shift", elem_id="compare-note")
     run.click(space.compare, [sentences, size], [base, encoder, note], api_name="compare")
 
