@@ -297,7 +297,11 @@ def space_weight_bytes(cfg: PushSpaceConfig, encoder: Path, base: dict) -> int:
     decoder (Compare). An embedding model without a local copy (a Hub one, or the encoder itself, loaded a second time
     by sentence-transformers) and the base decoder count as large as the encoder: the Hub cannot be asked from here."""
     size = weight_bytes(encoder)
-    embedding = weight_bytes(embedding_dir(cfg.output_dir, cfg.embedding_model)) or size
+    try:
+        local = embedding_dir(cfg.output_dir, cfg.embedding_model)
+    except EncoderizeError:  # --embedding-model-id names the model; a stale --embedding-model folder is not needed
+        local = None
+    embedding = weight_bytes(local) or size
     return size + embedding + (size if base.get("base_model") else 0)
 
 
