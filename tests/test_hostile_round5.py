@@ -96,6 +96,18 @@ def test_a_teacher_in_the_output_position_is_never_deleted(where, encoder, text,
     assert _files(out) == kept
 
 
+def test_every_command_reads_its_inputs_from_its_configs_declarations():
+    """One rule: a command's inputs are what its configs declare (`INPUTS`, `outputs.inputs_of`), never a list the
+    command spells out itself, which is how the teacher came to be left out of contrastive's."""
+    spelled = [str(path.relative_to(ROOT)) for path in sorted((ROOT / "hf_encoderize").rglob("*.py"))
+               if path.name != "outputs.py" and "input_paths(" in path.read_text()]
+    assert spelled == []
+    from hf_encoderize.pipeline.run import RunConfig
+    from hf_encoderize.recipes.contrastive import ContrastiveConfig
+
+    assert "teacher" in ContrastiveConfig.INPUTS and "contrastive_teacher" in RunConfig.INPUTS
+
+
 def test_run_overwrite_keeps_a_teacher_the_run_folder_holds(decoder_dir, teacher, tmp_path, capsys):
     """`run --overwrite` on a run whose embedding model is the new run's teacher: cpt's clearing deleted it."""
     out = tmp_path / "run"
