@@ -24,6 +24,15 @@ Design choices:
   under DeepSpeed (neither measured with it). `--compile` / `--no-compile` decide instead; the run record says which
   way it went and why, with dynamo's counters (graphs compiled, graph breaks), so a recompile or a break that would
   run the layers eagerly is seen in the record, not guessed from the speed.
+- A compiler failure on the first compiled use falls back instead of ending the run (`fall_back_to_eager`): the known
+  one is flex attention's backward template asking more shared memory than a GPU has (Triton's `OutOfResources`).
+  The layers first run in the held-out evaluation before step 1 (forward only), then in step 1 (forward and
+  backward); a failure in either is caught. A failed evaluation is done again; a failed step is taken again with
+  the same batch on eager layers (the gradients it had begun are dropped, and Accelerate's accumulation count is put
+  back), one warning line says so, and the run record's `compiled` keeps
+  `fallback` (the step and the error) with `on: false`. Only the first compiled step is covered: a failure after the
+  layers have run compiled once is a real error and is raised. Every process of a run compiles the same graphs and
+  fails the same way, so all fall back together.
 - The hub-kernels routing stays out of compiled layers where it routes nothing. Since transformers 5.25 requires
   `kernels`, attention classes decorated with `use_kernelized_func` (Llama's, for its rotary embedding) wrap their
   forward in a router that writes a process-wide variable (`kernels`' `_ACTIVE_KERNEL_FUNCS`) while compiling; dynamo
@@ -66,6 +75,46 @@ def compile_decoder_layers(model: torch.nn.Module, **options) -> int:
         route_no_idle_kernels(layer)
         layer.compile(**options)
     return len(layers)
+
+
+def is_compiler_failure(error: BaseException) -> bool:
+    """dynamo's or Inductor's failure (`BackendCompilerFailed`, `InductorError`), or Triton's at a kernel's first
+    launch (`OutOfResources` on shared memory): what compiling can raise that eager layers would not."""
+    from torch._dynamo.exc import TorchDynamoException
+
+    return isinstance(error, TorchDynamoException) or type(error).__module__.split(".")[0] == "triton"
+
+
+def fall_back_to_eager(decision: dict, model: torch.nn.Module, error: BaseException, step: int,
+                       during: str = "training step") -> bool:
+    """After `error` in the first compiled use of the layers (`during`: the held-out evaluation before step 1, or the
+    first training step): when it is a compiler failure, run the decoder layers of `model` eagerly from now on, say so
+    once and record it in `decision` (the run's `compiled`); returns whether it did (the caller then does the same
+    work again). False for any other error, and once a training step has run compiled."""
+    if not decision.get("on") or decision.get("ran") or not is_compiler_failure(error):
+        return False
+    for layer in decoder_layers(model):
+        layer._compiled_call_impl = None  # what nn.Module.compile set: __call__ runs the layer eagerly again
+    torch._dynamo.reset()
+    said = describe_failure(error)
+    decision.update(on=False, fallback={"step": step, "during": during, "now": "eager decoder layers", "error": said})
+    log.warning(f"compiling the decoder layers failed in the {during} at step {step} ({said[:200]}); "
+                "training on with eager layers (recorded in run_record.json; --no-compile skips the attempt)")
+    return True
+
+
+def describe_failure(error: BaseException) -> str:
+    """One line naming a compiler failure by its innermost cause: dynamo's wrapper says only which backend raised.
+
+    >>> describe_failure(RuntimeError("out of resource: shared memory\\nmore"))
+    'RuntimeError: out of resource: shared memory'
+    """
+    names, inner = [type(error).__name__], error
+    while (cause := getattr(inner, "inner_exception", None) or inner.__cause__) is not None and len(names) < 5:
+        names.append(type(cause).__name__)
+        inner = cause
+    first_line = (str(inner).strip().splitlines() or [""])[0][:300]
+    return f"{' <- '.join(names)}: {first_line}"
 
 
 def route_no_idle_kernels(layer: torch.nn.Module) -> int:
@@ -150,7 +199,7 @@ def counters_since(before: dict) -> dict:
 def compile_report(decision: dict) -> dict:
     """The run record's `compiled`: the decision, and for compiled layers what dynamo did during the run. Graph breaks
     or a hit recompile limit mean layers ran (partly) eagerly: said once, as a warning, and kept in the record."""
-    report = {key: value for key, value in decision.items() if key != "counters_before"}
+    report = {key: value for key, value in decision.items() if key not in ("counters_before", "ran")}
     if not decision["on"]:
         return report
     report.update(counters_since(decision["counters_before"]))

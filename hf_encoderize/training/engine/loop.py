@@ -25,6 +25,7 @@ from hf_encoderize.objectives.phases import Phase
 from hf_encoderize.records.learnt import learnt
 from hf_encoderize.training.batches import StepBatch, prepare_step, to_device
 from hf_encoderize.training.checkpoints import checkpoint_dir, list_checkpoints, prune_checkpoints, save_checkpoint
+from hf_encoderize.training.compiling import fall_back_to_eager
 from hf_encoderize.training.engine.build import Run
 from hf_encoderize.training.engine.export import export_encoder
 from hf_encoderize.training.nonfinite import NonFiniteGuard, plain_norm
@@ -147,10 +148,25 @@ def train_step(run: Run, with_accuracy: bool = False) -> dict:
     the global batch, and its labelled and real token counts, plus the objective. `monitor.step` turns them into
     per-token figures when it next syncs.
     """
-    accelerator, train = run.accelerator, run.train
-    processes, micro = accelerator.num_processes, train.grad_accum
     with section("data_wait"):
         batch = next_batch(run)
+    accumulated = run.accelerator.step
+    try:
+        stats = _step_on(run, batch, with_accuracy)
+    except Exception as error:  # a compiler failure on the first compiled step falls back to eager layers
+        model = run.accelerator.unwrap_model(run.model).model
+        if not fall_back_to_eager(run.compiled, model, error, run.scheduler.last_epoch + 1, "training step"):
+            raise
+        run.optimizer.zero_grad(set_to_none=True)  # the failed attempt's partial gradients
+        run.accelerator.step = accumulated  # and its count of accumulated micro-batches
+        stats = _step_on(run, batch, with_accuracy)
+    run.compiled["ran"] = True
+    return stats
+
+
+def _step_on(run: Run, batch: StepBatch, with_accuracy: bool) -> dict:
+    accelerator, train = run.accelerator, run.train
+    processes, micro = accelerator.num_processes, train.grad_accum
     device = accelerator.device
     counts = accelerator.reduce(batch.counts.to(device, non_blocking=True), reduction="sum")  # global batch
     # Each process's loss is a sum over its labelled tokens; DDP/FSDP average gradients over processes and Accelerate
@@ -213,7 +229,18 @@ def _finite_or_skip(grad_norm, run: Run):
 def evaluate_held_out(run: Run) -> dict:
     """Loss and accuracy on the held-out rows under the current objective, masked with fixed seeds (each held-out row
     has its own key) so evaluations are comparable across steps. Both are averaged over labelled tokens, not batches.
-    In a CLM phase the accuracy is next-token accuracy and named so."""
+    In a CLM phase the accuracy is next-token accuracy and named so. The evaluation before the first step is where
+    compiled layers first run: a compiler failure there falls back to eager layers as in `train_step`."""
+    try:
+        return _held_out(run)
+    except Exception as error:
+        model = run.accelerator.unwrap_model(run.model).model
+        if not fall_back_to_eager(run.compiled, model, error, run.scheduler.last_epoch, "held-out evaluation"):
+            raise
+        return _held_out(run)
+
+
+def _held_out(run: Run) -> dict:
     device, backend = run.accelerator.device, _backend(run)
     run.model.eval()
     loss_sum, correct, count = 0.0, 0, 0
