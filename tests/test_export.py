@@ -67,6 +67,7 @@ def test_onnx_export_is_kept_verified_and_on_the_card(tmp_path, texts, capsys):
     fp32, int8 = record["variants"]["model.onnx"], record["variants"]["model_qint8.onnx"]
     assert fp32["min_cosine"] >= 0.999 and int8["min_cosine"] >= 0.99
     assert round(fp32["min_cosine"], 5) == cosine
+    assert record["exporter"] == "dynamo" and "exporter_fallback" not in record  # issue 69.5: not the deprecated tracer
     assert fp32["bidirectional"] and int8["bidirectional"] and fp32["hf_encoderize_importable"] is False
     assert len(fp32["padded_lengths"]) >= 3  # texts of several lengths, padded in one batch
     assert {"onnx/model.onnx", "onnx/model_qint8.onnx", "export_record.json"} <= set(upload_set(encoder))  # push
@@ -93,9 +94,9 @@ def test_a_causal_graph_is_kept_out_with_one_line(tmp_path, texts, monkeypatch):
     causal = make_decoder().model.eval()  # the same weights before encoderize: causal attention
     original = export_module.export_embedding_graph
 
-    def export_causal(st, path, opset):
+    def export_causal(st, path, opset, *exporter):
         st[0].model = causal  # the Transformer module's model (`auto_model` reads it)
-        return original(st, path, opset)
+        return original(st, path, opset, *exporter)
 
     monkeypatch.setattr(export_module, "export_embedding_graph", export_causal)
     monkeypatch.setattr(export_module, "THRESHOLDS", {"model.onnx": 0.999})
@@ -184,3 +185,38 @@ def test_int8_keeps_the_first_blocks_of_a_deep_model_in_fp32():
     assert fp32_block_matmuls(graph(30)) == [f"/model/layers.{i}/mlp/{part}/MatMul" for i in (0, 1)
                                              for part in ("up_proj", "down_proj")]
     assert fp32_block_matmuls(graph(2)) == []
+
+
+def test_int8_finds_the_blocks_of_a_dynamo_graph_by_its_scope_metadata():
+    """The dynamo exporter names nodes `node_linear_N` and says where they sit in `namespace` metadata."""
+    import onnx
+
+    from hf_encoderize.publish.onnx_embedding import fp32_block_matmuls
+
+    nodes = []
+    for i in range(30):
+        node = onnx.helper.make_node("MatMul", ["x", "w"], ["y"], name=f"node_linear_{i}")
+        entry = node.metadata_props.add()
+        entry.key, entry.value = "namespace", (f": Pipeline/model: LlamaModel/model.layers.{i}: LlamaDecoderLayer/"
+                                               f"model.layers.{i}.mlp.up_proj: Linear/linear")
+        nodes.append(node)
+    model = onnx.helper.make_model(onnx.helper.make_graph(nodes, "g", [], []))
+    assert fp32_block_matmuls(model) == ["node_linear_0", "node_linear_1"]
+
+
+def test_a_graph_dynamo_cannot_export_falls_back_to_the_tracer_and_says_why(tmp_path, texts, monkeypatch):
+    import hf_encoderize.publish.onnx_embedding as onnx_embedding
+
+    real = onnx_embedding.export_embedding_graph
+
+    def dynamo_fails(st, path, opset, exporter="dynamo"):
+        if exporter == "dynamo":
+            raise RuntimeError("torch.export: data-dependent control flow")
+        return real(st, path, opset, exporter)
+
+    monkeypatch.setattr(export_module, "export_embedding_graph", dynamo_fails)
+    encoder = _encoder(tmp_path / "run")
+    assert main(["export", str(encoder), "--check-texts", str(texts)]) == 0
+    record = json.loads((encoder / "export_record.json").read_text())["onnx"]
+    assert record["exporter"] == "torchscript" and record["variants"]["model.onnx"]["verdict"] == "verified"
+    assert record["exporter_fallback"] == "dynamo: RuntimeError: torch.export: data-dependent control flow"

@@ -39,7 +39,7 @@ from hf_encoderize.publish.export_guard import check_exportable, owned_files, ve
 from hf_encoderize.publish.export_record import EXPORT_RECORD, write_export_part
 from hf_encoderize.publish.export_reference import check_texts, load_model, write_reference
 from hf_encoderize.publish.gguf_export import VARIANTS, export_gguf
-from hf_encoderize.publish.onnx_embedding import export_embedding_graph, fp32_block_matmuls
+from hf_encoderize.publish.onnx_embedding import EXPORTERS, export_embedding_graph, fp32_block_matmuls
 
 ExportFormat = Literal["onnx", "gguf"]
 # Lowest cosine to our PyTorch embeddings a variant must reach (fp32 differs only in kernel order; int8 rounds weights).
@@ -124,16 +124,38 @@ def _export_onnx(model_dir: Path, texts: list[str], opset: int, trust_remote_cod
     staging = Path(tempfile.mkdtemp(prefix=".onnx-export-", dir=model_dir))
     try:
         reference = write_reference(st, pooling, texts, staging / "reference.json")
-        graph = export_embedding_graph(st, staging / "model.onnx", opset)  # token states and the embedding
+        graph, fp32 = _export_fp32(model_dir, st, staging / "model.onnx", reference, opset)
         _export_int8(staging / "model.onnx", staging / "model_qint8.onnx")
-        variants = {name: _check(model_dir, staging / name, reference, threshold) for name, threshold in
-                    THRESHOLDS.items()}
+        variants = {"model.onnx": fp32, **{name: _check(model_dir, staging / name, reference, threshold)
+                                           for name, threshold in THRESHOLDS.items() if name != "model.onnx"}}
         _keep_passing(model_dir, staging, variants, owned)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     write_export_part(model_dir, "onnx", {"pooling": pooling, "texts": len(texts), **graph,
                                        "variants": variants})
     return variants
+
+
+def _export_fp32(model_dir: Path, st, path: Path, reference: Path, opset: int) -> tuple[dict, dict]:
+    """The fp32 graph (token states and the embedding) from the first of `EXPORTERS` whose graph verifies on ONNX
+    Runtime: dynamo, else the TorchScript tracer, recorded as a fallback with the reason. Returns (graph facts, fp32
+    check)."""
+    threshold, why = THRESHOLDS["model.onnx"], None
+    for exporter in EXPORTERS:
+        try:
+            graph = export_embedding_graph(st, path, opset, exporter)
+        except EncoderizeError:
+            raise
+        except Exception as err:  # torch.export cannot take this model: the next exporter may
+            if exporter == EXPORTERS[-1]:
+                raise
+            why = f"{exporter}: {type(err).__name__}: {' '.join(str(err).split())[:160]}"
+            continue
+        fp32 = _check(model_dir, path, reference, threshold)
+        if fp32["verdict"] == "verified" or exporter == EXPORTERS[-1]:
+            return {**graph, **({"exporter_fallback": why} if why else {})}, fp32
+        why = f"{exporter}: {fp32['verdict']}"
+    raise AssertionError("unreachable: the last exporter returns or raises")
 
 
 def _export_int8(source: Path, path: Path) -> None:

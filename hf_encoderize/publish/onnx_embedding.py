@@ -11,6 +11,10 @@ Design choices:
   tokens): ONNX Runtime's caller puts the same prompt text before every text, as `encode` does.
 - Modules after the pooling (Normalize, Dense) are traced as they are; any other module is refused, since the
   graph would then not be what `encode` returns.
+- The graph comes from `torch.onnx.export(dynamo=True)` (torch.export and onnxscript, the exporter PyTorch keeps;
+  batch and sequence are `torch.export.Dim`s), and from the TorchScript tracer (`dynamo=False`, which PyTorch is
+  deprecating) only as a fallback: `publish.export` tries them in `EXPORTERS` order and keeps the first whose fp32
+  graph verifies, recording which ran and why the first did not.
 """
 
 from __future__ import annotations
@@ -19,10 +23,13 @@ import logging
 import re
 import warnings
 from pathlib import Path
+from typing import Literal
 
 from hf_encoderize.common.errors import EncoderizeError
 
 TRACEABLE_AFTER_POOLING = ("Normalize", "Dense")
+Exporter = Literal["dynamo", "torchscript"]
+EXPORTERS: tuple[Exporter, ...] = ("dynamo", "torchscript")  # tried in this order; the second is the fallback
 
 
 def default_prompt(st) -> str:
@@ -40,8 +47,9 @@ def prompt_length(st, prompt: str) -> int:
     return len(ids) - (1 if ids and ids[-1] in st.tokenizer.all_special_ids else 0)
 
 
-def export_embedding_graph(st, path: Path, opset: int) -> dict:
-    """Write the pipeline's graph to `path`; returns what a caller must know to feed it: the prompt and its skip."""
+def export_embedding_graph(st, path: Path, opset: int, exporter: Exporter = "dynamo") -> dict:
+    """Write the pipeline's graph to `path` with `exporter`; returns what a caller must know to feed it: the prompt
+    and its skip, the modules and the exporter."""
     import torch
 
     tail = [type(module).__name__ for module in list(st)[2:]]
@@ -55,20 +63,45 @@ def export_embedding_graph(st, path: Path, opset: int) -> dict:
     vocab = len(st.tokenizer)
     ids = torch.tensor([[1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6]]) % vocab
     mask = torch.tensor([[1] * 6, [1, 1, 1, 0, 0, 0]])
-    axes = {0: "batch", 1: "sequence"}
-    # The tracer warns that Python values become constants (shapes, the prompt's skip) and that advanced indexing
-    # takes several operators: expected here, and what matters is checked after, on ONNX Runtime, against PyTorch's
-    # embeddings (the lowest cosine is printed). Shown with -v.
-    with torch.no_grad(), warnings.catch_warnings():
-        if not logging.getLogger("hf_encoderize").isEnabledFor(logging.DEBUG):
+    names = dict(input_names=["input_ids", "attention_mask"], output_names=["last_hidden_state", "sentence_embedding"])
+    # Both exporters warn about what they turn into constants (shapes, the prompt's skip) and log what they register:
+    # expected, and what matters is checked after, on ONNX Runtime, against PyTorch's embeddings. Shown with -v.
+    quiet = not logging.getLogger("hf_encoderize").isEnabledFor(logging.DEBUG)
+    with torch.no_grad(), warnings.catch_warnings(), _quiet_loggers(quiet):
+        if quiet:
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
-            warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.onnx")
-        torch.onnx.export(graph, (ids, mask), str(path), dynamo=False, opset_version=opset,
-                          input_names=["input_ids", "attention_mask"],
-                          output_names=["last_hidden_state", "sentence_embedding"],
-                          dynamic_axes={"input_ids": axes, "attention_mask": axes, "last_hidden_state": axes,
-                                        "sentence_embedding": {0: "batch"}})
-    return {"prompt": prompt, "prompt_length": skip, "modules": ["Pooling", *tail]}
+            warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.(onnx|export|_export|fx)")
+            warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.")
+        if exporter == "dynamo":
+            batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
+            torch.onnx.export(graph, (ids, mask), str(path), dynamo=True, opset_version=opset, external_data=False,
+                              dynamic_shapes=({0: batch, 1: sequence}, {0: batch, 1: sequence}), verbose=False,
+                              **names)
+        else:
+            axes = {0: "batch", 1: "sequence"}
+            torch.onnx.export(graph, (ids, mask), str(path), dynamo=False, opset_version=opset, **names,
+                              dynamic_axes={"input_ids": axes, "attention_mask": axes, "last_hidden_state": axes,
+                                            "sentence_embedding": {0: "batch"}})
+    return {"prompt": prompt, "prompt_length": skip, "modules": ["Pooling", *tail], "exporter": exporter}
+
+
+class _quiet_loggers:  # noqa: N801  (a context manager used like a function)
+    """torch.onnx's exporter logs its registrations at WARNING (`torchvision is not installed. Skipping ...`)."""
+
+    NAMES = ("torch.onnx", "torch.export", "torch._export", "torch.fx.experimental.symbolic_shapes", "onnxscript")
+
+    def __init__(self, active: bool):
+        self.active, self.levels = active, {}
+
+    def __enter__(self):
+        if self.active:
+            for name in self.NAMES:
+                self.levels[name] = logging.getLogger(name).level
+                logging.getLogger(name).setLevel(logging.ERROR)
+
+    def __exit__(self, *exc):
+        for name, level in self.levels.items():
+            logging.getLogger(name).setLevel(level)
 
 
 def _pipeline_class():
@@ -108,6 +141,14 @@ def _Pipeline(st, skip: int):  # noqa: N802  (torch is imported lazily, so the c
 # 243 MiB against fp32's 514 (all int8: 223).
 FP32_BLOCKS = 2
 _BLOCK = re.compile(r"/(?:layers|layer|h|blocks|block)\.(\d+)/")
+_SCOPED_BLOCK = re.compile(r"[./](?:layers|layer|h|blocks|block)\.(\d+)(?:[:/]|$)")
+
+
+def _scope(node) -> str:
+    """Where a node sits in the module tree: its name (TorchScript: `/model/layers.3/...`), else the dynamo
+    exporter's `namespace` metadata (`.../model.layers.3: ...`)."""
+    namespace = next((p.value for p in node.metadata_props if p.key == "namespace"), "")
+    return f"{node.name}/{namespace}"
 
 
 def fp32_block_matmuls(model) -> list[str]:
@@ -115,7 +156,7 @@ def fp32_block_matmuls(model) -> list[str]:
     none for a model of fewer than 8 blocks (there the int8 file would hardly be int8 at all)."""
     blocks = {}
     for node in model.graph.node:
-        found = _BLOCK.search(node.name)
+        found = _BLOCK.search(node.name) or _SCOPED_BLOCK.search(_scope(node))
         if node.op_type == "MatMul" and found:
             blocks.setdefault(int(found.group(1)), []).append(node.name)
     if len(blocks) < 8:
