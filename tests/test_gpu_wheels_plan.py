@@ -42,13 +42,14 @@ UNCONSTRAINED = resolved(
     ("sentence-transformers", "6.3.0", ["huggingface-hub<3.0.0,>=1.3.0", "transformers<6.0.0,>=4.41.0"]),
     ("peft", "0.22.0", ["huggingface_hub>=0.25.0"]), ("tokenizers", "0.23.3", ["huggingface-hub>=0.16.4,<3.0"]),
     ("gguf", "0.19.0", []), ("torch", "2.11.0", []))
-# The same resolution constrained by `pins` (the image's versions that ours accept): pip keeps them.
+# The same resolution constrained by `pins` (the image's versions that ours accept), as gpu_wheels.sh ran it on
+# 2026-12-07: pip keeps them, and takes a datasets that accepts hub 1.33.
 CONSTRAINED = resolved(
     ("transformers", "5.17.0", ["huggingface-hub<2.0,>=1.5.0", "tokenizers<0.24.0,>=0.23.1"]),
-    ("huggingface_hub", "1.33.0", []), ("datasets", "4.4.1", ["huggingface-hub<2.0,>=0.25.0"]),
+    ("huggingface_hub", "1.33.0", []), ("datasets", "5.2.0", ["huggingface-hub<3.0,>=1.31.0"]),
     ("accelerate", "1.15.0", ["huggingface_hub>=0.21.0"]),
-    ("sentence-transformers", "6.0.1", ["huggingface-hub>=0.20.0", "transformers<6.0.0,>=4.41.0"]),
-    ("peft", "0.21.0", ["huggingface_hub>=0.25.0"]), ("tokenizers", "0.23.2", ["huggingface-hub>=0.16.4,<2.0"]),
+    ("sentence-transformers", "6.0.1", ["huggingface-hub<3.0.0,>=1.3.0", "transformers<6.0.0,>=4.41.0"]),
+    ("peft", "0.21.0", ["huggingface_hub>=0.25.0"]), ("tokenizers", "0.23.2", ["huggingface-hub>=0.16.4,<3.0"]),
     ("gguf", "0.19.0", []), ("torch", "2.11.0", []))
 
 
@@ -86,7 +87,7 @@ def test_the_images_versions_constrain_the_resolution_and_nothing_it_keeps_break
                 "sentence-transformers==6.0.1", "tokenizers==0.23.2", "torch==2.11.0"):
         assert pin in pinned
     carry = plan.plan(CONSTRAINED, machine, "3.12", ours(), {"torch"})
-    assert carry == ["datasets==4.4.1", "gguf==0.19.0"]
+    assert carry == ["datasets==5.2.0", "gguf==0.19.0"]
     assert plan.broken_imports(carry, machine, image, "3.12") == []
 
 
@@ -109,3 +110,14 @@ def test_wheels_plan_doctests():
     results = doctest.testmod(load_plan())
     assert results.attempted >= 8 and results.failed == 0
 
+
+
+def test_the_rehearsal_installs_the_images_pinned_stack():
+    """scripts/gpu_rehearse.sh builds its venv from gpu_machine.txt's pins for the image's stack: each package it
+    names is pinned there (a bare line would leave its version to the package index: not the image's stack)."""
+    script = (SCRIPTS / "gpu_rehearse.sh").read_text()
+    stack = re.search(r"^stack=\(([^)]*)\)", script, flags=re.M).group(1).split()
+    machine = load_plan().read_machine((SCRIPTS / "gpu_machine.txt").read_text().splitlines())
+    assert {"torch", "transformers", "huggingface-hub", "accelerate", "peft", "triton"} <= set(stack)
+    assert {name: machine.get(name) for name in stack if not machine.get(name)} == {}
+    assert (machine["torch"], machine["transformers"], machine["huggingface-hub"]) == ("2.11.0", "5.17.0", "1.33.0")
