@@ -238,7 +238,9 @@ def _command_named(argv: list[str]) -> str:
 def run_command(command: Command, args: argparse.Namespace, yaml_values: dict) -> None:
     """Build the configs, call the command's function (each checks a push it is asked for before any work) and
     report its result: as one JSON object with `--json`, else in the command's own form; stdout holds only that."""
-    configs = build_configs(command, args, yaml_values)
+    replaying = "identity" in yaml_values  # a run's run_settings.json: the keys it may hold besides options
+    record_keys = resolve("hf_encoderize.records.run_settings:recorded_keys")() if replaying else frozenset()
+    configs = build_configs(command, args, yaml_values, record_keys)
     if getattr(args, "print_config", False):
         print(effective_yaml(configs), end="")
         return

@@ -2,8 +2,9 @@
 
 Design choices:
 - Every field becomes an argument, positional when declared before `_: KW_ONLY`, else `--option-name` (the field's
-  public name, `common.options`), plus its short spelling where it has one (`--steps`, shown, no warning) and the old
-  spelling as a hidden alias that notes its use; the field's docstring is its help text (its first paragraph: the
+  public name, `common.options`), plus its short spelling where it has one (`--steps`, shown, no warning), the
+  Trainer's name for it (`--per-device-train-batch-size`, `--bf16`: shown, no warning) and the old spelling as a
+  hidden alias that notes its use; the field's docstring is its help text (its first paragraph: the
   sources after it go to the docs) and a `Literal`'s values are its choices (usage lists them, a wrong value is
   refused naming them). Two spellings of one option given different values are refused in one line naming both,
   whichever comes last.
@@ -21,7 +22,15 @@ import re
 import sys
 import textwrap
 
-from hf_encoderize.common.options import SHORT_SPELLINGS, choices, closest, flag, option_name
+from hf_encoderize.common.options import (
+    SHORT_SPELLINGS,
+    TRAINER_SWITCHES,
+    choices,
+    closest,
+    flag,
+    option_name,
+    spellings,
+)
 
 
 def field_docs(cls, *, sources: bool = False) -> dict[str, str]:
@@ -70,11 +79,14 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls) -> None:
         given = {"action": action} if action else {"type": named_value(kind, named) if named else kind,
                                                    "nargs": "*" if is_list else None, "choices": values,
                                                    "metavar": metavar or _metavar(kind, name, named)}
-        short = SHORT_SPELLINGS.get(name)
-        spellings = [flag(name), *([flag(short)] if short else [])]
-        group.add_argument(*spellings, dest=field.name, default=None, help=help_text,
+        group.add_argument(*map(flag, spellings(name)), dest=field.name, default=None, help=help_text,
                            **{**given, "action": _one_value(action or argparse._StoreAction)})
-        if name != field.name and field.name != short:  # the old spelling still works, hidden, with one warning
+        for switch, (target, value) in TRAINER_SWITCHES.items():  # `--bf16`: `--mixed-precision bf16`
+            if target == name:
+                group.add_argument(flag(switch), dest=field.name, default=None, const=value,
+                                   action=_one_value(argparse._StoreConstAction),
+                                   help=f"the Trainer's name for {flag(name)} {value}")
+        if name != field.name and field.name != SHORT_SPELLINGS.get(name):  # the old spelling, hidden, one warning
             alias = _deprecated(_one_value(action or argparse._StoreAction), flag(name))
             group.add_argument(flag(field.name), dest=field.name, default=None, help=argparse.SUPPRESS,
                                **{**given, "action": alias})

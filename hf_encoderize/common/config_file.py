@@ -18,7 +18,10 @@ from typing import Protocol
 from hf_encoderize.common.arguments import field_docs, value_type
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import identity_of, settings_diff
-from hf_encoderize.common.options import closest, option_name
+from hf_encoderize.common.log import get_logger
+from hf_encoderize.common.options import TRAINER_SWITCHES, closest, option_name, spellings
+
+log = get_logger(__name__)
 
 
 class Command(Protocol):
@@ -107,16 +110,21 @@ def build_config(cls, args: argparse.Namespace, yaml_values: dict):
     return cls(*[values.pop(name) for name in positional], **values)
 
 
-def build_configs(command: Command, args: argparse.Namespace, yaml_values: dict) -> list:
-    """Every config of `command`; a YAML key that none of them has is refused rather than silently ignored."""
+def build_configs(command: Command, args: argparse.Namespace, yaml_values: dict,
+                  record_keys: frozenset[str] = frozenset()) -> list:
+    """Every config of `command`; a YAML key that none of them has is refused rather than silently ignored.
+    `record_keys`: the keys a run's `run_settings.json` holds besides options (its facts), for a replay."""
     fields = {field.name: field for cls in reversed(command.configs) for field in dataclasses.fields(cls)}
     # a key is the option's name (`learning_rate`) or its field's (`lr`: the Python API's, a run's run_settings.json)
     names = {option_name(cls, field): field.name for cls in command.configs for field in dataclasses.fields(cls)}
-    known = {**{name: name for name in fields}, **names}
+    known = {**{name: name for name in fields}, **{spelling: field for name, field in names.items()
+                                                   for spelling in spellings(name)}}
     where = f"config file {args.config!r}" if getattr(args, "config", None) else "the config"
+    yaml_values = trainer_switches(where, yaml_values, names)
     recorded = yaml_values.get("identity") if isinstance(yaml_values.get("identity"), dict) else None
+    derived: set[str] = set()
     if recorded is not None:
-        yaml_values = replayed(yaml_values, known, where, command.name)
+        yaml_values, derived = replayed(yaml_values, known, where, command, record_keys)
     if unknown := [key for key in yaml_values if key not in known]:
         match = closest(unknown[0], known)
         guess = f"did you mean {_option_of(match, names)!r}? " if match else ""
@@ -132,16 +140,21 @@ def build_configs(command: Command, args: argparse.Namespace, yaml_values: dict)
     yaml_values = {key: _yaml_value(where, key, value, fields[key]) for key, value in yaml_values.items()}
     configs = [build_config(cls, args, yaml_values) for cls in command.configs]
     if recorded is not None:
-        check_replay(where, recorded, configs, args)
+        check_replay(where, recorded, configs, args, derived)
     return configs
 
 
-def check_replay(where: str, recorded: dict, configs: list, args: argparse.Namespace) -> None:
+def check_replay(where: str, recorded: dict, configs: list, args: argparse.Namespace,
+                 derived: set[str] = frozenset()) -> None:
     """A replay must run what the record says, unless a flag changed it: the settings that count, rebuilt here, are
     compared with the recorded ones. The data above all: a recorded relative `data_files` path read from another
-    folder, or a corpus edited since, is other data (the record holds its content identity)."""
+    folder, or a corpus edited since, is other data (the record holds its content identity). A setting the run had
+    derived (`derived`: its warmup from its steps) is compared only in a replay that changes nothing: with a flag
+    given, it is derived again from the new settings."""
     now = identity_of(*configs)
     given = {key for key in now if getattr(args, key.split(".", 1)[-1], None) is not None}
+    if given:
+        given |= {key for key in now if key.split(".", 1)[-1] in derived}
     before = {key: _number_text(value) if isinstance(value, str) and isinstance(now.get(key), float) else value
               for key, value in recorded.items() if key not in given  # YAML 1.1 read `1e-05` as text
               and not (key.endswith(".data_files") and isinstance(value, str))}  # a path text: before 0.2's identity
@@ -154,6 +167,22 @@ def check_replay(where: str, recorded: dict, configs: list, args: argparse.Names
     if differs := settings_diff(before, now):
         raise EncoderizeError(f"{where} replays a run, but here {'; '.join(differs)}; give that option as a flag to "
                               "change it on purpose")
+
+
+def trainer_switches(where: str, values: dict, names: dict) -> dict:
+    """`bf16: true` (the Trainer's) as `mixed_precision: bf16`; `bf16: false` sets nothing. A switch and the option
+    it sets, or two switches, that disagree are refused in one line."""
+    values = dict(values)
+    for switch, (target, value) in TRAINER_SWITCHES.items():
+        if switch not in values or target not in names:
+            continue
+        on = values.pop(switch)
+        if not isinstance(on, bool):
+            raise EncoderizeError(f"{where} sets {switch!r} to {on!r}, but it takes true or false")
+        if on and values.setdefault(target, value) != value:
+            raise EncoderizeError(f"{where} sets {switch}: true and {target}: {values[target]}, which disagree; "
+                                  "keep one")
+    return values
 
 
 def _refuse_two_spellings(where: str, yaml_values: dict, known: dict, fields: dict) -> None:
@@ -172,18 +201,27 @@ def _option_of(name: str, names: dict) -> str:
     return name if name in names else next((option for option, field in names.items() if field == name), name)
 
 
-def replayed(settings: dict, known: dict, where: str, command: str) -> dict:
+def replayed(settings: dict, known: dict, where: str, command: Command,
+             record_keys: frozenset[str] = frozenset()) -> tuple[dict, set[str]]:
     """A finished run's `run_settings.json` as option values, to replay the run: its `identity` block (every setting
     that counts, `"train.lr": 1e-4`) and the model it loaded (`base_model`, the `source` option). The rest is what the
-    run wrote about itself (parameter count, resolved betas, the `data` facts again) and is not an option: left out.
-    Options that do not count (output folder, logging cadence) take their defaults or the flags given."""
+    run wrote about itself (parameter count, resolved betas, the `data` facts again) and is not an option: left out;
+    a key that is neither (`record_keys`) nor an option is named in one warning line. A value the run derived (its
+    warmup from its steps: a config class's `derived`) is left out too, so it is derived again. Options that do not
+    count (output folder, logging cadence) take their defaults or the flags given. Returns the values and the names
+    left out as derived."""
     values = {key.split(".", 1)[-1]: value for key, value in settings["identity"].items()}
     if unknown := [key for key in settings["identity"] if key.split(".", 1)[-1] not in known]:
-        raise EncoderizeError(f"{where} replays {', '.join(map(repr, unknown))}, which `{command}` has no option for "
-                              f"(a run of another command, or an edited file?); replay a `{command}` run's "
+        raise EncoderizeError(f"{where} replays {', '.join(map(repr, unknown))}, which `{command.name}` has no option "
+                              f"for (a run of another command, or an edited file?); replay a `{command.name}` run's "
                               "run_settings.json, or remove the key")
+    if record_keys and (strange := [key for key in settings if key not in record_keys and key not in known]):
+        log.warning(f"{where} holds {', '.join(map(repr, strange))}, which no version of hf-encoderize writes and "
+                    "no option reads; replaying without it")
     if isinstance(values.get("data_files"), list):  # the identity holds the files' content; the facts their path
         values["data_files"] = (settings.get("data") or {}).get("data_files")
     if settings.get("base_model") is not None:
         values.setdefault("source", settings["base_model"])
-    return {key: value for key, value in values.items() if key in known}
+    derived = {name for cls in command.configs if hasattr(cls, "derived")
+               for name, value in cls.derived(values).items() if values.get(name) == value}
+    return {key: value for key, value in values.items() if key in known and key not in derived}, derived

@@ -44,6 +44,13 @@ OPTION_NAMES = {
 }
 # option name -> its short spelling, accepted and shown in --help on every command that has the option, no warning
 SHORT_SPELLINGS = {"max_steps": "steps", "learning_rate": "lr", "max_seq_length": "seq_len"}
+# option name -> the name transformers' `TrainingArguments` (or `run_mlm.py`) gives the same setting: accepted as a
+# flag and a config-file key on every command that has the option, shown in --help beside ours, never warned about
+TRAINER_NAMES = {"batch_size": "per_device_train_batch_size", "compile": "torch_compile",
+                 "push_to_hub": "hub_model_id", "resume": "resume_from_checkpoint", "dataset": "dataset_name",
+                 "data_files": "train_file"}
+# a Trainer flag that sets one of our options to one value: `--bf16` is `--mixed-precision bf16` (and `bf16: true`)
+TRAINER_SWITCHES = {"bf16": ("mixed_precision", "bf16"), "fp16": ("mixed_precision", "fp16")}
 # field name -> option name, only for fields of the class of that name (or a subclass): the same field name means
 # another thing elsewhere (`revision` of a model to load, `profile` the evaluation protocol)
 CLASS_OPTION_NAMES = {
@@ -68,6 +75,12 @@ def option_name(cls, field) -> str:
         if field.name in CLASS_OPTION_NAMES.get(klass.__name__, {}):
             return CLASS_OPTION_NAMES[klass.__name__][field.name]
     return OPTION_NAMES.get(field.name, field.name)
+
+
+def spellings(name: str) -> list[str]:
+    """Every name option `name` goes by on the command line and in a config file: its own, its short spelling, the
+    Trainer's (`batch_size`, `per_device_train_batch_size`)."""
+    return [name, *(other for other in (SHORT_SPELLINGS.get(name), TRAINER_NAMES.get(name)) if other)]
 
 
 def flag(name: str) -> str:

@@ -125,3 +125,9 @@ class PretrainSchedule(Fields):
     """None in schedules written before it existed: their `decay_fraction` (kept in `facts`) says the decay."""
     identity: dict | None = None
     """Every setting that counts for "same run?" but the split and the length (None: written before 0.2)."""
+
+
+def recorded_keys() -> frozenset[str]:
+    """Every top-level key a training run's `run_settings.json` may hold (each recipe's settings' fields): a replay
+    (`--config RUN/run_settings.json`) names in a warning any other key it meets."""
+    return frozenset(f.name for cls in (CptSettings, PretrainSettings) for f in fields(cls))

@@ -76,7 +76,7 @@ def keep_recorded_warmup(output_dir: Path, train: TrainConfig) -> TrainConfig:
     --max-steps (a fifth of a short run), so extending a run would otherwise change its warmup, and be refused for it;
     a --warmup-steps given is kept, and compared with the record as any setting is."""
     path = Path(output_dir) / SETTINGS_FILE
-    if train.warmup_steps is not None or not path.is_file():
+    if train.warmup_steps is not None or train.warmup_ratio is not None or not path.is_file():
         return train
     try:
         before = json.loads(path.read_text())

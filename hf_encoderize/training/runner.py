@@ -78,10 +78,11 @@ class Started:
 def run_recipe(recipe: Recipe) -> dict:
     """Set `recipe`'s run up, train it, finish it (module docstring). Returns the summary: the run folder, steps,
     per-step losses, the final held-out loss and masked accuracy, wall time (and the recipe's `summary_extra`).
-    First the plan line (`training.plan`); with `--dry-run` only that, returned as the summary."""
-    plan = training_plan(recipe.train, recipe.data, world_size())
-    log.info(plan.line())
+    The plan line (`training.plan`) comes once the data were checked, before any weight loads; with `--dry-run` it
+    is all that runs (nothing is read or written), and the plan is the summary."""
     if recipe.train.dry_run:
+        plan = training_plan(recipe.train, recipe.data, world_size())
+        log.info(plan.line())
         return {"dry_run": True, "output_dir": str(recipe.output_dir), **plan.to_dict()}
     try:
         started = setup(recipe)
@@ -134,6 +135,7 @@ def setup(recipe: Recipe) -> Started:
     rows_per_step = train.batch_size * train.grad_accum * accelerator.num_processes
     documents = open_documents(recipe.data, rows_per_step)
     check_data_on_tokenizer(recipe, documents, rows_per_step, main_process=accelerator.is_main_process)
+    log.info(training_plan(train, recipe.data, accelerator.num_processes).line())  # before the weights load
     built = recipe.build(accelerator)
     if branch_point:
         recipe.check_branch(branch_point, built)

@@ -51,6 +51,8 @@ class TrainConfig:
     """Linear warmup steps; default 2,000, at most a fifth of a short run.
 
     2,000: the paper, section 2 and Appendix A."""
+    warmup_ratio: float | None = field(default=None, metadata=identity(HARMLESS))  # counted as the warmup it gives
+    """Instead of --warmup-steps: the fraction of --max-steps that warms up (the Trainer's name and meaning)."""
     decay_steps: int | None = field(default=None, metadata=identity(LENGTH))
     """Final steps of linear decay to zero; default 2,000, at most a fifth of a short run.
 
@@ -147,6 +149,10 @@ class TrainConfig:
             check_number("--decay-steps", self.decay_steps, minimum=1, integer=True)
         if self.decay_fraction is not None:
             check_number("--decay-fraction", self.decay_fraction, above=0, maximum=1)
+        if self.warmup_ratio is not None:
+            check_number("--warmup-ratio", self.warmup_ratio, minimum=0, maximum=1)
+        if self.warmup_steps is not None and self.warmup_ratio is not None:
+            raise EncoderizeError("give --warmup-steps or --warmup-ratio, not both")
         if self.decay_steps is not None and self.decay_fraction is not None:
             raise EncoderizeError("give --decay-steps or --decay-fraction, not both")
         if self.from_checkpoint and not (Path(self.from_checkpoint) / "trainer_state.json").is_file():
@@ -184,8 +190,19 @@ class TrainConfig:
         default, so `--warmup-steps 2` where 2 is the default resumes the same run."""
         return {"warmup_steps": self.warmup, "decay_steps": self.decay}.get(name, getattr(self, name))
 
+    @staticmethod
+    def derived(values: dict) -> dict:
+        """What an unset --warmup-steps and --decay-steps become for the recorded `values` (field names): a replay
+        that changes the budget (`--config RUN/run_settings.json --max-steps N`) re-derives them rather than keep the
+        old run's, as it would had they been left unset."""
+        steps = values.get("steps", 12000)
+        return {"warmup_steps": default_warmup(steps),
+                "decay_steps": decay_steps_for(steps, None, values.get("decay_fraction"))}
+
     @property
     def warmup(self) -> int:
+        if self.warmup_ratio is not None:
+            return round(self.warmup_ratio * self.steps)
         return self.warmup_steps if self.warmup_steps is not None else default_warmup(self.steps)
 
     @property
