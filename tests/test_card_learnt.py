@@ -12,7 +12,7 @@ from hf_encoderize.publish.card import CardConfig, gather_facts, render_card
 from hf_encoderize.records.learnt import LEARNT, learnt, of_kind
 
 # Each method's own words on the card, and the words of the others that must not appear.
-METHOD_WORDS = {"simcse": "SimCSE, unsupervised", "supervised": "supervised pairs", "distill": "distillation"}
+METHOD_WORDS = {"simcse": "SimCSE (unsupervised", "supervised": "supervised pairs", "distill": "distillation"}
 
 
 def embedding_model(root, method: str, **stage) -> str:

@@ -228,7 +228,10 @@ def test_eval_push_to_hub_pushes_the_card_with_these_results(tmp_path, fake_hub,
     assert code == 0, capsys.readouterr().err
     summary = json.loads((results / "run" / "summary.json").read_text())  # named after the run folder
     card = fake_hub.files("someone/evaluated")["README.md"].decode()
-    assert f"value: {summary['results'][0]['test_mean']}" in card and "1,200 optimizer steps" in card
+    row = summary["results"][0]  # a smoke score: in the card's body, never in its metadata (issue 66 point 2)
+    assert f"| {row['dataset']} | {row['metric']} | {row['test_mean']:.2f} |" in card
+    assert "1,200 optimizer steps" in card
+    assert "model-index" not in card.split("\n---\n", 1)[0]
     assert "plots/loss_curve.png" in fake_hub.files("someone/evaluated")
 
 
@@ -284,7 +287,8 @@ def test_run_contrastive_is_evaluated_compared_and_carded(decoder_dir, corpus, t
     assert "| Task | Dataset | Metric |" in text and "| MLM encoder | Δ |" in text and "syn-retrieval" in text
     assert card.data.pipeline_tag == "sentence-similarity" and "contrastive" in card.data.tags
     ours = json.loads((out / "eval" / "contrastive" / "summary.json").read_text())["results"][0]["test_mean"]
-    assert card.data.eval_results[0].metric_value == pytest.approx(ours)
+    assert card.data.eval_results is None  # a smoke score: in the body, not the metadata (issue 66 point 2)
+    assert f"| syn-retrieval | ndcg@10 | {ours:.2f} |" in text
     assert "fill-mask" not in text  # no MLM head in an embedding model
 
 

@@ -62,7 +62,7 @@ def contrastive_text(record: ContrastiveRecord) -> str:
     dropout = max((stage.training_dropout or {}).values(), default=0)
     how = distilled_text(stage) if stage.teacher else learnt(stage.objective).phrase  # the method that ran
     if dropout:
-        how += f" (dropout {dropout} making the two views)"
+        how += f" at dropout {dropout}"
     return (f"{how}; {loss_text(stage)}, `{stage.pooling}` pooling, "
             f"{thousands(stage.steps)} steps at batch {stage.batch_size}, "
             f"lr {stage.learning_rate}, on {thousands(stage.rows)} rows of {source}; "

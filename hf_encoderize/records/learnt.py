@@ -52,8 +52,8 @@ LEARNT: dict[str, Learnt] = {row.name: row for row in (
     Learnt(name="mntp", kind="masking_target", card_label="MNTP (masked next-token prediction, LLM2Vec)",
            phrase="masked next-token prediction (MNTP, LLM2Vec: each masked token predicted from the position "
            "before it)", metric="eval_masked_accuracy"),
-    Learnt(name="simcse", kind="method", card_label="SimCSE", phrase="SimCSE, unsupervised: each text is its own "
-           "positive, dropout makes the two views, in-batch negatives", metric="mnrl",
+    Learnt(name="simcse", kind="method", card_label="SimCSE", phrase="SimCSE (unsupervised: each text is its own "
+           "positive, in-batch negatives; dropout makes the two views)", metric="mnrl",
            trained_on="unlabelled text (SimCSE)"),
     Learnt(name="supervised", kind="method", card_label="supervised pairs", phrase="supervised pairs, in-batch and "
            "given hard negatives", metric="mnrl", trained_on="the pairs named above"),
