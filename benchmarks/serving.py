@@ -12,7 +12,7 @@ backends are loaded side by side in this process and timed on the same texts (th
 queries and passages, several lengths):
 - `pytorch`: `SentenceTransformer.encode` in fp32 (it sorts texts by length to pad less; the ONNX path does the same);
 - `onnx_fp32` / `onnx_int8`: the tokenizer, an ONNX Runtime session, and the model's pooling in numpy, as a user
-  without our package runs `onnx/model.onnx` / `onnx/model_qint8.onnx`;
+  without our package runs `onnx/model.onnx` / `onnx/model_int8_weight_only.onnx`;
 - `gguf_f32` / `gguf_q8_0`: `Llama(..., embedding=True).embed(texts)` on `model-f32.gguf` / `model-q8_0.gguf`, with
   the file's own tokenizer and pooling (llama.cpp packs the texts of a batch as separate sequences: no padding);
 - `gguf_f32_client_pooled` (an embedding model with a lead only): the f32 file with pooling none, the lead read as
@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 # Backend name -> (export format, file under the model folder).
-VARIANTS = {"onnx_fp32": ("onnx", "onnx/model.onnx"), "onnx_int8": ("onnx", "onnx/model_qint8.onnx"),
+VARIANTS = {"onnx_fp32": ("onnx", "onnx/model.onnx"), "onnx_int8": ("onnx", "onnx/model_int8_weight_only.onnx"),
             "gguf_f32": ("gguf", "model-f32.gguf"), "gguf_q8_0": ("gguf", "model-q8_0.gguf")}
 POOLED = "gguf_f32_client_pooled"  # an embedding model's GGUF f32, token states pooled by the client as `encode` does
 

@@ -26,7 +26,7 @@ sys.modules["hf_encoderize"] = None
 import numpy as np, onnxruntime
 out = sys.argv[1]
 report = {}
-for name in ("model.onnx", "model_qint8.onnx"):
+for name in ("model.onnx", "model_int8_weight_only.onnx"):
     session = onnxruntime.InferenceSession(f"{out}/onnx/{name}", providers=["CPUExecutionProvider"])
     ids = np.array([[5, 6, 7, 8, 9, 10]], dtype=np.int64)
     changed = ids.copy(); changed[0, -1] = 11
@@ -62,17 +62,18 @@ def test_onnx_export_is_kept_verified_and_on_the_card(tmp_path, texts, capsys):
     out = capsys.readouterr().out
     assert "model.onnx: verified" in out
     cosine = float(out.split("model.onnx: verified (lowest cosine to PyTorch ")[1].split(")")[0])
-    assert (encoder / "onnx" / "model.onnx").is_file() and (encoder / "onnx" / "model_qint8.onnx").is_file()
+    assert (encoder / "onnx" / "model.onnx").is_file() and (encoder / "onnx" / "model_int8_weight_only.onnx").is_file()
     record = json.loads((encoder / "export_record.json").read_text())["onnx"]
-    fp32, int8 = record["variants"]["model.onnx"], record["variants"]["model_qint8.onnx"]
+    fp32, int8 = record["variants"]["model.onnx"], record["variants"]["model_int8_weight_only.onnx"]
     assert fp32["min_cosine"] >= 0.999 and int8["min_cosine"] >= 0.99
     assert round(fp32["min_cosine"], 5) == cosine
     assert record["exporter"] == "dynamo" and "exporter_fallback" not in record  # issue 69.5: not the deprecated tracer
     assert fp32["bidirectional"] and int8["bidirectional"] and fp32["hf_encoderize_importable"] is False
     assert len(fp32["padded_lengths"]) >= 3  # texts of several lengths, padded in one batch
-    assert {"onnx/model.onnx", "onnx/model_qint8.onnx", "export_record.json"} <= set(upload_set(encoder))  # push
+    kept = {"onnx/model.onnx", "onnx/model_int8_weight_only.onnx", "export_record.json"}
+    assert kept <= set(upload_set(encoder))  # push
     card = (encoder / "README.md").read_text()
-    assert "## Serve it" in card and "| `onnx/model_qint8.onnx` | verified | yes |" in card
+    assert "## Serve it" in card and "| `onnx/model_int8_weight_only.onnx` | verified | yes |" in card
     done = subprocess.run([sys.executable, "-c", ORT_CHECK, str(encoder)], capture_output=True, text=True,
                           timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -153,7 +154,7 @@ def test_the_onnx_graph_returns_what_encode_returns_and_the_card_snippet_runs_as
     assert export_module.export(export_module.ExportConfig(str(folder)))["model.onnx"] == "verified"
     record = json.loads((folder / "export_record.json").read_text())["onnx"]
     assert record["prompt"] and record["prompt_length"] == 1  # two lead EOS: the first is left out of the pooling
-    for name in ("model.onnx", "model_qint8.onnx"):
+    for name in ("model.onnx", "model_int8_weight_only.onnx"):
         variant = record["variants"][name]
         assert variant["min_cosine_embedding"] >= variant["threshold"], (name, variant)
     snippets = {engine: (ok, code) for engine, ok, _, code in serve_commands_in((folder / "README.md").read_text())}
@@ -220,3 +221,19 @@ def test_a_graph_dynamo_cannot_export_falls_back_to_the_tracer_and_says_why(tmp_
     record = json.loads((encoder / "export_record.json").read_text())["onnx"]
     assert record["exporter"] == "torchscript" and record["variants"]["model.onnx"]["verdict"] == "verified"
     assert record["exporter_fallback"] == "dynamo: RuntimeError: torch.export: data-dependent control flow"
+
+
+def test_the_int8_file_is_named_for_what_it_is_and_the_old_name_is_cleared(tmp_path):
+    """Weight-only 8-bit is not sentence-transformers' dynamic `qint8`: an earlier export's `model_qint8.onnx` (ours,
+    by its record) goes when a new export keeps `model_int8_weight_only.onnx`; a user's file of that name stays."""
+    assert "model_int8_weight_only.onnx" in export_module.THRESHOLDS
+    assert "model_qint8.onnx" not in export_module.THRESHOLDS
+    for owned in ({"onnx/model_qint8.onnx"}, set()):
+        model_dir, staging = tmp_path / f"m{len(owned)}", tmp_path / f"s{len(owned)}"
+        (model_dir / "onnx").mkdir(parents=True)
+        staging.mkdir()
+        (model_dir / "onnx" / "model_qint8.onnx").write_bytes(b"old")
+        (staging / "model_int8_weight_only.onnx").write_bytes(b"new")
+        export_module._keep_passing(model_dir, staging, {"model_int8_weight_only.onnx": {"verdict": "verified"}}, owned)
+        assert (model_dir / "onnx" / "model_int8_weight_only.onnx").read_bytes() == b"new"
+        assert (model_dir / "onnx" / "model_qint8.onnx").exists() == (not owned)

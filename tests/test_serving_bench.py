@@ -35,9 +35,9 @@ def test_backends_side_by_side_agree_and_report_what_export_kept_out(tmp_path):
     st, pooling = load_model(encoder)  # the files `export` writes, without its out-of-process checks (test_export)
     (encoder / "onnx").mkdir()
     graph = export_embedding_graph(st, encoder / "onnx" / "model.onnx", 17)
-    export._export_int8(encoder / "onnx" / "model.onnx", encoder / "onnx" / "model_qint8.onnx")
+    export._export_int8(encoder / "onnx" / "model.onnx", encoder / "onnx" / "model_int8_weight_only.onnx")
     record = {"onnx": {"pooling": pooling, **graph, "variants": {"model.onnx": {"verdict": "verified"},
-                                                        "model_qint8.onnx": {"verdict": "verified"}}}}
+                                                        "model_int8_weight_only.onnx": {"verdict": "verified"}}}}
     args = argparse.Namespace(threads=1, batch_size=8, rounds=1)
 
     results = bench.measure(encoder, record, texts, args)
@@ -51,8 +51,8 @@ def test_backends_side_by_side_agree_and_report_what_export_kept_out(tmp_path):
     assert fp32["file_mib"] > int8["file_mib"] and fp32["export_check"] == "verified"
 
     # A variant export kept out is not timed: its verdict is reported instead.
-    (encoder / "onnx" / "model_qint8.onnx").unlink()
-    record["onnx"]["variants"]["model_qint8.onnx"]["verdict"] = "not kept: cosine to PyTorch 0.2400 < 0.99"
+    (encoder / "onnx" / "model_int8_weight_only.onnx").unlink()
+    record["onnx"]["variants"]["model_int8_weight_only.onnx"]["verdict"] = "not kept: cosine to PyTorch 0.2400 < 0.99"
     results = bench.measure(encoder, record, texts, args)
     assert results["onnx_int8"] == {"export_check": "not kept: cosine to PyTorch 0.2400 < 0.99"}
     assert results["onnx_fp32"]["min_cosine_to_pytorch"] >= 0.999
@@ -72,9 +72,9 @@ def test_the_embedding_models_rows_compare_the_pipeline_graph_with_encode(contra
     st, pooling = load_model(folder)
     (folder / "onnx").mkdir()
     graph = export_embedding_graph(st, folder / "onnx" / "model.onnx", 17)
-    export._export_int8(folder / "onnx" / "model.onnx", folder / "onnx" / "model_qint8.onnx")
-    record = {"onnx": {"pooling": pooling, **graph, "variants": {"model.onnx": {"verdict": "verified"},
-                                                                 "model_qint8.onnx": {"verdict": "verified"}}}}
+    export._export_int8(folder / "onnx" / "model.onnx", folder / "onnx" / "model_int8_weight_only.onnx")
+    kept = {"model.onnx": {"verdict": "verified"}, "model_int8_weight_only.onnx": {"verdict": "verified"}}
+    record = {"onnx": {"pooling": pooling, **graph, "variants": kept}}
     assert graph["prompt"] and pooling == "lasttoken"
     results = bench.measure(folder, record, ["w1 w2 w3", "w4", "w5 w6 w7 w8 w9 w10"] * 4,
                             argparse.Namespace(threads=1, batch_size=4, rounds=1))

@@ -52,7 +52,7 @@ FILES_OF = {
     "eval": ("*.json", "summary.md", "comparison.md", "*.png"),
     "profile": ("summary.json", "trace.json"),
     "exports": (),
-    "onnx": ("model.onnx", "model_qint8.onnx"),
+    "onnx": ("model.onnx", "model_int8_weight_only.onnx", "model_qint8.onnx"),  # the last: int8's name before 69
     ".eval_results": ("hf-encoderize.yaml",),  # `card`'s results in the Hub's schema (publish.card_index)
 }
 # Our temporary names (atomic saves, the shared-folder probe, contrastive's work folder, the marker and lock).

@@ -37,7 +37,7 @@ def serve_commands(facts: CardFacts, serve: dict | None) -> list[dict]:
         commands.append(_onnxruntime_embedding_command(ref, kept[0], onnx["prompt"]) if "prompt" in onnx else
                         _onnxruntime_command(ref, kept[0], pooling, lead))  # an export from before the pooled graph
         int8 = (f'\nint8 = SentenceTransformer("{ref}", backend="onnx", model_kwargs={{"file_name": '
-                '"model_qint8.onnx"})' if "model_qint8.onnx" in kept else "")
+                '"model_int8_weight_only.onnx"})' if "model_int8_weight_only.onnx" in kept else "")
         commands.append({"engine": "sentence-transformers (ONNX backend)", "language": "python", "verified": False,
                          "note": "`backend=\"onnx\"` loads through optimum-onnx (`pip install "
                                  "'sentence-transformers[onnx]'`), whose release (0.1.0) pins transformers < 4.58 and "

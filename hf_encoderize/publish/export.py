@@ -6,9 +6,11 @@ Design choices:
   weight-only 8-bit quantizer (`MatMulNBitsQuantizer`) for the int8 one (`_export_int8` says why not
   `quantize_dynamic`).
   sentence-transformers' own path (`backend="onnx"`, `export_dynamic_quantized_onnx_model`) goes through optimum-onnx,
-  whose only release pins transformers < 4.58, so it cannot be installed beside the transformers 5 we need; the files
-  are laid out where that path reads them (`onnx/model.onnx`, `onnx/model_qint8.onnx`, input names `input_ids` and
-  `attention_mask`, output `last_hidden_state`).
+  whose only release pins transformers < 4.58, so it cannot be installed beside the transformers 5 we need; the fp32
+  file is laid out where that path reads it (`onnx/model.onnx`, input names `input_ids` and `attention_mask`, output
+  `last_hidden_state`). The int8 file is named for what it is, `onnx/model_int8_weight_only.onnx` (8-bit weights,
+  fp32 activations), not `model_qint8*.onnx`, sentence-transformers' name for dynamic quantization (8-bit activations
+  too); it loads with `model_kwargs={"file_name": ...}`. An earlier export's `model_qint8.onnx` is removed.
 - GGUF through llama.cpp's own converter (`gguf_export`): f32 and q8_0 files beside the weights, marked non-causal,
   with the model's pooling type.
 - Every variant is checked where it will run, in a fresh process that cannot import hf_encoderize: `onnx_check.py`
@@ -43,7 +45,8 @@ from hf_encoderize.publish.onnx_embedding import EXPORTERS, export_embedding_gra
 
 ExportFormat = Literal["onnx", "gguf"]
 # Lowest cosine to our PyTorch embeddings a variant must reach (fp32 differs only in kernel order; int8 rounds weights).
-THRESHOLDS = {"model.onnx": 0.999, "model_qint8.onnx": 0.99}
+THRESHOLDS = {"model.onnx": 0.999, "model_int8_weight_only.onnx": 0.99}
+LEGACY_INT8 = ("model_qint8.onnx",)  # the int8 file's name before issue 69
 
 
 @dataclass
@@ -80,7 +83,7 @@ class ExportConfig:
 
 def export(config: ExportConfig) -> dict:
     """Export the model, check each variant out of process, keep those that pass; regenerate our card with the result.
-    ONNX: onnx/model.onnx (fp32) and onnx/model_qint8.onnx; GGUF: model-f32.gguf and model-q8_0.gguf."""
+    ONNX: onnx/model.onnx (fp32) and onnx/model_int8_weight_only.onnx; GGUF: model-f32.gguf and model-q8_0.gguf."""
     # Absolute: the checks run in subprocesses whose working folder is the staging folder.
     model_dir = encoder_dir(config.output_dir).resolve()
     texts = check_texts(config.check_texts)
@@ -125,7 +128,7 @@ def _export_onnx(model_dir: Path, texts: list[str], opset: int, trust_remote_cod
     try:
         reference = write_reference(st, pooling, texts, staging / "reference.json")
         graph, fp32 = _export_fp32(model_dir, st, staging / "model.onnx", reference, opset)
-        _export_int8(staging / "model.onnx", staging / "model_qint8.onnx")
+        _export_int8(staging / "model.onnx", staging / "model_int8_weight_only.onnx")
         variants = {"model.onnx": fp32, **{name: _check(model_dir, staging / name, reference, threshold)
                                            for name, threshold in THRESHOLDS.items() if name != "model.onnx"}}
         _keep_passing(model_dir, staging, variants, owned)
@@ -201,3 +204,6 @@ def _keep_passing(model_dir: Path, staging: Path, variants: dict, owned: set[str
             shutil.move(str(staging / name), str(target))
         elif target.is_file() and f"onnx/{name}" in owned:
             target.unlink()
+    for name in LEGACY_INT8:  # what our earlier exports called the int8 file: it no longer matches the model
+        if f"onnx/{name}" in owned and (onnx_dir / name).is_file():
+            (onnx_dir / name).unlink()
