@@ -318,16 +318,6 @@ def eval_stage(load, name: str, causal: bool, run_cfg: RunConfig, out: Path) -> 
                  lambda: stage_eval(load, run_cfg, out, name, causal))
 
 
-def check_later_stages(data, run_cfg: RunConfig, out: Path) -> None:
-    """What a stage after cpt would refuse, refused before cpt trains: the contrastive stage's options (its config
-    built now) and its folder OUT/contrastive, which it replaces, apart from its inputs (a teacher there would go)."""
-    from hf_encoderize.common.outputs import check_apart_from_inputs, inputs_of
-
-    if run_cfg.contrastive != "none":
-        stage = contrastive_config(data, run_cfg, out)
-        check_apart_from_inputs(stage.output_dir, inputs_of(stage), flag="the contrastive stage's folder")
-
-
 def run(load, data, masking, train, adapter, run_cfg: RunConfig, hub) -> dict:
     """cpt -> eval (encoder, then base) -> card -> push in one folder, skipping finished stages; returns where
     everything is."""
@@ -338,7 +328,7 @@ def run(load, data, masking, train, adapter, run_cfg: RunConfig, hub) -> dict:
         from hf_encoderize.recipes.cpt import cpt
 
         return cpt(load, data, masking, train, adapter)
-    from hf_encoderize.common.outputs import check_output_dir, inputs_of
+    from hf_encoderize.common.outputs import check_apart_from_inputs, check_output_dir, inputs_of
     from hf_encoderize.publish.hub import check_push_ready
     from hf_encoderize.recipes.cpt import default_output_dir
 
@@ -347,7 +337,9 @@ def run(load, data, masking, train, adapter, run_cfg: RunConfig, hub) -> dict:
     # only an input, a file or a live run's folder is refused; with it, only a marked folder of ours is replaced.
     check_output_dir(out, overwrite=train.overwrite, resume=not train.overwrite,
                      inputs=inputs_of(load, data, train, run_cfg))
-    check_later_stages(data, run_cfg, out)
+    if run_cfg.contrastive != "none":  # its options, and its folder (replaced) apart from its inputs, before cpt
+        stage = contrastive_config(data, run_cfg, out)
+        check_apart_from_inputs(stage.output_dir, inputs_of(stage), flag="the contrastive stage's folder")
     check_push_ready(hub)  # no token or offline mode fails now, not after hours of work
     train = dataclasses.replace(train, output_dir=str(out))  # the caller's config is left as it was
     stages = plan(load, data, masking, train, adapter, run_cfg, hub, out)
