@@ -363,12 +363,10 @@ def open_documents(cfg: DataConfig, rows_per_step: int = 1) -> Documents:
 def text_unit_hint(cfg: DataConfig, count: int | None) -> str:
     """For .txt files cut at blank lines (or whole): how many documents that made, and the option that makes each line
     one, the one change that helps a text without blank lines; "" for other sources."""
-    if cfg.text_unit == "line" or not cfg.reads_text_files():
-        return ""
-    made = f"{count} document(s)" if count is not None else "few documents"
-    cut = "one per file" if cfg.text_unit == "file" else "one per paragraph, split at blank lines"
-    return (f"the .txt files made {made} under --text-unit {cfg.text_unit} ({cut}): pass --text-unit line to read "
-            "each line as a document, or ")
+    made, cut = "few" if count is None else count, "one per file" if cfg.text_unit == "file" else "split at blank lines"
+    return "" if cfg.text_unit == "line" or not cfg.reads_text_files() else (
+        f"the .txt files made {made} document(s) under --text-unit {cfg.text_unit} ({cut}): pass --text-unit line "
+        "to read each line as a document, or ")
 
 
 def too_few_documents(count: int, rows_per_step: int, hint: str = "") -> str:
