@@ -88,3 +88,27 @@ def test_print_config_shows_the_effective_settings_and_runs_nothing(tmp_path, ca
         positional = [] if command == "doctor" else [str(tmp_path)]
         assert cli.main([command, *positional, "--print-config"]) == 0
         assert isinstance(yaml.safe_load(capsys.readouterr().out), dict)
+
+
+def test_library_noise_is_off_unless_verbose(monkeypatch, capsys, recwarn):
+    """transformers' "layers were not sharded" at every load and torch's pin_memory warning at every Trainer run on
+    a CPU: off by default, shown with -v (naming their library)."""
+    import dataclasses
+    import logging
+    import warnings
+
+    def noisy(*configs):
+        logging.getLogger("transformers.distributed.tensor_parallel").warning("The following layers were not sharded: "
+                                                                              "model.norm.weight")
+        warnings.warn("'pin_memory' argument is set as true but no accelerator is found, then device pinned memory "
+                      "won't be used.", UserWarning, stacklevel=1)
+        return "result"
+
+    monkeypatch.setitem(cli.COMMANDS, "doctor", dataclasses.replace(cli.COMMANDS["doctor"], function=noisy))
+    assert cli.main(["doctor"]) == 0
+    said = capsys.readouterr()
+    assert said.out == "result" and "not sharded" not in said.err
+    assert not [w for w in recwarn if "pin_memory" in str(w.message)]
+    assert cli.main(["-v", "doctor"]) == 0
+    assert "not sharded" in capsys.readouterr().err
+    assert [w for w in recwarn if "pin_memory" in str(w.message)]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import warnings
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import is_main_process
@@ -53,10 +54,18 @@ EXPECTED = (("sentence_transformers", "Default prompt name is set to "),
             ("transformers.modeling_utils", "The new embeddings will be initialized"),
             ("transformers.modeling_utils", "The new lm_head weights will be initialized"),
             ("DeepSpeed", "Setting accelerator to CPU"),
-            ("datasets.packaged_modules.json", "Failed to load JSON from file"))
+            ("datasets.packaged_modules.json", "Failed to load JSON from file"),
+            # transformers' tensor-parallel check says which norms it leaves unsharded at every load of a model that
+            # declares a TP plan, on one process that shards nothing
+            ("transformers.distributed.tensor_parallel", "The following layers were not sharded"))
 # Loggers that print through their own handlers (transformers', DeepSpeed's on stdout, datasets' on stderr): filtered
 # at the logger.
-_OWN_HANDLERS = ("transformers.modeling_utils", "DeepSpeed", "datasets.packaged_modules.json.json")
+_OWN_HANDLERS = ("transformers.modeling_utils", "DeepSpeed", "datasets.packaged_modules.json.json",
+                 "transformers.distributed.tensor_parallel")
+# Python warnings of the same kind, off unless -v: torch's DataLoader warns at every Trainer run on a CPU that the
+# Trainer's own pin_memory default does nothing there.
+EXPECTED_WARNINGS = (r"'pin_memory' argument is set as true but no accelerator is found",)
+_WARNING_FILTERS: list = []  # the `warnings.catch_warnings` that `teardown_logging` leaves (restoring the filters)
 
 
 def _not_expected(record: logging.LogRecord) -> bool:
@@ -91,6 +100,11 @@ def setup_logging(verbosity: int = 0) -> None:
     if verbosity <= 0:
         for name in _OWN_HANDLERS:
             logging.getLogger(name).addFilter(_not_expected)
+        saved = warnings.catch_warnings()
+        saved.__enter__()
+        _WARNING_FILTERS.append(saved)
+        for message in EXPECTED_WARNINGS:
+            warnings.filterwarnings("ignore", message=message, category=UserWarning)
     root.setLevel(theirs)  # loggers that log through the root (ONNX Runtime's quantizer does) stay quiet
     logging.getLogger(ROOT).setLevel(ours)
     for name in THIRD_PARTY:
@@ -108,6 +122,8 @@ def teardown_logging() -> None:
         root.removeHandler(old)
     for name in _OWN_HANDLERS:
         logging.getLogger(name).removeFilter(_not_expected)
+    if _WARNING_FILTERS:
+        _WARNING_FILTERS.pop().__exit__(None, None, None)
     if _BARS_OFF:
         _progress_bars(show=True)
     for name, level in _BEFORE.items():

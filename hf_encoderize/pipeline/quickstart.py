@@ -331,6 +331,7 @@ def quickstart(config: QuickstartConfig) -> dict:
         print(f"embedding model: {line}", flush=True)
     run_cfg = RunConfig(**eval_settings(config), base_model_id=BASE_MODEL_ID, **contrastive)
     report = run(load, data, MaskingConfig(), train, AdapterConfig(), run_cfg, HubConfig())
+    report["places"] = {"corpus": str(corpus), **report["places"]}  # the result screen (stdout) names it too
     if contrastive:
         report["paraphrases"] = paraphrase_check(Path(report["output_dir"]), config.contrastive_method)
     # run's "done in" starts after the sentences are sampled: this line counts everything the command did
