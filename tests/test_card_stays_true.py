@@ -37,14 +37,16 @@ def test_cpt_eval_card_export_push_keep_every_fact(decoder_dir, tmp_path):
     assert main(["eval", str(out / "encoder"), "--profile", "smoke", "--datasets", "syn-sentiment", "--max-steps",
                  "2", "--output-dir", str(results)]) == 0
     summary = json.loads((results / "run" / "summary.json").read_text())
-    assert main(["card", str(out), "--results-dir", str(results / "run"), "--license", "mit"]) == 0
+    assert main(["card", str(out), "--results-dir", str(results / "run"), "--license", "mit", "--model-id",
+                 "someone/run"]) == 0
     readme = out / "encoder" / "README.md"
     carded = readme.read_text()
     record = json.loads((out / "run_record.json").read_text())
     before = facts(carded)
     # The card knows the training run and the scores (the facts the later commands must keep).
     assert f"{record['steps']} optimizer steps" in carded and "Not evaluated yet" not in carded
-    assert any(r["metrics"][0]["value"] == summary["results"][0]["test_mean"] for r in before["meta"]["results"])
+    row = summary["results"][0]  # a smoke score: a row of the body, not of model-index (issue 66 point 2)
+    assert f"| {row['dataset']} | {row['metric']} | {row['test_mean']:.2f} |" in "\n".join(before["rows"])
     assert before["meta"]["license"] == "mit"
 
     assert main(["export", str(out), "--format", "onnx"]) == 0
@@ -54,7 +56,7 @@ def test_cpt_eval_card_export_push_keep_every_fact(decoder_dir, tmp_path):
     removed = set(carded.splitlines()) - set(exported.splitlines())
     assert removed <= set(carded.split("## Serve it")[1].splitlines())  # only "Serve it" changes ("no export yet")
 
-    # The repo is named as the run folder: the card's model name (the tables' column header) is the repo's name.
+    # The card named the model by the repo it is pushed to (--model-id): the tables' column header is the repo id.
     assert main(["push", str(out / "encoder"), "someone/run", "--dry-run"]) == 0
     pushed = encoder_upload(out / "encoder", "someone/run")[1]["README.md"].decode()
     assert facts(pushed) == before  # the encoder folder alone names the same run: the same facts
