@@ -180,10 +180,14 @@ def dynamo_counters() -> dict:
     captured, graph breaks (by reason) and recompile-limit hits. Cumulative: `counters_since` takes the difference."""
     from torch._dynamo.utils import counters
 
+    # torch 2.11-2.13 file a hit under "unimplemented" ("Dynamo recompile limit exceeded ..."), older ones under
+    # "frames": both are read, or the hits would always count 0 (as they did; found rehearsing the GPU session).
+    hits = [count for group in ("frames", "unimplemented") for reason, count in counters[group].items()
+            if "limit" in reason.lower()]
     return {"unique_graphs": counters["stats"].get("unique_graphs", 0),
             "frames": counters["frames"].get("total", 0),
             "graph_breaks": dict(counters["graph_break"]),
-            "recompile_limit_hits": sum(count for reason, count in counters["frames"].items() if "limit" in reason)}
+            "recompile_limit_hits": sum(hits)}
 
 
 def counters_since(before: dict) -> dict:
