@@ -7,7 +7,7 @@ tree):
   config dataclass as argparse options), `config_file` (`--config`), `outputs`, `results` (what stdout holds: the
   result alone, `--json`, `--print-config`), `locks`, `precision`, `run_folder`, `validation`, `version`;
 - `records/`: the typed files the stages hand each other, one writer each: `fields`, `run_settings`, `run_record`,
-  `eval_summary`, `contrastive_record`, `encoder_facts`, `push_record`;
+  `eval_summary`, `contrastive_record`, `encoder_facts`, `push_record`, `learnt` (what a run can learn, named once);
 - `model/`: load, encoderize (patch and probe), save: `kinds`, `loading`, `attention_backends`, `load_errors`, `tiny`,
   `plain_attention`, `bidirectional`, `tokens`, `isolation`, `where_it_trains`, `saving`, `head_file`, `positions`,
   `licenses` (a model's license and languages, read from its card or GGUF), `teachers` (the official distillation
