@@ -52,7 +52,7 @@ def test_quickstart_distils_the_teacher_on_sentences_the_decoder_samples(decoder
     assert record["config"]["warmup_ratio"] == 0.3 and record["stage"]["distill_variants"] == 1
     assert record["stage"]["rows"] == 2 * 48  # each sampled sentence and one edit of it
     assert main([*args, "--overwrite"]) == 0 and len(calls) == 1  # the sampled sentences are reused
-    assert "sampled by an earlier run" in capsys.readouterr().out
+    assert "sampled by an earlier run" in capsys.readouterr().err  # a progress line: stderr (issue 67)
 
 
 def _fake_wordnet(folder: Path, sentences: list[str]) -> Path:

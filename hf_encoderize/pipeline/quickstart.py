@@ -51,9 +51,11 @@ Design choices:
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import importlib.util
+import io
 import json
 import re
 import time
@@ -332,8 +334,11 @@ def quickstart(config: QuickstartConfig) -> dict:
     run_cfg = RunConfig(**eval_settings(config), base_model_id=BASE_MODEL_ID, **contrastive)
     report = run(load, data, MaskingConfig(), train, AdapterConfig(), run_cfg, HubConfig())
     report["places"] = {"corpus": str(corpus), **report["places"]}  # the result screen (stdout) names it too
-    if contrastive:
-        report["paraphrases"] = paraphrase_check(Path(report["output_dir"]), config.contrastive_method)
+    if contrastive:  # its lines are part of the result screen (stdout), after run's: `pipeline.run.render_report`
+        said = io.StringIO()
+        with contextlib.redirect_stdout(said):
+            report["paraphrases"] = paraphrase_check(Path(report["output_dir"]), config.contrastive_method)
+        report["notes"] = f"embedding model: {line}\n{said.getvalue()}"
     # run's "done in" starts after the sentences are sampled: this line counts everything the command did
     print(f"\nquickstart: {(time.time() - started) / 60:.1f} min in all", flush=True)
     return report

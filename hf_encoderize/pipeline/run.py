@@ -384,7 +384,7 @@ def render_report(result: dict) -> str:
     width = max((len(k) for k in places), default=0)
     lines += [f"{key:<{width}}  {value}" for key, value in places.items()]
     lines.append(f'\nLoad it: AutoModel.from_pretrained("{encoder}") or SentenceTransformer("{encoder}")')
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + result.get("notes", "")  # notes: what a command adds (quickstart's checks)
 
 
 def held_out_losses(out: Path) -> str | None:
