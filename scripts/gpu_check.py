@@ -40,9 +40,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling modules, however it is run or imported
+from gpu_check_report import exit_code, render_table, summary_line, write_outputs  # noqa: E402, F401
+from wheel_requirements import runnable_wheels, runtime_requirements, unmet_requirements  # noqa: E402, F401
 
 REPO = Path(__file__).resolve().parent.parent
 BACKENDS = ("sdpa", "flex_attention", "flash_attention_2")
@@ -190,49 +194,6 @@ def check_wheels(ctx: Context, folder: str) -> tuple[str, dict]:
         raise CheckFailed(f"installed {len(wheels)} wheels into {site}, but still unmet: {', '.join(unmet)}")
     names = [w.name.split("-")[0] for w in wheels]
     return f"installed {len(names)} into {site.name}/: {', '.join(names)}", {"installed": [w.name for w in wheels]}
-
-
-def runnable_wheels(folder: Path) -> list[Path]:
-    """The wheels in `folder` this interpreter can install, one per package (its newest version): pip refuses a
-    `--target` install that names two versions of one package."""
-    from packaging.tags import sys_tags
-    from packaging.utils import parse_wheel_filename
-
-    supported, best = set(sys_tags()), {}
-    for wheel in sorted(folder.glob("*.whl")):
-        name, version, _, tags = parse_wheel_filename(wheel.name)
-        if tags & supported and (name not in best or version > best[name][0]):
-            best[name] = (version, wheel)
-    return [wheel for _, wheel in sorted(best.values(), key=lambda pair: pair[1].name)]
-
-
-def unmet_requirements(requirements: list[str], path: list[str]) -> list[str]:
-    """The requirements that the first distribution of each name on `path` does not meet ('name (have X)')."""
-    from importlib.metadata import distributions
-
-    from packaging.requirements import Requirement
-    from packaging.utils import canonicalize_name
-
-    found = {}
-    for dist in distributions(path=path):
-        if dist.metadata["Name"]:  # a half-removed install can leave a dist-info without metadata
-            found.setdefault(canonicalize_name(dist.metadata["Name"]), dist.version)
-    unmet = []
-    for text in requirements:
-        requirement = Requirement(text)
-        have = found.get(canonicalize_name(requirement.name))
-        if have is None or not requirement.specifier.contains(have, prereleases=True):
-            unmet.append(f"{text} (have {have or 'none'})")
-    return unmet
-
-
-def runtime_requirements() -> list[str]:
-    """pyproject's dependencies (torch excluded: the machine brings its own build) plus the gguf extra."""
-    import tomllib
-
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    requirements = project["dependencies"] + project["optional-dependencies"]["gguf"]
-    return [r for r in requirements if not re.match(r"torch\b", r)]
 
 
 def check_gpu_tests(ctx: Context) -> tuple[str, dict]:
@@ -386,36 +347,6 @@ def environment() -> dict:
             "'python': platform.python_version()}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env())
     return json.loads(done.stdout) if done.returncode == 0 else {"cuda": False, "device": "unknown (torch failed)"}
-
-
-def render_table(rows: list[Row]) -> str:
-    def cell(text) -> str:
-        return str(text).replace("|", "\\|").replace("\n", " ")
-
-    lines = ["| row | status | wall s | key figure | reason |", "|---|---|---|---|---|"]
-    lines += [f"| {cell(r.name)} | {r.status} | {r.wall_s:.1f} | {cell(r.figure)} | {cell(r.reason)} |" for r in rows]
-    return "\n".join(lines)
-
-
-def summary_line(rows: list[Row], facts: dict, wall_s: float) -> str:
-    counts = {status: sum(r.status == status for r in rows) for status in ("pass", "fail", "skipped")}
-    return (f"{counts['pass']} pass, {counts['fail']} fail, {counts['skipped']} skipped in {wall_s:.0f} s on "
-            f"{facts.get('device')} (torch {facts.get('torch')}, transformers {facts.get('transformers')}, "
-            f"Python {facts.get('python')})")
-
-
-def write_outputs(ctx: Context, rows: list[Row], facts: dict, wall_s: float) -> str:
-    table = render_table(rows)
-    summary = summary_line(rows, facts, wall_s)
-    (ctx.out / "gpu_check.md").write_text(f"# GPU check\n\n{summary}\n\n{table}\n")
-    payload = {"summary": summary, "smoke": ctx.smoke, "wall_s": round(wall_s, 1), **facts,
-               "exit_code": exit_code(rows), "rows": [asdict(row) for row in rows]}
-    (ctx.out / "gpu_check.json").write_text(json.dumps(payload, indent=2) + "\n")
-    return f"{table}\n\n{summary}"
-
-
-def exit_code(rows: list[Row]) -> int:
-    return 1 if any(row.status == "fail" for row in rows) else 0
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

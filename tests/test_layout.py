@@ -56,11 +56,15 @@ def test_stages_import_downward_only_and_without_circles():
     assert kept and int(kept.group(1)) >= 3, result.stdout[-3000:]  # layers, publish without recipes, no circles
 
 
-def test_no_python_file_of_the_package_or_the_space_is_over_400_lines():
-    """The style guide's size (STYLE.md, 8): a module that outgrows it is split along a seam, not trimmed."""
-    files = [*PACKAGE.rglob("*.py"), *(ROOT / "space").rglob("*.py")]
+def test_no_python_file_of_the_repository_is_over_400_lines():
+    """The style guide's size (STYLE.md, 8): a module that outgrows it is split along a seam, not trimmed. Every room:
+    the package, the Space, scripts/, benchmarks/, tests/ and examples/ (issue 70: the rooms outside the package
+    grew unguarded to 463-549 lines)."""
+    rooms = ("hf_encoderize", "space", "scripts", "benchmarks", "tests", "examples")
+    files = [path for room in rooms for path in (ROOT / room).rglob("*.py")]
     sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in files}
-    assert "space/app.py" in sizes and not {path: n for path, n in sizes.items() if n > 400}
+    assert {"space/app.py", "scripts/gpu_check.py", "benchmarks/cpt_throughput.py"} <= set(sizes)
+    assert not {path: n for path, n in sizes.items() if n > 400}
 
 
 def test_no_private_name_is_imported_across_modules():
