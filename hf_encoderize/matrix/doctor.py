@@ -9,7 +9,9 @@ Design choices:
 - The `auto` picks are those of the functions training calls (`attention_backends.backend_candidates`,
   `kernel_unavailable`), so doctor cannot disagree with a run. The loss kernel that `auto` finally takes is timed at
   run start; doctor lists the candidates it would time.
-- Known-bad combinations are a table of version specifiers and the one line to show (`KNOWN_BAD`).
+- Known-bad combinations are a table of version specifiers and the one line to show (`KNOWN_BAD`), for what no
+  command checks; what a command does check before any work (`CODE_CHECKS`) is asked of that check itself, so the
+  verdict is the command's (a hand-written row said "contrastive --lora-r is refused" where the check let it run).
 - A model is judged by its architecture: its config is read (nothing else is downloaded), classified, and a tiny
   model of its type is encoderized and probed under sdpa and eager (`architectures.probe_architecture`).
 """
@@ -22,6 +24,8 @@ import re
 from dataclasses import KW_ONLY, dataclass
 from importlib import metadata
 
+from hf_encoderize.common.errors import EncoderizeError
+
 CORE = ("torch", "transformers", "accelerate", "peft", "sentence-transformers", "huggingface_hub", "datasets",
         "safetensors", "tokenizers")
 OPTIONAL = {"bitsandbytes": "extra qlora", "deepspeed": "extra deepspeed", "flash-attn": "pip install flash-attn",
@@ -29,12 +33,12 @@ OPTIONAL = {"bitsandbytes": "extra qlora", "deepspeed": "extra deepspeed", "flas
             "gradio": "extra space"}
 # (specifiers every one of which the installed versions meet, the one line doctor shows). Name the issue or test.
 KNOWN_BAD: list[tuple[dict[str, str], str]] = [
-    ({"transformers": ">=5.24", "peft": "<0.22"}, "contrastive --lora-r is refused: transformers' PEFT integration "
-                                                  "needs peft >= 0.22 (contrastive.check_peft_integration); cpt "
-                                                  "--lora-r works (it calls peft directly)"),
     ({"torch": ">=2.13,<2.14"}, "torch 2.13's CPU flex-attention template fails to compile on a dynamic-shape "
                                 "recompile; flex on CPU runs with static shapes (roundtrip_check sets them)"),
 ]
+
+# what a command checks before any work -> that check (it raises EncoderizeError with the one line a user would see)
+CODE_CHECKS = {"contrastive --lora-r": "hf_encoderize.recipes.contrastive.model:check_peft_integration"}
 
 
 @dataclass
@@ -96,12 +100,29 @@ def known_bad(found: dict[str, str | None]) -> list[str]:
     """The lines of `KNOWN_BAD` whose every specifier the installed versions (`found`) meet.
 
     >>> [line[:30] for line in known_bad({"torch": "2.13.0+cpu", "transformers": "5.24.0", "peft": "0.21.2"})]
-    ['contrastive --lora-r is refuse', "torch 2.13's CPU flex-attentio"]
+    ["torch 2.13's CPU flex-attentio"]
     >>> known_bad({"torch": "2.14.1", "transformers": "5.23.0", "peft": "0.21.2"})
     []
     """
     return [line for specifiers, line in KNOWN_BAD
             if all(_meets(found.get(name), spec) for name, spec in specifiers.items())]
+
+
+def refused_here() -> list[str]:
+    """What the commands' own checks (`CODE_CHECKS`) refuse on this machine, each in the line the command says. A
+    check that cannot even run (a broken package) says so instead."""
+    import importlib
+
+    lines = []
+    for what, target in CODE_CHECKS.items():
+        module, name = target.split(":")
+        try:
+            getattr(importlib.import_module(module), name)()
+        except EncoderizeError as err:
+            lines.append(f"{what} is refused here: {err}")
+        except Exception as err:  # noqa: BLE001 (doctor reports a broken package, it does not die of it)
+            lines.append(f"{what}: its check could not run ({type(err).__name__}: {err})")
+    return lines
 
 
 def hardware() -> dict:
@@ -171,7 +192,7 @@ def doctor_report(model: str | None = None) -> dict:
     optional = {name: installed(name) for name in OPTIONAL}
     found = {name: entry["version"] for name, entry in core.items()} | optional
     report = {"hf-encoderize": installed("hf-encoderize"), "versions": core, "optional": optional,
-              "hardware": hardware(), "auto": auto_picks(), "known_bad": known_bad(found)}
+              "hardware": hardware(), "auto": auto_picks(), "known_bad": known_bad(found) + refused_here()}
     if model:
         report["model"] = model_verdict(model)
     return report
