@@ -23,3 +23,18 @@ def test_the_lora_verdict_is_the_contrastive_check(monkeypatch):
     said = [line for line in doctor.doctor_report()["known_bad"] if "--lora-r" in line]
     assert said == ["contrastive --lora-r is refused here: contrastive --lora-r needs peft >= 9 (installed: 0.21.2); "
                     "pip install 'peft>=9'"]
+
+
+def test_the_lora_under_sharding_hint_names_what_a_pip_install_has():
+    """The refusal sent users to examples/accelerate/*.yaml, which no wheel holds; it names accelerate's own launch."""
+    from types import SimpleNamespace
+
+    import pytest
+    from accelerate.utils import DistributedType
+
+    from hf_encoderize.recipes.cpt import check_launcher
+    from hf_encoderize.training.lora import AdapterConfig
+
+    with pytest.raises(EncoderizeError) as refused:
+        check_launcher(SimpleNamespace(distributed_type=DistributedType.FSDP), AdapterConfig(lora_r=8))
+    assert "accelerate launch --multi_gpu" in str(refused.value) and "examples/" not in str(refused.value)

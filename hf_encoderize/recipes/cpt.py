@@ -182,7 +182,8 @@ def check_launcher(accelerator, adapter: AdapterConfig) -> None:
         kind == DistributedType.DEEPSPEED and accelerator.state.deepspeed_plugin.zero_stage == 3)
     if adapter.lora_r and sharded:
         raise EncoderizeError("--lora-r under FSDP or DeepSpeed ZeRO-3 is not supported: the adapters are small, so "
-                              "launch with DDP (examples/accelerate/multi_gpu_ddp.yaml) or ZeRO-2 instead")
+                              "launch with DDP (`accelerate launch --multi_gpu -m hf_encoderize.cli cpt ...`) or "
+                              "ZeRO-2 instead")
 
 
 def check_precision(accelerator, model, train: TrainConfig, adapter: AdapterConfig) -> None:
