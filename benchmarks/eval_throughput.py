@@ -188,8 +188,8 @@ def child(args) -> None:
         torch.set_num_threads(args.threads)
     rows = make_rows(args.steps * args.batch_size + args.batch_size * 2)
     model_dir = Path(args.model_dir)
-    result = run_ours(model_dir, rows, args) if args.variant == "ours" else \
-        run_trainer(model_dir, rows, args, args.variant.removeprefix("trainer_"))
+    result = (run_ours(model_dir, rows, args) if args.variant == "ours" else
+        run_trainer(model_dir, rows, args, args.variant.removeprefix("trainer_")))
     result.update(examples_per_s=result["examples"] / result["seconds"], peak_memory_mib=peak_memory_mib())
     print("RESULT " + json.dumps(result), flush=True)
 

@@ -170,8 +170,8 @@ def train(encoder: Path, out: Path, objective: str, data: Path, steps: int, seed
     5e-4, and `distill`'s other options, such as warmup_ratio and distill_variants): (folder, seconds)."""
     from hf_encoderize.recipes.contrastive import ContrastiveConfig, contrastive
 
-    extra = dict(dropout=0.1) if objective == "simcse" else dict(teacher=teacher, **distill) \
-        if objective == "distill" else {}
+    extra = (dict(dropout=0.1) if objective == "simcse" else dict(teacher=teacher, **distill)
+        if objective == "distill" else {})
     started = time.time()
     summary = contrastive(ContrastiveConfig(str(encoder), objective=objective, data_files=str(data),
                                             output_dir=str(out), steps=steps, batch_size=batch_size,

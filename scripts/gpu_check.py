@@ -227,8 +227,8 @@ def check_cpt(ctx: Context, backend: str) -> tuple[str, dict]:
     report = json.loads(report_path.read_text())
     ours, mfu = report["ours"], (report.get("mfu_ours") or {}).get("mfu")
     _, run = finished_run(ctx, f"cpt {backend}", Path(ours["encoder"]).parent)
-    peak = f"peak {ours['peak_gpu_mib'] / 1024:.1f} GiB" if "peak_gpu_mib" in ours else \
-        f"peak RSS {ours['peak_rss_mib'] / 1024:.1f} GiB"
+    peak = (f"peak {ours['peak_gpu_mib'] / 1024:.1f} GiB" if "peak_gpu_mib" in ours else
+        f"peak RSS {ours['peak_rss_mib'] / 1024:.1f} GiB")
     figure = [f"{ours['tokens_per_s']:,.0f} tok/s", f"MFU {mfu:.1%}" if mfu else "MFU n/a", peak,
               f"loss {ours['final_loss']:.3f}", f"loss kernel {run.get('loss_implementation')}"]
     ratios = report["ratios"]

@@ -322,8 +322,8 @@ def _fill_mask_tab(space: EncoderSpace) -> None:
 def _compare_tab(space: EncoderSpace) -> None:
     s = space.models.settings
     if space.models.base_available:
-        other = f"the embedding model ({space.models.embedding_label})" if s.embedding_model else \
-            "the encoder; both mean-pooled"
+        other = (f"the embedding model ({space.models.embedding_label})" if s.embedding_model else
+            "the encoder; both mean-pooled")
         gr.Markdown(f"The same sentences through the base decoder **{base_label(s)}**, run causally as it was "
                     f"trained and mean-pooled, and through {other}. This is why hf-encoderize exists.")
     else:

@@ -37,8 +37,8 @@ def main(out: str) -> dict:
     mlm = AutoModelForMaskedLM.from_pretrained(out, trust_remote_code=True).eval()
     report["mlm_class"] = type(mlm).__name__
     fill = pipeline("fill-mask", model=mlm, tokenizer=tokenizer)
-    text = f"The capital of France is {tokenizer.mask_token}." if "w1" not in tokenizer.get_vocab() else \
-        f"w1 w2 {tokenizer.mask_token} w4"
+    text = (f"The capital of France is {tokenizer.mask_token}." if "w1" not in tokenizer.get_vocab() else
+        f"w1 w2 {tokenizer.mask_token} w4")
     predictions = fill(text, top_k=3)
     report["fill_mask"] = [p["token_str"] for p in predictions]
 

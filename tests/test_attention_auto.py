@@ -96,8 +96,8 @@ def test_the_cli_default_converts_and_trains_a_model_without_sdpa(folder, model_
     assert main(["convert", source, str(out)]) == 0
     config = json.loads((out / "config.json").read_text())
     assert config["is_causal"] is False and config["hf_encoderize"]["attn_implementation"] == "eager"
-    assert {"backend": "sdpa", "skipped": f"{model_class} does not support it"} in \
-        config["hf_encoderize"]["attn_candidates"]
+    assert ({"backend": "sdpa", "skipped": f"{model_class} does not support it"} in
+        config["hf_encoderize"]["attn_candidates"])
     corpus = write_corpus(tmp_path / "docs.jsonl", 40, lambda i: 5 + i % 11)
     assert main(["cpt", source, "--data-files", str(corpus), "--max-seq-length", "32", "--batch-size", "2",
                  "--max-steps", "2",

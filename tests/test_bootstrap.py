@@ -135,8 +135,8 @@ def test_zero_spread_is_never_significant():
     from hf_encoderize.evaluation.compare import _cells, significantly_best
     from hf_encoderize.evaluation.stats import welch_verdict
 
-    assert welch_verdict({"mean": 50.01, "ci95": 0.0, "n_seeds": 5}, {"mean": 50.0, "ci95": 0.0})["reason"] \
-        == "zero spread"
+    assert (welch_verdict({"mean": 50.01, "ci95": 0.0, "n_seeds": 5}, {"mean": 50.0, "ci95": 0.0})["reason"]
+        == "zero spread")
     cells = [(50.01, 0.0, 5), (50.00, 0.0, 5)]
     assert significantly_best(cells) is None and _cells(cells) == ["50.01 ± 0.00", "50.00 ± 0.00"]
     assert significantly_best([(60.0, 0.0, 5), (50.0, 1.0, 5)]) is None  # one side without spread: no test either

@@ -93,8 +93,8 @@ def test_a_value_outside_the_literal_is_refused_on_the_command_line_in_one_line(
 def test_help_lists_a_literal_option_s_values(capsys):
     with pytest.raises(SystemExit):
         main(["cpt", "--help"])
-    assert "--attn-implementation {auto,eager,sdpa,flex_attention,flash_attention_2,flash_attention_3}" in \
-        capsys.readouterr().out
+    assert ("--attn-implementation {auto,eager,sdpa,flex_attention,flash_attention_2,flash_attention_3}" in
+        capsys.readouterr().out)
 
 
 def test_bf16_on_a_gpu_without_it_is_refused_in_one_line(monkeypatch, capsys):

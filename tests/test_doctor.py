@@ -54,8 +54,9 @@ def test_a_model_folder_is_judged_by_its_architecture(decoder_dir, tmp_path, cap
     assert verdict["converts"] is True and verdict["model_type"] == "llama" and verdict["auto_backend"] == "sdpa"
     assert verdict["probe"] == {"sdpa": "pass", "eager": "pass"}
     bert = tmp_path / "bert"
-    transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64) \
-        .save_pretrained(bert)
+    bert_config = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                          intermediate_size=64)
+    bert_config.save_pretrained(bert)
     assert main(["doctor", "--model", str(bert)]) == 0
     assert "does not convert: 'bert' is already an encoder" in capsys.readouterr().out
     assert main(["doctor", "--model", str(tmp_path / "missing")]) == 0  # a report, not an error: it says why

@@ -128,5 +128,5 @@ def test_frozen_retrieval_reports_the_zero_shot_map_beside_the_trained_one(encod
     assert ir["extra_metrics"]["zero_shot"] == records[0]["test"]["zero_shot"]
     table = compare([str(tmp_path / "m")], str(tmp_path / "cmp"))["table"]
     assert table.startswith("Protocol: frozen probe")
-    assert f"| ir | syn-retrieval, zero-shot (untrained map) | ndcg@10 (binary gains) | " \
-           f"{ir['extra_metrics']['zero_shot']:.2f} |" in table
+    assert (f"| ir | syn-retrieval, zero-shot (untrained map) | ndcg@10 (binary gains) | "
+           f"{ir['extra_metrics']['zero_shot']:.2f} |" in table)

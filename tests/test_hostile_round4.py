@@ -263,8 +263,8 @@ def test_a_lock_that_is_a_folder_is_one_line(command, decoder_dir, tmp_path, cap
     (out / ".hf-encoderize.lock").mkdir(parents=True)
     (out / ".hf-encoderize.lock" / "mine.txt").write_text("the user's\n")
     before = _files(out)
-    argv = [command, str(decoder_dir), "--output-dir", str(out)] if command == "cpt" else \
-        [command, str(decoder_dir), str(out)]
+    argv = ([command, str(decoder_dir), "--output-dir", str(out)] if command == "cpt" else
+        [command, str(decoder_dir), str(out)])
     if command == "cpt":
         argv += ["--data-files", str(_docs(tmp_path / "docs.jsonl")), "--max-steps", "1", *TINY]
     capsys.readouterr()

@@ -139,8 +139,8 @@ def test_every_field_counts_unless_declared_and_declarations_are_known_kinds():
             assert kind_of(field) in (RESUME, LENGTH, HARMLESS), (type(config).__name__, field.name)
         counted = identity_of(config)
         declared = set(names_of(type(config), HARMLESS))
-        assert {key.split(".", 1)[1] for key in counted} == \
-            {f.name for f in dataclasses.fields(config) if f.name != "_"} - declared
+        assert ({key.split(".", 1)[1] for key in counted} ==
+            {f.name for f in dataclasses.fields(config) if f.name != "_"} - declared)
     assert "mixed_precision" not in HARMLESS_CHANGES and "on_nonfinite" not in HARMLESS_CHANGES
     assert {"compile", "prefetch", "gradient_checkpointing", "log_every"} <= set(HARMLESS_CHANGES)
 

@@ -38,8 +38,8 @@ def test_the_package_docstring_maps_every_module_of_every_subpackage():
     tree, documented = _tree(), _documented()
     assert set(documented) == set(tree), f"subpackages: docstring {sorted(documented)} != tree {sorted(tree)}"
     for name, modules in tree.items():
-        assert documented[name] == modules, f"{name}/: docstring lists {sorted(documented[name])}, tree has " \
-                                            f"{sorted(modules)}"
+        assert documented[name] == modules, (f"{name}/: docstring lists {sorted(documented[name])}, tree has "
+                                             f"{sorted(modules)}")
 
 
 def test_each_subpackage_opens_with_a_docstring():
@@ -85,8 +85,8 @@ def test_the_0_1_module_paths_are_gone_and_the_changelog_says_where_they_went(ol
     sys.modules.pop(f"hf_encoderize.{old}", None)
     with pytest.raises(ModuleNotFoundError):
         __import__(f"hf_encoderize.{old}")
-    assert f"`hf_encoderize.{old}`" in (ROOT / "CHANGELOG.md").read_text() or f"`.{old}`" in \
-        (ROOT / "CHANGELOG.md").read_text()
+    assert (f"`hf_encoderize.{old}`" in (ROOT / "CHANGELOG.md").read_text() or f"`.{old}`" in
+        (ROOT / "CHANGELOG.md").read_text())
     assert not (PACKAGE / f"{old}.py").exists()
 
 

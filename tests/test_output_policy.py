@@ -335,8 +335,8 @@ def _convert_over_ours(ctx):
 
 
 def _cpt_over_ours(ctx):
-    return _cpt(ctx.decoder_dir, ctx.corpus, _copy(ctx.cpt_run, ctx.tmp / "run"), "--overwrite"), \
-        ctx.tmp / "run" / "encoder" / "model.safetensors"
+    return (_cpt(ctx.decoder_dir, ctx.corpus, _copy(ctx.cpt_run, ctx.tmp / "run"), "--overwrite"),
+        ctx.tmp / "run" / "encoder" / "model.safetensors")
 
 
 def _cpt_over_a_stale_lock(ctx):
@@ -353,8 +353,8 @@ def _cpt_resume_of_an_older_run(ctx):
 
 
 def _contrastive_over_ours(ctx):
-    return _contrastive(ctx.encoder, ctx.text, _copy(ctx.contrastive_out, ctx.tmp / "emb"), "--overwrite"), \
-        ctx.tmp / "emb" / "model.safetensors"
+    return (_contrastive(ctx.encoder, ctx.text, _copy(ctx.contrastive_out, ctx.tmp / "emb"), "--overwrite"),
+        ctx.tmp / "emb" / "model.safetensors")
 
 
 def _convert_over_our_export(ctx):

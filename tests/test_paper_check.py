@@ -252,8 +252,8 @@ def test_verdicts_and_missing(tmp_path):
     assert "| 16 | ReCoRD | 52.06 ± 0.72 | - | - | missing |" in text
     assert ('## mlm-42000/exports/step-0005000: C.2 "MLM | 5K" (Tables 6-9); our evaluation profile quick, '
             "fine-tuned") in text
-    assert '- mlm-42000: C.1 "610M | MLM | 40%" (Tables 2-5); C.3 "42K | 0K+42K" (Tables 10-13); C.4 "MLM | -" ' \
-        "(Tables 14-17)" in text
+    assert ('- mlm-42000: C.1 "610M | MLM | 40%" (Tables 2-5); C.3 "42K | 0K+42K" (Tables 10-13); C.4 "MLM | -" '
+        "(Tables 14-17)" in text)
     assert "clm0.25-mlm0.75-42000-mask* runs are section 4's Figure 7" in text
     assert "34 of the paper's 36 610M runs missing." in text
 
@@ -317,8 +317,8 @@ def test_a_frozen_probe_or_graded_ndcg_is_not_comparable_and_no_difference_is_no
     verdicts = {r["dataset"]: r["verdict"] for r in check.compare(tmp_path)["runs"][0]["rows"]}
     assert verdicts["SST-2"] == "equivalent" and verdicts["MS MARCO"] == "not comparable"
     assert verdicts["QQP"] == "inconclusive"  # -0.56 ± 3.0: no difference found, and no agreement shown either
-    assert {r["dataset"]: r["verdict"] for r in check.compare(tmp_path, margin=0.05)["runs"][0]["rows"]}["SST-2"] \
-        == "inconclusive"  # a tighter margin than the intervals allow: agreement is not claimed
+    assert ({r["dataset"]: r["verdict"] for r in check.compare(tmp_path, margin=0.05)["runs"][0]["rows"]}["SST-2"]
+        == "inconclusive")  # a tighter margin than the intervals allow: agreement is not claimed
     summary["protocol"] = {"frozen": True}
     path.write_text(json.dumps(summary))
     report = check.compare(tmp_path)

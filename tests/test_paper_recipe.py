@@ -249,9 +249,9 @@ def test_pfs_recipe_follows_the_paper(tmp_path):
     commands = _dry_run("pfs.sh", tmp_path)
     assert len(commands) == 2 + 3 * 3 + 2 * 2  # base runs, 3 splits x 3 budgets, 100% cells of 12k and 22k
     for command in commands:
-        assert (_flag(command, "--learning-rate"), _flag(command, "--warmup-steps"), _flag(command,
-                                                                                           "--decay-steps")) == \
-            ("5e-4", "2000", "2000") and "--decay-fraction" not in command
+        assert ((_flag(command, "--learning-rate"), _flag(command, "--warmup-steps"), _flag(command,
+                                                                                           "--decay-steps")) ==
+            ("5e-4", "2000", "2000") and "--decay-fraction" not in command)
         assert int(_flag(command, "--batch-size")) * 8 * int(_flag(command,
                                                                    "--gradient-accumulation-steps")) * 2048 == 2_359_296
     bases = [c for c in commands if "--from-checkpoint" not in c]

@@ -78,8 +78,8 @@ def test_run_all_stages_then_a_rerun_skips_them(decoder_dir, corpus, tmp_path, f
     step0 = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     step0 = [x for x in step0 if x["kind"] == "eval" and x["step"] == 0]
     assert len(step0) == 1 and step0[0]["eval_loss"] == facts["initial_eval_loss"] != facts["eval_loss"]
-    assert f"held-out MLM loss (same rows and masks, lower is better): base {facts['initial_eval_loss']:.3f} -> " \
-           f"encoder {facts['eval_loss']:.3f}" in first
+    assert (f"held-out MLM loss (same rows and masks, lower is better): base {facts['initial_eval_loss']:.3f} -> "
+           f"encoder {facts['eval_loss']:.3f}" in first)
 
     assert main(args) == 0  # everything is there: nothing is redone, nothing pushed again
     second = banners(capsys.readouterr().err)
@@ -151,8 +151,8 @@ def test_quickstart_corpus_is_the_same_on_every_python(tmp_path, monkeypatch):
     from hf_encoderize.common.errors import EncoderizeError
 
     corpus = quickstart_module.write_corpus(tmp_path / "corpus")
-    assert hashlib.sha256(corpus.read_bytes()).hexdigest() == \
-        "bb797ea2f07ec0c9e009c48da6d7035701564facaa13459dc17713fd4b71bb43"
+    assert (hashlib.sha256(corpus.read_bytes()).hexdigest() ==
+        "bb797ea2f07ec0c9e009c48da6d7035701564facaa13459dc17713fd4b71bb43")
     if sys.version_info[:3] == (3, 11, 7):  # where the copy came from: it is that Python's own text
         from pydoc_data.topics import topics
 

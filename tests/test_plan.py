@@ -68,3 +68,14 @@ def test_the_readmes_headline_command_says_what_it_costs(capsys):
     line = next(line for line in capsys.readouterr().err.splitlines() if line.startswith("plan:"))
     for figure in ("49.2M tokens", "0.17%", "28.3B", "--tokens-per-step paper"):
         assert figure in line and figure in above, (figure, above)
+
+
+def test_fast_dev_run_trains_a_few_steps_without_the_optional_checks_and_says_so(decoder_dir, tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "docs.jsonl", 60, lambda i: 8)
+    out = tmp_path / "dev"
+    assert cli.main(["cpt", str(decoder_dir), "--data-files", str(corpus), "--max-seq-length", "32", "--batch-size",
+                     "2", "--eval-documents", "2", "--no-progress", "--fast-dev-run", "--output-dir", str(out)]) == 0
+    said = capsys.readouterr()
+    assert json.loads(said.out)["steps"] == 3  # not the 12,000 of the default budget
+    assert "warning: --fast-dev-run: 3 steps, without the corpus budget check" in said.err
+    assert "eval_loss" not in said.err  # no held-out evaluation, before or after

@@ -48,11 +48,11 @@ def test_a_record_of_an_older_version_reads_and_writes_back_unchanged(tmp_path):
     path.write_text(json.dumps(OLD_RECORD))
     record = RunRecord.from_json(path)
     assert (record.command, record.steps, record.identity) == ("cpt", 4, None)
-    assert record.lr == 0.001 and record.adam_eps is None and record.data.seq_len == 32 and \
-        record.facts == {}  # every key of 0.1's record is typed today
+    assert (record.lr == 0.001 and record.adam_eps is None and record.data.seq_len == 32 and
+        record.facts == {})  # every key of 0.1's record is typed today
     record.to_json(tmp_path / "again.json")
-    assert {k: v for k, v in json.loads((tmp_path / "again.json").read_text()).items() if v is not None} == \
-        {k: v for k, v in OLD_RECORD.items() if v is not None}
+    assert ({k: v for k, v in json.loads((tmp_path / "again.json").read_text()).items() if v is not None} ==
+        {k: v for k, v in OLD_RECORD.items() if v is not None})
 
 
 def test_a_record_written_by_cpt_reads_back_equal(tmp_path, decoder_dir):

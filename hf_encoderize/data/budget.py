@@ -143,8 +143,8 @@ def check_document_length(cfg: DataConfig, documents: Documents, tokenizer,
         text = cfg.reads_text_files()
         longer = {"line": "--text-unit paragraph (or file) keeps text that runs on across lines whole",
                   "paragraph": "--text-unit file makes each file one document"}.get(cfg.text_unit)
-        hint = f"the .txt files are read one {cfg.text_unit} per document; {longer}" if text and longer else \
-            "if one text was split into several rows or files, join them into whole documents"
+        hint = (f"the .txt files are read one {cfg.text_unit} per document; {longer}" if text and longer else
+            "if one text was split into several rows or files, join them into whole documents")
         say(f"warning: the median training document is {median:g} tokens, under an eighth of --max-seq-length "
             f"{cfg.seq_len}: each is attention-isolated in its packed row, so tokens see little context; {hint}")
     return median

@@ -121,8 +121,8 @@ def identity_as_today(identity: dict, data_files: str | None = None) -> dict:
     recorded = identity.get("data.data_files")
     if isinstance(recorded, str):
         return {**identity, "data.data_files": content_identity(recorded)}
-    return {**identity, "data.data_files": whole_file_identity(recorded, data_files)} \
-        if isinstance(recorded, list) else identity
+    return ({**identity, "data.data_files": whole_file_identity(recorded, data_files)}
+        if isinstance(recorded, list) else identity)
 
 
 def whole_file_identity(recorded: list[str], spec: str | None) -> list[str]:

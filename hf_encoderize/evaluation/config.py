@@ -200,10 +200,10 @@ class EvalConfig:
         names = names if names is not None else list(defaults["datasets"])
         names = [n for n in dict.fromkeys(names) if tasks is None or DATASETS[n].task in tasks]
         names.sort(key=lambda n: (TASKS.index(DATASETS[n].task), list(DATASETS).index(n)))
-        lrs = [self._number(v, float, "--learning-rates") for v in _split_list(self.lrs)] if self.lrs is not None \
-            else list(defaults["lrs"])
-        seeds = [self._number(v, int, "--seeds") for v in _split_list(self.seeds)] if self.seeds is not None \
-            else list(defaults["seeds"])
+        lrs = ([self._number(v, float, "--learning-rates") for v in _split_list(self.lrs)] if self.lrs is not None
+            else list(defaults["lrs"]))
+        seeds = ([self._number(v, int, "--seeds") for v in _split_list(self.seeds)] if self.seeds is not None
+            else list(defaults["seeds"]))
         if not names or not lrs or not seeds:
             empty = "datasets" if not names else "learning rates" if not lrs else "seeds"
             raise EncoderizeError(f"empty grid: no {empty} left to run; check --tasks, --datasets, --learning-rates "

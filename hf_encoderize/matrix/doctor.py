@@ -208,8 +208,8 @@ def render(report: dict) -> str:
     present = [f"{name} {version}" for name, version in report["optional"].items() if version]
     absent = [f"{name} ({OPTIONAL[name]})" for name, version in report["optional"].items() if not version]
     lines += [f"optional: {', '.join(present) or 'none'}", f"  not installed: {', '.join(absent) or 'none'}", ""]
-    gpu = f"{hw['gpu']} x{hw['gpus']} ({'ROCm ' + hw['rocm'] if hw['rocm'] else 'CUDA ' + str(hw['cuda'])})" \
-        if hw["gpu"] else "none (CPU)"
+    gpu = (f"{hw['gpu']} x{hw['gpus']} ({'ROCm ' + hw['rocm'] if hw['rocm'] else 'CUDA ' + str(hw['cuda'])})"
+        if hw["gpu"] else "none (CPU)")
     lines += [f"gpu: {gpu}; bf16 {_yes(hw['bf16'])}; flex attention {_yes(hw['flex_attention'])}; "
               f"flash-attn {_yes(hw['flash_attn'])}",
               f"auto attention: {' > '.join(auto['attention'])} (first the model's class supports)"]

@@ -113,8 +113,8 @@ def summary(report: dict) -> str:
     declared = report.get("declared_causal", [])
     if problems and report.get("default", {}).get("backend") in declared and all(p.startswith("default") for p in
                                                                                   problems):
-        remote = " (AutoModel and AutoModelForMaskedLM with trust_remote_code=True are)" \
-            if report.get("fill_mask") is True and report.get("remote_automodel") is True else ""
+        remote = (" (AutoModel and AutoModelForMaskedLM with trust_remote_code=True are)"
+            if report.get("fill_mask") is True and report.get("remote_automodel") is True else "")
         return f"plain transformers cannot: causal under {', '.join(declared)}, declared{remote}"
     if problems:
         return "; ".join(p[:140] for p in problems[:3]).replace("|", "/") + (" ..." if len(problems) > 3 else "")

@@ -147,8 +147,8 @@ def check_backend(folder: str, backend: str | None, vocab: int, pad_id: int) -> 
     try:
         model = AutoModel.from_pretrained(folder, **kwargs).eval()
     except Exception as err:
-        unsupported = "does not support an attention implementation" in str(err) or "does not support" in str(err) \
-            and "attention" in str(err).lower()
+        unsupported = ("does not support an attention implementation" in str(err) or "does not support" in str(err)
+            and "attention" in str(err).lower())
         return {"loaded": "unsupported" if unsupported else _reason(err)}
     window = _window(model.config)
     # Documents no longer than the window: windowed and full attention then agree, so "alone" is well defined.

@@ -126,8 +126,8 @@ def _causal_lm_class(config, trust_remote_code: bool):
 
     if trust_remote_code and getattr(config, "auto_map", None):
         return None
-    return AutoModelForCausalLM._model_mapping.get(type(config), None) if type(config) in \
-        AutoModelForCausalLM._model_mapping else None
+    return (AutoModelForCausalLM._model_mapping.get(type(config), None) if type(config) in
+        AutoModelForCausalLM._model_mapping else None)
 
 
 def backend_error(err: Exception) -> str | None:

@@ -29,8 +29,8 @@ def split_head(folder: Path) -> list[str]:
     from safetensors.torch import save_file
 
     index = folder / "model.safetensors.index.json"
-    shards = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() \
-        else ["model.safetensors"]
+    shards = (sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file()
+        else ["model.safetensors"])
     head, moved = {}, []
     for shard in shards:
         path = folder / shard

@@ -156,8 +156,8 @@ def gather_facts(config: CardConfig) -> CardFacts:
     run = RunRecord.from_json(folder.run_record)
     pretrained = run is not None and run.from_random_weights  # there is no base model
     origin = run or meta  # a converted encoder has no run record: its config.json says where it came from
-    source = origin.base_model or meta.base_model \
-        or (f"random init from {run.model_config}" if pretrained else "unknown")
+    source = (origin.base_model or meta.base_model
+        or (f"random init from {run.model_config}" if pretrained else "unknown"))
     revision, gguf_file = origin.revision, origin.gguf_file
     previous = _previous_metadata(encoder / "README.md")  # what an earlier `card --base-model-id/--license` set
     base_id = config.base_model_id or previous.get("base_model") or (source if _looks_like_hub_id(source) else None)

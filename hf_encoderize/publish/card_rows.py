@@ -21,8 +21,8 @@ from hf_encoderize.records.run_settings import DataFacts
 def done_rows(facts: CardFacts) -> list[tuple[str, str]]:
     """The "what was done" table, in numbers: base model, patch, tokens, then the training run where there was one."""
     enc, tokens = facts.encoderize, facts.encoderize.tokens or TokenFacts()
-    base = f"[{facts.base_model_id}](https://huggingface.co/{facts.base_model_id})" if facts.base_model_id \
-        else f"`{facts.base_model}`"
+    base = (f"[{facts.base_model_id}](https://huggingface.co/{facts.base_model_id})" if facts.base_model_id
+        else f"`{facts.base_model}`")
     if facts.pretrained:
         run = facts.run
         rows = [("Base model", f"none: pretrained from random weights (model config `{run.model_config}`, "
@@ -162,14 +162,14 @@ def _text_unit(data: DataFacts) -> str:
 
 def _training_rows(run: RunRecord) -> list[tuple[str, str]]:
     data, lora, hardware = run.data or DataFacts(), run.lora, run.hardware or HardwareFacts()
-    source = local_data(data.data_files, data.data_name) if data.data_files else \
-        f"`{' '.join(filter(None, [data.dataset, data.dataset_config]))}`"
+    source = (local_data(data.data_files, data.data_name) if data.data_files else
+        f"`{' '.join(filter(None, [data.dataset, data.dataset_config]))}`")
     sequence = recorded_sequence(run.objective)
     objective = _phases_text(run) if run.phases else sequence.card_label or "unknown"
     masked = (sequence.masking_target or learnt("mlm")).name.upper()  # what the held-out loss measures
     replacement = "BERT 80/10/10" if run.replacement == "bert" else "every masked token becomes the mask token"
-    adapters = "none (all weights trained)" if not lora else \
-        f"LoRA r={lora.r}, alpha={lora.alpha}, targets {lora.targets}, merged into the weights"
+    adapters = ("none (all weights trained)" if not lora else
+        f"LoRA r={lora.r}, alpha={lora.alpha}, targets {lora.targets}, merged into the weights")
     processes = run.num_processes or hardware.num_processes or 1
     accuracy = run.eval_masked_accuracy
     return [

@@ -73,8 +73,8 @@ def _onnxruntime_embedding_command(ref: str, file: str, prompt: str) -> dict:
     local = ref.startswith("/")  # the local folder (no --model-id): no download
     download = "" if local else "from huggingface_hub import snapshot_download\n"
     texts = '["A cat sits on the mat.", "Stock markets fell today."]'
-    texts = f"[{prompt!r} + text for text in {texts}]  # the model's lead tokens, as encode() adds them" if prompt \
-        else texts
+    texts = (f"[{prompt!r} + text for text in {texts}]  # the model's lead tokens, as encode() adds them" if prompt
+        else texts)
     code = (f'import numpy as np, onnxruntime\n{download}from transformers import AutoTokenizer\n\n'
             f'folder = {repr(ref) if local else f"snapshot_download({ref!r})"}\n'
             f'tokenizer = AutoTokenizer.from_pretrained(folder)\n'

@@ -78,8 +78,8 @@ def _may_run_code(model_dir: Path, config: dict, trust_remote_code: bool) -> boo
     named = _code_named(model_dir, config)
     if not named:
         return False
-    ours = named == {OUR_MODULE} and (model_dir / MODELING_FILE).is_file() and \
-        (model_dir / MODELING_FILE).read_bytes() == modeling_source(str(config.get("model_type"))).encode()
+    ours = (named == {OUR_MODULE} and (model_dir / MODELING_FILE).is_file() and
+        (model_dir / MODELING_FILE).read_bytes() == modeling_source(str(config.get("model_type"))).encode())
     if ours or trust_remote_code:
         return True
     raise EncoderizeError(f"{str(model_dir)!r} names code of its own ({', '.join(sorted(named))}) that is not the "

@@ -39,8 +39,8 @@ def main(model_file: str, reference_file: str) -> dict:
     # embed(text) with pooling none: one row per token; [0] is position 0's output, (dim,)
     first, changed = (np.array(tokens.embed(text)[0]) for text in reference["probe_texts"])
     moved = float(np.abs(first - changed).max() / max(np.abs(first).max(), 1e-12))
-    client = client_pooled(tokens, reference, np) if reference.get("prompt") and reference["pooling"] == "mean" \
-        else {}
+    client = (client_pooled(tokens, reference, np) if reference.get("prompt") and reference["pooling"] == "mean"
+        else {})
     del tokens
 
     pooled_model = load(llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED)  # the pooling type the GGUF names

@@ -228,8 +228,8 @@ class _hub_errors:
             raise EncoderizeError(f"cannot reach the Hub at {mask_credentials(self.endpoint)}: check the network or "
                                   "HF_ENDPOINT") from None
         if isinstance(err, ValueError):
-            raise EncoderizeError(f"push to {self.repo_id} refused: {mask_credentials(str(err).splitlines()[0])}") \
-                from None
+            first_line = mask_credentials(str(err).splitlines()[0])
+            raise EncoderizeError(f"push to {self.repo_id} refused: {first_line}") from None
         return False
 
 

@@ -150,8 +150,8 @@ class Cpt:
 
     def final_model(self, run, built: CptBuilt, trained: Trained, weights: dict | None) -> FinalModel:
         """The encoder to save (main process): LoRA merged, in the dtype it was loaded in."""
-        output_dir, loaded_dtype, peft_model, adapter = run.output_dir, built.export_dtype, built.peft_model, \
-            self.adapter
+        output_dir, loaded_dtype, peft_model, adapter = (run.output_dir, built.export_dtype, built.peft_model,
+            self.adapter)
         final = run.accelerator.unwrap_model(run.model).model
         if peft_model is not None and adapter.load_in_4bit:
             # Merging into NF4 weights would re-quantise them and save a 4-bit checkpoint that needs bitsandbytes and

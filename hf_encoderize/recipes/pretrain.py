@@ -116,8 +116,8 @@ def estimate_memory(config, data: DataConfig, train: TrainConfig, mixed_precisio
     per_layer = tokens * text.hidden_size * 34 * (1 if mixed_precision else 2)
     layers = text.num_hidden_layers
     # With checkpointing only each layer's input (2 bytes a value) stays, plus one layer being recomputed.
-    activations = per_layer + tokens * text.hidden_size * 2 * layers if train.gradient_checkpointing else \
-        per_layer * layers
+    activations = (per_layer + tokens * text.hidden_size * 2 * layers if train.gradient_checkpointing else
+        per_layer * layers)
     # The fused loss's chunk (2**26 logits: fp32 softmax + compute-dtype logits and gradient) and its fp32 grad_W.
     logits = CHUNK_ELEMENTS * (4 + 2 + 2) + text.vocab_size * text.hidden_size * 4
     states = round(state_bytes_per_parameter() * parameters)
@@ -240,8 +240,8 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
     branch_point = Path(train.from_checkpoint) if train.from_checkpoint else None
     if branch_point:
         check_branch(branch_point, phases, shared, train)
-    output_dir = Path(train.output_dir) if train.output_dir else \
-        Path("runs") / f"pretrain-{Path(spec.model_config).stem}-{_split_name(phases)}"
+    output_dir = (Path(train.output_dir) if train.output_dir else
+        Path("runs") / f"pretrain-{Path(spec.model_config).stem}-{_split_name(phases)}")
     return run_recipe(Pretrain(
         spec=spec, config=config, data=data, masking=masking, train=train, phases=phases, memory=memory,
         output_dir=output_dir, curve_title=f"pretraining, {spec.schedule}",

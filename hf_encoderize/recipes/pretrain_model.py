@@ -86,8 +86,8 @@ def load_pretrain_tokenizer(name: str):
         tokenizer = AutoTokenizer.from_pretrained(name)
     except (OSError, ValueError, KeyError) as err:
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise EncoderizeError(f"--tokenizer {name!r}: not a tokenizer folder or a reachable Hub id ({reason})") \
-            from None
+        raise EncoderizeError(
+            f"--tokenizer {name!r}: not a tokenizer folder or a reachable Hub id ({reason})") from None
     if tokenizer.eos_token_id is None:
         raise EncoderizeError(f"--tokenizer {name!r} has no EOS token; packing separates documents with it")
     return tokenizer

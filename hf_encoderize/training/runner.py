@@ -166,7 +166,8 @@ def setup(recipe: Recipe) -> Started:
                               facts=built.settings.to_dict())
     # The starting model's held-out score, on the rows the final one is scored on: what training changed is then the
     # difference of two figures of one measurement (the base's MLM loss before cpt, the encoder's after).
-    initial_eval = evaluate_held_out(run) if step == 0 and not branch_point and recipe.scores_starting_model else {}
+    initial_eval = evaluate_held_out(run) if (step == 0 and not branch_point and recipe.scores_starting_model
+                                              and not train.fast_dev_run) else {}
     if initial_eval:
         monitor.evaluation(0, initial_eval)
     return Started(recipe=recipe, built=built, run=run, monitor=monitor, step=step, started_at=started_at,
@@ -187,7 +188,10 @@ def check_data_on_tokenizer(recipe: Recipe, documents, rows_per_step: int, main_
     tokenizer, so a source that fails fails everywhere; the main one says): a run that will repeat tokens says so now,
     not hours in when the pass begins, and one on fragments of documents too."""
     tokenizer = recipe.load_tokenizer()
-    if main_process:
+    if main_process and recipe.train.fast_dev_run:
+        log.warning(f"--fast-dev-run: {recipe.train.steps} steps, without the corpus budget check, the document "
+                    "length check and the held-out evaluations")
+    elif main_process:
         check_token_budget(recipe.data, documents, tokenizer, rows_per_step, recipe.train.steps, say=log.warning)
         check_document_length(recipe.data, documents, tokenizer, say=log.warning)
 
@@ -203,7 +207,7 @@ def finish(started: Started, trained: Trained) -> dict:
     """Score the trained model, gather what every process holds, and save the encoder and the run record (main
     process); every process returns together, once the encoder is on disk. Returns the command's summary."""
     recipe, run, monitor = started.recipe, started.run, started.monitor
-    final_eval = evaluate_held_out(run)
+    final_eval = {} if recipe.train.fast_dev_run else evaluate_held_out(run)
     if final_eval:
         monitor.evaluation(trained.step, final_eval)
     monitor.close()

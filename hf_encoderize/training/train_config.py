@@ -20,6 +20,7 @@ from hf_encoderize.objectives.loss_kernels import LossImplementation
 from hf_encoderize.training.schedule import decay_steps_for, default_warmup
 
 ADAMW_BETAS = (0.9, 0.95)  # paper, Appendix A
+FAST_DEV_STEPS = 3  # --fast-dev-run: enough to pass a checkpoint-free step, the schedule and the save
 PAPER_TOKENS_PER_STEP = 1_152 * 2_048  # paper, Appendix A: 1,152 rows of 2,048 tokens, 2,359,296 a step
 
 
@@ -133,10 +134,16 @@ class TrainConfig:
     dvclive; or none. Each needs its own package (pip install wandb, ...)."""
     progress: bool = field(default=True, metadata=identity(HARMLESS))
     """Show a progress bar (loss, masked accuracy, LR, tokens/s, ETA) on the main process."""
+    fast_dev_run: bool = field(default=False, metadata=identity(HARMLESS))  # its steps and schedule count
+    """Lightning's name: train 3 steps (no warmup or decay), skipping the optional checks (the corpus budget read, the
+    held-out evaluations), to see a whole run go through; it says what it skipped."""
     dry_run: bool = field(default=False, metadata=identity(HARMLESS))
     """Print the plan (tokens per step, total tokens, the paper's figure) and stop: nothing is loaded or written."""
 
     def __post_init__(self):
+        if self.fast_dev_run:  # a budget of its own: the run's warmup and decay would not fit in it
+            self.steps, self.warmup_steps, self.warmup_ratio = FAST_DEV_STEPS, 0, None
+            self.decay_steps, self.decay_fraction, self.eval_every = 1, None, 0
         for name in ("steps", "batch_size", "grad_accum", "save_every", "keep_last", "log_every"):
             check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=1, integer=True)
         if self.tokens_per_step is not None:

@@ -246,8 +246,8 @@ class DistillWithContrastive(torch.nn.Module):
 
         embeddings = embed_columns(self.model, sentence_features)  # per column: (batch, width)
         teacher = [labels.detach()] * len(embeddings)
-        return self.mse.compute_loss_from_embeddings(embeddings, teacher) + \
-            self.weight * self.mnrl.compute_loss_from_embeddings(embeddings, labels)
+        return (self.mse.compute_loss_from_embeddings(embeddings, teacher) +
+            self.weight * self.mnrl.compute_loss_from_embeddings(embeddings, labels))
 
     def get_config_dict(self) -> dict:
         return {"contrastive_weight": self.weight, "scale": self.mnrl.scale}

@@ -121,8 +121,8 @@ def warn_without_dropout(model, config) -> None:
                "classifier" not in name and isinstance(value, (int, float)) and value > 0]
     if dropped or any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in transformer.modules()):
         return
-    advice = "pass --dropout 0.1 or more (LLM2Vec uses 0.3)" if config.dropout == 0 else \
-        "this model's config has no dropout setting that --dropout turns on; train --method supervised on pairs"
+    advice = ("pass --dropout 0.1 or more (LLM2Vec uses 0.3)" if config.dropout == 0 else
+        "this model's config has no dropout setting that --dropout turns on; train --method supervised on pairs")
     print(f"warning: simcse trains with no dropout, so the two views of each text are identical and only the other "
           f"texts of the batch teach the model; {advice}", file=sys.stderr, flush=True)
 

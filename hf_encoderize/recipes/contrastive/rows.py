@@ -50,8 +50,8 @@ def load_rows(config: ContrastiveConfig):
     wanted = _columns(config)
     missing = [c for c in wanted if c not in rows.column_names]
     if missing:
-        hint = " (supervised needs an anchor and a positive column: pairs or triplets)" \
-            if config.objective == "supervised" else ""
+        hint = (" (supervised needs an anchor and a positive column: pairs or triplets)"
+            if config.objective == "supervised" else "")
         raise EncoderizeError(f"column(s) {', '.join(map(repr, missing))} not in the data (it has "
                               f"{', '.join(map(repr, rows.column_names))}); pass the column options{hint}")
     rows = rows.select_columns(wanted).filter(lambda row: all(isinstance(row[c], str) and row[c].strip()

@@ -76,8 +76,8 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
         loss, made = stage_loss(model, config), {}  # with --matryoshka-dims, at each size
     roles = {"anchor": "query", "text": "text",
              **{column: "document" for column in rows.column_names if column not in ("anchor", "text", "label")}}
-    training = {column: prompts[roles[column]] for column in rows.column_names if roles.get(column) in prompts} \
-        if config.lead_token else None
+    training = ({column: prompts[roles[column]] for column in rows.column_names if roles.get(column) in prompts}
+        if config.lead_token else None)
     args = _training_args(config, work, len(rows), training)  # sets up the processes of a distributed launch
     state = PartialState()
     state.wait_for_everyone()  # every process has checked the folders before the main one changes them
