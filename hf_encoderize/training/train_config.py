@@ -157,7 +157,7 @@ class TrainConfig:
         if self.decay_fraction is not None:
             check_number("--decay-fraction", self.decay_fraction, above=0, maximum=1)
         if self.warmup_ratio is not None:
-            check_number("--warmup-ratio", self.warmup_ratio, minimum=0, maximum=1)
+            check_number("--warmup-ratio", self.warmup_ratio, minimum=0, below=1)  # as eval and contrastive
         if self.warmup_steps is not None and self.warmup_ratio is not None:
             raise EncoderizeError("give --warmup-steps or --warmup-ratio, not both")
         if self.decay_steps is not None and self.decay_fraction is not None:
