@@ -131,3 +131,31 @@ def test_space_and_card_find_their_folders_in_an_installed_wheel(tmp_path):
     assert found.returncode == 0, found.stderr[-2000:]
     for line in found.stdout.split():
         assert Path(line).is_file() and Path(line).is_relative_to(tmp_path / "site" / "hf_encoderize"), line
+
+
+def backslash_continuations(source: str) -> list[int]:
+    """Lines that end in a backslash continuing the line outside a triple-quoted string (inside one it is text)."""
+    import io
+    import tokenize
+
+    strings = {tokenize.STRING} | {getattr(tokenize, name) for name in ("FSTRING_START", "FSTRING_MIDDLE",
+                                                                           "FSTRING_END") if hasattr(tokenize, name)}
+    triple = [(token.start, token.end) for token in tokenize.generate_tokens(io.StringIO(source).readline)
+              if token.type in strings and token.string.lstrip("rbfuRBFU")[:3] in ('"""', "\'\'\'")]
+    found = []
+    for number, line in enumerate(source.splitlines(), 1):
+        if line.endswith("\\") and not any(start <= (number, len(line) - 1) < end for start, end in triple):
+            found.append(number)
+    return found
+
+
+def test_no_backslash_continues_a_line():
+    """STYLE.md 17: parentheses, not backslashes, to continue a line: a reader's tools (call walkers, grep by line)
+    lose their place at a backslash continuation (issue 70: one in training/engine/runner.py hid every later function
+    of the file, and the cpt path read as 3 stops instead of 81). ruff has no stable rule for it: this is the rule."""
+    assert backslash_continuations("x = 1 + \\\n    2\n") == [1]
+    assert backslash_continuations('"""a shell example: \\\n  --flag"""\n') == []
+    rooms = ("hf_encoderize", "space", "scripts", "benchmarks", "tests", "examples")
+    found = {str(path.relative_to(ROOT)): lines for room in rooms for path in sorted((ROOT / room).rglob("*.py"))
+             if (lines := backslash_continuations(path.read_text()))}
+    assert not found

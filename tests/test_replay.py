@@ -31,8 +31,8 @@ def test_a_replay_with_a_new_budget_derives_the_warmup_again(finished_run, tmp_p
     source = json.loads(settings.read_text())["base_model"]
     argv = ["cpt", source, "--config", str(settings)]
     out = tmp_path / "again"
-    assert cli.main([*argv, "--max-steps", "1", "--no-progress", "--output-dir", str(out)]) == 0, \
-        capsys.readouterr().err
+    code = cli.main([*argv, "--max-steps", "1", "--no-progress", "--output-dir", str(out)])
+    assert code == 0, capsys.readouterr().err
     capsys.readouterr()
     replayed = json.loads((out / "run_settings.json").read_text())
     assert replayed["steps"] == 1 and replayed["warmup_steps"] == default_warmup(1) and replayed["batch_size"] == 2

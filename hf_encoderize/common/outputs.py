@@ -185,8 +185,8 @@ def _foreign_inside(folder: Path) -> str | None:
         if _temporary(entry.name):
             continue
         if entry.is_dir() and not entry.is_symlink():
-            inner = _foreign_entry(entry, read_marker(entry)) if read_marker(entry) is not None else \
-                _foreign_files(entry, FILES_OF[folder.name])
+            inner = (_foreign_entry(entry, read_marker(entry)) if read_marker(entry) is not None else
+                _foreign_files(entry, FILES_OF[folder.name]))
         else:
             inner = None if any(fnmatch.fnmatch(entry.name, p) for p in FILES_OF[folder.name]) else ""
         if inner is not None:

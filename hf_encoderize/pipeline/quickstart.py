@@ -213,8 +213,8 @@ def cpu_precision() -> str:
     differed as two seeds do."""
     if torch.cuda.is_available():
         return "auto"
-    native = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)() or \
-        getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
+    native = (getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)() or
+        getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
     return "bf16" if native else "auto"
 
 
@@ -240,8 +240,8 @@ def documentation_topics() -> dict[str, str]:
     try:
         data = gzip.decompress(TOPICS.read_bytes())
     except (OSError, EOFError) as err:
-        raise EncoderizeError(f"the quickstart's corpus {TOPICS} cannot be read ({err}); reinstall hf-encoderize") \
-            from None
+        raise EncoderizeError(
+            f"the quickstart's corpus {TOPICS} cannot be read ({err}); reinstall hf-encoderize") from None
     if hashlib.sha256(data).hexdigest() != TOPICS_SHA256:
         raise EncoderizeError(f"the quickstart's corpus {TOPICS} is not the one shipped (SHA-256 differs); reinstall "
                               "hf-encoderize")

@@ -49,8 +49,8 @@ def cpt_differences(record: RunRecord, load, data, masking, train, adapter) -> l
     from hf_encoderize.data.corpus_files import identity_as_today
 
     if record.identity:
-        ignore = (("data.pack",) if data.pack is None else ()) + \
-            (("train.grad_accum",) if train.tokens_per_step else ())
+        ignore = ((("data.pack",) if data.pack is None else ()) +
+            (("train.grad_accum",) if train.tokens_per_step else ()))
         before = identity_as_today(record.identity, record.data.data_files if record.data else None)
         return settings_diff(before, identity_of(load, data, masking, train, adapter),
                              ignore=ignore)
@@ -99,9 +99,9 @@ def eval_done(results: Path, load, config) -> bool:
     expected = {key: wanted[key] for key in (*FINGERPRINT_KEYS, "model", "mode", "frozen") if key in wanted}
     same_protocol = not protocol_differences({**protocol, "model": summary.model, "mode": summary.mode}, expected)
     grid = config.grid()  # the grid counts too: a summary of other seeds or learning rates is another evaluation
-    same_grid = {lr_key(lr) for lr in protocol.get("lrs", [])} == {lr_key(lr) for lr in grid.lrs} and \
-        set(protocol.get("seeds", [])) == set(grid.seeds) and \
-        {entry.dataset for entry in summary.results} == set(grid.datasets)
+    same_grid = ({lr_key(lr) for lr in protocol.get("lrs", [])} == {lr_key(lr) for lr in grid.lrs} and
+        set(protocol.get("seeds", [])) == set(grid.seeds) and
+        {entry.dataset for entry in summary.results} == set(grid.datasets))
     return summary.profile == config.profile and same_protocol and same_grid
 
 

@@ -99,8 +99,8 @@ def discard_refused_start(recipe: Recipe) -> None:
     touched (this run cleared and marked it; a refusal before that wrote nothing); a resumed or branched run, or one
     that trained a step (its metrics tell what went wrong), keeps its folder as it is."""
     folder = RunFolder(recipe.output_dir)
-    if recipe.train.resume or recipe.train.from_checkpoint or folder.checkpoints.exists() \
-            or not held_here(folder.root) or '"kind": "train"' in _text(folder.metrics):
+    if (recipe.train.resume or recipe.train.from_checkpoint or folder.checkpoints.exists()
+            or not held_here(folder.root) or '"kind": "train"' in _text(folder.metrics)):
         return
     for name in (*RunFolder.entries(), MARKER):
         path = folder.root / name
@@ -152,8 +152,8 @@ def setup(recipe: Recipe) -> Started:
     # one line, never mistaken for a corrupt one.
     check_resume_settings(output_dir, built.settings.compared(), claimed_step(resume_from) if resume_from else None,
                           extendable=recipe.extendable, main_process=accelerator.is_main_process)
-    step = resume_newest(accelerator, output_dir) if resume_from else \
-        load_checkpoint(accelerator, branch_point) if branch_point else 0
+    step = (resume_newest(accelerator, output_dir) if resume_from else
+        load_checkpoint(accelerator, branch_point) if branch_point else 0)
     align_lr_with_schedule(run)
     if accelerator.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
