@@ -56,8 +56,16 @@ from hf_encoderize.training.train_config import TrainConfig
 
 
 def default_output_dir(load: LoadConfig) -> Path:
-    """`runs/<model name>-mlm` when no --output-dir is given."""
-    return Path("runs") / f"{Path(load.gguf_file or load.source).stem.split('/')[-1]}-mlm"
+    """`runs/<model name>-mlm` when no --output-dir is given: the Hub id's or folder's last part whole (a version's dot
+    is part of the name), a GGUF file's name without `.gguf`.
+
+    >>> str(default_output_dir(LoadConfig("meta-llama/Llama-3.2-1B")))
+    'runs/Llama-3.2-1B-mlm'
+    >>> str(default_output_dir(LoadConfig("bartowski/SmolLM2-GGUF", gguf_file="SmolLM2-135M-Q4_K_M.gguf")))
+    'runs/SmolLM2-135M-Q4_K_M-mlm'
+    """
+    name = Path(load.gguf_file).stem if load.gguf_file else Path(load.source).name
+    return Path("runs") / f"{name}-mlm"
 
 
 @releasing_locks  # a run that fails gives its output folder's lock back
