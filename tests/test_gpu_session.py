@@ -229,7 +229,7 @@ def test_the_wheel_part_names_an_image_package_the_carried_wheels_break(tmp_path
         "transformers 5.17.0 requires huggingface-hub<2.0,>=1.5.0, the wheels carry 2.4.0"]
 
 
-def test_each_row_says_what_dynamo_compiled_during_it(tmp_path, monkeypatch):
+def test_each_row_says_what_dynamo_compiled_during_it(tmp_path):
     """Issue 72: every row carries dynamo's unique graphs and recompile-limit hits over its part, and the table
     shows them, so a recompile (one that only shows with `kernels` installed, say) is visible in the session."""
     import time
@@ -238,7 +238,6 @@ def test_each_row_says_what_dynamo_compiled_during_it(tmp_path, monkeypatch):
 
     parts = _script("session_parts_dynamo", "session_parts.py")
     session = parts.Session(tmp_path, tmp_path, time.time() + 120, True, False, "cpu", [])
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
 
     def recompiles():
         step = torch.compile(lambda x: x * 2 + 1, backend="eager", dynamic=False)
@@ -246,7 +245,10 @@ def test_each_row_says_what_dynamo_compiled_during_it(tmp_path, monkeypatch):
             step(torch.ones(3, dtype=dtype))
         return "compiled", {}
 
-    parts.run_part(session, "compiles", 60, recompiles)
+    # dynamo's own patch: pytest's monkeypatch undoes a config value with delattr, which hides the option for every
+    # later test of the process ("torch._dynamo.config.recompile_limit does not exist")
+    with torch._dynamo.config.patch(recompile_limit=1):
+        parts.run_part(session, "compiles", 60, recompiles)
     parts.run_part(session, "plain", 60, lambda: ("no compile", {}))
     compiled, plain = session.rows
     assert compiled["dynamo"]["unique_graphs"] >= 1 and compiled["dynamo"]["recompile_limit_hits"] >= 1

@@ -78,8 +78,8 @@ class Started:
 def run_recipe(recipe: Recipe) -> dict:
     """Set `recipe`'s run up, train it, finish it (module docstring). Returns the summary: the run folder, steps,
     per-step losses, the final held-out loss and masked accuracy, wall time (and the recipe's `summary_extra`).
-    The plan line (`training.plan`) comes once the data were checked, before any weight loads; with `--dry-run` it
-    is all that runs (nothing is read or written), and the plan is the summary."""
+    The plan line (`training.plan`) comes once the data and the model were checked, before the first step; with
+    `--dry-run` it is all that runs (nothing is loaded or written), and the plan is the summary."""
     if recipe.train.dry_run:
         plan = training_plan(recipe.train, recipe.data, world_size())
         log.info(plan.line())
@@ -135,8 +135,10 @@ def setup(recipe: Recipe) -> Started:
     rows_per_step = train.batch_size * train.grad_accum * accelerator.num_processes
     documents = open_documents(recipe.data, rows_per_step)
     check_data_on_tokenizer(recipe, documents, rows_per_step, main_process=accelerator.is_main_process)
-    log.info(training_plan(train, recipe.data, accelerator.num_processes).line())  # before the weights load
     built = recipe.build(accelerator)
+    # Before the first step, once everything a refusal could name is checked (data, tokenizer, weights): a bad input
+    # is answered by its one error line alone (docs/hostile_input.md).
+    log.info(training_plan(train, recipe.data, accelerator.num_processes).line())
     if branch_point:
         recipe.check_branch(branch_point, built)
     # Everything is validated (options, data, model): only now may --overwrite delete the earlier run.
