@@ -115,23 +115,30 @@ def tokens_per_step(session: Session) -> int:
     return TOKENS_PER_STEP["smoke" if session.smoke else "gpu"]
 
 
-def one_run(session: Session, folder: Path, preset: dict, arm: Arm, overrides: dict) -> dict:
-    """One `ours` run (`cpt_throughput.run_ours`) with its figures and device counters; its run folder is deleted
-    (the disk is needed for the next), its profile kept in OUT first. The CPU rehearsal compiles the `default` arm,
-    as the default does on a GPU, so the compiled path and its counters are rehearsed too."""
+def timed(session: Session, folder: Path, run: Callable[[], dict]) -> dict:
+    """`run()`'s result (ours or the Trainer's) with the figures every timed row carries: tokens/s, the device and its
+    counters before and after, utilisation, and peak GPU memory counted from this run's start."""
     torch = _torch()
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
-    compile = True if arm.compile is None and session.smoke and arm.name == "default" else arm.compile
     before = bench.device_state()
-    result = bench.run_ours(preset, folder, arm.backend or "auto", profile=arm.profile, compile=compile,
-                            overrides=overrides)
+    result = run()
     result["device_state"] = {"before": before, "after": bench.device_state()}
     result["tokens_per_s"] = result["tokens"] / result["seconds"]
     result["device"] = session.device_name
     result.update(bench.utilisation(folder, result))
     if torch.cuda.is_available():
         result["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    return result
+
+
+def one_run(session: Session, folder: Path, preset: dict, arm: Arm, overrides: dict) -> dict:
+    """One `ours` run (`cpt_throughput.run_ours`) with its figures and device counters; its run folder is deleted
+    (the disk is needed for the next), its profile kept in OUT first. The CPU rehearsal compiles the `default` arm,
+    as the default does on a GPU, so the compiled path and its counters are rehearsed too."""
+    compile = True if arm.compile is None and session.smoke and arm.name == "default" else arm.compile
+    result = timed(session, folder, lambda: bench.run_ours(preset, folder, arm.backend or "auto", profile=arm.profile,
+                                                           compile=compile, overrides=overrides))
     result.pop("losses", None)
     run_dir = Path(result.pop("encoder")).parent
     if arm.profile and (run_dir / "profile").is_dir():
@@ -211,21 +218,11 @@ def time_probe(session: Session, shape: str) -> tuple[str, dict]:
 def time_trainer(session: Session, shape: str, folder: Path, realistic: bool = False) -> tuple[str, dict]:
     """The grouped Trainer (transformers' run_mlm.py default) at the same shape: the baseline the ratio is against;
     `realistic`: given the tokens-per-step arm's gradient accumulation."""
-    torch = _torch()
     preset = dict(bench.PRESETS[shape])
     if realistic:
         preset.update(SHORT)
-    if torch.cuda.is_available():
-        torch.cuda.reset_peak_memory_stats()
-    before = bench.device_state()
-    result = bench.run_trainer(preset, folder, grouped=True,
-                               tokens_per_step=tokens_per_step(session) if realistic else None)
-    result["device_state"] = {"before": before, "after": bench.device_state()}
-    result["tokens_per_s"] = result["tokens"] / result["seconds"]
-    result["device"] = session.device_name
-    result.update(bench.utilisation(folder, result))
-    if torch.cuda.is_available():
-        result["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    result = timed(session, folder, lambda: bench.run_trainer(
+        preset, folder, grouped=True, tokens_per_step=tokens_per_step(session) if realistic else None))
     shutil.rmtree(folder / "trainer-out", ignore_errors=True)
     return (f"attention {result['attention_backend']}, accum {result['grad_accum']}, padding "
             f"{result.get('padding_fraction', 0):.1%}"), result

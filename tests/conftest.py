@@ -43,6 +43,16 @@ def make_decoder(model_type="llama", attn_implementation="sdpa", **overrides):
     return AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation).eval()
 
 
+def one_error(err: str, *needles: str) -> str:
+    """The one `error: ` line of a refusal, with no traceback beside it, holding every needle (the hostile-input
+    rounds' check)."""
+    assert "Traceback" not in err, err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, err
+    assert all(needle in errors[0] for needle in needles), errors[0]
+    return errors[0]
+
+
 def write_corpus(path, count: int, length):
     """A JSONL corpus an MLM can learn: document i is a run of `length(i)` consecutive word ids from a random start."""
     import json

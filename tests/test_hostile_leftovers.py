@@ -6,19 +6,12 @@ import json
 import shutil
 
 import pytest
+from conftest import one_error
 
 from hf_encoderize.cli import main
 
 TINY = ["--max-seq-length", "32", "--batch-size", "4", "--eval-documents", "8", "--no-progress", "--logging-steps",
         "100"]
-
-
-def one_error(err: str, *needles: str) -> str:
-    assert "Traceback" not in err, err
-    errors = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, err
-    assert all(needle in errors[0] for needle in needles), errors[0]
-    return errors[0]
 
 
 def _docs(path):

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import contrastive_config
+from conftest import contrastive_config, one_error
 from hub_server import fake_hub, make_run_folder  # noqa: F401 (fake_hub is a fixture)
 
 from hf_encoderize.cli import main
@@ -105,14 +105,6 @@ def _docs(path: Path, shift: int = 0) -> Path:
     path.write_text("".join(json.dumps({"text": " ".join(f"w{(7 * d + i + shift) % 120}" for i in range(6 + d % 20))})
                             + "\n" for d in range(120)))
     return path
-
-
-def one_error(err: str, *needles: str) -> str:
-    assert "Traceback" not in err, err
-    errors = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, err
-    assert all(needle in errors[0] for needle in needles), errors[0]
-    return errors[0]
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import contrastive_config, interrupt_at_step, make_tokenizer
+from conftest import contrastive_config, interrupt_at_step, make_tokenizer, one_error
 from hub_server import make_run_folder
 from safetensors.torch import load_file, save_file
 
@@ -26,14 +26,6 @@ from hf_encoderize.common.outputs import write_marker
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--max-seq-length", "32", "--batch-size", "4", "--eval-documents", "8", "--save-steps", "100", "--no-progress",
         "--logging-steps", "100", "--eval-steps", "0"]
-
-
-def one_error(err: str, *needles: str) -> str:
-    assert "Traceback" not in err, err
-    errors = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, err
-    assert all(needle in errors[0] for needle in needles), errors[0]
-    return errors[0]
 
 
 def _files(folder: Path) -> dict[str, bytes]:
