@@ -69,7 +69,7 @@ def test_simcse_end_to_end_loads_without_hf_encoderize(encoder, data, tmp_path, 
     assert main(["contrastive", str(encoder), "--data-files", str(data["text"]), "--output-dir", str(out),
                  "--max-steps", "3", "--batch-size", "8"]) == 0
     record = json.loads((out / "contrastive_run.json").read_text())
-    assert record["stage"]["objective"] == "simcse" and len(record["losses"]) >= 1
+    assert record["stage"]["method"] == "simcse" and len(record["losses"]) >= 1
     assert record["stage"]["training_dropout"] == {"attention_dropout": 0.3}
     config = json.loads((out / "config.json").read_text())
     assert config["attention_dropout"] == 0.0  # dropout was for training only

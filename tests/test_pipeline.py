@@ -248,7 +248,7 @@ def test_run_adds_a_simcse_stage_and_a_rerun_skips_it(decoder_dir, corpus, tmp_p
             *TINY[:-2], "--eval-profile", "none", "--contrastive", "simcse", "--contrastive-max-steps", "2"]
     assert main(args) == 0
     record = json.loads((out / "contrastive" / "contrastive_run.json").read_text())
-    assert record["stage"]["objective"] == "simcse" and record["source"] == str(out / "encoder")
+    assert record["stage"]["method"] == "simcse" and record["source"] == str(out / "encoder")
     capsys.readouterr()
     assert main(args) == 0
     assert "contrastive simcse: 2 steps -- finished earlier, skipped" in capsys.readouterr().err  # progress: stderr

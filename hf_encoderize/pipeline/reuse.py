@@ -76,7 +76,8 @@ def contrastive_done(config, out: Path) -> str | None:
     from hf_encoderize.recipes.contrastive import recorded_settings
 
     # data_files by content, as trained (the stage's data_identity): an edit in place is other data
-    differs = settings_diff(recorded_settings(record.config, record.stage), identity_of(config, prefixed=False))
+    differs = settings_diff(recorded_settings(record.config, record.stage_facts().to_dict()),
+                            identity_of(config, prefixed=False))
     if differs:
         raise EncoderizeError(f"{str(folder.contrastive)!r} holds an embedding model made with other settings "
                               f"({'; '.join(differs)}); pass --overwrite to start over or pick a new --output-dir")

@@ -308,7 +308,7 @@ def card_data(facts: CardFacts):
     data = run.data or DataFacts()
     tags = ["hf-encoderize", "encoder", "bidirectional", "sentence-transformers", "feature-extraction",
             "sentence-similarity" if facts.contrastive else None, "contrastive" if facts.contrastive else None,
-            learnt(facts.contrastive.stage_facts().objective).name if facts.contrastive else None,
+            learnt(facts.contrastive.stage_facts().method).name if facts.contrastive else None,
             facts.model_type or None, "fill-mask" if facts.has_mlm_head else None,
             *(p.name for p in recorded_sequence(run.objective).phases), "lora" if run.lora else None,
             f"arxiv:{ARXIV_ID}"]
@@ -373,7 +373,7 @@ def pushed_results(facts: CardFacts) -> dict[str, bytes]:
 def learnt_facts(facts: CardFacts) -> dict:
     """What the model learnt, as the template names it (`records.learnt`): the contrastive method that ran and the
     masking target of its training run."""
-    method = learnt(facts.contrastive.stage_facts().objective) if facts.contrastive else None
+    method = learnt(facts.contrastive.stage_facts().method) if facts.contrastive else None
     return {"method": method,
             "masked": recorded_sequence((facts.run or RunRecord()).objective).masking_target or learnt("mlm")}
 

@@ -60,7 +60,7 @@ def contrastive_text(record: ContrastiveRecord) -> str:
     stage, config = record.stage_facts(), record.source_facts()
     source = local_data(config.data_files, config.data_name) if config.data_files else f"`{config.dataset or '?'}`"
     dropout = max((stage.training_dropout or {}).values(), default=0)
-    how = distilled_text(stage) if stage.teacher else learnt(stage.objective).phrase  # the method that ran
+    how = distilled_text(stage) if stage.teacher else learnt(stage.method).phrase  # the method that ran
     if dropout:
         how += f" at dropout {dropout}"
     return (f"{how}; {loss_text(stage)}, `{stage.pooling}` pooling, "

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hf_encoderize.common.run_folder import read_json
+from hf_encoderize.records.contrastive_record import ContrastiveStage
 from hf_encoderize.records.fields import Fields, Part
 from hf_encoderize.records.run_record import PatchFacts, RunRecord
 
@@ -51,7 +52,7 @@ class EncoderFacts(Fields):
     """What the token set-up did (mask token added or reused, pad token)."""
     plain_attention: dict | None = None
     """Which attention backends a plain load runs bidirectionally (written by the saver)."""
-    contrastive: dict | None = None
+    contrastive: ContrastiveStage | None = None
     """The contrastive stage of an embedding model (`contrastive`)."""
 
     def to_dict(self) -> dict:

@@ -33,7 +33,7 @@ from hf_encoderize.recipes.contrastive.model import (
 )
 from hf_encoderize.recipes.contrastive.resume import check_resume, checkpoints, set_aside, settings_of, work_dir
 from hf_encoderize.recipes.contrastive.rows import check_distinct, load_rows
-from hf_encoderize.records.contrastive_record import ContrastiveRecord
+from hf_encoderize.records.contrastive_record import ContrastiveRecord, ContrastiveStage
 from hf_encoderize.records.encoder_facts import EncoderFacts
 from hf_encoderize.training.lora import AdapterConfig, check_targets_before_load
 
@@ -208,19 +208,20 @@ def _finish_folder(folder: Path, source: Path, config: ContrastiveConfig, dropou
     if auto_map and (source / MODELING_FILE).is_file():
         shutil.copyfile(source / MODELING_FILE, folder / MODELING_FILE)
         updates["auto_map"] = auto_map
-    stage = {"objective": config.objective, "pooling": config.pooling, "loss": config.loss, "steps": config.steps,
-             "batch_size": config.batch_size, "learning_rate": config.learning_rate, "scale": config.scale,
-             "training_dropout": dropout, "rows": rows, "final_loss": logged[-1] if logged else None,
-             "lora": {"r": adapter.lora_r, "alpha": adapter.lora_alpha, "targets": adapter.lora_targets,
-                      "merged": True} if adapter.lora_r else None,
-             "processes": world_size(),
-             "data_identity": config.identity_value("data_files"),  # what `run` compares before reusing the stage
-             "lead": json.loads((folder / "config_sentence_transformers.json").read_text()).get("prompts", {}).get(
-                 "text", ""), **distill.distill_stage(config, folder, made)}
+    stage = ContrastiveStage(**{  # typed: a misspelt key fails here
+        "method": config.objective, "pooling": config.pooling, "loss": config.loss, "steps": config.steps,
+        "batch_size": config.batch_size, "learning_rate": config.learning_rate, "scale": config.scale,
+        "training_dropout": dropout, "rows": rows, "final_loss": logged[-1] if logged else None,
+        "lora": {"r": adapter.lora_r, "alpha": adapter.lora_alpha, "targets": adapter.lora_targets,
+                 "merged": True} if adapter.lora_r else None,
+        "processes": world_size(),
+        "data_identity": config.identity_value("data_files"),  # what `run` compares before reusing the stage
+        "lead": json.loads((folder / "config_sentence_transformers.json").read_text()).get("prompts", {}).get(
+            "text", ""), **distill.distill_stage(config, folder, made)})
     previous = EncoderFacts.from_dict(saved.get("hf_encoderize"))  # the MLM encoder's facts, kept
     write_encoder_block(folder, replace(previous, contrastive=stage), updates=updates,
                         remove=() if "auto_map" in updates else ("auto_map",))
     ContrastiveRecord(source=os.fspath(source), config=asdict(config), stage=stage, losses=logged,
                       facts={"metrics": log, "base_encoder": previous.to_dict()}).to_json(folder / CONTRASTIVE_RECORD)
     return {"objective": config.objective, "rows": rows, "steps": config.steps, "first_loss": logged[0] if logged
-            else None, "final_loss": stage["final_loss"]}
+            else None, "final_loss": stage.final_loss}

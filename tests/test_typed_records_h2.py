@@ -1,0 +1,35 @@
+"""Issue 70 point 2: the last records written as hand dicts are typed (`ContrastiveStage`, `ExportRecord`,
+`EvalProtocol`), and a record written before a field was renamed reads through the same round-trip."""
+
+from __future__ import annotations
+
+import json
+
+from hf_encoderize.records.contrastive_record import ContrastiveRecord, ContrastiveStage
+from hf_encoderize.records.encoder_facts import EncoderFacts
+
+OLD_STAGE = {"objective": "distill", "pooling": "mean", "loss": "mse", "steps": 4, "teacher": "t",
+             "teacher_name": "all-MiniLM-L6-v2", "teacher_license": "apache-2.0", "lead": ""}
+
+
+def test_a_stage_recorded_as_objective_reads_and_writes_back_as_method(tmp_path):
+    """The contrastive method's one name is `method` (`ContrastiveConfig.method`); a contrastive_run.json or a
+    config.json block written before says `objective`: lifted on read, in both files, and written back renamed."""
+    path = tmp_path / "contrastive_run.json"
+    path.write_text(json.dumps({"source": "enc", "config": {}, "stage": OLD_STAGE, "losses": [1.0]}))
+    record = ContrastiveRecord.from_json(path)
+    assert isinstance(record.stage, ContrastiveStage) and record.stage_facts().method == "distill"
+    record.to_json(path)
+    written = json.loads(path.read_text())["stage"]
+    assert written["method"] == "distill" and "objective" not in written
+    assert set(written) == {"method", *OLD_STAGE} - {"objective"}  # nothing else is added or lost
+    block = EncoderFacts.from_dict({"command": "cpt", "contrastive": OLD_STAGE})
+    assert block.contrastive.method == "distill" and block.to_dict()["contrastive"]["method"] == "distill"
+
+
+def test_the_stage_is_built_typed_so_a_misspelt_key_fails_where_it_is_written():
+    import pytest
+
+    with pytest.raises(TypeError, match="objective"):
+        ContrastiveStage(**{"objective": "simcse"})
+    assert ContrastiveStage(method="simcse", steps=2).known() == {"method": "simcse", "steps": 2}
