@@ -235,7 +235,7 @@ def test_a_txt_document_too_long_to_hold_is_refused_naming_the_line_unit(unit, d
 
 
 def test_paragraphs_split_by_windows_blank_lines_are_not_one_document(tmp_path):
-    from hf_encoderize.data.sources import check_document_size
+    from hf_encoderize.data.corpus_files import check_document_size
 
     text = tmp_path / "crlf.txt"
     text.write_bytes(b"".join(b"w1 w2 w3 " * 200 + b"\r\n\r\n" for _ in range(1000)))  # 1.8 MB of 1.8 kB paragraphs

@@ -29,13 +29,11 @@ Design choices:
 from __future__ import annotations
 
 import itertools
-import os
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hf_encoderize.data.corpus_files import local_files
-from hf_encoderize.data.sources import PRECHECK_BYTES, DataConfig, Documents, LocalFiles
+from hf_encoderize.data.sources import PRECHECK_BYTES, DataConfig, Documents, local_bytes
 
 SAMPLE_DOCUMENTS = 256  # documents tokenized to measure tokens per byte / per document
 # Dataset card sizes (GPT-2 tokens) of the paper's corpus, section 2. None is the whole set ("default").
@@ -76,8 +74,7 @@ def estimate_budget(cfg: DataConfig, documents: Documents, tokenizer, rows_per_s
     tokens = sum(len(ids) for ids in tokenizer(sample, add_special_tokens=False)["input_ids"])
     text_bytes = sum(len(text.encode("utf-8")) for text in sample)
     if cfg.data_files:
-        files = local_files(cfg.data_files)
-        size = sum(os.path.getsize(f) for f in files)
+        size = local_bytes(cfg)
         if size <= PRECHECK_BYTES:  # small: count the training documents' text exactly
             size = sum(len(text.encode("utf-8")) for text in itertools.islice(iter(documents), first, None))
         holds = int(size * tokens / max(text_bytes, 1))
@@ -96,7 +93,7 @@ def run_tokens_per_card_token(cfg: DataConfig, documents, tokenizer) -> float | 
     """The run's tokens per GPT-2 token on the sampled rows of a Hub source whose rows carry `token_count` (GPT-2
     counts, as FineWeb-Edu's), or None."""
     source = getattr(documents, "source", None)
-    if source is None or isinstance(source, LocalFiles):
+    if source is None or documents.local:
         return None
     rows = (row for row in source if isinstance(row, dict) and isinstance(row.get(cfg.text_column), str)
             and row[cfg.text_column].strip())

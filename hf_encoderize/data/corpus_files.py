@@ -1,22 +1,33 @@
-"""Local corpus files: which files `--data-files` names, and what they hold, for "same data?".
+"""Local corpus files: which files `--data-files` names, how they are read, and what they hold, for "same data?".
 
 Design choices:
 - One reader of local paths (`local_files`) for cpt, pretrain and contrastive: a file, a folder or a glob, after `~`,
-  so they accept the same things.
+  so they accept the same things. `open_local` is the whole step from that text to files ready to read (one kind of
+  file, no .txt document too large to hold), so `sources` comes here once per source.
+- Bad contents are one-line errors: reading goes through `guarded`, which turns any read/parse error into an
+  `EncoderizeError` naming the file and, after re-scanning it (`_diagnose`), the line ("docs.jsonl line 3: not valid
+  JSON"). `LocalFiles` streams the files one after the other, so an error can name the file and row it comes from.
 - "Same data?" is read from the files, not the path text: `data_files` counts for a resume or a reused stage by each
   file's size and a SHA-256 of all of it (`content_identity`: streamed, once per process, cached by size and mtime),
   so `./docs.jsonl` and `docs.jsonl` are one corpus and a corpus edited in place, anywhere in it, is another.
+- Nothing here imports another data module: `sources` (the configured source and its documents) and, through it,
+  `budget` stand on this one, and none calls back up.
 """
 
 from __future__ import annotations
 
 import glob
+import json
+import logging
 import os
+from collections.abc import Iterator
 
 from hf_encoderize.common.errors import EncoderizeError
 
 HEAD_BYTES = 1 << 20  # the chunk `file_identity` reads; once the only part of each file hashed
 BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}  # suffix -> datasets builder
+MAX_DOCUMENT_BYTES = 1 << 20  # a .txt document over this is refused (`check_document_size`): it is read whole
+_SAMPLE_BY = {"line": "line", "paragraph": "paragraph", "file": "document"}  # datasets' text builder's names
 
 
 def local_files(spec: str, builders: dict[str, str] = BUILDERS) -> list[str]:
@@ -158,3 +169,133 @@ def blank_file(path: str) -> bool:
 def dataset_patterns(files: list[str]) -> list[str]:
     """`files` as `datasets.load_dataset`'s data_files, which it globs: `[` in a name is escaped to stay a name."""
     return [glob.escape(path) for path in files]
+
+
+def check_document_size(files: list[str], unit: str) -> None:
+    """Refuse, by a streamed scan before anything is read whole, a .txt document over `MAX_DOCUMENT_BYTES`: the text
+    builder holds a document in memory whole and the tokenizer multiplies it (a 10 MB paragraph peaked at 3.5 GB, a
+    200 MB one was killed). A file with no blank line under `paragraph` is the usual cause: its unit is the line."""
+    for path in files:
+        if unit == "line":
+            return
+        size = os.path.getsize(path) if unit == "file" else _longest_paragraph(path, MAX_DOCUMENT_BYTES)
+        if size > MAX_DOCUMENT_BYTES:
+            what = "is over" if unit == "file" else "has a paragraph (text without a blank line) of over"
+            raise EncoderizeError(f"{path} {what} {MAX_DOCUMENT_BYTES >> 20} MiB, and --text-unit {unit} reads it "
+                                  "as one document held whole in memory; if the file holds one text per line, pass "
+                                  "--text-unit line (or split it into paragraphs with blank lines)")
+
+
+def _longest_paragraph(path: str, limit: int) -> int:
+    """The bytes of `path`'s longest run without a blank line, read in chunks; stops once a run passes `limit`."""
+    longest, run, ended_in_newline = 0, 0, False
+    with open(path, "rb") as handle:
+        while chunk := handle.read(HEAD_BYTES):
+            chunk = chunk.replace(b"\r\n", b"\n")  # the builder reads universal newlines
+            if ended_in_newline and chunk.startswith(b"\n"):
+                run, chunk = 0, chunk[1:]
+            for index, part in enumerate(chunk.split(b"\n\n")):
+                run = run + len(part) if index == 0 else len(part)
+                longest = max(longest, run)
+            if longest > limit:
+                break
+            ended_in_newline = chunk.endswith(b"\n")
+    return longest
+
+
+def diagnose_files(files: list[str], err: Exception) -> str:
+    """One line for a read error of a set of local files: the first bad line of the first file that has one."""
+    for path in files:
+        found = _diagnose(path, err)
+        if found != _reason(path, err):
+            return found
+    return _reason(files[0] if len(files) == 1 else ", ".join(files[:3]), err)
+
+
+def open_local(spec: str, text_unit: str) -> LocalFiles:
+    """The files `--data-files` `spec` names, ready to stream: one kind of file only and, for .txt files, no document
+    over `MAX_DOCUMENT_BYTES` under `text_unit` (a `--text-unit` value, `sources.TextUnit`)."""
+    files = local_files(spec)
+    builders = {BUILDERS[os.path.splitext(f)[1]] for f in files}
+    if len(builders) > 1:
+        raise EncoderizeError("--data-files mixes file types; pass one kind (.txt, .jsonl or .parquet)")
+    if builders == {"text"}:
+        check_document_size(files, text_unit)
+    return LocalFiles(files, builders.pop(), text_unit=text_unit)
+
+
+class LocalFiles:
+    """Local files streamed one after the other, so an error can name the file (and row) it comes from."""
+
+    def __init__(self, files: list[str], builder: str, text_unit: str = "paragraph"):
+        self.files, self.builder, self.text_unit = files, builder, text_unit
+
+    def located(self) -> Iterator[tuple[str, int, dict]]:
+        """`(file, row number from 1, row)` for every row of every file."""
+        import datasets
+
+        # The builders log a parse error before raising it; we report it ourselves, as one line.
+        logging.getLogger("datasets.packaged_modules").setLevel(logging.CRITICAL)
+        for path in self.files:
+            try:
+                options = {"sample_by": _SAMPLE_BY[self.text_unit]} if self.builder == "text" else {}
+                rows = datasets.load_dataset(self.builder, data_files=dataset_patterns([path]), split="train",
+                                             streaming=True, **options)
+            except StopIteration:  # the streaming builders read a first row to infer the columns: an empty file
+                continue
+            except Exception as err:
+                raise EncoderizeError(_diagnose(path, err)) from None
+            for number, row in enumerate(guarded(rows, path), 1):
+                yield path, number, row
+
+    def __iter__(self) -> Iterator[dict]:
+        return (row for _, _, row in self.located())
+
+
+def guarded(rows, where: str) -> Iterator[dict]:
+    """`rows`, with any read/parse error turned into one line naming `where` (a file is re-scanned for the line)."""
+    try:
+        yield from rows
+    except EncoderizeError:
+        raise
+    except Exception as err:  # datasets/pyarrow raise many types (ArrowInvalid, UnicodeDecodeError, ...)
+        raise EncoderizeError(_diagnose(where, err) if os.path.isfile(where) else _reason(where, err)) from None
+
+
+def _reason(where: str, err: Exception) -> str:
+    text = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return f"cannot read {where!r}: {text}"
+
+
+def _diagnose(path: str, err: Exception) -> str:
+    """The first bad line of a local file, found by reading it again; the library's own message when none is found."""
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        try:
+            pq.ParquetFile(path)
+        except Exception as bad:
+            return f"{path}: not a parquet file ({str(bad).splitlines()[0]}); replace it or remove it from --data-files"
+        return _reason(path, err)
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            problem = _line_problem(raw, json_lines=not path.endswith(".txt"))
+            if problem:
+                return f"{path} line {number}: {problem}"
+    return _reason(path, err)
+
+
+def _line_problem(raw: bytes, json_lines: bool) -> str | None:
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "not UTF-8 text (a binary file?); pass text, JSON lines or parquet files only"
+    if not json_lines or not line.strip():
+        return None
+    try:
+        value = json.loads(line)
+    except ValueError as err:
+        return f"not valid JSON ({err}); fix or remove the line"
+    if not isinstance(value, dict):
+        return f"a JSON {type(value).__name__}, not an object; each line must be one object like {{\"text\": ...}}"
+    return None

@@ -10,12 +10,12 @@ Design choices:
 - The first `eval_documents` documents are held out and never trained on; a source with nothing after them is refused.
   Unset, it is 64, or 5% (at least one) of a small local corpus, counted when the config is made: run_mlm.py holds
   out a share (`validation_split_percentage`, 5), and 64 of a 100-document corpus would leave little to train on.
-- Bad contents are one-line errors too: reading goes through `_guarded`, which turns any read/parse error into an
-  `EncoderizeError` naming the file and, after re-scanning it (`_diagnose`), the line ("docs.jsonl line 3: not valid
-  JSON"). A null or non-string text value is refused with its file and row; empty (or blank) documents are skipped.
-  Local sources up to `PRECHECK_BYTES` are read through once by `open_documents`, so such errors come before any
-  weight is loaded; larger ones are checked as they stream (still one line, mid-training).
-- Which files `--data-files` names, and what they hold for "same data?", is `corpus_files`'.
+- Bad contents are one-line errors too: reading goes through `corpus_files.guarded`, which names the file and line
+  ("docs.jsonl line 3: not valid JSON"). A null or non-string text value is refused with its file and row; empty (or
+  blank) documents are skipped. Local sources up to `PRECHECK_BYTES` are read through once by `open_documents`, so
+  such errors come before any weight is loaded; larger ones are checked as they stream (still one line, mid-training).
+- Which files `--data-files` names, how they are read and what they hold for "same data?" is `corpus_files`': this
+  module comes to it once per source (`open_local`), and it calls nothing here.
 - `Documents` is re-iterable: each pass (and a resumed run) starts again from the first document, so the packer's
   small state (documents consumed, tokens carried over) is enough to continue from exactly the same token.
 """
@@ -23,8 +23,6 @@ Design choices:
 from __future__ import annotations
 
 import itertools
-import json
-import logging
 import os
 import random
 from collections.abc import Iterable, Iterator
@@ -35,11 +33,11 @@ from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, identity
 from hf_encoderize.common.validation import check_choice, check_data_name, check_number
 from hf_encoderize.data.corpus_files import (
-    BUILDERS,
-    HEAD_BYTES,
+    LocalFiles,
     content_identity,
-    dataset_patterns,
+    guarded,
     local_files,
+    open_local,
     reads_text_files,
 )
 from hf_encoderize.records.run_settings import DataFacts
@@ -47,9 +45,7 @@ from hf_encoderize.records.run_settings import DataFacts
 HELD_OUT_DOCUMENTS = 64  # held out by default ...
 HELD_OUT_SHARE = 0.05  # ... unless that is more than run_mlm.py's validation_split_percentage (5) of the corpus
 PRECHECK_BYTES = 64 << 20  # local sources up to this size are read through (not tokenized) before training
-MAX_DOCUMENT_BYTES = 1 << 20  # a .txt document over this is refused (`check_document_size`): it is read whole
 TextUnit = Literal["line", "paragraph", "file"]
-_SAMPLE_BY = {"line": "line", "paragraph": "paragraph", "file": "document"}  # datasets' text builder's names
 
 
 @dataclass
@@ -142,60 +138,13 @@ def data_facts(data: DataConfig) -> DataFacts:
                      shuffle_buffer=data.shuffle_buffer)
 
 
-def check_document_size(files: list[str], unit: TextUnit) -> None:
-    """Refuse, by a streamed scan before anything is read whole, a .txt document over `MAX_DOCUMENT_BYTES`: the text
-    builder holds a document in memory whole and the tokenizer multiplies it (a 10 MB paragraph peaked at 3.5 GB, a
-    200 MB one was killed). A file with no blank line under `paragraph` is the usual cause: its unit is the line."""
-    for path in files:
-        if unit == "line":
-            return
-        size = os.path.getsize(path) if unit == "file" else _longest_paragraph(path, MAX_DOCUMENT_BYTES)
-        if size > MAX_DOCUMENT_BYTES:
-            what = "is over" if unit == "file" else "has a paragraph (text without a blank line) of over"
-            raise EncoderizeError(f"{path} {what} {MAX_DOCUMENT_BYTES >> 20} MiB, and --text-unit {unit} reads it "
-                                  "as one document held whole in memory; if the file holds one text per line, pass "
-                                  "--text-unit line (or split it into paragraphs with blank lines)")
-
-
-def _longest_paragraph(path: str, limit: int) -> int:
-    """The bytes of `path`'s longest run without a blank line, read in chunks; stops once a run passes `limit`."""
-    longest, run, ended_in_newline = 0, 0, False
-    with open(path, "rb") as handle:
-        while chunk := handle.read(HEAD_BYTES):
-            chunk = chunk.replace(b"\r\n", b"\n")  # the builder reads universal newlines
-            if ended_in_newline and chunk.startswith(b"\n"):
-                run, chunk = 0, chunk[1:]
-            for index, part in enumerate(chunk.split(b"\n\n")):
-                run = run + len(part) if index == 0 else len(part)
-                longest = max(longest, run)
-            if longest > limit:
-                break
-            ended_in_newline = chunk.endswith(b"\n")
-    return longest
-
-
-def diagnose_files(files: list[str], err: Exception) -> str:
-    """One line for a read error of a set of local files: the first bad line of the first file that has one."""
-    for path in files:
-        found = _diagnose(path, err)
-        if found != _reason(path, err):
-            return found
-    return _reason(files[0] if len(files) == 1 else ", ".join(files[:3]), err)
-
-
 def load_documents(cfg: DataConfig):
     """An iterable of rows (dicts) from the configured source; raises a one-line error for a bad source/column."""
     import datasets
 
     try:
         if cfg.data_files:
-            files = local_files(cfg.data_files)
-            builders = {BUILDERS[os.path.splitext(f)[1]] for f in files}
-            if len(builders) > 1:
-                raise EncoderizeError("--data-files mixes file types; pass one kind (.txt, .jsonl or .parquet)")
-            if builders == {"text"}:
-                check_document_size(files, cfg.text_unit)
-            source = LocalFiles(files, builders.pop(), text_unit=cfg.text_unit)
+            source = open_local(cfg.data_files, cfg.text_unit)
         else:
             source = datasets.load_dataset(cfg.dataset, cfg.dataset_config, split=cfg.split, streaming=cfg.streaming)
     except EncoderizeError:
@@ -206,93 +155,16 @@ def load_documents(cfg: DataConfig):
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
         local = "" if cfg.data_files else "; or train on local text with --data-files (.txt/.jsonl/.json/.parquet)"
         raise EncoderizeError(f"cannot load dataset {cfg.data_files or cfg.dataset!r}: {reason}{local}") from None
-    first = next(iter(_guarded(source, cfg.data_files or cfg.dataset)), None) if source is not None else None
+    first = next(iter(guarded(source, cfg.data_files or cfg.dataset)), None) if source is not None else None
     if first is None:
         raise EncoderizeError(f"the dataset {cfg.data_files or cfg.dataset!r} has no rows; point --data-files or "
                               "--dataset at a source with documents")
     columns = getattr(source, "column_names", None) or list(first.keys())
-    column = "text" if cfg.data_files and all(f.endswith(".txt") for f in local_files(cfg.data_files)) else None
+    column = "text" if cfg.data_files and source.builder == "text" else None  # the text builder's one column
     column = column or cfg.text_column
     if column not in columns:
         raise EncoderizeError(f"text column {column!r} not found (columns: {', '.join(columns)}); set --text-column")
     return source, column
-
-
-class LocalFiles:
-    """Local files streamed one after the other, so an error can name the file (and row) it comes from."""
-
-    def __init__(self, files: list[str], builder: str, text_unit: TextUnit = "paragraph"):
-        self.files, self.builder, self.text_unit = files, builder, text_unit
-
-    def located(self) -> Iterator[tuple[str, int, dict]]:
-        """`(file, row number from 1, row)` for every row of every file."""
-        import datasets
-
-        # The builders log a parse error before raising it; we report it ourselves, as one line.
-        logging.getLogger("datasets.packaged_modules").setLevel(logging.CRITICAL)
-        for path in self.files:
-            try:
-                options = {"sample_by": _SAMPLE_BY[self.text_unit]} if self.builder == "text" else {}
-                rows = datasets.load_dataset(self.builder, data_files=dataset_patterns([path]), split="train",
-                                             streaming=True, **options)
-            except StopIteration:  # the streaming builders read a first row to infer the columns: an empty file
-                continue
-            except Exception as err:
-                raise EncoderizeError(_diagnose(path, err)) from None
-            for number, row in enumerate(_guarded(rows, path), 1):
-                yield path, number, row
-
-    def __iter__(self) -> Iterator[dict]:
-        return (row for _, _, row in self.located())
-
-
-def _guarded(rows, where: str) -> Iterator[dict]:
-    """`rows`, with any read/parse error turned into one line naming `where` (a file is re-scanned for the line)."""
-    try:
-        yield from rows
-    except EncoderizeError:
-        raise
-    except Exception as err:  # datasets/pyarrow raise many types (ArrowInvalid, UnicodeDecodeError, ...)
-        raise EncoderizeError(_diagnose(where, err) if os.path.isfile(where) else _reason(where, err)) from None
-
-
-def _reason(where: str, err: Exception) -> str:
-    text = (str(err).strip().splitlines() or [type(err).__name__])[0]
-    return f"cannot read {where!r}: {text}"
-
-
-def _diagnose(path: str, err: Exception) -> str:
-    """The first bad line of a local file, found by reading it again; the library's own message when none is found."""
-    if path.endswith(".parquet"):
-        import pyarrow.parquet as pq
-
-        try:
-            pq.ParquetFile(path)
-        except Exception as bad:
-            return f"{path}: not a parquet file ({str(bad).splitlines()[0]}); replace it or remove it from --data-files"
-        return _reason(path, err)
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, 1):
-            problem = _line_problem(raw, json_lines=not path.endswith(".txt"))
-            if problem:
-                return f"{path} line {number}: {problem}"
-    return _reason(path, err)
-
-
-def _line_problem(raw: bytes, json_lines: bool) -> str | None:
-    try:
-        line = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return "not UTF-8 text (a binary file?); pass text, JSON lines or parquet files only"
-    if not json_lines or not line.strip():
-        return None
-    try:
-        value = json.loads(line)
-    except ValueError as err:
-        return f"not valid JSON ({err}); fix or remove the line"
-    if not isinstance(value, dict):
-        return f"a JSON {type(value).__name__}, not an object; each line must be one object like {{\"text\": ...}}"
-    return None
 
 
 class Documents:
@@ -304,11 +176,16 @@ class Documents:
     def __init__(self, source, column: str):
         self.source, self.column = source, column
 
+    @property
+    def local(self) -> bool:
+        """Whether the documents come from local files (`--data-files`), not from a Hub dataset's rows."""
+        return isinstance(self.source, LocalFiles)
+
     def __iter__(self) -> Iterator[str]:
-        if isinstance(self.source, LocalFiles):
+        if self.local:
             located = self.source.located()
         else:
-            located = (("the dataset", number, row) for number, row in enumerate(_guarded(self.source, "dataset"), 1))
+            located = (("the dataset", number, row) for number, row in enumerate(guarded(self.source, "dataset"), 1))
         for where, number, row in located:
             text = row.get(self.column)
             if not isinstance(text, str):
@@ -323,11 +200,17 @@ def counted_documents(cfg: DataConfig) -> int | None:
     """How many documents a local source of at most `PRECHECK_BYTES` holds (read, not tokenized); None for a larger
     or Hub source, or one that cannot be read (`open_documents` then says why, before any weight loads)."""
     try:
-        if not cfg.data_files or sum(os.path.getsize(f) for f in local_files(cfg.data_files)) > PRECHECK_BYTES:
+        if not cfg.data_files or local_bytes(cfg) > PRECHECK_BYTES:
             return None
         return sum(1 for _ in Documents(*load_documents(cfg)))
     except (EncoderizeError, OSError):
         return None
+
+
+def local_bytes(cfg: DataConfig) -> int:
+    """The size of the `--data-files` source's files: up to `PRECHECK_BYTES`, it is read through before any weight
+    loads (`counted_documents`, `open_documents`) and counted exactly (`budget.estimate_budget`)."""
+    return sum(os.path.getsize(path) for path in local_files(cfg.data_files))
 
 
 def held_out_documents(count: int | None) -> int:
@@ -347,7 +230,7 @@ def open_documents(cfg: DataConfig, rows_per_step: int = 1) -> Documents:
     documents (`packing.LaneStream`, which checks a larger source as it streams)."""
     documents = Documents(*load_documents(cfg))
     count = None
-    if cfg.data_files and sum(os.path.getsize(f) for f in local_files(cfg.data_files)) <= PRECHECK_BYTES:
+    if cfg.data_files and local_bytes(cfg) <= PRECHECK_BYTES:
         count = sum(1 for _ in documents)  # read through once: a bad row anywhere fails now, before any weight loads
     first = cfg.eval_documents + cfg.skip_documents
     if next(itertools.islice(iter(documents), first, None), None) is None:

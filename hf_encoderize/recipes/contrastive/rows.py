@@ -8,8 +8,7 @@ from pathlib import Path
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import world_size
 from hf_encoderize.common.log import get_logger
-from hf_encoderize.data.corpus_files import blank_file, dataset_patterns, local_files
-from hf_encoderize.data.sources import diagnose_files
+from hf_encoderize.data.corpus_files import blank_file, dataset_patterns, diagnose_files, local_files
 from hf_encoderize.recipes.contrastive.config import BUILDERS, ContrastiveConfig
 
 log = get_logger(__name__)
