@@ -224,7 +224,8 @@ def _add_verbosity(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
                         help="only warnings and errors (no progress lines)")
     parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
-                        help="debug lines, and the INFO lines of transformers, datasets, ONNX Runtime and the like")
+                        help="debug lines, and the libraries' own lines (transformers, datasets, torch, DeepSpeed ...: "
+                        "their INFO lines, warnings and loading bars), each named after its library")
 
 
 def _command_named(argv: list[str]) -> str:

@@ -34,7 +34,8 @@ of its config dataclasses, with the type, default and docstring declared there (
 script writes. Every command also takes `--config file.yaml`, a file of option defaults with keys named like the
 options (`learning_rate: 1e-4`; flags on the command line win), or a finished run's `RUN/run_settings.json`, which
 replays that run. A boolean option `--name` has a `--no-name` twin. Before or after the command, `-q` keeps only
-warnings and errors, `-v` adds debug lines and the libraries' INFO lines; `hf-encoderize --version` prints the version.
+warnings and errors, `-v` adds debug lines and the libraries' own lines (their INFO lines, warnings and loading bars,
+each named after its library), off otherwise; `hf-encoderize --version` prints the version.
 
 One name per concept, the HF ecosystem's spelling (transformers' `TrainingArguments` and `run_mlm.py`,
 sentence-transformers). Three have a short spelling that is just as good, shown in `--help`, with no warning:

@@ -5,8 +5,15 @@ Design choices:
   time stamp on a progress line; `warning:` in front of a warning), so stdout holds only a command's result (its
   table, its JSON summary) and can be piped.
 - Three levels, set once by `setup_logging(verbosity)` from the CLI's global flags: `-q` (-1) warnings and errors only,
-  the default (0) our progress lines, `-v` (1) our debug lines and the INFO chatter of the libraries we drive
-  (transformers, datasets, accelerate, huggingface_hub, ONNX Runtime's quantizer), which is off otherwise.
+  the default (0) our progress lines, `-v` (1) our debug lines and the lines of the libraries we drive.
+- A library's line is off unless `-v` (issue 67): its INFO and WARNING records (transformers, datasets, DeepSpeed,
+  bitsandbytes, the kernels hub, sentence-transformers ...), the Python warnings raised outside this package (torch's
+  pin_memory notice) and transformers' own progress bars (loading weights, writing shards). Each library is told with
+  its own switch (`TRANSFORMERS_VERBOSITY` and `set_verbosity`, huggingface_hub's `disable_progress_bars`), not by
+  matching its text. Shown, a line names its library (`[transformers.modeling_utils] warning: ...`), never our
+  `warning:` prefix, so it does not read as ours. Its errors always show, named the same way.
+- The Hub's download bars stay on at the default level: a first download of a model is a long phase, and its bar is
+  the only progress it has. `-q` turns every library bar off.
 - Only rank 0 says progress: under torchrun every other process logs warnings and errors only.
 - The Python API configures nothing: a library that calls `cpt(...)` keeps its own logging set-up.
 """
@@ -14,17 +21,25 @@ Design choices:
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import warnings
+from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import is_main_process
 
 ROOT = "hf_encoderize"
 THIRD_PARTY = ("transformers", "datasets", "accelerate", "huggingface_hub", "onnxruntime", "onnx",
-               "sentence_transformers", "urllib3", "filelock", "httpx", "peft")
+               "sentence_transformers", "urllib3", "filelock", "httpx", "peft", "bitsandbytes", "kernels", "torch",
+               "mteb")
+# The libraries' own switches, read when they are imported (a command imports them after `setup_logging`): their
+# verbosity while a command runs, put back at teardown.
+LIBRARY_ENV = ("TRANSFORMERS_VERBOSITY", "DATASETS_VERBOSITY")
 _BEFORE: dict[str, int] = {}  # the levels `setup_logging` changed, put back by `teardown_logging`
-_BARS_OFF: list[bool] = []  # non-empty while -q has the libraries' progress bars off
+_ENV_BEFORE: dict[str, str | None] = {}  # the environment variables it set, put back by `teardown_logging`
+_BARS_OFF: list[bool] = []  # non-empty while the libraries' progress bars are off
+_WARNING_FILTERS: list = []  # the `warnings.catch_warnings` that `teardown_logging` leaves (restoring the filters)
 
 
 def get_logger(name: str) -> logging.Logger:
@@ -35,41 +50,30 @@ def get_logger(name: str) -> logging.Logger:
 class _Format(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
-        if record.levelno > logging.WARNING and not record.name.startswith(ROOT):
-            # A library's error record is not one of our `error:` lines: a command that fails says so in exactly one
-            # line of its own, and one that goes on was not stopped by it.
-            return f"[{record.name}] {record.levelname.lower()}: {text}"
-        if record.levelno == logging.WARNING and not record.name.startswith(ROOT):
-            return f"warning: [{record.name}] {text}"
+        if not record.name.startswith(ROOT):
+            # A library's line names its library and its level after it: not one of our `warning:` or `error:`
+            # lines (a command that fails says so in exactly one line of its own, and one that goes on was not
+            # stopped by it).
+            return text if record.levelno < logging.WARNING else f"[{record.name}] {record.levelname.lower()}: {text}"
         said = record.levelno == logging.WARNING and not text.startswith("warning:")  # a line may say it already
         return f"warning: {text}" if said else text
 
 
-# Library warnings about what this package chose on purpose, dropped unless -v: sentence-transformers 6 warns at every
-# load that a model has a default prompt, and every contrastive model has one (its lead tokens, `lead_token`);
-# transformers says how it initialises the rows `model.tokens` adds (mean_resizing, chosen there); DeepSpeed (the dev
-# extra brings it in) says, on stdout, that a machine without a GPU runs on the CPU, in every command; datasets logs
-# a JSONL line it cannot parse before it raises, and our one error line names that file and line (data.sources).
-EXPECTED = (("sentence_transformers", "Default prompt name is set to "),
-            ("transformers.modeling_utils", "The new embeddings will be initialized"),
-            ("transformers.modeling_utils", "The new lm_head weights will be initialized"),
-            ("DeepSpeed", "Setting accelerator to CPU"),
-            ("datasets.packaged_modules.json", "Failed to load JSON from file"),
-            # transformers' tensor-parallel check says which norms it leaves unsharded at every load of a model that
-            # declares a TP plan, on one process that shards nothing
-            ("transformers.distributed.tensor_parallel", "The following layers were not sharded"))
-# Loggers that print through their own handlers (transformers', DeepSpeed's on stdout, datasets' on stderr): filtered
-# at the logger.
-_OWN_HANDLERS = ("transformers.modeling_utils", "DeepSpeed", "datasets.packaged_modules.json.json",
-                 "transformers.distributed.tensor_parallel")
-# Python warnings of the same kind, off unless -v: torch's DataLoader warns at every Trainer run on a CPU that the
-# Trainer's own pin_memory default does nothing there.
-EXPECTED_WARNINGS = (r"'pin_memory' argument is set as true but no accelerator is found",)
-_WARNING_FILTERS: list = []  # the `warnings.catch_warnings` that `teardown_logging` leaves (restoring the filters)
+# Library error records about what this package handles itself, dropped unless -v: datasets logs a JSONL line it
+# cannot parse before it raises, and our one error line names that file and line (data.sources).
+EXPECTED = (("datasets.packaged_modules.json", "Failed to load JSON from file"),)
+# Loggers that print through their own handlers and set their own level when imported (DeepSpeed's on stdout, at
+# every command: "Setting accelerator to CPU"; transformers' and datasets'): filtered at the logger too.
+_OWN_HANDLERS = ("DeepSpeed", "transformers.modeling_utils", "transformers.distributed.tensor_parallel",
+                 "datasets.packaged_modules.json.json")
 
 
-def _not_expected(record: logging.LogRecord) -> bool:
-    return not any(record.name.startswith(name) and str(record.msg).startswith(start) for name, start in EXPECTED)
+def _library_line_off(record: logging.LogRecord) -> bool:
+    """False for a record the default level drops: a library's record below ERROR, or one of `EXPECTED`."""
+    if record.name.startswith(ROOT):
+        return True
+    expected = any(record.name.startswith(name) and str(record.msg).startswith(start) for name, start in EXPECTED)
+    return record.levelno >= logging.ERROR and not expected
 
 
 def _main_process() -> bool:
@@ -83,45 +87,41 @@ def _main_process() -> bool:
 
 def setup_logging(verbosity: int = 0) -> None:
     """Route `hf_encoderize.*` to stderr at the level `verbosity` asks (-1 quiet, 0 progress, 1 debug), and the
-    libraries' INFO lines off unless verbose. Calling it again replaces the earlier set-up (tests call `main` often)."""
+    libraries' lines off unless verbose. Calling it again replaces the earlier set-up (tests call `main` often)."""
     ours = {-1: logging.WARNING, 0: logging.INFO}.get(verbosity, logging.DEBUG)
     if not _main_process():  # one process speaks for the run
         ours = max(ours, logging.WARNING)
-    theirs = logging.INFO if verbosity > 0 else logging.WARNING
+    verbose = verbosity > 0
+    theirs = logging.INFO if verbose else logging.ERROR
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Format("%(message)s"))
     handler.set_name(ROOT)
-    if verbosity <= 0:
-        handler.addFilter(_not_expected)
     root = logging.getLogger()
     teardown_logging()
     _BEFORE.update({name: logging.getLogger(name or None).level for name in ("", ROOT, *THIRD_PARTY)})
     root.addHandler(handler)
-    if verbosity <= 0:
+    if not verbose:
+        handler.addFilter(_library_line_off)
         for name in _OWN_HANDLERS:
-            logging.getLogger(name).addFilter(_not_expected)
-        saved = warnings.catch_warnings()
-        saved.__enter__()
-        _WARNING_FILTERS.append(saved)
-        for message in EXPECTED_WARNINGS:
-            warnings.filterwarnings("ignore", message=message, category=UserWarning)
-    root.setLevel(theirs)  # loggers that log through the root (ONNX Runtime's quantizer does) stay quiet
+            logging.getLogger(name).addFilter(_library_line_off)
+    root.setLevel(theirs)  # loggers that log through the root (ONNX Runtime's quantizer, the kernels hub) follow it
     logging.getLogger(ROOT).setLevel(ours)
     for name in THIRD_PARTY:
         logging.getLogger(name).setLevel(theirs)
-    _library_verbosity(verbose=verbosity > 0)
-    if verbosity < 0:
-        _progress_bars(show=False)
+    _library_verbosity(theirs)
+    _python_warnings(verbose)
+    if verbosity <= 0:
+        _progress_bars(show=False, downloads=verbosity == 0)
 
 
 def teardown_logging() -> None:
     """Take the handler `setup_logging` added off again (a process that calls `main` many times, as tests do, would
-    otherwise keep writing to a stream that is gone)."""
+    otherwise keep writing to a stream that is gone), and put back what it changed."""
     root = logging.getLogger()
     for old in [h for h in root.handlers if h.get_name() == ROOT]:
         root.removeHandler(old)
     for name in _OWN_HANDLERS:
-        logging.getLogger(name).removeFilter(_not_expected)
+        logging.getLogger(name).removeFilter(_library_line_off)
     if _WARNING_FILTERS:
         _WARNING_FILTERS.pop().__exit__(None, None, None)
     if _BARS_OFF:
@@ -129,25 +129,65 @@ def teardown_logging() -> None:
     for name, level in _BEFORE.items():
         logging.getLogger(name or None).setLevel(level)
     _BEFORE.clear()
+    for name, value in _ENV_BEFORE.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    _ENV_BEFORE.clear()
 
 
-def _library_verbosity(verbose: bool) -> None:
-    """transformers and datasets keep their own level and handler; set them the same way."""
-    level = logging.INFO if verbose else logging.WARNING
+def _library_verbosity(level: int) -> None:
+    """transformers and datasets keep their own level and handler: told with their own switch, now if imported and
+    through their environment variable when a command imports them later."""
+    name = logging.getLevelName(level).lower()
+    for variable in LIBRARY_ENV:
+        _ENV_BEFORE[variable] = os.environ.get(variable)
+        os.environ[variable] = name
     for module in ("transformers", "datasets"):
         imported = sys.modules.get(f"{module}.utils.logging")
         if imported is not None:
             imported.set_verbosity(level)
 
 
-def _progress_bars(show: bool) -> None:
-    """The libraries' own progress bars (loading weights, writing shards, downloads): off under -q, which keeps only
-    warnings and errors, and back on at teardown. huggingface_hub's switch is read by transformers at import; one
-    already imported is told."""
+def _python_warnings(verbose: bool) -> None:
+    """The Python warnings of other packages: ignored unless -v, and then shown as one line naming their library.
+    Ours (raised from the package's modules, and the shipped modeling file's `hf-encoderize: ...`) keep the filters
+    in place before (Python's defaults hide a DeprecationWarning of an import we make)."""
+    saved = warnings.catch_warnings()
+    saved.__enter__()  # restores the filters and `showwarning` at teardown
+    _WARNING_FILTERS.append(saved)
+    if verbose:
+        warnings.showwarning = _show_library_warning
+        return
+    warnings.filterwarnings("ignore", module=rf"(?!{ROOT}(\.|$))")  # ours fall through to the filters before
+    # the saved encoder's own modeling file (loaded as `transformers_modules.*`) says which backend went unverified
+    warnings.filterwarnings("default", message="hf-encoderize: ")
+
+
+def _show_library_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """`[torch] warning: ... (UserWarning, torch/utils/data/dataloader.py:665)`: the library first, as its log lines."""
+    parts = Path(filename).parts
+    packages = [i for i, part in enumerate(parts) if part in ("site-packages", "dist-packages")]
+    where = parts[packages[-1] + 1:] if packages and packages[-1] + 1 < len(parts) else parts[-1:]
+    library = where[0].removesuffix(".py")
+    print(f"[{library}] warning: {message} ({category.__name__}, {'/'.join(where)}:{lineno})",
+          file=file or sys.stderr)
+
+
+def _progress_bars(show: bool, downloads: bool = False) -> None:
+    """The libraries' own progress bars (transformers' loading weights and writing shards): off unless -v, back on at
+    teardown; `downloads` keeps the Hub's download bars (group `huggingface_hub`) on. huggingface_hub's switch is read
+    by transformers at import; one already imported is told. An `HF_HUB_DISABLE_PROGRESS_BARS` the user set wins."""
+    from huggingface_hub import constants
     from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
 
+    if constants.HF_HUB_DISABLE_PROGRESS_BARS is not None:
+        return
     _BARS_OFF.clear() if show else _BARS_OFF.append(True)
     enable_progress_bars() if show else disable_progress_bars()
+    if downloads and not show:
+        enable_progress_bars("huggingface_hub")
     imported = sys.modules.get("transformers.utils.logging")
     if imported is not None:
         imported.enable_progress_bar() if show else imported.disable_progress_bar()
