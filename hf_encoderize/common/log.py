@@ -191,3 +191,47 @@ def _progress_bars(show: bool, downloads: bool = False) -> None:
     imported = sys.modules.get("transformers.utils.logging")
     if imported is not None:
         imported.enable_progress_bar() if show else imported.disable_progress_bar()
+
+
+class ProgressBar:
+    """One bar with an ETA on stderr for a long phase that says little else (eval's grid of fine-tunings, a teacher
+    labelling every text), shown where our progress lines are: not under -q, and on one process only. Progress lines
+    said meanwhile go through `above(say)`, which lifts the bar, writes the line and draws the bar again below it."""
+
+    def __init__(self, total: int, label: str, unit: str = "it"):
+        self.bar = None
+        if total > 0 and get_logger(ROOT).isEnabledFor(logging.INFO):
+            from tqdm.auto import tqdm
+
+            # Off a terminal (CI logs, nohup) a redraw every 30 s keeps the log readable, as the training bar does.
+            self.bar = tqdm(total=total, desc=label, unit=unit, dynamic_ncols=True, file=sys.stderr,
+                            mininterval=0.5 if sys.stderr.isatty() else 30.0)
+
+    @property
+    def shown(self) -> bool:
+        """Whether a bar is drawn (a library's own bar can be asked for under the same rule)."""
+        return self.bar is not None
+
+    def update(self, done: int = 1) -> None:
+        if self.bar is not None:
+            self.bar.update(done)
+
+    def above(self, say):
+        """`say` (a progress callable taking one line), writing above the bar instead of through it."""
+        if self.bar is None:
+            return say
+
+        def said(message: str) -> None:
+            with self.bar.external_write_mode():
+                say(message)
+        return said
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def __enter__(self) -> ProgressBar:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

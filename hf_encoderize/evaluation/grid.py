@@ -7,6 +7,8 @@ Design choices:
   refuses to start and says which folder differs.
 - Everything that can fail on bad input (unknown names, unreachable datasets, an unloadable model) fails before the
   first run; datasets are read and tokenised once per grid (in memory), the model loaded once.
+- One bar over the whole grid (the paper profile is 360 fine-tunings), with its ETA, on stderr; each run's start and
+  scores are progress lines above it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import torch
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.files import write_json_atomic
 from hf_encoderize.common.identity import differing
-from hf_encoderize.common.log import get_logger
+from hf_encoderize.common.log import ProgressBar, get_logger
 from hf_encoderize.evaluation.config import SMOKE_SIZES, EvalConfig, fingerprint_keys, lr_key, model_limit
 from hf_encoderize.evaluation.frozen import FrozenBackbone
 from hf_encoderize.evaluation.loaders import DatasetSpec, dataset_spec, load_splits
@@ -128,8 +130,29 @@ def evaluate(load: LoadConfig, cfg: EvalConfig, *, progress: Callable[[str], Non
         backbone = load_backbone(load, causal=cfg.causal, device=cfg.device)
     if splits and cfg.frozen:
         backbone = FrozenBackbone(backbone)
+    groups = training_groups(specs)
+    with ProgressBar(fine_tunings(groups, grid, pending), "eval", unit="run") as bar:
+        _run_grid(groups, grid, pending, splits, backbone, bar.above(progress), bar, cfg=cfg, results_dir=results_dir,
+                  identity=(load.source, name, expected))
+    asked = {run_dir(results_dir, spec, lr, seed) for spec in specs for lr in grid.lrs for seed in grid.seeds}
+    return write_summary(results_dir, model=load.source, model_name=name, profile=cfg.profile, expected=expected,
+                         runs=asked)
+
+
+def fine_tunings(groups: list[list[DatasetSpec]], grid, pending: dict) -> int:
+    """The fine-tuning runs left to do: one per (group, lr, seed) that some dataset of the group still needs (a shared
+    run on MS MARCO, scored on three datasets, is one)."""
+    return sum(1 for group in groups for lr in grid.lrs for seed in grid.seeds
+               if any((lr, seed) in pending[spec.name] for spec in group))
+
+
+def _run_grid(groups, grid, pending: dict, splits: dict, backbone, progress, bar: ProgressBar, *, cfg: EvalConfig,
+              results_dir: Path, identity: tuple[str, str, dict]) -> None:
+    """The grid's runs in order, each written as it finishes; `bar` moves by one per fine-tuning run.
+    `identity`: (model source, results name, fingerprint) that every record carries."""
+    source, name, expected = identity
     position = 0
-    for group in training_groups(specs):
+    for group in groups:
         for spec in group:
             if spec.note and spec.task == "ir":
                 progress(f"note: {spec.name}: {spec.note}")
@@ -154,17 +177,15 @@ def evaluate(load: LoadConfig, cfg: EvalConfig, *, progress: Callable[[str], Non
                          f"fine-tuning ({len(data.train)} examples, at most {grid.max_steps} steps{shared})")
                 records = run_shared(task, backbone, data.train, [prepared[spec.name] for spec in todo], lr=lr,
                                      seed=seed, cfg=cfg)
+                bar.update()
                 for spec, record in zip(todo, records, strict=True):
                     position += 1
-                    record.update(model=load.source, model_name=name, mode=backbone.mode, fingerprint=expected)
+                    record.update(model=source, model_name=name, mode=backbone.mode, fingerprint=expected)
                     write_json_atomic(run_dir(results_dir, spec, lr, seed) / "results.json", record)
                     progress(f"[{position}/{grid.runs}] {spec.task}/{spec.name} lr={lr_key(lr)} seed={seed}: "
                              f"validation {record['validation']['score']:.2f}, test {record['test']['score']:.2f} "
                              f"{spec.metric} ({record['wall_time_s']:.0f} s, {record['train_examples_per_s']:.1f} "
                              "train examples/s)")
-    asked = {run_dir(results_dir, spec, lr, seed) for spec in specs for lr in grid.lrs for seed in grid.seeds}
-    return write_summary(results_dir, model=load.source, model_name=name, profile=cfg.profile, expected=expected,
-                         runs=asked)
 
 
 def _prepare(spec: DatasetSpec, backbone, cfg: EvalConfig, splits: dict, progress):
