@@ -16,7 +16,7 @@ tree):
 - `data/`: text in, rows out: `sources`, `corpus_files`, `budget`, `packing`, `prefetch`, `sampled_text` (sentences
   a decoder samples, for distillation), `wordnet` (WordNet 3.0's usage examples, the quickstart's distillation text)
   and `wordnet_routes` (its official sources), `stop_words` (scikit-learn's English list, shipped);
-- `objectives/`: what the model learns: `masking`, `phases`, `loss`, `loss_kernels`;
+- `objectives/`: what the model learns: `masking`, `targets`, `phases`, `loss`, `loss_kernels`;
 - `training/`: the Accelerate engine (`engine/`, one job per module) and its parts: `train_config`, `batches`,
   `schedule`, `checkpoints`, `resume_checks` (what a resume or a branch must share), `nonfinite`, `monitor`,
   `profiling`, `flops`, `compiling`, `lora`, `plan` (the plan line: tokens per step and in all, beside the paper's),

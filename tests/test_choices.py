@@ -39,7 +39,6 @@ ENUMERATED = [
     (LoadConfig, {"source": "m"}, "dtype", ("auto", "float32", "bfloat16", "float16")),
     (PretrainConfig, {"model_config": "210M", "tokenizer": "t"}, "attn_implementation", BACKENDS),
     (MaskingConfig, {}, "replacement", ("mask", "bert")),
-    (MaskingConfig, {}, "objective", ("mlm", "mntp")),
     (DataConfig, {}, "text_unit", ("line", "paragraph", "file")),
     (RunConfig, {"contrastive_data_files": "p.jsonl"}, "contrastive", ("simcse", "supervised", "distill", "none")),
     (RunConfig, {}, "eval_profile", ("paper", "quick", "smoke", "none")),

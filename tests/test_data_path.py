@@ -12,6 +12,7 @@ from hf_encoderize.data.packing import LaneStream
 from hf_encoderize.data.prefetch import Prefetcher
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.objectives.phases import Masker
+from hf_encoderize.objectives.targets import MaskedTokens
 from hf_encoderize.training.batches import my_lanes
 from hf_encoderize.training.train_config import TrainConfig
 
@@ -35,7 +36,7 @@ def _stream(lanes, total=8, tokenizer=None, skip=4, seq_len=16, documents=DOCUME
 
 
 def _masked(rows):
-    masker = Masker(MaskingConfig(), mask_token_id=1, vocab_size=120, special_ids=[121], seed=3)
+    masker = Masker(MaskedTokens(MaskingConfig()), mask_token_id=1, vocab_size=120, special_ids=[121], seed=3)
     return masker(*rows)
 
 

@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 from hf_encoderize.data.sources import DataConfig, open_documents
 from hf_encoderize.model.loading import LoadConfig
 from hf_encoderize.objectives.masking import MaskingConfig
+from hf_encoderize.objectives.targets import MaskedTokens
 from hf_encoderize.recipes.cpt import cpt, load_encoderized
 from hf_encoderize.training.engine.accelerator import make_accelerator
 from hf_encoderize.training.engine.build import build_run
@@ -87,8 +88,8 @@ def _engine(decoder_dir, corpus, out: Path, adapter: AdapterConfig | None = None
     if adapter.lora_r:
         apply_lora(model, adapter, tokenizer.mask_token_id)
     model.train()
-    run = build_run(make_accelerator(train, out, []), model, tokenizer, open_documents(data), data, MaskingConfig(),
-                    train, out)
+    run = build_run(make_accelerator(train, out, []), model, tokenizer, open_documents(data), data,
+                    MaskedTokens(MaskingConfig()), train, out)
     return run, model, tokenizer
 
 
@@ -154,8 +155,8 @@ def _engine_with(decoder_dir, corpus, out: Path, transposed: bool):
         proj.weight = torch.nn.Parameter(proj.weight.detach().t().contiguous().t())
         assert not proj.weight.is_contiguous()
     model.train()
-    run = build_run(make_accelerator(train, out, []), model, tokenizer, open_documents(data), data, MaskingConfig(),
-                    train, out)
+    run = build_run(make_accelerator(train, out, []), model, tokenizer, open_documents(data), data,
+                    MaskedTokens(MaskingConfig()), train, out)
     return run, model
 
 

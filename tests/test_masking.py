@@ -9,6 +9,7 @@ import hf_encoderize.model.isolation
 import hf_encoderize.objectives.masking
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.objectives.masking import IGNORE, MaskingConfig, mask_tokens, sparse_mlm_loss
+from hf_encoderize.objectives.targets import MaskedNextToken, MaskTokens
 
 
 def test_docstring_examples_run():
@@ -43,9 +44,9 @@ def test_bert_replacement_split():
 
 def test_mntp_shifts_labels_left():
     ids = torch.arange(10, 30).reshape(1, 20)
-    config = MaskingConfig(mask_ratio=0.5, objective="mntp")
-    _, labels = mask_tokens(ids, torch.ones_like(ids, dtype=torch.bool), mask_token_id=3, vocab_size=100,
-                            config=config, generator=torch.Generator().manual_seed(1))
+    config = MaskingConfig(mask_ratio=0.5, masking_target="mntp")
+    _, labels = MaskedNextToken(config).mask_row(ids, torch.ones_like(ids, dtype=torch.bool), MaskTokens.of(
+        mask_token_id=3, vocab_size=100, special_ids=[], seed=0), torch.Generator().manual_seed(1))
     _, plain = mask_tokens(ids, torch.ones_like(ids, dtype=torch.bool), mask_token_id=3, vocab_size=100,
                            config=MaskingConfig(mask_ratio=0.5), generator=torch.Generator().manual_seed(1))
     assert torch.equal(labels[:, :-1], plain[:, 1:]) and labels[0, -1] == IGNORE

@@ -211,7 +211,7 @@ def test_pretrain_exports_a_clm_phase_checkpoint_and_trains_on(tmp_path):
     run(tmp_path / "exported", export_steps="2")
     _assert_same(_weights(tmp_path / "plain" / "encoder"), _weights(tmp_path / "exported" / "encoder"))
     config = json.loads((tmp_path / "exported" / "exports" / "step-0000002" / "config.json").read_text())
-    assert config["is_causal"] is False and config["hf_encoderize"]["objective"] == "clm"
+    assert config["is_causal"] is False and config["hf_encoderize"]["phases"] == "clm"
 
 
 def test_bad_export_steps_are_one_line(decoder_dir, corpus, tmp_path, capsys):

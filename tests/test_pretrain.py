@@ -48,7 +48,7 @@ def _metrics(out):
 @pytest.fixture(scope="module")
 def unbroken(tiny, tmp_path_factory):
     """A clm:0.5,mlm:0.5 run of 12 steps (switch after step 6), with the probe run around the switch and every
-    step's objective recorded."""
+    step's target recorded."""
     seen, out = [], tmp_path_factory.mktemp("runs") / "unbroken"
     real_step = train_module.train_step
 
@@ -56,9 +56,9 @@ def unbroken(tiny, tmp_path_factory):
         model = run.accelerator.unwrap_model(run.model).model
         if len(seen) in (5, 6):  # the last CLM step and the first MLM step: the full behavioural probe
             probe = verify_bidirectional(model, pad_token_id=run.tokenizer.pad_token_id, raise_on_failure=False)
-            seen.append((run.masker.objective, probe.passed))
+            seen.append((run.masker.target.name, probe.passed))
         else:
-            seen.append((run.masker.objective, getattr(model.config, "is_causal", True) is False))
+            seen.append((run.masker.target.name, getattr(model.config, "is_causal", True) is False))
         return real_step(run, **options)
 
     train_module.train_step = probing_step
@@ -83,7 +83,7 @@ def test_switch_at_the_right_step_with_one_wsd_curve(unbroken):
         (6, "eval_next_token_accuracy"), (12, "eval_masked_accuracy")]
     assert json.loads((out / "switch" / "step-0000006" / "trainer_state.json").read_text())["step"] == 6
     record = json.loads((out / "run_record.json").read_text())
-    assert record["command"] == "pretrain" and record["switch_step"] == 6 and record["objective"] == "clm+mlm"
+    assert record["command"] == "pretrain" and record["switch_step"] == 6 and record["phases"] == "clm+mlm"
     assert record["base_model"] is None and record["encoderize"]["mask_token"] == "<mask>"
     config = json.loads((out / "encoder" / "config.json").read_text())
     assert config["is_causal"] is False and config["vocab_size"] == 123  # the mask row was there from step 0
@@ -117,7 +117,7 @@ def test_resume_inside_the_mlm_phase_equals_the_unbroken_run(tiny, unbroken, tmp
     real_step, calls = train_module.train_step, []
 
     def dies_at_step_ten(run, **options):
-        calls.append(run.masker.objective)
+        calls.append(run.masker.target.name)
         if len(calls) == 10:
             raise KeyboardInterrupt  # after the step-8 checkpoint, two steps into the MLM phase
         return real_step(run, **options)

@@ -21,7 +21,7 @@ def test_every_saver_fills_the_same_typed_facts(decoder_dir, tmp_path):
         assert facts.command == command and facts.base_model == str(decoder_dir) and facts.version
         assert facts.model_type == "llama" and facts.packing and facts.revision is None
     assert trained.steps == 2 and trained.mask_ratio == 0.4 and trained.tokens and trained.attn_implementation
-    assert exported.export_step == 1 and exported.objective == "mlm"
+    assert exported.export_step == 1 and exported.phases == "mlm"
     # One builder for a run's blocks (`EncoderFacts.of_run`): an export says what the final encoder says, but its step.
     for name in ("tokens", "attn_implementation", "lora_r", "mask_ratio", "packing", "facts"):
         assert getattr(exported, name) == getattr(trained, name), name

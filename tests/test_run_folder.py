@@ -12,6 +12,7 @@ from hf_encoderize.common.run_folder import RunFolder
 from hf_encoderize.records.contrastive_record import ContrastiveRecord
 from hf_encoderize.records.eval_summary import EvalSummary
 from hf_encoderize.records.run_record import RunRecord
+from hf_encoderize.records.run_settings import lift_old_keys
 
 PACKAGE = Path(__file__).resolve().parents[1] / "hf_encoderize"
 OWNED = ("run_record.json", "metrics.jsonl", "loss_curve.png", "push_record.json", "contrastive_run.json")
@@ -51,8 +52,10 @@ def test_a_record_of_an_older_version_reads_and_writes_back_unchanged(tmp_path):
     assert (record.lr == 0.001 and record.adam_eps is None and record.data.seq_len == 32 and
         record.facts == {})  # every key of 0.1's record is typed today
     record.to_json(tmp_path / "again.json")
+    # written back whole, in today's words (`objective` -> `phases`, the LR's `schedule` -> `lr_schedule`)
     assert ({k: v for k, v in json.loads((tmp_path / "again.json").read_text()).items() if v is not None} ==
-        {k: v for k, v in OLD_RECORD.items() if v is not None})
+        {k: v for k, v in lift_old_keys(OLD_RECORD).items() if v is not None})
+    assert (record.phases, record.lr_schedule) == ("mlm", "wsd")
 
 
 def test_a_record_written_by_cpt_reads_back_equal(tmp_path, decoder_dir):

@@ -27,7 +27,8 @@ from hf_encoderize.common.locks import releasing_locks
 from hf_encoderize.common.outputs import input_paths
 from hf_encoderize.model.bidirectional import PACKED, EncoderizeReport
 from hf_encoderize.model.loading import LoadConfig, load_tokenizer
-from hf_encoderize.objectives.phases import Phase
+from hf_encoderize.objectives.phases import masked_phase
+from hf_encoderize.objectives.targets import build_target
 from hf_encoderize.recipes.cpt import load_encoderized
 from hf_encoderize.records.encoder_facts import EncoderFacts
 from hf_encoderize.records.run_settings import CptSettings
@@ -64,6 +65,7 @@ class Toy:
     masking: object
     train: object
     toy: ToyConfig
+    target: object
     output_dir: Path
     inputs: list
     phases: list
@@ -109,8 +111,9 @@ class Toy:
 @releasing_locks
 def toy(load, data, masking, train, config: ToyConfig) -> dict:
     """Train the top `config.top_layers` layers of `load.source` and save the encoder to --output-dir."""
-    return run_recipe(Toy(load=load, data=data, masking=masking, train=train, toy=config,
-                          output_dir=Path(train.output_dir), phases=[Phase("mlm", 0, train.steps)],
+    target = build_target(masking)
+    return run_recipe(Toy(load=load, data=data, masking=masking, train=train, toy=config, target=target,
+                          output_dir=Path(train.output_dir), phases=masked_phase(target, train.steps),
                           inputs=input_paths(load.input_path, data.data_files)))
 '''
 

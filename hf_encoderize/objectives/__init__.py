@@ -1,1 +1,2 @@
-"""What the model learns: MLM/MNTP masking, CLM and MLM phases, and the MLM loss with its kernels."""
+"""What the model learns: masking, the targets (CLM, MLM, MNTP, or a registered one) and phases, and the loss with its
+kernels."""

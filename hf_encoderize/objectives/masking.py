@@ -14,42 +14,14 @@ the LM head only on labelled positions, in chunks, so a 128k vocabulary never ma
 
 from __future__ import annotations
 
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Literal
 
 import torch
 
+from hf_encoderize.common.arguments import formerly
 from hf_encoderize.common.validation import check_choice, check_number
 from hf_encoderize.objectives.loss import IGNORE, mlm_loss
-from hf_encoderize.records.learnt import learnt
-
-
-@dataclass(frozen=True)
-class MaskingTarget:
-    """What the masked positions learn to predict: one entry per target (its `--masking-target` name, its card label and
-    how far its labels shift), so a new target is an entry here and its name in `MaskingConfig.objective`."""
-
-    name: str
-    card_label: str
-    """How the model card names it."""
-    shift: int
-    """Positions the labels move left: 0 predicts a token at its own position (MLM), 1 from the one before (MNTP)."""
-
-
-MASKING_TARGETS = {target.name: target for target in (
-    MaskingTarget("mlm", learnt("mlm").card_label, shift=0),
-    MaskingTarget("mntp", learnt("mntp").card_label, shift=1),  # LLM2Vec, section 2
-)}
-
-
-def card_label(objective: str | None) -> str | None:
-    """The card's name for masking target `objective`; None for anything else (pretrain's phases).
-
-    >>> card_label("mlm"), card_label("clm+mlm")
-    ('MLM', None)
-    """
-    target = MASKING_TARGETS.get(objective or "")
-    return target.card_label if target else None
 
 
 @dataclass
@@ -65,14 +37,14 @@ class MaskingConfig:
     """`mask`: every masked token becomes the mask token; `bert`: 80% mask, 10% random, 10% kept.
 
     `mask` is the paper's (section 2)."""
-    objective: Literal["mlm", "mntp"] = "mlm"
-    """`mlm`: predict the token at its own position; `mntp`: predict it from the previous position (LLM2Vec)."""
+    masking_target: str = field(default="mlm", metadata=formerly("objective"))  # earlier versions' word
+    """What masked positions learn to predict: `mlm` (the token at its own position), `mntp` (from the position
+    before it, LLM2Vec), or any target registered with `objectives.targets.register_target`."""
 
     def __post_init__(self):
         check_number("--mlm-probability", self.mask_ratio, above=0, below=1)
-        for name in ("replacement", "objective"):  # the Literal's values, declared above
-            check_choice("--masking-target" if name == "objective" else f"--{name}", getattr(self, name),
-                         MaskingConfig, name)
+        check_choice("--replacement", self.replacement, MaskingConfig, "replacement")  # the Literal's values
+        # The target's name is checked where it is built (`targets.build_target`): targets register themselves.
 
 
 def mask_tokens(
@@ -83,10 +55,12 @@ def mask_tokens(
     vocab_size: int,
     config: MaskingConfig,
     generator: torch.Generator | None = None,
+    shift: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Return `(masked_input_ids, labels)` for a batch (B, T).
 
-    `maskable` (B, T) bool is False for padding and special tokens; they are never masked.
+    `maskable` (B, T) bool is False for padding and special tokens; they are never masked. `shift`: positions the
+    labels move left (0: a masked token is predicted at its own position, MLM; 1: from the one before, MNTP).
 
     >>> ids = torch.tensor([[5, 6, 7, 8]])
     >>> masked, labels = mask_tokens(ids, torch.tensor([[False, True, True, True]]), mask_token_id=1,
@@ -107,7 +81,6 @@ def mask_tokens(
         swap = chosen & (draw >= 0.8) & (draw < 0.9)
         masked[swap] = random_ids[swap]
     labels = torch.where(chosen, input_ids, torch.full_like(input_ids, IGNORE))
-    shift = MASKING_TARGETS[config.objective].shift
     if shift:
         # MNTP: position i-1 predicts the token at i: shift labels left; the last position predicts nothing.
         labels = torch.cat([labels[:, shift:], torch.full_like(labels[:, :shift], IGNORE)], dim=1)

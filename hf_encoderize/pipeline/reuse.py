@@ -23,7 +23,7 @@ from hf_encoderize.records.run_record import RunRecord
 from hf_encoderize.records.run_settings import DataFacts
 
 # What a finished cpt recorded before 0.2 (no `identity` in its run record) must share with this invocation.
-LEGACY_CPT_IDENTITY = ("base_model", "gguf_file", "revision", "objective", "mask_ratio", "steps", "lr", "batch_size")
+LEGACY_CPT_IDENTITY = ("base_model", "gguf_file", "revision", "phases", "mask_ratio", "steps", "lr", "batch_size")
 LEGACY_DATA_IDENTITY = ("dataset", "dataset_config", "split", "data_files", "text_column", "seq_len")
 
 
@@ -55,9 +55,9 @@ def cpt_differences(record: RunRecord, load, data, masking, train, adapter) -> l
         return settings_diff(before, identity_of(load, data, masking, train, adapter),
                              ignore=ignore)
     wanted = {"base_model": load.source, "gguf_file": load.gguf_file, "revision": load.revision,
-              "objective": masking.objective, "mask_ratio": masking.mask_ratio, "steps": train.steps, "lr": train.lr,
+              "phases": masking.masking_target, "mask_ratio": masking.mask_ratio, "steps": train.steps, "lr": train.lr,
               "batch_size": train.batch_size}
-    recorded = {key: getattr(record, key) for key in LEGACY_CPT_IDENTITY}  # typed fields, named as 0.1 wrote them
+    recorded = {key: getattr(record, key) for key in LEGACY_CPT_IDENTITY}  # typed fields, read in today's words
     data_facts = record.data or DataFacts()
     recorded.update({f"data.{key}": getattr(data_facts, key) for key in LEGACY_DATA_IDENTITY})
     wanted.update({f"data.{key}": getattr(data, key) for key in LEGACY_DATA_IDENTITY})
@@ -66,7 +66,7 @@ def cpt_differences(record: RunRecord, load, data, masking, train, adapter) -> l
 
 def contrastive_done(config, out: Path) -> str | None:
     """"finished earlier" when OUT/contrastive was made with `config` (the stage's `ContrastiveConfig`); None when
-    there is none (or it was cut short); a one-line error when it was made otherwise (another objective, data, ...)."""
+    there is none (or it was cut short); a one-line error when it was made otherwise (another method, data, ...)."""
     from hf_encoderize.common.identity import identity_of, settings_diff
 
     folder = RunFolder(out)

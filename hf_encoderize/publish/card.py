@@ -310,7 +310,7 @@ def card_data(facts: CardFacts):
             "sentence-similarity" if facts.contrastive else None, "contrastive" if facts.contrastive else None,
             learnt(facts.contrastive.stage_facts().method).name if facts.contrastive else None,
             facts.model_type or None, "fill-mask" if facts.has_mlm_head else None,
-            *(p.name for p in recorded_sequence(run.objective).phases), "lora" if run.lora else None,
+            *(p.name for p in recorded_sequence(run.phases).phases), "lora" if run.lora else None,
             f"arxiv:{ARXIV_ID}"]
     dataset = data.dataset if not data.data_files else None
     return ModelCardData(
@@ -375,7 +375,7 @@ def learnt_facts(facts: CardFacts) -> dict:
     masking target of its training run."""
     method = learnt(facts.contrastive.stage_facts().method) if facts.contrastive else None
     return {"method": method,
-            "masked": recorded_sequence((facts.run or RunRecord()).objective).masking_target or learnt("mlm")}
+            "masked": recorded_sequence((facts.run or RunRecord()).phases).masking_target or learnt("mlm")}
 
 
 def is_generated_card(path: Path) -> bool:

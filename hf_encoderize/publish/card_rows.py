@@ -13,7 +13,7 @@ from hf_encoderize.common.validation import parse_dims
 from hf_encoderize.publish.card_facts import CardFacts
 from hf_encoderize.records.contrastive_record import ContrastiveRecord, ContrastiveStage
 from hf_encoderize.records.encoder_facts import PlainAttention
-from hf_encoderize.records.learnt import learnt, phase_learnt, recorded_sequence
+from hf_encoderize.records.learnt import learnt, recorded_sequence
 from hf_encoderize.records.run_record import HardwareFacts, RunRecord, TokenFacts
 from hf_encoderize.records.run_settings import DataFacts
 
@@ -34,7 +34,7 @@ def done_rows(facts: CardFacts) -> list[tuple[str, str]]:
                                f"hidden size {facts.hidden_size})"))
     if facts.pretrained:
         switch = facts.run.switch_step
-        rows.append(("Attention", "bidirectional from the first step (MLM only)" if facts.run.objective == "mlm"
+        rows.append(("Attention", "bidirectional from the first step (MLM only)" if facts.run.phases == "mlm"
                      else f"causal during CLM, switched to bidirectional at step {thousands(switch)} "
                           f"({enc.modules_patched or 0} attention modules patched, checked by the probe)"
                      if switch is not None else "causal throughout training (CLM only), made bidirectional for "
@@ -164,8 +164,8 @@ def _training_rows(run: RunRecord) -> list[tuple[str, str]]:
     data, lora, hardware = run.data or DataFacts(), run.lora, run.hardware or HardwareFacts()
     source = (local_data(data.data_files, data.data_name) if data.data_files else
         f"`{' '.join(filter(None, [data.dataset, data.dataset_config]))}`")
-    sequence = recorded_sequence(run.objective)
-    objective = _phases_text(run) if run.phases else sequence.card_label or "unknown"
+    sequence = recorded_sequence(run.phases)
+    learnt_text = _phases_text(run) if run.schedule else sequence.card_label or "unknown"
     masked = (sequence.masking_target or learnt("mlm")).name.upper()  # what the held-out loss measures
     replacement = "BERT 80/10/10" if run.replacement == "bert" else "every masked token becomes the mask token"
     adapters = ("none (all weights trained)" if not lora else
@@ -173,11 +173,11 @@ def _training_rows(run: RunRecord) -> list[tuple[str, str]]:
     processes = run.num_processes or hardware.num_processes or 1
     accuracy = run.eval_masked_accuracy
     return [
-        ("Objective", f"{objective}, mask ratio {run.mask_ratio or 0:.0%}, {replacement}"),
+        ("Objective", f"{learnt_text}, mask ratio {run.mask_ratio or 0:.0%}, {replacement}"),
         ("Data", f"{source}{_text_unit(data)}, rows of {data.seq_len} tokens, "
                  f"{'packed' if data.pack else 'padded'}"),
         ("Steps", f"{thousands(run.steps)} optimizer steps, {thousands(run.tokens_seen)} tokens seen"),
-        ("Schedule", f"{(run.schedule or 'wsd').upper()}: peak lr {run.lr or 0:.1e}, "
+        ("Schedule", f"{(run.lr_schedule or 'wsd').upper()}: peak lr {run.lr or 0:.1e}, "
                      f"{thousands(run.warmup_steps)} warmup steps, "
                      f"linear decay over the final {_decay(run)}"),
         ("Optimizer", f"AdamW, betas {tuple(run.betas or (0.9, 0.95))}, eps "
@@ -197,21 +197,23 @@ def _training_rows(run: RunRecord) -> list[tuple[str, str]]:
 
 
 def _phases_text(run: RunRecord) -> str:
-    """A pretrain run's schedule in words, e.g. "CLM for steps 0-750, then MNTP (...) for steps 750-1,000" (from
-    `run_record.json`'s `phases`, the schedule string `clm:0.75,mlm:0.25`, its masked phase named for the masking
-    target the record's `objective` names); the raw objective string otherwise."""
-    schedule, steps = run.phases, run.steps
-    target = (recorded_sequence(run.objective).masking_target or learnt("mlm")).name
+    """A pretrain run's phases in words, e.g. "CLM for steps 0-750, then MNTP (...) for steps 750-1,000": the step
+    ranges from `run_record.json`'s `schedule` (`clm:0.75,mlm:0.25`), each named for what it learnt (its `phases`,
+    `clm+mntp`); the recorded phases' label otherwise."""
+    schedule, steps = run.schedule, run.steps
+    learnt_phases = recorded_sequence(run.phases).phases
     if not isinstance(schedule, str) or not isinstance(steps, int):
-        return str(run.objective or "unknown")
+        return recorded_sequence(run.phases).card_label or str(run.phases or "unknown")
     from hf_encoderize.objectives.phases import parse_schedule
 
     try:
-        phases = parse_schedule(schedule, steps)
+        ranges = parse_schedule(schedule, steps)
     except EncoderizeError:
         return schedule
-    return ", then ".join(f"{phase_learnt(p.objective, target).card_label} for steps {thousands(p.start)}-"
-                          f"{thousands(p.end)}" for p in phases)
+    if len(ranges) != len(learnt_phases):  # no record of what each learnt (or a disagreeing one): the schedule's words
+        learnt_phases = tuple(learnt(at.name) for at in ranges)
+    return ", then ".join(f"{phase.card_label} for steps {thousands(at.start)}-{thousands(at.end)}"
+                          for phase, at in zip(learnt_phases, ranges, strict=True))
 
 
 def score(value, ci=None) -> str:

@@ -34,7 +34,8 @@ from hf_encoderize.model.where_it_trains import (
     packing_after_probe,
 )
 from hf_encoderize.objectives.masking import MaskingConfig
-from hf_encoderize.objectives.phases import Phase
+from hf_encoderize.objectives.phases import Phase, masked_phase
+from hf_encoderize.objectives.targets import Target, build_target
 from hf_encoderize.records.encoder_facts import EncoderFacts
 from hf_encoderize.records.run_record import RunRecord
 from hf_encoderize.records.run_settings import CptSettings, LoraFacts
@@ -79,10 +80,11 @@ def cpt(load: LoadConfig, data: DataConfig, masking: MaskingConfig, train: Train
                               "load and refuses to re-quantise them); drop --load-in-4bit (--lora-r alone trains "
                               "LoRA on the de-quantised weights)")
     train = resolve_grad_accum(train, data.seq_len)
-    return run_recipe(Cpt(load=load, data=data, masking=masking, train=train, adapter=adapter,
+    target = build_target(masking)  # what masked positions learn (--masking-target), handed to the engine
+    return run_recipe(Cpt(load=load, data=data, masking=masking, train=train, adapter=adapter, target=target,
                           output_dir=Path(train.output_dir) if train.output_dir else default_output_dir(load),
                           inputs=inputs_of(load, data, train),
-                          phases=[Phase("mlm", 0, train.steps)]))
+                          phases=masked_phase(target, train.steps)))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,10 +104,12 @@ class Cpt:
     masking: MaskingConfig
     train: TrainConfig
     adapter: AdapterConfig
+    target: Target
+    """What masked positions learn (`--masking-target`: mlm, mntp, ...)."""
     output_dir: Path
     inputs: list[Path]
     phases: list[Phase]
-    """One MLM phase over every step (its objective, mlm or mntp, is `masking.objective`)."""
+    """One masked phase over every step, learning `target`."""
     command: str = "cpt"
     switches_attention: bool = False  # encoderized (and probed) at load
     scores_starting_model: bool = True  # the base's held-out MLM loss, before the first step

@@ -39,6 +39,7 @@ from hf_encoderize.model.positions import check_positions, position_limit
 from hf_encoderize.objectives.loss import CHUNK_ELEMENTS
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.objectives.phases import Phase, parse_schedule
+from hf_encoderize.objectives.targets import MaskedTarget, Target, build_target
 from hf_encoderize.recipes.pretrain_model import (
     build_random_model,
     load_pretrain_tokenizer,
@@ -47,7 +48,6 @@ from hf_encoderize.recipes.pretrain_model import (
     switch_report,
 )
 from hf_encoderize.records.encoder_facts import EncoderFacts
-from hf_encoderize.records.learnt import phase_learnt, phase_sequence
 from hf_encoderize.records.run_record import PatchFacts, RunRecord
 from hf_encoderize.records.run_settings import PretrainSchedule, PretrainSettings
 from hf_encoderize.training.checkpoints import check_checkpoint_files
@@ -64,7 +64,7 @@ MEMORY_HEADROOM = 0.9  # refuse a run whose estimate exceeds 90% of the memory t
 
 @dataclass
 class PretrainConfig:
-    """What to pretrain from scratch, and the order of objectives."""
+    """What to pretrain from scratch, and the order of its phases."""
 
     INPUTS = ("model_config", "tokenizer")  # what an output folder stays apart from (`common.outputs.inputs_of`)
 
@@ -197,20 +197,20 @@ def check_branch(checkpoint: Path, phases: list[Phase], identity: dict, train: T
     if not isinstance(source.identity, dict):
         raise EncoderizeError(f"--from-checkpoint: {record} was written before 0.2 and holds no identity to compare "
                               "with; branch from a run pretrained with this version")
-    masked_before = any(p.objective == "mlm" and p.start < step for p in phases)  # masking counts once MLM has run
+    masked_before = any(isinstance(p.target, MaskedTarget) and p.start < step for p in phases)  # once masking ran
     ignore = () if masked_before else tuple(key for key in identity if key.startswith("masking."))
     recorded = identity_as_today(source.identity)
     changed = settings_diff(recorded, identity, ignore=ignore)
     if changed:
         raise EncoderizeError(f"--from-checkpoint: the source run differs ({'; '.join(changed)}); branch with the "
                               "same settings")
-    source_phases = [Phase(**p) for p in source.phases]
+    source_phases = [(p["name"], p["start"], p["end"]) for p in source.phases]
     if step >= train.steps:
         raise EncoderizeError(f"--from-checkpoint is at step {step}, not before --max-steps {train.steps}; nothing to "
                               f"do")
-    if _prefix(source_phases, step) != _prefix(phases, step):
+    if _prefix(source_phases, step) != _prefix([(p.name, p.start, p.end) for p in phases], step):
         raise EncoderizeError(f"--from-checkpoint is at step {step}, where the source split ({source.schedule}) "
-                              f"and this one differ; branch from a step both pass through with the same objectives")
+                              f"and this one differ; branch from a step both pass through in the same phases")
     earliest_decay = min(decay_start(source.steps, recorded_decay_steps(source.to_dict())),
                          decay_start(train.steps, train.decay))
     if step > earliest_decay:
@@ -219,8 +219,9 @@ def check_branch(checkpoint: Path, phases: list[Phase], identity: dict, train: T
     return step
 
 
-def _prefix(phases: list[Phase], step: int) -> list[tuple[str, int, int]]:
-    return [(p.objective, p.start, min(p.end, step)) for p in phases if p.start < step]
+def _prefix(phases: list[tuple[str, int, int]], step: int) -> list[tuple[str, int, int]]:
+    """(name, start, end) of each phase begun before `step`, cut at it."""
+    return [(name, start, min(end, step)) for name, start, end in phases if start < step]
 
 
 # ------------------------------------------------------------------------------------------------ the run
@@ -232,7 +233,8 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
     losses, the phases, the final held-out MLM loss and masked accuracy, wall time)."""
     train = resolve_grad_accum(train, data.seq_len)
     data = dataclasses.replace(data, pack=data.pack is not False)  # decoders only: packed unless --no-pack
-    phases = parse_schedule(spec.schedule, train.steps)
+    target = build_target(masking)  # what the masked phase learns (--masking-target), handed to the engine
+    phases = parse_schedule(spec.schedule, train.steps, masking)
     config = model_config_from(spec.model_config)
     check_positions(data.seq_len, position_limit(config))
     memory = check_memory(spec.model_config, config, data, train) if spec.check_memory else None
@@ -243,7 +245,8 @@ def pretrain(spec: PretrainConfig, data: DataConfig, masking: MaskingConfig, tra
     output_dir = (Path(train.output_dir) if train.output_dir else
         Path("runs") / f"pretrain-{Path(spec.model_config).stem}-{_split_name(phases)}")
     return run_recipe(Pretrain(
-        spec=spec, config=config, data=data, masking=masking, train=train, phases=phases, memory=memory,
+        spec=spec, config=config, data=data, masking=masking, train=train, target=target, phases=phases,
+        memory=memory,
         output_dir=output_dir, curve_title=f"pretraining, {spec.schedule}",
         inputs=inputs_of(spec, data, train),
         start_files={SCHEDULE_FILE: _schedule_record(spec, phases, shared, train)},
@@ -268,6 +271,8 @@ class Pretrain:
     data: DataConfig
     masking: MaskingConfig
     train: TrainConfig
+    target: Target
+    """What the masked phase learns (`--masking-target`); the run ends under it."""
     phases: list[Phase]
     memory: dict | None
     """The memory estimate (`check_memory`), None with --no-check-memory."""
@@ -279,7 +284,7 @@ class Pretrain:
     summary_extra: dict
     command: str = "pretrain"
     switches_attention: bool = True
-    scores_starting_model: bool = False  # random weights; its objective at step 0 is the first phase's
+    scores_starting_model: bool = False  # random weights; its target at step 0 is the first phase's
     extendable: bool = False
     outputs: tuple[str, ...] = ()  # its schedule is a start file, its switch/ checkpoints the engine's
 
@@ -298,12 +303,12 @@ class Pretrain:
         known = EncoderFacts.of_run(dataclasses.replace(
             RunRecord.of_settings(settings), command=self.command,
             encoderize=PatchFacts(model_type=self.config.model_type, packing=packing_label(data.pack))))
-        def learnt_at(at: int) -> str:  # the masked phase is named for the target that ran: mlm or mntp
-            return phase_learnt(next(p.objective for p in phases if p.start < at <= p.end), masking.objective).name
+        def learnt_at(at: int) -> str:  # the target of the phase the export was taken in: clm, mlm, mntp, ...
+            return next(p.target.name for p in phases if p.start < at <= p.end)
 
         return PretrainBuilt(model=model, tokenizer=tokenizer, data=data, settings=settings,
                              export_dtype=model.dtype, tokens=tokens, export_facts=lambda at: dataclasses.replace(
-                                 known, objective=learnt_at(at)))
+                                 known, phases=learnt_at(at)))
 
     def check_branch(self, checkpoint: Path, built: Built) -> None:
         check_checkpoint_files(checkpoint, built.model)  # shapes, once built
@@ -315,7 +320,7 @@ class Pretrain:
 
 
 def _split_name(phases: list[Phase]) -> str:
-    return "-".join(f"{p.objective}{p.end - p.start}" for p in phases)
+    return "-".join(f"{p.name}{p.end - p.start}" for p in phases)
 
 
 def _schedule_record(spec: PretrainConfig, phases: list[Phase], identity: dict, train: TrainConfig) -> dict:
@@ -329,8 +334,8 @@ def pretrain_settings(spec: PretrainConfig, data, masking, train, phases: list[P
     switch = [p.start for p in phases[1:]]
     return run_settings(
         PretrainSettings, data, masking, train, load_in_4bit=False, model_config=spec.model_config,
-        tokenizer=spec.tokenizer, phases=spec.schedule,
-        objective=phase_sequence([p.objective for p in phases], masking.objective).record_name,  # clm+mntp
+        tokenizer=spec.tokenizer, schedule=spec.schedule,
+        phases="+".join(p.target.name for p in phases),  # what each phase learnt: clm+mntp
         switch_step=switch[0] if switch else None, from_checkpoint=train.from_checkpoint,
         estimated_memory_gib=round(memory["total"] / 2**30, 2) if memory else None,
         parameters=memory["parameters"] if memory else None,

@@ -10,9 +10,11 @@ from hf_encoderize.common.run_folder import read_json
 from hf_encoderize.records.contrastive_record import ContrastiveStage
 from hf_encoderize.records.fields import Fields, Part
 from hf_encoderize.records.run_record import PatchFacts, RunRecord
+from hf_encoderize.records.run_settings import lift_old_keys
 
 # What the patch report says beyond the typed fields, kept in the block's `facts`.
 _PATCH_COUNTS = ("config_switch", "modules_patched", "causal_buffers_replaced")
+OLD_KEYS = (("phases", "schedule"), ("objective", "phases"))  # the block never held the LR schedule
 
 
 @dataclass
@@ -37,12 +39,13 @@ class EncoderFacts(Fields):
     """The model it came from, as given (Hub id, folder or GGUF folder); None after `pretrain`."""
     revision: str | None = None
     gguf_file: str | None = None
-    objective: str | None = None
+    phases: str | None = None
+    """What each phase learnt, joined by "+" (`mntp`, `clm+mlm`); an export's, the phase it was taken in."""
     mask_ratio: float | None = None
     steps: int | None = None
     lora_r: int | None = None
-    phases: str | None = None
-    """pretrain's schedule, e.g. "clm:0.75,mlm"."""
+    schedule: str | None = None
+    """pretrain's phases' shares, e.g. "clm:0.75,mlm"."""
     export_step: int | None = None
     """The step of an intermediate export (`OUT/exports/step-N`)."""
     packing: str | None = None
@@ -59,6 +62,11 @@ class EncoderFacts(Fields):
         return _known(super().to_dict())
 
     @classmethod
+    def from_dict(cls, data: dict | None):
+        """Read in today's words: a block written before issue 70's rename (`objective`, `phases`) is lifted."""
+        return super().from_dict(lift_old_keys(data or {}, renamed=OLD_KEYS))
+
+    @classmethod
     def of(cls, encoder: str | os.PathLike) -> EncoderFacts:
         """The block in `encoder/config.json` (empty when the folder has none: a model hf-encoderize did not save)."""
         return cls.from_dict((read_json(Path(encoder) / "config.json") or {}).get("hf_encoderize") or {})
@@ -69,16 +77,16 @@ class EncoderFacts(Fields):
         place a `cpt` or `pretrain` run's settings and patch report become it.
 
         >>> from hf_encoderize.records.run_record import PatchFacts
-        >>> EncoderFacts.of_run(RunRecord(command="cpt", base_model="m", steps=4, objective="mlm",
+        >>> EncoderFacts.of_run(RunRecord(command="cpt", base_model="m", steps=4, phases="mlm",
         ...                               encoderize=PatchFacts(model_type="llama", modules_patched=2))).to_dict()
-        {'command': 'cpt', 'base_model': 'm', 'objective': 'mlm', 'steps': 4, 'lora_r': 0, 'packing': 'packed', \
+        {'command': 'cpt', 'base_model': 'm', 'phases': 'mlm', 'steps': 4, 'lora_r': 0, 'packing': 'packed', \
 'model_type': 'llama', 'modules_patched': 2}
         """
         report = record.encoderize or PatchFacts()
         counts = {key: getattr(report, key) for key in _PATCH_COUNTS if getattr(report, key) is not None}
         return cls(command=record.command, base_model=record.base_model, revision=record.revision,
-                   gguf_file=record.gguf_file, objective=record.objective, mask_ratio=record.mask_ratio,
-                   steps=record.steps, lora_r=record.lora.r if record.lora else 0, phases=record.phases,
+                   gguf_file=record.gguf_file, phases=record.phases, mask_ratio=record.mask_ratio,
+                   steps=record.steps, lora_r=record.lora.r if record.lora else 0, schedule=record.schedule,
                    packing=report.packing or "packed", model_type=report.model_type,
                    attn_implementation=report.attn_implementation,
                    tokens=_known(report.tokens.to_dict()) if report.tokens else None, facts=counts)

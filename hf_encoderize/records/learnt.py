@@ -6,10 +6,11 @@ Design choices:
   the metrics line: `simcse`, `mntp`, `clm`), its card label and phrase, the name of the metric that measures it and
   whether its attention is bidirectional. The card, `run_record.json` and `metrics.jsonl` read these; none of them
   spells a label of its own, so a distilled model can no longer read as "supervised pairs" on its card.
-- A pretraining run is a sequence of phases (`clm` then the masked phase): `phase_sequence` names it from the table,
-  with the masked phase named for the masking target that actually ran (`clm+mntp`, never `clm+mlm` for MNTP).
-- Rows are small frozen dataclasses so that a row can later carry its behaviour (issue 70: a component built from its
-  config); this module sits in `records`, below every stage, so the engine, the recipes and the card can all read it.
+- A pretraining run is a sequence of phases (`clm` then the masked phase), recorded as what each learnt
+  (`clm+mntp`, never `clm+mlm` for MNTP): the record's `phases`, read back by `recorded_sequence`.
+- Rows are small frozen dataclasses; the behaviour lives in the components that carry them (a masking target:
+  `objectives.targets`). This module sits in `records`, below every stage, so the engine, the recipes and the card
+  can all read it; a target defined outside the package adds its row (`declare`) when it registers.
 - A name no row declares (a record of a later version) reads as a row that only repeats the name: a card never fails
   on a word it does not know.
 """
@@ -27,7 +28,7 @@ class Learnt:
     """One thing a run can learn: a contrastive method, a masking target or a causal phase."""
 
     name: str
-    """The one word for it in flags, records and metrics (`--method distill`, `"objective": "mntp"`)."""
+    """The one word for it in flags, records and metrics (`--method distill`, `"phases": "clm+mntp"`)."""
     kind: Kind
     """method (the contrastive stage), masking_target (what masked positions predict) or phase (causal CLM)."""
     card_label: str
@@ -82,10 +83,12 @@ def of_kind(kind: Kind) -> tuple[str, ...]:
     return tuple(name for name, row in LEARNT.items() if row.kind == kind)
 
 
-def phase_learnt(phase: str, masking_target: str) -> Learnt:
-    """What a phase of a schedule learns: `clm` itself, or, for the masked phase (`mlm` in a schedule string), the
-    masking target the run was given (`--masking-target`)."""
-    return learnt(phase if learnt(phase).kind == "phase" else masking_target)
+def declare(row: Learnt) -> None:
+    """Add `row` to the table (a target registered from outside the package: `objectives.targets.register_target`);
+    a name the table holds keeps its row unless it is the same."""
+    known = LEARNT.setdefault(row.name, row)
+    if known != row:
+        raise ValueError(f"{row.name!r} is already declared as another thing ({known.kind}); pick another name")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,7 +99,7 @@ class PhaseSequence:
 
     @property
     def record_name(self) -> str:
-        """The run record's `objective`: the phases' names joined by "+" (`mlm`, `clm+mlm`, `clm+mntp`)."""
+        """The run record's `phases`: what each phase learnt, joined by "+" (`mlm`, `clm+mlm`, `clm+mntp`)."""
         return "+".join(p.name for p in self.phases)
 
     @property
@@ -110,15 +113,10 @@ class PhaseSequence:
         return next((p for p in self.phases if p.kind == "masking_target"), None)
 
 
-def phase_sequence(phases: list[str], masking_target: str) -> PhaseSequence:
-    """The sequence of a schedule's phase names (`["clm", "mlm"]`) under `masking_target`.
+def recorded_sequence(phases: str | None) -> PhaseSequence:
+    """The sequence a run record's `phases` names (`clm+mntp`, `mlm`); empty when it names none.
 
-    >>> phase_sequence(["clm", "mlm"], "mntp").record_name, phase_sequence(["mlm"], "mlm").card_label
-    ('clm+mntp', 'MLM')
+    >>> recorded_sequence("clm+mntp").card_label
+    'CLM, then MNTP (masked next-token prediction, LLM2Vec)'
     """
-    return PhaseSequence(phases=tuple(phase_learnt(p, masking_target) for p in phases))
-
-
-def recorded_sequence(objective: str | None) -> PhaseSequence:
-    """The sequence a run record's `objective` names (`clm+mntp`, `mlm`); empty when it names none."""
-    return PhaseSequence(phases=tuple(learnt(p) for p in (objective or "").split("+") if p))
+    return PhaseSequence(phases=tuple(learnt(p) for p in (phases or "").split("+") if p))

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from hf_encoderize.records.fields import Fields, Part
-from hf_encoderize.records.run_settings import DataFacts, LoraFacts, RunSettings
+from hf_encoderize.records.run_settings import DataFacts, LoraFacts, RunSettings, lift_old_keys
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,13 +105,14 @@ class RunRecord(Fields):
     """Every config field that counts for "same run?" (`common.identity`; recorded since 0.2)."""
 
     # ------------------------------------------------------------------ what it learnt
-    objective: str | None = None
-    """mlm, mntp, or pretrain's phases joined by "+" (clm+mlm, clm+mntp), each named by `records.learnt`."""
+    phases: str | None = None
+    """What each phase learnt, joined by "+": a masking target (mlm, mntp, ...) or pretrain's clm+mlm, clm+mntp;
+    each named by `records.learnt` (records before issue 70 called it `objective`: `lift_old_keys`)."""
     mask_ratio: float | None = None
     replacement: str | None = None
     """How masked tokens are replaced: mask (every one becomes the mask token) or bert (80/10/10)."""
-    phases: str | None = None
-    """`pretrain`'s schedule string, e.g. "clm:0.75,mlm"."""
+    schedule: str | None = None
+    """`pretrain`'s phases' shares (`--schedule`), e.g. "clm:0.75,mlm"."""
     switch_step: int | None = None
     """`pretrain`: the step attention switched from causal to bidirectional (None: no switch)."""
     data: DataFacts | None = None
@@ -122,7 +123,7 @@ class RunRecord(Fields):
     """Optimizer steps."""
     lr: float | None = None
     """Peak learning rate."""
-    schedule: str | None = None
+    lr_schedule: str | None = None
     """Learning-rate schedule (wsd)."""
     warmup_steps: int | None = None
     decay_steps: int | None = None
@@ -187,6 +188,11 @@ class RunRecord(Fields):
         """Trained from random weights (a model config, no base model: `pretrain`), read from the record's facts, not
         from the command's name."""
         return self.base_model is None and self.model_config is not None
+
+    @classmethod
+    def from_dict(cls, data: dict | None):
+        """Read in today's words: a record written before issue 70's rename is lifted (`lift_old_keys`)."""
+        return super().from_dict(lift_old_keys(data or {}))
 
     @classmethod
     def of_settings(cls, settings: RunSettings) -> RunRecord:

@@ -7,6 +7,9 @@ Design choices:
 - Its nested parts (`DataFacts`, `LoraFacts`) are frozen `Part`s too; `to_dict` writes the keys the earlier dicts
   wrote, so run_settings.json files of earlier versions compare with today's, and the record reads them as before.
 - `pretrain_schedule.json` (`PretrainSchedule`) is read and written through its type too.
+- One word per concept (issue 70): `phases` is what each phase learnt (`clm+mntp`), `schedule` the phases' shares
+  (`--schedule`), `lr_schedule` the learning rate's (wsd). Records written before carried `objective`, `phases` and
+  `schedule` in those three meanings; `lift_old_keys` reads them in today's words, so they load, resume and compare.
 - A fact of the run that is no reason to refuse a resume (pretrain's memory estimate, which depends on the machine)
   says so on its field (`compared=False`) and is left out of what a resume compares (`compared()`).
 """
@@ -58,14 +61,15 @@ class RunSettings(Part):
     """The model trained from (Hub id, folder or GGUF folder); None for `pretrain`."""
     revision: str | None = None
     gguf_file: str | None = None
-    objective: str | None = None
-    """mlm, mntp, or pretrain's phases joined by "+" (clm+mlm, clm+mntp), each named by `records.learnt`."""
+    phases: str | None = None
+    """What each phase learnt, joined by "+": a masking target (mlm, mntp, ...) or pretrain's clm+mlm, clm+mntp;
+    each named by `records.learnt`."""
     mask_ratio: float | None = None
     replacement: str | None = None
     data: DataFacts | None = None
     steps: int | None = None
     lr: float | None = None
-    schedule: str = "wsd"
+    lr_schedule: str = "wsd"
     warmup_steps: int | None = None
     decay_steps: int | None = None
     weight_decay: float | None = None
@@ -103,8 +107,8 @@ class PretrainSettings(RunSettings):
 
     model_config: str | None = None
     tokenizer: str | None = None
-    phases: str | None = None
-    """The schedule string, e.g. "clm:0.75,mlm"."""
+    schedule: str | None = None
+    """The phases' shares (`--schedule`), e.g. "clm:0.75,mlm"."""
     switch_step: int | None = None
     from_checkpoint: str | None = None
     estimated_memory_gib: float | None = field(default=None, metadata=NOT_COMPARED)
@@ -119,12 +123,58 @@ class PretrainSchedule(Fields):
     schedule: str | None = None
     """The schedule string, e.g. "clm:0.25,mlm:0.75"."""
     phases: list | None = None
-    """Each phase as `objectives.phases.Phase.to_dict()`: objective, start, end."""
+    """Each phase as `objectives.phases.Phase.to_dict()`: name, start, end."""
     steps: int | None = None
     decay_steps: int | None = None
     """None in schedules written before it existed: their `decay_fraction` (kept in `facts`) says the decay."""
     identity: dict | None = None
     """Every setting that counts for "same run?" but the split and the length (None: written before 0.2)."""
+
+    @classmethod
+    def from_dict(cls, data: dict | None):
+        """Read in today's words: an identity and phases written before the rename are lifted."""
+        data = dict(data or {})
+        if isinstance(data.get("identity"), dict):
+            data["identity"] = lift_old_identity(data["identity"])
+        if isinstance(data.get("phases"), list):
+            data["phases"] = [lift_old_phase(p) for p in data["phases"]]
+        return super().from_dict(data)
+
+
+# Keys written before issue 70's rename, in the order they move: `schedule` (the LR's) first frees its name for the
+# phases' shares, then `phases` frees its name for what the phases learnt (`objective`).
+RENAMED_KEYS = (("schedule", "lr_schedule"), ("phases", "schedule"), ("objective", "phases"))
+RENAMED_IDENTITY = {"masking.objective": "masking.masking_target"}
+
+
+def lift_old_keys(data: dict, renamed=RENAMED_KEYS) -> dict:
+    """A run record or `run_settings.json` written before the rename (it holds `objective`) in today's keys, its
+    identity too; today's read as they are (kept for records of earlier versions).
+
+    >>> lift_old_keys({"objective": "clm+mlm", "phases": "clm:0.5,mlm:0.5", "schedule": "wsd"})
+    {'lr_schedule': 'wsd', 'schedule': 'clm:0.5,mlm:0.5', 'phases': 'clm+mlm'}
+    """
+    lifted = dict(data)
+    if isinstance(lifted.get("identity"), dict):
+        lifted["identity"] = lift_old_identity(lifted["identity"])
+    if "objective" not in lifted:
+        return lifted
+    for old, new in renamed:
+        if old in lifted:
+            lifted[new] = lifted.pop(old)
+    return lifted
+
+
+def lift_old_identity(identity: dict) -> dict:
+    """A recorded identity with the config fields' earlier names (`masking.objective`) in today's."""
+    return {RENAMED_IDENTITY.get(key, key): value for key, value in identity.items()}
+
+
+def lift_old_phase(phase):
+    """A `pretrain_schedule.json` phase written before the rename (`{"objective": "clm", ...}`) as today's."""
+    if isinstance(phase, dict) and "objective" in phase:
+        return {"name": phase["objective"], **{k: v for k, v in phase.items() if k != "objective"}}
+    return phase
 
 
 def recorded_keys() -> frozenset[str]:

@@ -35,8 +35,9 @@ class StepBatch:
     """One optimizer step's rows for this process, ready on the host (pinned on a GPU): made by `prepare_step`."""
 
     raw: tuple
-    """(input_ids, document_ids, keys) before masking: re-masked if the objective changed since (pretrain)."""
-    objective: str
+    """(input_ids, document_ids, keys) before masking: re-masked if the target changed since (pretrain)."""
+    target: str
+    """The name of the target it was labelled for (`objectives.targets`)."""
     micro: list[dict]
     """Per micro-batch: `input_ids` (masked), `document_ids`, `labels`, `index`/`targets` of the labelled positions
     and `packed` (positions, varlen boundaries: `isolation.packed_inputs`)."""
@@ -58,7 +59,7 @@ def prepare_step(input_ids, document_ids, keys, masker: Masker, micro: int, back
                 "index": index, "targets": targets, "packed": packed_inputs(document_ids[mine], backend)}
         parts.append(_pinned(part) if pin else part)
     counts = torch.tensor([float((labels != IGNORE).sum()), float((document_ids >= 0).sum())], device="cpu")
-    return StepBatch((input_ids, document_ids, keys), masker.objective, parts, _pinned(counts) if pin else counts)
+    return StepBatch((input_ids, document_ids, keys), masker.target.name, parts, _pinned(counts) if pin else counts)
 
 
 def _pinned(value):

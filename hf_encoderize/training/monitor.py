@@ -13,8 +13,9 @@ Design choices:
   Masked accuracy is computed on logged steps only (null on the others): it costs an arg-max over the vocabulary.
 - The run record (`engine.finish`) takes `hardware_facts` from here; it never holds a token or secret: it is built
   from the config dataclasses (which have no token field) and from these facts.
-- The loss curve draws each objective's steps in its own colour: a CLM phase predicts next tokens, an MLM phase masked
-  tokens, so the two losses are not the same quantity.
+- The loss curve draws each target's steps in its own colour: a CLM phase predicts next tokens, an MLM phase masked
+  tokens, so the two losses are not the same quantity. A train line names its `target`; metrics files written before
+  issue 70's rename called it `objective`, and `line_target` reads both.
 """
 
 from __future__ import annotations
@@ -85,14 +86,14 @@ class TrainingMonitor:
                 self.bar = tqdm(total=total_steps, initial=start_step, desc=label, dynamic_ncols=True,
                                 mininterval=0.5 if sys.stderr.isatty() else 30.0)
 
-    def step(self, step: int, *, lr: float, totals, counts, processes: int, objective: str = "mlm",
+    def step(self, step: int, *, lr: float, totals, counts, processes: int, target: str = "mlm",
              with_accuracy: bool = True, data_wait_s: float = 0.0) -> list[dict]:
         """Record one optimizer step from the engine's device tensors (`train.train_step`): `totals` = summed loss,
         correct predictions and gradient norms over processes; `counts` = labelled and real tokens of the global batch.
         They are read (one host sync for all pending steps) every `log_every` steps; returns the records written then
         (empty between), for the non-finite check."""
         now = time.perf_counter()
-        self.pending.append((step, lr, totals.detach(), counts.detach(), processes, objective, with_accuracy,
+        self.pending.append((step, lr, totals.detach(), counts.detach(), processes, target, with_accuracy,
                              data_wait_s, now - self.last, now))
         self.last = now
         return self.flush() if step % self.log_every == 0 else []
@@ -140,11 +141,11 @@ class TrainingMonitor:
 
     def _record(self, pending: tuple, loss: float, correct: float, norm: float, labelled: float,
                 tokens: float) -> dict:
-        step, lr, _, _, processes, objective, with_accuracy, wait, seconds, ended = pending
+        step, lr, _, _, processes, target, with_accuracy, wait, seconds, ended = pending
         labelled = max(labelled, 1.0)
         self.tokens += int(tokens)
         self.losses.append(loss / labelled)
-        record = {"kind": "train", "step": step, "objective": objective, "loss": loss / labelled,
+        record = {"kind": "train", "step": step, "target": target, "loss": loss / labelled,
                   "masked_accuracy": correct / labelled if with_accuracy else None, "lr": lr,
                   "grad_norm": norm / processes, "tokens": int(tokens), "labelled_tokens": int(labelled),
                   "step_time_s": seconds, "tokens_per_s": tokens / max(seconds, 1e-9), "data_wait_s": wait,
@@ -219,6 +220,12 @@ def _truncate_after(path: Path, step: int) -> None:
     path.write_text("".join(json_line(r) for r in kept))
 
 
+def line_target(line: dict) -> str:
+    """The target a metrics train line was learnt under; lines written before issue 70's rename said `objective`
+    (kept so earlier runs' metrics still plot), and the earliest said nothing (MLM)."""
+    return line.get("target", line.get("objective", "mlm"))
+
+
 def plot_loss_curve(metrics_path: Path, png_path: Path, title: str = "MLM continued pretraining") -> Path | None:
     """Training loss (and held-out eval loss, when there is any) against steps, as a PNG. None if nothing to plot."""
     records = read_metrics(metrics_path)
@@ -232,10 +239,10 @@ def plot_loss_curve(metrics_path: Path, png_path: Path, title: str = "MLM contin
 
     evals = [r for r in records if r["kind"] == "eval" and r.get("eval_loss") is not None]
     figure, axis = plt.subplots(figsize=(7, 4), dpi=120)
-    for objective in dict.fromkeys(r.get("objective", "mlm") for r in train):
-        steps = [r for r in train if r.get("objective", "mlm") == objective]
+    for target in dict.fromkeys(line_target(r) for r in train):
+        steps = [r for r in train if line_target(r) == target]
         axis.plot([r["step"] for r in steps], [r["loss"] for r in steps], lw=1, alpha=0.8,
-                  label=f"train loss ({learnt(objective).card_label})")
+                  label=f"train loss ({learnt(target).card_label})")
     if evals:
         axis.plot([r["step"] for r in evals], [r["eval_loss"] for r in evals], "o-", label="held-out loss")
     axis.set(xlabel="optimizer step", ylabel="cross-entropy per predicted token", title=title)

@@ -8,7 +8,8 @@ Design choices:
 - What goes in and out is a frozen dataclass (`Built`, `Trained`, `FinalModel`), built complete: a recipe that needs
   more at the end (cpt: the patch report and the peft model) subclasses `Built` with typed fields.
 - The training phases are data (`phases`, `switches_attention`): the engine walks them (`engine.loop.train_phases`),
-  so a run does not call back into the recipe to train.
+  so a run does not call back into the recipe to train. What each phase learns is a component the recipe hands over
+  (`Phase.target`, `target`: `objectives.targets`), built from its config; a recipe may bring a target of its own.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 from hf_encoderize.data.sources import DataConfig, data_facts
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.objectives.phases import Phase
+from hf_encoderize.objectives.targets import Target
 from hf_encoderize.records.encoder_facts import EncoderFacts
 from hf_encoderize.records.run_record import PatchFacts
 from hf_encoderize.records.run_settings import RunSettings
@@ -77,12 +79,14 @@ class Recipe(Protocol):
     """`cpt` or `pretrain`: the run record's command, the output folder's marker, the monitor's label."""
     output_dir: Path
     data: DataConfig
-    masking: MaskingConfig
     train: TrainConfig
     inputs: list[Path]
     """Local inputs the output folder must never be, hold or sit inside (`common.outputs`)."""
+    target: Target
+    """What the encoder learns (`objectives.targets.build_target` from its `MaskingConfig`, or the recipe's own): the
+    masked phase's target, under which the run ends and is scored."""
     phases: list[Phase]
-    """The training objective per step range, in order (cpt: one MLM phase)."""
+    """The phases per step range, in order, each with its target (cpt: one masked phase learning `target`)."""
     switches_attention: bool
     """Enter each phase (causal -> bidirectional at MLM) and end bidirectional (pretrain); False: the model arrives
     an encoder (cpt)."""
@@ -118,7 +122,7 @@ class Recipe(Protocol):
 
 def run_settings(kind: type[S], data: DataConfig, masking: MaskingConfig, train: TrainConfig, **recipe: object) -> S:
     """The recipe's typed settings (`kind`: `CptSettings`, `PretrainSettings`, ...): the fields every run records, from
-    its configs, and the recipe's own (`recipe`, which may also replace a shared one: pretrain's objective). Made by
+    its configs, and the recipe's own (`recipe`, which may also replace a shared one: pretrain's `phases`). Made by
     keyword, so a misspelt field is a TypeError here. No secrets: configs hold none.
 
     >>> from hf_encoderize.records.run_settings import CptSettings
@@ -129,8 +133,8 @@ def run_settings(kind: type[S], data: DataConfig, masking: MaskingConfig, train:
     Traceback (most recent call last):
     TypeError: CptSettings.__init__() got an unexpected keyword argument 'base_modle'
     """
-    shared = dict(objective=masking.objective, mask_ratio=masking.mask_ratio, replacement=masking.replacement,
-                  data=data_facts(data), steps=train.steps, lr=train.lr, schedule="wsd", warmup_steps=train.warmup,
+    shared = dict(phases=masking.masking_target, mask_ratio=masking.mask_ratio, replacement=masking.replacement,
+                  data=data_facts(data), steps=train.steps, lr=train.lr, lr_schedule="wsd", warmup_steps=train.warmup,
                   decay_steps=train.decay, weight_decay=train.weight_decay, betas=list(ADAMW_BETAS),
                   adam_eps=train.adam_eps, max_grad_norm=train.max_grad_norm, batch_size=train.batch_size,
                   grad_accum=train.grad_accum, tokens_per_step=train.tokens_per_step, seed=train.seed,

@@ -7,7 +7,8 @@ Design choices:
 - The one change allowed is the length (`steps`, `decay_steps`): a resume of an extendable run (cpt) may train longer,
   a branch may end elsewhere, as long as the checkpoint lies before every decay involved: up to it, the runs took the
   same updates on the same data.
-- An older run's settings are read in today's terms (`_as_now`: a decay fraction, an identity before data names).
+- An older run's settings are read in today's terms (`_as_now`: a decay fraction, an identity before data names,
+  the keys before issue 70's rename).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, LENGTH, names_of, settings_diff
 from hf_encoderize.common.run_folder import read_json
 from hf_encoderize.data.corpus_files import identity_as_today
+from hf_encoderize.records.run_settings import lift_old_keys
 from hf_encoderize.training.checkpoints import check_checkpoint_files
 from hf_encoderize.training.train_config import TrainConfig
 
@@ -38,6 +40,7 @@ def recorded_decay_steps(settings: dict) -> int:
 
 def _as_now(before: dict) -> dict:
     """An older run's settings in today's terms, so a resume compares like with like (kept for old runs)."""
+    before = lift_old_keys(before)
     if isinstance(before.get(IDENTITY), dict):
         before = {**before, IDENTITY: identity_as_today(before[IDENTITY], (before.get("data") or {}).get("data_files"))}
     if "decay_steps" in before or "decay_fraction" not in before:

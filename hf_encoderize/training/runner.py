@@ -148,7 +148,7 @@ def setup(recipe: Recipe) -> Started:
     accelerator.wait_for_everyone()
     check_shared_output_dir(accelerator, output_dir)
     built.model.train()
-    run = build_run(accelerator, built.model, built.tokenizer, documents, built.data, recipe.masking, train, output_dir,
+    run = build_run(accelerator, built.model, built.tokenizer, documents, built.data, recipe.target, train, output_dir,
                     built.export_facts, built.export_dtype)
     # Before loading: a checkpoint of other settings (e.g. another global batch, so other data lanes) is refused in
     # one line, never mistaken for a corrupt one.

@@ -30,8 +30,8 @@ from hf_encoderize.data.packing import LaneStream, Packer, data_position, held_o
 from hf_encoderize.data.prefetch import Prefetcher
 from hf_encoderize.data.sources import DataConfig, Documents
 from hf_encoderize.objectives.loss_kernels import choose_loss_kernel
-from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.objectives.phases import Masker
+from hf_encoderize.objectives.targets import Target
 from hf_encoderize.records.encoder_facts import EncoderFacts
 from hf_encoderize.training.batches import my_lanes, prepare_step
 from hf_encoderize.training.checkpoints import register_state, state_of
@@ -56,6 +56,7 @@ class Run:
     rows: Prefetcher
     """This process's training rows (`LaneStream`), prepared ahead by a background thread."""
     masker: Masker
+    """Labels each batch under the current phase's target (`enter_phase` sets it)."""
     tokenizer: object
     eval_batches: list
     train: TrainConfig
@@ -74,14 +75,17 @@ class Run:
     compiled: dict
     """Whether the decoder layers were compiled and why (`compiling.compile_decision`), with dynamo's counters as they
     stood before (`dynamo_counters`); the run record gets the difference at the end."""
+    target: Target
+    """What the encoder learns (the masked phase's target, from the recipe): the run ends under it."""
 
 
-def build_run(accelerator, model, tokenizer, documents: Documents, data: DataConfig, masking: MaskingConfig,
+def build_run(accelerator, model, tokenizer, documents: Documents, data: DataConfig, target: Target,
               train: TrainConfig, output_dir: Path,
               export_facts: Callable[[int], EncoderFacts] = lambda step: EncoderFacts(),
               export_dtype: torch.dtype | None = None) -> Run:
     """The loss model, AdamW, one WSD schedule over `train.steps`, the packed row stream and the masker, prepared by
-    Accelerate, with the scheduler, packer and masker registered for checkpointing. The held-out rows are the first
+    Accelerate, with the scheduler, packer and masker registered for checkpointing; the masker starts on `target` (the
+    encoder's, from the recipe). The held-out rows are the first
     `data.eval_documents` documents, never trained on. `export_facts` and `export_dtype`: what a `--export-steps`
     encoder records (default: the step alone) and the dtype it is saved in (default: the model's).
 
@@ -118,14 +122,14 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
     if compiled["on"]:
         compile_decoder_layers(model)
     loss_model, optimizer = accelerator.prepare(loss_model, optimizer)
-    loss_kernel, loss_report = pick_loss_kernel(accelerator, loss_model, train.loss_implementation,
-                                                masked_rows=round(masking.mask_ratio * train.batch_size * data.seq_len))
+    masked_rows = round(target.masking.mask_ratio * train.batch_size * data.seq_len)
+    loss_kernel, loss_report = pick_loss_kernel(accelerator, loss_model, train.loss_implementation, masked_rows)
     fold_clip = fused and clip_can_fold(accelerator)
     if torch.cuda.is_available():  # the probe's scratch tensors are not the run's memory: peak memory counts from here
         torch.cuda.reset_peak_memory_stats()
     embeddings = model.get_input_embeddings().weight
     vocab_size = getattr(embeddings, "ds_shape", embeddings.shape)[0]  # ZeRO-3 partitions report an empty shape
-    masker = Masker.for_tokenizer(tokenizer, masking, vocab_size, seed=train.seed)  # stateless: seeds per row
+    masker = Masker.for_tokenizer(tokenizer, target, vocab_size, seed=train.seed)  # stateless: seeds per row
     pack = data.pack is not False  # None (not decided by a recipe) packs, the default
     stream = LaneStream(tokenizer, data.seq_len, pack, documents, data.eval_documents + data.skip_documents,
                         lanes=my_lanes(train.batch_size, train.grad_accum, accelerator.num_processes,
@@ -147,7 +151,7 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
     held_out = held_out_batches(documents, Packer(tokenizer, data.seq_len, pack), data.eval_documents,
                                 data.eval_max_rows, train.batch_size)
     return Run(accelerator, loss_model, optimizer, scheduler, rows, masker, tokenizer, held_out, train,
-               Path(output_dir), loss_kernel, loss_report, export_facts, export_dtype, fold_clip, compiled)
+               Path(output_dir), loss_kernel, loss_report, export_facts, export_dtype, fold_clip, compiled, target)
 
 
 def clip_can_fold(accelerator) -> bool:

@@ -10,8 +10,9 @@ Design choices:
   checkpoint, so a checkpoint never follows a non-finite step).
 - Held-out rows are masked with fixed seeds (negative lanes, never a training lane), so evaluations compare across
   steps.
-- `enter_phase` is the one change a run takes between steps: the training objective of the next phase, and on
-  entering MLM the bidirectional patch, proven by the probe.
+- `enter_phase` is the one change a run takes between steps: the target of the next phase (`objectives.targets`),
+  and on entering a bidirectional one the attention patch, proven by the probe. The engine asks a target for its
+  labels, its attention and its metric's name; it never tests a target's name.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from pathlib import Path
 import torch
 
 from hf_encoderize.objectives.phases import Phase
-from hf_encoderize.records.learnt import learnt
 from hf_encoderize.training.batches import StepBatch, prepare_step, to_device
 from hf_encoderize.training.checkpoints import checkpoint_dir, list_checkpoints, prune_checkpoints, save_checkpoint
 from hf_encoderize.training.compiling import fall_back_to_eager
@@ -33,11 +33,11 @@ from hf_encoderize.training.profiling import section
 
 
 def enter_phase(run: Run, phase: Phase) -> tuple[int, int] | None:
-    """Point the run at `phase`'s objective; on entering MLM, make the attention bidirectional and prove it with the
-    probe (`NotBidirectionalError` otherwise). Returns the patch counts when it switched, else None."""
+    """Point the run at `phase`'s target; on entering a bidirectional one, make the attention bidirectional and prove
+    it with the probe (`NotBidirectionalError` otherwise). Returns the patch counts when it switched, else None."""
     from hf_encoderize.model.bidirectional import make_bidirectional, verify_bidirectional
 
-    run.masker.objective = "clm" if phase.objective == "clm" else run.masker.masking.objective
+    run.masker.target = phase.target
     model = run.accelerator.unwrap_model(run.model).model
     if not phase.bidirectional or getattr(model.config, "is_causal", True) is False:
         return None
@@ -65,7 +65,7 @@ def train_phases(run: Run, monitor, step: int, phases: list[Phase], switches_att
             close_phase(run, monitor, step)
     if switches_attention:
         # Every split ends as an encoder, clm:1.0 too: the paper fine-tunes all of them bidirectionally (section 2).
-        counts = enter_phase(run, Phase("mlm", step, step)) or counts or (0, 0)
+        counts = enter_phase(run, Phase("mlm", step, step, run.target)) or counts or (0, 0)
     return step, counts
 
 
@@ -129,9 +129,9 @@ def resume_hint(output_dir: Path, save_every: int) -> str:
 
 
 def next_batch(run: Run) -> StepBatch:
-    """The next prepared step; re-masked here if it was prepared under the objective of the phase before."""
+    """The next prepared step; re-masked here if it was prepared under the target of the phase before."""
     batch = run.rows.next()
-    if batch.objective != run.masker.objective:
+    if batch.target != run.masker.target.name:
         pin = run.accelerator.device.type == "cuda"
         batch = prepare_step(*batch.raw, run.masker, run.train.grad_accum, _backend(run), pin)
     return batch
@@ -145,7 +145,7 @@ def train_step(run: Run, with_accuracy: bool = False) -> dict:
     """One optimizer step over `grad_accum` micro-batches of `batch_size` rows on each process.
 
     Returns device tensors (no host sync): the summed loss, correct predictions (`with_accuracy`) and gradient norm of
-    the global batch, and its labelled and real token counts, plus the objective. `monitor.step` turns them into
+    the global batch, and its labelled and real token counts, plus the target's name. `monitor.step` turns them into
     per-token figures when it next syncs.
     """
     with section("data_wait"):
@@ -189,7 +189,7 @@ def _step_on(run: Run, batch: StepBatch, with_accuracy: bool) -> dict:
     run.scheduler.step()
     totals = torch.stack([loss_sum, correct.float(), torch.as_tensor(grad_norm, device=device).float()])
     totals = accelerator.reduce(totals, reduction="sum")
-    return {"totals": totals, "counts": counts, "processes": processes, "objective": run.masker.objective,
+    return {"totals": totals, "counts": counts, "processes": processes, "target": run.masker.target.name,
             "with_accuracy": with_accuracy, "data_wait_s": run.rows.take_wait()}
 
 
@@ -227,7 +227,7 @@ def _finite_or_skip(grad_norm, run: Run):
 
 @torch.no_grad()
 def evaluate_held_out(run: Run) -> dict:
-    """Loss and accuracy on the held-out rows under the current objective, masked with fixed seeds (each held-out row
+    """Loss and accuracy on the held-out rows under the current target, masked with fixed seeds (each held-out row
     has its own key) so evaluations are comparable across steps. Both are averaged over labelled tokens, not batches.
     In a CLM phase the accuracy is next-token accuracy and named so. The evaluation before the first step is where
     compiled layers first run: a compiler failure there falls back to eager layers as in `train_step`."""
@@ -250,7 +250,7 @@ def _held_out(run: Run) -> dict:
         loss, right = run.model(to_device(batch.micro[0], device), True, run.loss_kernel)
         loss_sum, correct, count = loss_sum + float(loss), correct + int(right), count + int(batch.counts[0])
     run.model.train()
-    accuracy = learnt(run.masker.objective).metric  # eval_next_token_accuracy in a CLM phase
+    accuracy = run.masker.target.metric  # eval_next_token_accuracy in a CLM phase
     if not run.eval_batches:
         return {}
     # No labelled token (a tiny --mlm-probability): there is no score, and 0.0 would read as a perfect one.
