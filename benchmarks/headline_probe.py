@@ -1,7 +1,7 @@
 """Do small bases on this corpus ever leave section 3's regime? The probe pre-registered in
 examples/headline/predictions_probe.md (issue 71, point 5), committed before this code and before any run.
 
-    python benchmarks/headline_probe.py --budget probe-cpu --out runs/probe --threads 2   # ~1 h 50 min, 2 cores
+    python benchmarks/headline_probe.py --budget probe-cpu --out runs/probe --threads 2   # ~2 h on 2 idle cores
     python benchmarks/headline_probe.py --budget probe-tiny --out /tmp/probe             # seconds: the smoke test
 
 Design choices (the registered design; everything not named is `design-cpu`'s):
