@@ -1,9 +1,9 @@
 """Model FLOPs of MLM training and model FLOPs utilisation (MFU), counted the same way for every trainer.
 
 Design choices:
-- MFU counts *useful model work* (PaLM, Chowdhery et al. 2022, appendix B): the FLOPs the objective needs, whatever the
+- MFU counts *useful model work* (PaLM, Chowdhery et al. 2022, appendix B): the FLOPs the target needs, whatever the
   implementation executes, over the device's dense peak. Recomputation (gradient checkpointing), padding and work the
-  objective throws away earn no credit, so one definition ranks every trainer fairly.
+  target throws away earn no credit, so one definition ranks every trainer fairly.
 - Per trained (real, non-pad) token, the decoder layers cost 6 x their matmul parameters (2 forward, 4 backward).
   Embedding lookups are not matmuls and are left out; norms, activations, rotary and biases are too (under 1%).
 - The LM head is `hidden x vocab` (tied to the embeddings or not, it is a matmul) and counts 6 x that per *masked*

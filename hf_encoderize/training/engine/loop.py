@@ -4,7 +4,7 @@ It reads top to bottom: `while step < until: train_step(); log; maybe evaluate; 
 
 Design choices:
 - The loss is the cross-entropy summed over labelled tokens divided by the labelled tokens of the whole global batch
-  (all-reduced on the device; the paper's token-level objective), so 1 process x 8 rows, 2 x 4 and 8 accumulation
+  (all-reduced on the device; the paper's token-level loss), so 1 process x 8 rows, 2 x 4 and 8 accumulation
   steps x 1 row give the same update.
 - Metrics stay on the device and reach the host once per `log_every` steps (and before every evaluation and
   checkpoint, so a checkpoint never follows a non-finite step).
