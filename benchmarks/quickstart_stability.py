@@ -65,10 +65,9 @@ def scores(out: Path) -> dict:
     from hf_encoderize.evaluation import evaluate
     from hf_encoderize.model.loading import LoadConfig
     from hf_encoderize.pipeline.quickstart import QuickstartConfig, eval_settings
-    from hf_encoderize.pipeline.run import RunConfig
 
-    summary = evaluate(LoadConfig(str(out / "encoder")),
-                       RunConfig(**eval_settings(QuickstartConfig())).eval_config("encoder", str(out / "eval")))
+    config = eval_settings(QuickstartConfig()).of("encoder", str(out / "eval"))
+    summary = evaluate(LoadConfig(str(out / "encoder")), config)
     return {"family_means": summary["family_means"],
             "best_lr": {r["task"]: r["best_lr"] for r in summary["results"]}}
 

@@ -186,13 +186,14 @@ def train_quickstart(encoder: Path, out: Path, corpus: Path, seed: int) -> tuple
     text, steps and precision) through `run`'s own mapping onto `contrastive` (`run.contrastive_config`), with the
     encoder and output folder swapped in: (folder, seconds)."""
     from hf_encoderize.pipeline.quickstart import QuickstartConfig, embedding_stage
-    from hf_encoderize.pipeline.run import RunConfig, contrastive_config
+    from hf_encoderize.pipeline.run import RunConfig, contrastive_config, run_contrastive
     from hf_encoderize.recipes.contrastive import contrastive
 
     with contextlib.redirect_stdout(sys.stderr):  # stdout: the one JSON object
         options = embedding_stage(QuickstartConfig(), corpus)
-    config = dataclasses.replace(contrastive_config(None, RunConfig(**options), out), encoder=str(encoder),
-                                 output_dir=str(out), overwrite=True, progress=False, save_every=10**6, seed=seed)
+    stage = contrastive_config(None, RunConfig(contrastive=run_contrastive(**options)), out)
+    config = dataclasses.replace(stage, encoder=str(encoder), output_dir=str(out), overwrite=True, progress=False,
+                                 save_every=10**6, seed=seed)
     started = time.time()
     summary = contrastive(config)
     return summary["output_dir"], round(time.time() - started, 1)

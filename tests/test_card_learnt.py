@@ -109,9 +109,9 @@ def test_one_table_names_every_method_target_and_phase():
     from typing import get_args
 
     from hf_encoderize.objectives.targets import TARGETS
-    from hf_encoderize.recipes.contrastive.config import Objective
+    from hf_encoderize.recipes.contrastive.config import Method
 
-    assert set(of_kind("method")) == set(get_args(Objective)) == {"simcse", "supervised", "distill"}
+    assert set(of_kind("method")) == set(get_args(Method)) == {"simcse", "supervised", "distill"}
     masking_targets = {name for name, target in TARGETS.items() if target.learnt.kind == "masking_target"}
     assert set(of_kind("masking_target")) >= masking_targets >= {"mlm", "mntp"}  # a test may register its own
     assert all(target.learnt is LEARNT[name] for name, target in TARGETS.items())

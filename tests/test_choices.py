@@ -14,7 +14,7 @@ from hf_encoderize.evaluation.config import EvalConfig
 from hf_encoderize.model.loading import LoadConfig
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.pipeline.quickstart import QuickstartConfig
-from hf_encoderize.pipeline.run import RunConfig
+from hf_encoderize.pipeline.run import RunEvalConfig
 from hf_encoderize.publish.export import ExportConfig
 from hf_encoderize.recipes.contrastive import ContrastiveConfig
 from hf_encoderize.recipes.pretrain import PretrainConfig
@@ -31,7 +31,7 @@ ENUMERATED = [
     (EvalConfig, {}, "batching", ("random", "length")),
     (EvalConfig, {}, "ndcg_gains", ("binary", "graded")),
     (EvalConfig, {}, "dataset_source", ("authors", "original")),
-    (ContrastiveConfig, CONTRASTIVE, "objective", ("simcse", "supervised", "distill")),
+    (ContrastiveConfig, CONTRASTIVE, "method", ("simcse", "supervised", "distill")),
     (ContrastiveConfig, CONTRASTIVE, "pooling", ("mean", "lasttoken", "weightedmean")),
     (ContrastiveConfig, CONTRASTIVE, "loss", ("mnrl", "cached_mnrl")),
     (ContrastiveConfig, CONTRASTIVE, "mixed_precision", ("auto", "bf16", "no")),
@@ -40,16 +40,13 @@ ENUMERATED = [
     (PretrainConfig, {"model_config": "210M", "tokenizer": "t"}, "attn_implementation", BACKENDS),
     (MaskingConfig, {}, "replacement", ("mask", "bert")),
     (DataConfig, {}, "text_unit", ("line", "paragraph", "file")),
-    (RunConfig, {"contrastive_data_files": "p.jsonl"}, "contrastive", ("simcse", "supervised", "distill", "none")),
-    (RunConfig, {}, "eval_profile", ("paper", "quick", "smoke", "none")),
-    (RunConfig, {}, "eval_base", ("bidirectional", "causal", "both", "none")),
-    (RunConfig, {}, "contrastive_mixed_precision", ("auto", "bf16", "no")),
+    (RunEvalConfig, {}, "base", ("bidirectional", "causal", "both", "none")),
     (QuickstartConfig, {"contrastive_steps": 0}, "distill_text", ("wordnet", "sampled")),
     (ExportConfig, {"output_dir": "o"}, "format", ("onnx", "gguf")),
 ]
 
 # what a value needs beside it: distillation names its teacher (a Hub id here: only a local path is checked up front)
-NEEDS = {("ContrastiveConfig", "distill"): {"teacher": "t"}, ("RunConfig", "distill"): {"contrastive_teacher": "t"}}
+NEEDS = {("ContrastiveConfig", "distill"): {"teacher": "t"}}
 
 
 @pytest.mark.parametrize("cls, base, name, values", ENUMERATED, ids=lambda v: v if isinstance(v, str) else "")
@@ -79,6 +76,9 @@ def test_choices_of_names_a_field_that_is_not_enumerated():
     (["cpt", "m", "--replacement", "random"], "--replacement", "'mask', 'bert'"),
     (["cpt", "m", "--dtype", "fp8"], "--dtype", "'auto', 'float32', 'bfloat16', 'float16'"),
     (["run", "m", "--eval-base", "encoder"], "--eval-base", "'bidirectional', 'causal', 'both', 'none'"),
+    (["run", "m", "--contrastive", "triplet"], "--contrastive", "'simcse', 'supervised', 'distill', 'none'"),
+    (["run", "m", "--eval-profile", "full"], "--eval-profile", "'paper', 'quick', 'smoke', 'none'"),
+    (["run", "m", "--contrastive-mixed-precision", "fp16"], "--contrastive-mixed-precision", "'auto', 'bf16', 'no'"),
     (["contrastive", "enc", "out", "--pooling", "max"], "--pooling", "'mean', 'lasttoken', 'weightedmean'"),
 ])
 def test_a_value_outside_the_literal_is_refused_on_the_command_line_in_one_line(argv, flag, values, capsys):

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from hf_encoderize.cli import COMMANDS, main
+from hf_encoderize.common import stages
 from hf_encoderize.common.arguments import field_docs
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.options import flag, option_name
@@ -121,6 +122,14 @@ def test_each_command_help_lists_every_field_with_its_docstring(name, capsys):
     for cls in COMMANDS[name].configs:
         docs = field_docs(cls)
         for field in dataclasses.fields(cls):
+            if stages.stage_of(field):  # `run`'s stages: every option of the stage's class, prefixed
+                inner = field_docs(stages.stage_class(cls, field))
+                for sub in stages.stage_fields(cls, field):
+                    argument = flag(stages.key(cls, field, sub))
+                    assert re.search(rf"(?<![\w-]){re.escape(argument)}(?![\w-])", printed), (name, argument)
+                    said = "".join(stages.prefixed_text(inner[sub.name], cls, field).split())[:40]
+                    assert said in flat, (name, sub.name)
+                continue
             name_of = option_name(cls, field)  # the public name (`--learning-rate` for the field `lr`)
             argument = name_of if not field.kw_only else flag(name_of)
             assert re.search(rf"(?<![\w-]){re.escape(argument)}(?![\w-])", printed), (name, argument)

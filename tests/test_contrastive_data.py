@@ -19,7 +19,7 @@ def _jsonl(path, rows):
 
 
 def _contrastive(spec: str) -> list[dict]:
-    config = ContrastiveConfig("no-such-encoder", data_files=spec, objective="supervised", lead_token=False)
+    config = ContrastiveConfig("no-such-encoder", data_files=spec, method="supervised", lead_token=False)
     return list(load_rows(config))
 
 

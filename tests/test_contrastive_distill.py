@@ -51,7 +51,7 @@ def teacher(tmp_path_factory):
 
 
 def _distill(encoder, text, out, teacher, **extra):
-    return contrastive_config(encoder, text, out, **{"objective": "distill", "teacher": str(teacher),
+    return contrastive_config(encoder, text, out, **{"method": "distill", "teacher": str(teacher),
                                                      "learning_rate": 1e-3, **extra})
 
 
@@ -69,7 +69,7 @@ def test_the_student_learns_the_teacher_through_a_saved_projection(encoder, text
     summary = contrastive(_distill(encoder, text, out, teacher, steps=24, learning_rate=3e-4))
     record = json.loads((out / "contrastive_run.json").read_text())
     losses = record["losses"]
-    assert summary["objective"] == "distill" and len(losses) == 24
+    assert summary["method"] == "distill" and len(losses) == 24
     # MSE to the teacher falls below where the projection's least-squares start left it
     assert sum(losses[-4:]) / 4 < 0.8 * sum(losses[:4]) / 4, losses
     assert record["stage"]["projection"] == [32, TEACHER_WIDTH] and record["stage"]["loss"] == "mse"
@@ -143,7 +143,7 @@ def distill_run(tmp_path_factory, tiny_run, teacher):
     """`tiny_run` plus OUT/contrastive distilled from the tiny teacher, as `run` would leave it."""
     out = shutil.copytree(tiny_run, tmp_path_factory.mktemp("distill") / "run")
     corpus = write_corpus(out.parent / "text.jsonl", 16, lambda index: 6)
-    contrastive(contrastive_config(out / "encoder", corpus, out / "contrastive", objective="distill",
+    contrastive(contrastive_config(out / "encoder", corpus, out / "contrastive", method="distill",
                                    teacher=str(teacher), steps=2, batch_size=4))
     return out
 
@@ -206,15 +206,15 @@ def test_the_packaged_minilm_teacher_gives_its_width(encoder, text, tmp_path):
 
 def test_run_passes_the_teacher_on_and_refuses_a_missing_one_before_cpt(tmp_path, teacher):
     from hf_encoderize.data.sources import DataConfig
-    from hf_encoderize.pipeline.run import RunConfig, contrastive_config
+    from hf_encoderize.pipeline.run import RunConfig, contrastive_config, run_contrastive
 
-    with pytest.raises(EncoderizeError, match="--contrastive distill and --contrastive-teacher go together"):
-        RunConfig(contrastive="distill")
+    with pytest.raises(EncoderizeError, match="--method distill needs --teacher"):
+        run_contrastive(method="distill")
     with pytest.raises(EncoderizeError, match="no such folder"):
-        RunConfig(contrastive="distill", contrastive_teacher=str(tmp_path / "gone"))
-    config = contrastive_config(DataConfig(data_files="text.jsonl"),
-                                RunConfig(contrastive="distill", contrastive_teacher=str(teacher)), tmp_path)
-    assert (config.objective, config.teacher) == ("distill", str(teacher))
+        run_contrastive(method="distill", teacher=str(tmp_path / "gone"))
+    run = RunConfig(contrastive=run_contrastive(method="distill", teacher=str(teacher)))
+    config = contrastive_config(DataConfig(data_files="text.jsonl"), run, tmp_path)
+    assert (config.method, config.teacher, config.data_files) == ("distill", str(teacher), "text.jsonl")
 
 
 @pytest.mark.filterwarnings("ignore:.*(no_silent_downcasting|copy keyword).*")  # gradio's pandas calls, not ours

@@ -110,7 +110,7 @@ def test_a_negative_column_comes_last_whatever_its_place_in_the_file(objective, 
     path = tmp_path / "rows.jsonl"
     path.write_text("".join(json.dumps({"neg": f"other {i}", "para": f"para {i}", "text": f"text {i}"}) + "\n"
                             for i in range(4)))
-    rows = load_rows(ContrastiveConfig("unused", objective=objective, data_files=str(path), negative_column="neg",
+    rows = load_rows(ContrastiveConfig("unused", method=objective, data_files=str(path), negative_column="neg",
                                        lead_token=False, **columns))
     assert rows.column_names == ["anchor", "positive", "negative"]
     assert rows[0] == {"anchor": "text 0", "positive": "text 0" if objective == "simcse" else "para 0",

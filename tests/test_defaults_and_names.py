@@ -15,7 +15,7 @@ offline = pytest.mark.skipif(os.environ.get("HF_HUB_OFFLINE") in (None, "", "0")
 
 
 def test_eval_and_run_default_to_the_same_profile():
-    assert EvalConfig().profile == RunConfig().eval_profile == "quick"
+    assert EvalConfig().profile == RunConfig().eval.profile == "quick"
 
 
 @offline

@@ -7,8 +7,9 @@ import re
 import pytest
 
 from hf_encoderize.cli import COMMANDS, main
-from hf_encoderize.common.arguments import group_title
+from hf_encoderize.common.arguments import group_title, stage_title
 from hf_encoderize.common.options import flag, option_name
+from hf_encoderize.common.stages import key, stage_fields, stage_of
 
 
 def _help(command: str, capsys) -> str:
@@ -26,7 +27,11 @@ def test_options_are_grouped_by_their_config_class(name, capsys):
     for cls in COMMANDS[name].configs:
         body = sections[group_title(cls)]
         for field in dataclasses.fields(cls):
-            if field.kw_only:
+            if stage_of(field):  # `run`'s stages: a section each, the stage's own options prefixed
+                stage = text.split(f"\n\n{stage_title(cls, field)}:\n", 1)[1].split("\n\n", 2)[1]
+                for sub in stage_fields(cls, field):
+                    assert re.search(rf"^  {re.escape(flag(key(cls, field, sub)))}\b", stage, re.M), sub.name
+            elif field.kw_only:
                 assert re.search(rf"^  {re.escape(flag(option_name(cls, field)))}\b", body, re.M), (cls, field.name)
 
 

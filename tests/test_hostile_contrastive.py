@@ -196,7 +196,7 @@ def test_run_contrastive_streams_the_hub_corpus_and_reads_only_the_rows_it_uses(
     import datasets
 
     from hf_encoderize.data.sources import DataConfig
-    from hf_encoderize.pipeline.run import RunConfig, contrastive_config
+    from hf_encoderize.pipeline.run import RunConfig, contrastive_config, run_contrastive
     from hf_encoderize.recipes.contrastive import load_rows
 
     calls, read = [], {"rows": 0}
@@ -213,7 +213,7 @@ def test_run_contrastive_streams_the_hub_corpus_and_reads_only_the_rows_it_uses(
         return datasets.IterableDataset.from_generator(corpus)
 
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
-    run = RunConfig(contrastive="simcse", contrastive_steps=3, contrastive_batch_size=4, eval_profile="none")
+    run = RunConfig(contrastive=run_contrastive(method="simcse", steps=3, batch_size=4), eval=None)
     config = contrastive_config(DataConfig(), run, tmp_path / "run")
     assert config.dataset == "HuggingFaceFW/fineweb-edu"
     rows = load_rows(config)

@@ -294,7 +294,7 @@ def test_some_negatives_equal_to_their_row_are_counted(encoder, tmp_path, caplog
     from hf_encoderize.recipes.contrastive.rows import load_rows
 
     data = _triplets(tmp_path / "triplets.jsonl", "some")
-    config = contrastive_config(encoder, data, tmp_path / "out", objective="supervised", negative_column="negative")
+    config = contrastive_config(encoder, data, tmp_path / "out", method="supervised", negative_column="negative")
     with caplog.at_level("WARNING", logger="hf_encoderize"):
         assert len(load_rows(config)) == 24
     warned = [r.getMessage() for r in caplog.records if "--negative-column" in r.getMessage()]

@@ -136,7 +136,7 @@ def test_a_resume_on_a_teacher_changed_in_place_is_refused(encoder, text, teache
     """The teacher was compared by its path: 5 steps on one teacher's labels, then the rest on another's."""
     mine = shutil.copytree(teacher, tmp_path / "T")
     out = tmp_path / "out"
-    config = contrastive_config(encoder, text, out, objective="distill", teacher=str(mine))
+    config = contrastive_config(encoder, text, out, method="distill", teacher=str(mine))
     with interrupt_at_step(3), pytest.raises(KeyboardInterrupt, match="--resume"):  # after the step-2 checkpoint
         from hf_encoderize.recipes.contrastive import contrastive
 
@@ -145,7 +145,7 @@ def test_a_resume_on_a_teacher_changed_in_place_is_refused(encoder, text, teache
     first = sorted(weights)[0]
     save_file({**weights, first: weights[first] + 0.01}, mine / "model.safetensors")  # same path, other weights
     with pytest.raises(EncoderizeError, match="--resume with other settings than the run's \\(teacher was 'sha256:"):
-        contrastive(contrastive_config(encoder, text, out, objective="distill", teacher=str(mine), resume=True))
+        contrastive(contrastive_config(encoder, text, out, method="distill", teacher=str(mine), resume=True))
     assert not out.exists()
 
 

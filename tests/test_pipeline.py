@@ -316,9 +316,9 @@ def test_quickstart_refuses_its_output_folder_before_sampling(decoder_dir, tmp_p
 
 def test_run_passes_the_contrastive_stage_its_precision(tmp_path):
     """`run --contrastive-mixed-precision` reaches `contrastive` (the quickstart's bf16 on a CPU goes this way)."""
-    from hf_encoderize.pipeline.run import RunConfig, contrastive_config
+    from hf_encoderize.pipeline.run import RunConfig, contrastive_config, run_contrastive
 
     for choice in ("auto", "bf16", "no"):
-        run_cfg = RunConfig(contrastive="simcse", contrastive_data_files="texts.jsonl",
-                            contrastive_mixed_precision=choice)
+        run_cfg = RunConfig(contrastive=run_contrastive(method="simcse", data_files="texts.jsonl",
+                                                        mixed_precision=choice))
         assert contrastive_config(None, run_cfg, tmp_path).mixed_precision == choice

@@ -45,7 +45,7 @@ def test_quickstart_distils_the_teacher_on_sentences_the_decoder_samples(decoder
     assert "embedding model: distilled from all-mpnet-base-v2 (its embeddings of SmolLM2's own sentences" in printed
     assert "embedding model (distill)" in printed and "the Space's first example" in printed
     record = json.loads((out / "contrastive" / "contrastive_run.json").read_text())
-    assert record["config"]["objective"] == "distill" and record["config"]["steps"] == 2
+    assert record["config"]["method"] == "distill" and record["config"]["steps"] == 2
     assert record["config"]["data_files"].endswith("sampled_sentences_7.jsonl")
     assert record["config"]["learning_rate"] == 5e-4 and record["config"]["mixed_precision"] == "auto"  # as measured
     assert record["config"]["teacher"] == str(teacher) and record["stage"]["projection"] == [32, 768]

@@ -153,7 +153,7 @@ def test_objective_is_the_phase_the_masking_target_and_the_contrastive_method_ha
     `--method`; the old flag still works with one deprecation line, and the messages speak the new names."""
     cpt = build_parser().parse_args(["cpt", "m", "--objective", "mntp"])
     contrastive = build_parser().parse_args(["contrastive", "m", "--objective", "distill"])
-    assert cpt.masking_target == "mntp" and contrastive.objective == "distill"  # the fields keep their names
+    assert cpt.masking_target == "mntp" and contrastive.method == "distill"  # the fields take the new names
     assert main(["cpt", "m", "--objective", "mntp", "--mlm-probability", "2", "--output-dir",
                  str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.splitlines()

@@ -22,6 +22,7 @@ import re
 import sys
 import textwrap
 
+from hf_encoderize.common import stages
 from hf_encoderize.common.options import (
     SHORT_SPELLINGS,
     TRAINER_SWITCHES,
@@ -60,36 +61,89 @@ def value_type(field: dataclasses.Field) -> tuple[type, bool]:
 def add_dataclass_args(parser: argparse.ArgumentParser, cls) -> None:
     """One argument per field of `cls`: positional before `_: KW_ONLY`, `--option-name` after (`common.options`: the
     field's public name) with the old spelling as a hidden alias; help: its docstring; a `Literal`'s values its
-    `choices` (listed in usage; another value is refused before any config is built)."""
+    `choices` (listed in usage; another value is refused before any config is built). A stage field (`common.stages`)
+    gives its config's options, prefixed, in a group of their own."""
     docs = field_docs(cls)
     group = parser.add_argument_group(group_title(cls))  # --help lists options by what they configure
     for field in sorted(dataclasses.fields(cls), key=lambda field: field.kw_only):  # positionals before inherited ones
+        if stages.stage_of(field):
+            continue
         help_text = docs.get(field.name, "").replace("%", "%%")  # argparse %-formats help strings
-        kind, is_list = value_type(field)
-        name, values = option_name(cls, field), choices(cls, field)
-        metavar = "{" + ",".join(map(str, values)) + "}" if values else None
         if not field.kw_only:
+            kind, is_list = value_type(field)
+            name, values = option_name(cls, field), choices(cls, field)
+            metavar = "{" + ",".join(map(str, values)) + "}" if values else None
             parser.add_argument(field.name, type=kind, nargs="+" if is_list else None, help=help_text,
                                 metavar=metavar or name, choices=values)
             continue
-        if field.default not in (None, dataclasses.MISSING) and "default" not in help_text.lower():
-            help_text = f"{help_text} (default: {field.default})"  # once: a docstring that says its default keeps it
-        action = argparse.BooleanOptionalAction if kind is bool else None
-        named = field.metadata.get("named")  # `--tokens-per-step paper`: a value with a name
-        given = {"action": action} if action else {"type": named_value(kind, named) if named else kind,
-                                                   "nargs": "*" if is_list else None, "choices": values,
-                                                   "metavar": metavar or _metavar(kind, name, named)}
-        group.add_argument(*map(flag, spellings(name)), dest=field.name, default=None, help=help_text,
-                           **{**given, "action": _one_value(action or argparse._StoreAction)})
+        name = option_name(cls, field)
+        old = [] if field.name in (name, SHORT_SPELLINGS.get(name)) else [field.name]  # the old spelling, hidden
+        _add_option(group, cls, field, help_text, name, spellings(name), [*old, *field.metadata.get("formerly", ())])
         for switch, (target, value) in TRAINER_SWITCHES.items():  # `--bf16`: `--mixed-precision bf16`
             if target == name:
                 group.add_argument(flag(switch), dest=field.name, default=None, const=value,
                                    action=_one_value(argparse._StoreConstAction),
                                    help=f"the Trainer's name for {flag(name)} {value}")
-        if name != field.name and field.name != SHORT_SPELLINGS.get(name):  # the old spelling, hidden, one warning
-            alias = _deprecated(_one_value(action or argparse._StoreAction), flag(name))
-            group.add_argument(flag(field.name), dest=field.name, default=None, help=argparse.SUPPRESS,
-                               **{**given, "action": alias})
+    for field in dataclasses.fields(cls):
+        if stages.stage_of(field):
+            add_stage_args(parser, cls, field, docs.get(field.name, ""))
+
+
+def add_stage_args(parser: argparse.ArgumentParser, cls, field: dataclasses.Field, about: str) -> None:
+    """A stage's options (`common.stages`), prefixed, in one group headed by what the stage does in the command."""
+    spec, inner = stages.stage_of(field), stages.stage_class(cls, field)
+    group = parser.add_argument_group(stage_title(cls, field),
+                                      description=stages.prefixed_text(spec.about or about, cls, field))
+    docs, taken = field_docs(inner), set(parser._option_string_actions)
+    for sub in stages.stage_fields(cls, field):
+        help_text = stages.prefixed_text(docs.get(sub.name, ""), cls, field).replace("%", "%%")
+        if sub.name == spec.switch:
+            shown = sub.default if field.default is not None else spec.off
+            said = "default" in help_text.lower()  # once: `run`'s default named in the class's own words
+            help_text = f"{help_text} Or {spec.off}: {spec.off_help}." + ("" if said else f" (default: {shown})")
+        name = stages.key(cls, field, sub)
+        old = [n for n in stages.old_keys(cls, field, sub) if flag(n) not in taken]  # `--eval-steps` is cpt's
+        switch = sub.name == spec.switch
+        _add_option(group, inner, sub, help_text, name, [name], old, dest=stages.dest(field, sub),
+                    extra=(spec.off,) if switch else (), default_said=switch)
+
+
+def stage_title(cls, field: dataclasses.Field) -> str:
+    """A stage's heading in --help: its class's, and the prefix its options take.
+
+    >>> from hf_encoderize.pipeline.run import RunConfig
+    >>> stage_title(RunConfig, dataclasses.fields(RunConfig)[1])
+    'The contrastive stage: method, data, pooling and training settings (ContrastiveConfig, as --contrastive-*)'
+    """
+    return f"{group_title(stages.stage_class(cls, field))[:-1]}, as --{field.name.replace('_', '-')}-*)"
+
+
+def _add_option(group, cls, field: dataclasses.Field, help_text: str, name: str, shown: list[str], hidden: list[str],
+                dest: str | None = None, extra: tuple = (), default_said: bool = False) -> None:
+    """`--name` (and its `shown` spellings) for a keyword field, plus each `hidden` spelling noting its use."""
+    kind, is_list = value_type(field)
+    values = choices(cls, field)
+    values = (*values, *extra) if values else None
+    metavar = "{" + ",".join(map(str, values)) + "}" if values else None
+    if field.default not in (None, dataclasses.MISSING) and "default" not in help_text.lower() and not default_said:
+        help_text = f"{help_text} (default: {field.default})"  # once: a docstring that says its default keeps it
+    action = argparse.BooleanOptionalAction if kind is bool else None
+    named = field.metadata.get("named")  # `--tokens-per-step paper`: a value with a name
+    given = {"action": action} if action else {"type": named_value(kind, named) if named else kind,
+                                               "nargs": "*" if is_list else None, "choices": values,
+                                               "metavar": metavar or _metavar(kind, name, named)}
+    dest = dest or field.name
+    group.add_argument(*map(flag, shown), dest=dest, default=None, help=help_text,
+                       **{**given, "action": _one_value(action or argparse._StoreAction)})
+    for old in hidden:  # an old spelling, hidden, one warning
+        alias = _deprecated(_one_value(action or argparse._StoreAction), flag(name))
+        group.add_argument(flag(old), dest=dest, default=None, help=argparse.SUPPRESS, **{**given, "action": alias})
+
+
+def formerly(*names: str) -> dict:
+    """Field metadata: the names a renamed field went by (`objective`, before `method`), still accepted as a hidden
+    flag that notes its use and as a config-file key, so the command lines and files of earlier versions run."""
+    return {"formerly": names}
 
 
 def _metavar(kind: type, name: str, named: dict | None = None) -> str:

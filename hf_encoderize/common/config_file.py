@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 from typing import Protocol
 
+from hf_encoderize.common import stages
 from hf_encoderize.common.arguments import field_docs, value_type
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import identity_of, settings_diff
@@ -99,27 +100,80 @@ def _number_text(text: str):
 
 
 def build_config(cls, args: argparse.Namespace, yaml_values: dict):
-    """Instantiate `cls` from YAML values overridden by the flags the user actually gave."""
+    """Instantiate `cls` from YAML values overridden by the flags the user actually gave; a stage field
+    (`common.stages`) from its prefixed options."""
     values = {}
     for field in dataclasses.fields(cls):
-        given = getattr(args, field.name, None)
-        value = given if given is not None else yaml_values.get(field.name, None)
+        if stages.stage_of(field):
+            given = {sub.name: _given(args, yaml_values, stages.dest(field, sub))
+                     for sub in stages.stage_fields(cls, field)}
+            values[field.name] = stages.build_stage(cls, field, {k: v for k, v in given.items() if v is not None})
+            continue
+        value = _given(args, yaml_values, field.name)
         if value is not None:
             values[field.name] = value
     positional = [f.name for f in dataclasses.fields(cls) if not f.kw_only and f.name in values]
     return cls(*[values.pop(name) for name in positional], **values)
 
 
+def _given(args: argparse.Namespace, yaml_values: dict, name: str):
+    given = getattr(args, name, None)
+    return given if given is not None else yaml_values.get(name, None)
+
+
+def option_fields(cls) -> dict[str, tuple[str, dataclasses.Field, list[str]]]:
+    """Every option of config class `cls` as a config file names it: option name -> (where its value goes, its field,
+    the other names it goes by), a stage's options prefixed (`contrastive_max_steps` -> `contrastive.steps`)."""
+    options = {}
+    for field in dataclasses.fields(cls):
+        if not stages.stage_of(field):
+            name = option_name(cls, field)
+            options[name] = (field.name, field, [field.name, *spellings(name), *field.metadata.get("formerly", ())])
+            continue
+        for sub in stages.stage_fields(cls, field):
+            options[stages.key(cls, field, sub)] = (stages.dest(field, sub), sub, stages.old_keys(cls, field, sub))
+    return options
+
+
+def option_docs(cls) -> dict[str, str]:
+    """`field_docs` of `cls` and of its stages' classes, keyed by where each value goes (`eval.lrs`)."""
+    docs = field_docs(cls)
+    for field in dataclasses.fields(cls):
+        if stages.stage_of(field):
+            inner = field_docs(stages.stage_class(cls, field))
+            docs.update({stages.dest(field, sub): inner.get(sub.name, "") for sub in stages.stage_fields(cls, field)})
+    return docs
+
+
+def nested_stages(configs, values: dict) -> dict:
+    """`contrastive: {max_steps: 5}` as `contrastive_max_steps: 5`, and `contrastive: simcse` (a stage's name with
+    a value) as its switch: the nested form of a stage's options, and the flat one, read alike."""
+    values = dict(values)
+    for cls in configs:
+        for field in dataclasses.fields(cls):
+            if (spec := stages.stage_of(field)) is None or field.name not in values:
+                continue
+            given = values[field.name]
+            if isinstance(given, dict):
+                del values[field.name]
+                values.update({f"{field.name}_{key}".replace("-", "_"): value for key, value in given.items()})
+            elif field.name != spec.flag:  # `eval: none`, as `eval_profile: none`
+                values[f"{field.name}_{spec.switch}"] = values.pop(field.name)
+    return values
+
+
 def build_configs(command: Command, args: argparse.Namespace, yaml_values: dict,
                   record_keys: frozenset[str] = frozenset()) -> list:
     """Every config of `command`; a YAML key that none of them has is refused rather than silently ignored.
     `record_keys`: the keys a run's `run_settings.json` holds besides options (its facts), for a replay."""
-    fields = {field.name: field for cls in reversed(command.configs) for field in dataclasses.fields(cls)}
+    options = {name: option for cls in reversed(command.configs) for name, option in option_fields(cls).items()}
+    fields = {where: field for where, field, _ in options.values()}
     # a key is the option's name (`learning_rate`) or its field's (`lr`: the Python API's, a run's run_settings.json)
-    names = {option_name(cls, field): field.name for cls in command.configs for field in dataclasses.fields(cls)}
-    known = {**{name: name for name in fields}, **{spelling: field for name, field in names.items()
-                                                   for spelling in spellings(name)}}
+    names = {name: where for name, (where, _, _) in options.items()}
+    known = {**{where: where for where in fields}, **{spelling: where for where, _, others in options.values()
+                                                      for spelling in others}, **names}
     where = f"config file {args.config!r}" if getattr(args, "config", None) else "the config"
+    yaml_values = nested_stages(command.configs, yaml_values)
     yaml_values = trainer_switches(where, yaml_values, names)
     recorded = yaml_values.get("identity") if isinstance(yaml_values.get("identity"), dict) else None
     derived: set[str] = set()
@@ -133,11 +187,14 @@ def build_configs(command: Command, args: argparse.Namespace, yaml_values: dict,
     _refuse_two_spellings(where, yaml_values, known, fields)
     yaml_values = {known[key]: value for key, value in yaml_values.items()}
     # A comma-separated option takes a YAML list too (`lrs: [1e-5, 2e-5]`), as its flag takes `1e-5,2e-5`.
-    listed = {name for cls in command.configs for name, doc in field_docs(cls).items() if doc.startswith("Comma-sep")}
+    listed = {where for cls in command.configs for where, doc in option_docs(cls).items()
+              if doc.startswith("Comma-sep")}
     yaml_values = {key: ",".join(map(str, value)) if key in listed and isinstance(value, list)
                    and all(isinstance(item, str | int | float) and not isinstance(item, bool) for item in value)
                    else value for key, value in yaml_values.items()}
-    yaml_values = {key: _yaml_value(where, key, value, fields[key]) for key, value in yaml_values.items()}
+    shown = {field: name for name, field in names.items() if "." in field}  # a stage's option as the file names it
+    yaml_values = {key: _yaml_value(where, shown.get(key, key), value, fields[key])
+                   for key, value in yaml_values.items()}
     configs = [build_config(cls, args, yaml_values) for cls in command.configs]
     if recorded is not None:
         check_replay(where, recorded, configs, args, derived)

@@ -21,6 +21,7 @@ import os
 import sys
 from pathlib import PurePath
 
+from hf_encoderize.common import stages
 from hf_encoderize.common.options import option_name
 
 
@@ -90,7 +91,9 @@ def effective_settings(configs) -> dict:
     values = {}
     for config in configs:
         for field in dataclasses.fields(config):
-            if field.kw_only and not field.name.startswith("_"):
+            if stages.stage_of(field):  # a stage's options, nested: `contrastive: {method: simcse, ...}`
+                values[field.name] = _clean(stages.stage_settings(config, field))
+            elif field.kw_only and not field.name.startswith("_"):
                 values[option_name(type(config), field)] = _clean(getattr(config, field.name))
     return values
 

@@ -79,6 +79,8 @@ def protocol(key: str | None = None, kind=RESUME) -> dict:
 class EvalConfig:
     """How to fine-tune and score the model: profile, grid, protocol and where results go."""
 
+    INPUTS = ("data_dir",)  # what an output folder stays apart from (`common.outputs.inputs_of`)
+
     _: KW_ONLY
     profile: Literal["paper", "quick", "smoke"] = field(default="quick", metadata=protocol("synthetic_sizes"))
     """quick (the 12 datasets with one lr, one seed, 200 steps; `run`'s default too), paper (the full protocol: 6

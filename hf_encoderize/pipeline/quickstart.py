@@ -90,12 +90,10 @@ HEAD_LRS = "3e-3,1e-2,3e-2"
 # it read recall@1 0.094 at step 40) and the one-word edits.
 WORDNET_SENTENCES = 5760
 DISTILL_STAGES = {
-    "wordnet": dict(contrastive_steps=360, contrastive_lr=2e-4, contrastive_warmup_ratio=0.3,
-                    contrastive_distill_variants=1),
-    "sampled": dict(contrastive_steps=120, contrastive_lr=5e-4, contrastive_warmup_ratio=0.3,
-                    contrastive_distill_variants=1),
+    "wordnet": dict(steps=360, learning_rate=2e-4, warmup_ratio=0.3, distill_variants=1),
+    "sampled": dict(steps=120, learning_rate=5e-4, warmup_ratio=0.3, distill_variants=1),
 }
-SAMPLED_WITH_MINILM = dict(contrastive_steps=120, contrastive_lr=5e-4)  # all-MiniLM-L6-v2 on sampled text: no more
+SAMPLED_WITH_MINILM = dict(steps=120, learning_rate=5e-4)  # all-MiniLM-L6-v2 on sampled text: no more
 
 
 @dataclass
@@ -184,14 +182,13 @@ def write_sampled_sentences(folder: Path, sequences: int) -> Path:
 
 
 def embedding_stage(config: QuickstartConfig, corpus: Path) -> dict:
-    """`run`'s options for the stage that makes the embedding model: distillation or SimCSE (the settings measured in
-    benchmarks/topical_paraphrases.py), or none."""
+    """The settings of `run`'s stage that makes the embedding model (`ContrastiveConfig` fields): distillation or
+    SimCSE (the settings measured in benchmarks/topical_paraphrases.py), or none ({})."""
     if config.contrastive_steps == 0:
         return {}
     if config.contrastive_method == "simcse":
-        return dict(contrastive="simcse", contrastive_data_files=str(write_sentences(corpus)),
-                    contrastive_steps=config.contrastive_steps or 40, contrastive_batch_size=16,
-                    contrastive_max_seq_length=24, contrastive_dropout=0.1, contrastive_lr=1e-4, eval_contrastive=False)
+        return dict(method="simcse", data_files=str(write_sentences(corpus)), steps=config.contrastive_steps or 40,
+                    batch_size=16, max_seq_length=24, dropout=0.1, learning_rate=1e-4)
     if config.distill_text == "wordnet":
         sentences, stage = write_wordnet_sentences(corpus.parent), DISTILL_STAGES["wordnet"]
         precision = cpu_precision()  # measured in bf16 on this project's CPU
@@ -200,10 +197,9 @@ def embedding_stage(config: QuickstartConfig, corpus: Path) -> dict:
         measured = getattr(official(config.teacher), "name", MINILM)  # the settings measured for that teacher
         stage = DISTILL_STAGES["sampled"] if measured == MPNET else SAMPLED_WITH_MINILM
         precision = "auto"
-    stage = {**stage, **({"contrastive_steps": config.contrastive_steps} if config.contrastive_steps else {})}
-    return dict(contrastive="distill", contrastive_teacher=resolve_teacher(config.teacher),
-                contrastive_data_files=str(sentences), contrastive_batch_size=32, contrastive_max_seq_length=24,
-                contrastive_mixed_precision=precision, **stage, eval_contrastive=False)
+    stage = {**stage, **({"steps": config.contrastive_steps} if config.contrastive_steps else {})}
+    return dict(method="distill", teacher=resolve_teacher(config.teacher), data_files=str(sentences), batch_size=32,
+                max_seq_length=24, mixed_precision=precision, **stage)
 
 
 def cpu_precision() -> str:
@@ -300,20 +296,22 @@ def cpt_configs(config: QuickstartConfig, corpus: Path):
     return load, data, train
 
 
-def eval_settings(config: QuickstartConfig) -> dict:
-    """The quickstart's evaluation as `RunConfig` fields (what benchmarks/quickstart_stability.py scores with too)."""
-    if not config.evaluate:  # run refuses a grid or seeds with nothing to evaluate (--no-evaluate failed on that)
-        return dict(eval_profile="none")
-    return dict(eval_profile="smoke", eval_base="both",
-                eval_max_steps=config.eval_max_steps, eval_frozen=True, eval_lrs=HEAD_LRS,
-                eval_seeds=",".join(str(seed) for seed in range(config.eval_seeds)))
+def eval_settings(config: QuickstartConfig):
+    """The quickstart's evaluation, `run`'s eval stage (what benchmarks/quickstart_stability.py scores with too), or
+    None (`--no-evaluate`). The embedding model is not fine-tuned: the paraphrase checks describe it."""
+    from hf_encoderize.pipeline.run import RunEvalConfig
+
+    if not config.evaluate:
+        return None
+    return RunEvalConfig(profile="smoke", base="both", contrastive=False, max_steps=config.eval_max_steps,
+                         frozen=True, lrs=HEAD_LRS, seeds=",".join(str(seed) for seed in range(config.eval_seeds)))
 
 
 def quickstart(config: QuickstartConfig) -> dict:
     """Run the pipeline on the embedded default; returns `pipeline.run`'s report."""
     from hf_encoderize.common.outputs import check_output_dir, inputs_of
     from hf_encoderize.objectives.masking import MaskingConfig
-    from hf_encoderize.pipeline.run import RunConfig, run
+    from hf_encoderize.pipeline.run import RunConfig, run, run_contrastive
     from hf_encoderize.publish.hub import HubConfig
     from hf_encoderize.training.lora import AdapterConfig
 
@@ -329,9 +327,10 @@ def quickstart(config: QuickstartConfig) -> dict:
     contrastive = embedding_stage(config, corpus)
     if contrastive:
         line = METHOD_LINES[config.contrastive_method].format(teacher=config.teacher, text=TEXTS[config.distill_text],
-                                                              precision=contrastive.get("contrastive_mixed_precision"))
+                                                              precision=contrastive.get("mixed_precision"))
         print(f"embedding model: {line}", flush=True)
-    run_cfg = RunConfig(**eval_settings(config), base_model_id=BASE_MODEL_ID, **contrastive)
+    run_cfg = RunConfig(eval=eval_settings(config), base_model_id=BASE_MODEL_ID,
+                        contrastive=run_contrastive(**contrastive) if contrastive else None)
     report = run(load, data, MaskingConfig(), train, AdapterConfig(), run_cfg, HubConfig())
     report["places"] = {"corpus": str(corpus), **report["places"]}  # the result screen (stdout) names it too
     if contrastive:  # its lines are part of the result screen (stdout), after run's: `pipeline.run.render_report`

@@ -24,16 +24,18 @@ import gc
 import os
 import time
 from collections.abc import Callable
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from hf_encoderize.common.errors import EncoderizeError
+from hf_encoderize.common.identity import HARMLESS, identity
 from hf_encoderize.common.launch import world_size
 from hf_encoderize.common.log import get_logger
-from hf_encoderize.common.options import flag, option_name
 from hf_encoderize.common.run_folder import CONTRASTIVE_RECORD, EVAL_NAMES, RunFolder
-from hf_encoderize.common.validation import check_choice, check_number, check_repo_id
+from hf_encoderize.common.stages import stage
+from hf_encoderize.common.validation import check_choice, check_repo_id
+from hf_encoderize.evaluation.config import EvalConfig
 from hf_encoderize.pipeline.reuse import (
     card_kept,
     contrastive_done,
@@ -43,127 +45,83 @@ from hf_encoderize.pipeline.reuse import (
     push_done,
     pushed_files,
 )
+from hf_encoderize.recipes.contrastive.config import ContrastiveConfig
 from hf_encoderize.records.eval_summary import EvalSummary
 from hf_encoderize.records.push_record import PushRecord
 from hf_encoderize.records.run_record import RunRecord
 
 log = get_logger(__name__)
 
-CAUSAL_BASE = "base-causal"  # eval_base both: the base in its native causal attention, beside OUT/eval/base
-EVAL_LISTS = ("eval_tasks", "eval_datasets", "eval_lrs", "eval_seeds")  # what --eval-profile none ignores
+CAUSAL_BASE = "base-causal"  # eval.base both: the base in its native causal attention, beside OUT/eval/base
+RUN_ENCODER = "OUT/encoder"  # the contrastive stage's encoder until the run folder is known (`contrastive_config`)
+CPT_TEXT = "cpt's text source"  # the contrastive stage's data when it names none: cpt's (`contrastive_config`)
+
+
+def run_contrastive(**settings) -> ContrastiveConfig:
+    """The contrastive stage's config as `run` holds it before its folder exists: `RUN_ENCODER` stands for the
+    encoder cpt makes and, when the stage names no data of its own, `CPT_TEXT` for cpt's text source
+    (`contrastive_config` puts both in). What cpt's text cannot be is refused now, not after cpt."""
+    own_data = bool(settings.get("data_files")) or settings.get("dataset") not in (None, CPT_TEXT)
+    if not own_data:
+        if settings.get("method") == "supervised":
+            raise EncoderizeError("--method supervised needs --data-files (anchor, positive columns): cpt's text "
+                                  "holds no pairs")
+        if settings.get("negative_column"):
+            raise EncoderizeError("--negative-column names a column of --data-files; pass the file too")
+        settings = {**settings, "dataset": CPT_TEXT}
+    if settings.get("teacher") is not None:
+        from hf_encoderize.recipes.contrastive.distill import check_teacher
+
+        check_teacher(settings["teacher"])  # a missing or cut teacher is refused now, not after cpt
+    return ContrastiveConfig(RUN_ENCODER, **settings)
+
+
+@dataclass
+class RunEvalConfig(EvalConfig):
+    """The evaluation: the `eval` command's settings, and which models `run` scores with them."""
+
+    _: KW_ONLY
+    base: Literal["bidirectional", "causal", "both", "none"] = field(default="bidirectional",
+                                                                    metadata=identity(HARMLESS))
+    """Also evaluate the base model, for the comparison: bidirectional (how the paper fine-tunes CLM models),
+    causal (its native attention: the fair baseline of a frozen probe, which cannot adapt to a mask it never trained
+    with), both (OUT/eval/base and OUT/eval/base-causal), or none.
+
+    The paper fine-tunes CLM models bidirectionally: section 2, "Fine-tuning protocol"."""
+    contrastive: bool = field(default=True, metadata=identity(HARMLESS))
+    """When the run makes an embedding model, evaluate it too."""
+
+    def __post_init__(self):
+        check_choice("--base", self.base, RunEvalConfig, "base")
+        super().__post_init__()
+
+    def of(self, name: str, output_dir: str, causal: bool = False) -> EvalConfig:
+        """The `eval` command's config for one model of the run, scored into OUTPUT_DIR/NAME."""
+        settings = {f.name: getattr(self, f.name) for f in dataclasses.fields(EvalConfig)}
+        return EvalConfig(**{**settings, "output_dir": output_dir, "name": name, "causal": causal})
 
 
 @dataclass
 class RunConfig:
     """What `run` does after continued pretraining."""
 
-    INPUTS = ("contrastive_teacher", "contrastive_data_files", "eval_data_dir")  # `common.outputs.inputs_of`
-
     _: KW_ONLY
-    eval_profile: Literal["paper", "quick", "smoke", "none"] = "quick"
-    """Evaluation after training: paper (the full protocol), quick (one lr, one seed), smoke (offline synthetic
-    sets) or none."""
-    eval_base: Literal["bidirectional", "causal", "both", "none"] = "bidirectional"
-    """Also evaluate the base model, for the comparison: bidirectional (how the paper fine-tunes CLM models),
-    causal (its native attention: the fair baseline of a frozen probe, which cannot adapt to a mask it never trained
-    with), both (OUT/eval/base and OUT/eval/base-causal), or none.
-
-    The paper fine-tunes CLM models bidirectionally: section 2, "Fine-tuning protocol"."""
-    eval_tasks: str | None = None
-    """Comma-separated task families to evaluate: sc, tc, qa, ir (default: all of the profile's)."""
-    eval_datasets: str | None = None
-    """Comma-separated datasets to evaluate (default: the profile's)."""
-    eval_max_steps: int | None = None
-    """Most fine-tuning steps per evaluation run (default: the profile's)."""
-    eval_lrs: str | None = None
-    """Comma-separated fine-tuning learning rates (default: the profile's)."""
-    eval_seeds: str | None = None
-    """Comma-separated fine-tuning seeds (default: the profile's)."""
-    eval_frozen: bool = False
-    """Train only the task heads on frozen hidden states (`eval --frozen`): a probe cheap enough for several seeds."""
-    eval_data_dir: str | None = None
-    """Local copies of the evaluation datasets (see `eval --data-dir`)."""
+    eval: RunEvalConfig | None = field(default_factory=RunEvalConfig, metadata=stage(
+        "profile", off_help="no evaluation", fixed=("output_dir", "name", "causal", "mteb"),
+        about="After cpt, the encoder, the base model (--eval-base) and the embedding model (--eval-contrastive) are "
+              "fine-tuned and scored with the `eval` command's protocol into OUT/eval/NAME."))
+    """The evaluation stage (None: none)."""
+    contrastive: ContrastiveConfig | None = field(default=None, metadata=stage(
+        "method", flag="contrastive", off_help="no contrastive stage", build=run_contrastive,
+        fixed=("encoder", "output_dir", "overwrite", "resume"),
+        about="After cpt, the `contrastive` command makes OUT/encoder an embedding model in OUT/contrastive: on cpt's "
+              "own text source unless --data-files or --dataset names other texts (supervised: pairs or triplets)."))
+    """The contrastive stage (None: none)."""
     base_model_id: str | None = None
     """Hub id of the base model for the card's metadata, when MODEL is a local folder or GGUF file."""
-    contrastive: Literal["simcse", "supervised", "distill", "none"] = "none"
-    """After cpt, make the encoder an embedding model in OUT/contrastive: simcse (on cpt's own text source),
-    supervised (on `contrastive_data_files`), distill (`contrastive_teacher`'s embeddings of cpt's own text or of
-    `contrastive_data_files`), or none."""
-    contrastive_teacher: str | None = None
-    """distill: the sentence-transformers teacher (folder or Hub id) whose embeddings the model learns."""
-    contrastive_data_files: str | None = None
-    """supervised: JSON/JSONL/CSV/Parquet pairs or triplets with anchor, positive[, negative] columns; simcse: texts
-    (a `text` column) to train on instead of cpt's own source."""
-    contrastive_negative_column: str | None = None
-    """A hard-negative column of `contrastive_data_files` (supervised: the anchor's negative; simcse: a text that
-    must embed apart from the row's, such as the quickstart's neighbouring sentence)."""
-    contrastive_steps: int = 1000
-    """Optimizer steps of the contrastive stage."""
-    contrastive_batch_size: int = 64
-    """Rows per step of the contrastive stage (in-batch negatives: larger is better; lower it on a CPU)."""
-    contrastive_max_seq_length: int | None = None
-    """Tokens per text in the contrastive stage; default 128, or the model's positions when it has fewer."""
-    contrastive_dropout: float | None = None
-    """simcse: dropout during the stage (default: the `contrastive` command's, 0.3)."""
-    contrastive_lr: float | None = None
-    """Learning rate of the contrastive stage (default: the `contrastive` command's, 3e-5)."""
-    contrastive_warmup_ratio: float | None = None
-    """Warmup share of the contrastive stage's steps (default: the `contrastive` command's, 0.1)."""
-    contrastive_distill_variants: int = 0
-    """distill: one-word edits of each text the teacher labels too (`contrastive --distill-variants`)."""
-    contrastive_distill_synonyms: int = 0
-    """distill: near-synonym edits of each text the teacher labels too (`contrastive --distill-synonyms`)."""
-    contrastive_mixed_precision: Literal["auto", "bf16", "no"] = "auto"
-    """The contrastive stage's `--mixed-precision`: auto (bf16 on a GPU that has it, else fp32), bf16 (on a CPU too:
-    autocast over fp32 weights) or no."""
-    eval_contrastive: bool = True
-    """With --contrastive and an eval profile, evaluate the embedding model too."""
 
     def __post_init__(self):
-        for name in ("contrastive", "eval_profile", "eval_base", "contrastive_mixed_precision"):  # the Literals' values
-            check_choice(f"--{name.replace('_', '-')}", getattr(self, name), RunConfig, name)
-        if self.contrastive == "supervised" and not self.contrastive_data_files:
-            raise EncoderizeError("--contrastive supervised needs --contrastive-data-files (anchor, positive columns)")
-        if (self.contrastive == "distill") != (self.contrastive_teacher is not None):
-            raise EncoderizeError("--contrastive distill and --contrastive-teacher go together: the teacher is the "
-                                  "sentence-transformers model whose embeddings the stage learns")
-        if self.contrastive_teacher is not None:
-            from hf_encoderize.recipes.contrastive.distill import check_teacher
-
-            check_teacher(self.contrastive_teacher)  # a missing or cut teacher is refused now, not after cpt
         check_repo_id(self.base_model_id, "--base-model-id", namespaced=False)  # the card's, checked before cpt
-        if self.contrastive_negative_column and not self.contrastive_data_files:
-            raise EncoderizeError("--contrastive-negative-column names a column of --contrastive-data-files; pass "
-                                  "the file too")
-        check_number("--contrastive-max-steps", self.contrastive_steps, minimum=1, integer=True)
-        check_number("--contrastive-batch-size", self.contrastive_batch_size, minimum=2, integer=True)
-        check_number("--contrastive-max-seq-length", self.contrastive_max_seq_length, minimum=1, integer=True)
-        check_number("--contrastive-dropout", self.contrastive_dropout, minimum=0, below=1)
-        check_number("--contrastive-warmup-ratio", self.contrastive_warmup_ratio, minimum=0, below=1)
-        check_number("--contrastive-distill-variants", self.contrastive_distill_variants, minimum=0, integer=True)
-        if self.contrastive_distill_variants and self.contrastive != "distill":
-            raise EncoderizeError("--contrastive-distill-variants adds texts for the teacher to label; add "
-                                  "--contrastive distill or drop it")
-        check_number("--contrastive-distill-synonyms", self.contrastive_distill_synonyms, minimum=0, integer=True)
-        if self.contrastive_distill_synonyms and self.contrastive != "distill":
-            raise EncoderizeError("--contrastive-distill-synonyms adds texts for the teacher to label; add "
-                                  "--contrastive distill or drop it")
-        check_number("--contrastive-learning-rate", self.contrastive_lr, above=0)
-        check_number("--eval-max-steps", self.eval_max_steps, minimum=1, integer=True)
-        if self.eval_profile != "none":
-            self.eval_config("encoder", "results")  # unknown tasks/datasets fail now, not after training
-        elif given := [flag(option_name(RunConfig, f)) for f in dataclasses.fields(self)
-                       if f.name in EVAL_LISTS and getattr(self, f.name) is not None]:
-            # a list nothing reads is refused, not silently dropped (a bad one too)
-            raise EncoderizeError(f"{', '.join(given)} set with --eval-profile none, which evaluates nothing; drop "
-                                  f"{'them' if len(given) > 1 else 'it'} or pick an --eval-profile")
-
-    def eval_config(self, name: str, output_dir: str, causal: bool = False):
-        from hf_encoderize.evaluation import EvalConfig
-
-        return EvalConfig(profile=self.eval_profile, tasks=self.eval_tasks, datasets=self.eval_datasets,
-                          max_steps=self.eval_max_steps, data_dir=self.eval_data_dir, output_dir=output_dir,
-                          name=name, causal=causal, lrs=self.eval_lrs, seeds=self.eval_seeds, frozen=self.eval_frozen)
 
 
 def banner(index: int, total: int, title: str, note: str = "") -> None:
@@ -181,33 +139,19 @@ def stage_cpt(load, data, masking, train, adapter, out: Path) -> str:
     return f"{summary['steps']} steps in {summary['wall_time_s']:.0f} s"
 
 
-def contrastive_config(data, run_cfg: RunConfig, out: Path, resume: bool = False):
-    """The `contrastive` stage's config: OUT/encoder into OUT/contrastive; SimCSE reads cpt's own text source."""
-    from hf_encoderize.recipes.contrastive import ContrastiveConfig
-
-    if run_cfg.contrastive_data_files:  # supervised always; simcse when given texts of its own
-        source = {"data_files": run_cfg.contrastive_data_files}
-    elif data.data_files:
-        source = {"data_files": data.data_files, "text_column": data.text_column, "data_name": data.data_name}
-    else:
+def contrastive_config(data, run_cfg: RunConfig, out: Path, resume: bool = False) -> ContrastiveConfig:
+    """The `contrastive` stage's config: OUT/encoder into OUT/contrastive, on cpt's text source (`data`) unless the
+    stage names data of its own."""
+    stage, folder = run_cfg.contrastive, RunFolder(out)
+    source = {}
+    if stage.dataset == CPT_TEXT and data.data_files:
+        source = {"data_files": data.data_files, "dataset": None, "text_column": data.text_column,
+                  "data_name": data.data_name}
+    elif stage.dataset == CPT_TEXT:
         source = {"dataset": data.dataset, "dataset_config": data.dataset_config, "split": data.split,
                   "text_column": data.text_column}
-    folder = RunFolder(out)
-    return ContrastiveConfig(str(folder.encoder), output_dir=str(folder.contrastive), overwrite=not resume,
-                             resume=resume, objective=run_cfg.contrastive, steps=run_cfg.contrastive_steps,
-                             batch_size=run_cfg.contrastive_batch_size,
-                             max_seq_length=run_cfg.contrastive_max_seq_length, **source,
-                             negative_column=run_cfg.contrastive_negative_column,
-                             teacher=run_cfg.contrastive_teacher,
-                             distill_variants=run_cfg.contrastive_distill_variants,
-                             distill_synonyms=run_cfg.contrastive_distill_synonyms,
-                             mixed_precision=run_cfg.contrastive_mixed_precision,
-                             **({"warmup_ratio": run_cfg.contrastive_warmup_ratio}
-                                if run_cfg.contrastive_warmup_ratio is not None else {}),
-                             **({"dropout": run_cfg.contrastive_dropout} if run_cfg.contrastive_dropout is not None
-                                else {}),
-                             **({"learning_rate": run_cfg.contrastive_lr} if run_cfg.contrastive_lr is not None
-                                else {}))
+    return dataclasses.replace(stage, encoder=str(folder.encoder), output_dir=str(folder.contrastive),
+                               overwrite=not resume, resume=resume, **source)
 
 
 def stage_contrastive(data, run_cfg: RunConfig, out: Path) -> str:
@@ -225,7 +169,7 @@ def stage_eval(load, run_cfg: RunConfig, out: Path, name: str, causal: bool = Fa
     # `run` has no --name: one evaluation per model lives in eval/<name>, and a new --output-dir redoes every stage.
     advice = (f"`run` keeps one evaluation of {name} per folder: give the --eval-* options it was made with to keep "
               f"it, or delete {RunFolder(out).eval_results(name)} to redo it with these")
-    summary = evaluate(load, run_cfg.eval_config(name, str(RunFolder(out).eval), causal=causal), advice=advice)
+    summary = evaluate(load, run_cfg.eval.of(name, str(RunFolder(out).eval), causal=causal), advice=advice)
     gc.collect()
     means = ", ".join(f"{task} {mean:.2f}" for task, mean in EvalSummary.from_dict(summary).family_means.items())
     return f"{name}: {means} -> {RunFolder(out).eval_results(name) / 'summary.md'}"
@@ -235,7 +179,7 @@ def stage_card(out: Path, run_cfg: RunConfig) -> str:
     """The encoder-vs-base comparison (eval/comparison.md and .png, pushed as plots), then the card."""
     from hf_encoderize.publish.card import CardConfig, write_card
 
-    if run_cfg.eval_profile != "none":
+    if run_cfg.eval is not None:
         comparison(out)
     cards = [write_card(CardConfig(str(out), base_model_id=run_cfg.base_model_id))]
     contrastive = RunFolder(out).contrastive
@@ -267,7 +211,7 @@ def comparison(out: Path) -> str | None:
     from hf_encoderize.evaluation.compare import compare
 
     folder = RunFolder(out)  # base decoder, MLM encoder, embedding model: side by side
-    names = (CAUSAL_BASE, *EVAL_NAMES)  # the causal base (eval_base both) first, beside the bidirectional one
+    names = (CAUSAL_BASE, *EVAL_NAMES)  # the causal base (eval.base both) first, beside the bidirectional one
     folders = [str(folder.eval_results(n)) for n in names if folder.summary(n).is_file()]
     if not folders:
         return None
@@ -292,17 +236,17 @@ def plan(load, data, masking, train, adapter, run_cfg: RunConfig, hub, out: Path
                     lambda: None if train.overwrite or not cpt_done(out, load, data, masking, train, adapter)
                     else "finished earlier",
                     lambda: stage_cpt(load, data, masking, train, adapter, out))]
-    if run_cfg.contrastive != "none":
-        stages.append(Stage(f"contrastive {run_cfg.contrastive}: {run_cfg.contrastive_steps} steps",
+    if run_cfg.contrastive is not None:
+        stages.append(Stage(f"contrastive {run_cfg.contrastive.method}: {run_cfg.contrastive.steps} steps",
                             lambda: contrastive_done(contrastive_config(data, run_cfg, out), out),
                             lambda: stage_contrastive(data, run_cfg, out)))
-    if run_cfg.eval_profile != "none":
+    if (evaluation := run_cfg.eval) is not None:
         stages.append(eval_stage(LoadConfig(str(RunFolder(out).encoder)), "encoder", False, run_cfg, out))
-        if run_cfg.contrastive != "none" and run_cfg.eval_contrastive:
+        if run_cfg.contrastive is not None and evaluation.contrastive:
             stages.append(eval_stage(LoadConfig(str(RunFolder(out).contrastive)), "contrastive", False, run_cfg, out))
-        if run_cfg.eval_base != "none":
-            stages.append(eval_stage(load, "base", run_cfg.eval_base == "causal", run_cfg, out))
-        if run_cfg.eval_base == "both":
+        if evaluation.base != "none":
+            stages.append(eval_stage(load, "base", evaluation.base == "causal", run_cfg, out))
+        if evaluation.base == "both":
             stages.append(eval_stage(load, CAUSAL_BASE, True, run_cfg, out))
     stages.append(Stage("model card", lambda: card_kept(out), lambda: stage_card(out, run_cfg)))
     if hub.push_to_hub:
@@ -312,8 +256,8 @@ def plan(load, data, masking, train, adapter, run_cfg: RunConfig, hub, out: Path
 
 def eval_stage(load, name: str, causal: bool, run_cfg: RunConfig, out: Path) -> Stage:
     results = RunFolder(out).eval_results(name)
-    config = run_cfg.eval_config(name, str(RunFolder(out).eval), causal=causal)
-    return Stage(f"eval {name} ({run_cfg.eval_profile} profile, {'causal' if causal else 'bidirectional'} attention)",
+    config = run_cfg.eval.of(name, str(RunFolder(out).eval), causal=causal)
+    return Stage(f"eval {name} ({run_cfg.eval.profile} profile, {'causal' if causal else 'bidirectional'} attention)",
                  lambda: "finished earlier" if eval_done(results, load, config) else None,
                  lambda: stage_eval(load, run_cfg, out, name, causal))
 
@@ -336,8 +280,8 @@ def run(load, data, masking, train, adapter, run_cfg: RunConfig, hub) -> dict:
     # The output-folder policy first (cpt applies it again): without --overwrite a run continues in its folder, so
     # only an input, a file or a live run's folder is refused; with it, only a marked folder of ours is replaced.
     check_output_dir(out, overwrite=train.overwrite, resume=not train.overwrite,
-                     inputs=inputs_of(load, data, train, run_cfg))
-    if run_cfg.contrastive != "none":  # its options, and its folder (replaced) apart from its inputs, before cpt
+                     inputs=inputs_of(load, data, train, run_cfg.eval, run_cfg.contrastive))  # OUT/encoder: made here
+    if run_cfg.contrastive is not None:  # its options, and its folder (replaced) apart from its inputs, before cpt
         stage = contrastive_config(data, run_cfg, out)
         check_apart_from_inputs(stage.output_dir, inputs_of(stage), flag="the contrastive stage's folder")
     check_push_ready(hub)  # no token or offline mode fails now, not after hours of work

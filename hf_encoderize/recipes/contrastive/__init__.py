@@ -19,7 +19,7 @@ Design choices:
 - Precision: a full fine-tune loads the encoder in fp32 (master weights; bf16 autocast on a GPU that has it) and is
   saved back in the encoder's own dtype. An encoder saved in bf16 would otherwise train in pure bf16, where AdamW
   updates below about 0.4% of a weight round to nothing. LoRA keeps the base as saved (its adapters are fp32).
-- Everything is validated (encoder folder, output folder, objective, columns, rows) before the output folder is touched;
+- Everything is validated (encoder folder, output folder, method, columns, rows) before the output folder is touched;
   the result is written under a temporary name and renamed into place, so a failure leaves nothing half-written. The
   output folder follows `common.outputs` (only a marked folder of ours is replaced, never the encoder read), and the
   work folder holds the run's lock, so a second run on the same output is refused while the first is live.
@@ -34,12 +34,12 @@ The package, one job per module: `config` (ContrastiveConfig and its checks), `r
 command).
 """
 
-from hf_encoderize.recipes.contrastive.config import BUILDERS, LOSSES, OBJECTIVES, POOLINGS, ContrastiveConfig
+from hf_encoderize.recipes.contrastive.config import BUILDERS, LOSSES, METHODS, POOLINGS, ContrastiveConfig
 from hf_encoderize.recipes.contrastive.losses import RELATIVE_MARGIN, mine_negatives
 from hf_encoderize.recipes.contrastive.model import build_model, check_peft_integration
 from hf_encoderize.recipes.contrastive.resume import recorded_settings, work_dir
 from hf_encoderize.recipes.contrastive.rows import load_rows
 from hf_encoderize.recipes.contrastive.train import contrastive
 
-__all__ = ["BUILDERS", "LOSSES", "OBJECTIVES", "POOLINGS", "RELATIVE_MARGIN", "ContrastiveConfig", "build_model",
+__all__ = ["BUILDERS", "LOSSES", "METHODS", "POOLINGS", "RELATIVE_MARGIN", "ContrastiveConfig", "build_model",
            "check_peft_integration", "contrastive", "load_rows", "mine_negatives", "recorded_settings", "work_dir"]

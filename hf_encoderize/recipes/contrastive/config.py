@@ -7,14 +7,15 @@ from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
+from hf_encoderize.common.arguments import formerly
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, identity
 from hf_encoderize.common.precision import check_bf16
 from hf_encoderize.common.run_folder import RunFolder
 from hf_encoderize.common.validation import check_choice, check_data_name, check_number, parse_dims
 
-Objective = Literal["simcse", "supervised", "distill"]
-OBJECTIVES = get_args(Objective)
+Method = Literal["simcse", "supervised", "distill"]
+METHODS = get_args(Method)
 
 BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".txt": "text"}
 """The local file types contrastive reads: cpt's, plus CSV (pairs and triplets are often kept as tables)."""
@@ -30,7 +31,7 @@ Precision = Literal["auto", "bf16", "no"]
 
 @dataclass
 class ContrastiveConfig:
-    """The contrastive stage: objective, data, pooling and training settings."""
+    """The contrastive stage: method, data, pooling and training settings."""
 
     INPUTS = ("encoder_folder", "data_files", "teacher")  # what its output stays apart from (`outputs.inputs_of`)
 
@@ -43,7 +44,7 @@ class ContrastiveConfig:
     runs/contrastive for any other encoder."""
     overwrite: bool = field(default=False, metadata=identity(HARMLESS))
     """Replace a non-empty output folder."""
-    objective: Objective = "simcse"
+    method: Method = field(default="simcse", metadata=formerly("objective"))
     """simcse (unsupervised: each text is its own positive, dropout makes the two views), supervised (pairs or
     triplets with hard negatives) or distill (unsupervised: the model learns `--teacher`'s embedding of each text)."""
     teacher: str | None = None
@@ -140,10 +141,9 @@ class ContrastiveConfig:
 
     def __post_init__(self):
         problems = []
-        for name in ("objective", "pooling", "loss", "mixed_precision"):  # the Literal's values, on the field
+        for name in ("method", "pooling", "loss", "mixed_precision"):  # the Literal's values, on the field
             try:
-                flag = "--method" if name == "objective" else f"--{name.replace('_', '-')}"
-                check_choice(flag, getattr(self, name), ContrastiveConfig, name)
+                check_choice(f"--{name.replace('_', '-')}", getattr(self, name), ContrastiveConfig, name)
             except EncoderizeError as err:
                 problems.append(str(err))
         if (self.data_files is None) == (self.dataset is None):
@@ -154,7 +154,7 @@ class ContrastiveConfig:
         for name in ("steps", "batch_size", "max_seq_length", "mini_batch_size", "save_every", "keep_last",
                      "max_rows"):  # max_rows None: every row
             check_number(f"--{name.replace('_', '-')}", getattr(self, name), minimum=1, integer=True)
-        if self.objective == "simcse":
+        if self.method == "simcse":
             check_number("--batch-size", self.batch_size, minimum=2, integer=True)  # in-batch negatives need two
         check_number("--seed", self.seed, minimum=0, maximum=2**32 - 1, integer=True)  # numpy's seed range
         check_number("--hard-negatives", self.hard_negatives, minimum=0, integer=True)  # 0: none mined
@@ -219,7 +219,7 @@ def check_extras(config) -> None:
     """`--hard-negatives` needs (anchor, positive) pairs and no negative column of the user's; the dims must parse."""
     parse_dims(config.matryoshka_dims)
     check_number("--hard-negatives", config.hard_negatives, minimum=0, integer=True)
-    if config.hard_negatives and config.objective != "supervised":
+    if config.hard_negatives and config.method != "supervised":
         raise EncoderizeError("--hard-negatives mines negatives for (anchor, positive) pairs; add --method "
                               "supervised and the pair columns")
     if config.hard_negatives and config.negative_column:
@@ -231,7 +231,7 @@ def check_distill_options(config) -> None:
     check_number("--distill-contrastive-weight", config.distill_contrastive_weight, minimum=0)
     check_number("--distill-variants", config.distill_variants, minimum=0, integer=True)
     check_number("--distill-synonyms", config.distill_synonyms, minimum=0, integer=True)
-    if config.objective != "distill":
+    if config.method != "distill":
         if config.teacher is not None:
             raise EncoderizeError("--teacher is the model --method distill learns from; add --method distill or "
                                   "drop --teacher")

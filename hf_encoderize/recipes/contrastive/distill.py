@@ -295,7 +295,7 @@ def distill_stage(config, folder: Path, made: dict | None = None) -> dict:
     edits asked for and made (`with_variants`), the projection saved in `folder`."""
     import json
 
-    if config.objective != "distill":
+    if config.method != "distill":
         return {}
     dense = sorted(folder.glob("*_Dense/config.json"))
     projection = json.loads(dense[0].read_text()) if dense else None

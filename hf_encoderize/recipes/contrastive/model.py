@@ -113,7 +113,7 @@ def warn_without_dropout(model, config) -> None:
     """One warning line when SimCSE trains with no dropout anywhere: its two views of each text are then identical."""
     import torch
 
-    if config.objective != "simcse" or not is_main_process():
+    if config.method != "simcse" or not is_main_process():
         return
     transformer = model[0].auto_model
     settings = transformer.config.to_dict()

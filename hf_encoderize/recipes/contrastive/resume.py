@@ -48,11 +48,13 @@ def settings_of(config, adapter) -> dict:
 def recorded_settings(settings: dict, stage: dict | None = None) -> dict:
     """A recorded `settings_of` (settings.json) or a finished stage's config (its record's `config`, with the
     `data_identity` and `teacher_identity` its `stage` holds) in today's terms: `data_files` and a local `teacher` by
-    content. A record from before holds the path text: the files as they are now stand for it (such a record cannot
-    tell an edit in place)."""
+    content, the method under its name (`objective` before). A record from before holds the path text: the files as
+    they are now stand for it (such a record cannot tell an edit in place)."""
     from hf_encoderize.data.corpus_files import content_identity, whole_file_identity
     from hf_encoderize.recipes.contrastive.config import teacher_identity
 
+    if "objective" in settings and "method" not in settings:  # recorded before the field was named `method`
+        settings = {("method" if key == "objective" else key): value for key, value in settings.items()}
     settings = _teacher_as_today(settings, stage, teacher_identity)
     recorded = (stage or {}).get("data_identity", settings.get("data_files"))
     if isinstance(recorded, list) and isinstance(settings.get("data_files"), str):  # first-MiB hashes, as once recorded

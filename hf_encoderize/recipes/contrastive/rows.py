@@ -15,7 +15,7 @@ log = get_logger(__name__)
 
 
 def _columns(config: ContrastiveConfig) -> list[str]:
-    if config.objective in ("simcse", "distill"):  # one text column (distill: the teacher labels it)
+    if config.method in ("simcse", "distill"):  # one text column (distill: the teacher labels it)
         return [config.text_column] + ([config.negative_column] if config.negative_column else [])
     return [config.anchor_column, config.positive_column] + ([config.negative_column] if config.negative_column else [])
 
@@ -50,7 +50,7 @@ def load_rows(config: ContrastiveConfig):
     missing = [c for c in wanted if c not in rows.column_names]
     if missing:
         hint = (" (supervised needs an anchor and a positive column: pairs or triplets)"
-            if config.objective == "supervised" else "")
+            if config.method == "supervised" else "")
         raise EncoderizeError(f"column(s) {', '.join(map(repr, missing))} not in the data (it has "
                               f"{', '.join(map(repr, rows.column_names))}); pass the column options{hint}")
     rows = rows.select_columns(wanted).filter(lambda row: all(isinstance(row[c], str) and row[c].strip()
@@ -63,7 +63,7 @@ def load_rows(config: ContrastiveConfig):
                               "in-batch negatives need at least 2")
     # With a lead, the prefixes are part of the prompts the trainer adds (left out of the pooling), not of the rows.
     query, document = ("", "") if config.lead_token else (config.query_prefix, config.document_prefix)
-    if config.objective in ("simcse", "distill"):  # the same text twice (simcse: dropout makes the views)
+    if config.method in ("simcse", "distill"):  # the same text twice (simcse: dropout makes the views)
         text, negative = config.text_column, config.negative_column
         rows = rows.map(lambda row: {"anchor": query + row[text], "positive": document + row[text],
                                      **({"negative": document + row[negative]} if negative else {})},
@@ -82,7 +82,7 @@ def check_negatives(rows, config: ContrastiveConfig) -> None:
     every row's is, a warning with the count when some are."""
     if not config.negative_column:
         return
-    own = [config.text_column] if config.objective in ("simcse", "distill") else [config.anchor_column,
+    own = [config.text_column] if config.method in ("simcse", "distill") else [config.anchor_column,
                                                                                    config.positive_column]
     same = sum(1 for row in rows if row[config.negative_column] in {row[column] for column in own})
     where = f"--negative-column {config.negative_column!r}"
@@ -114,7 +114,7 @@ def check_distinct(rows, config, after: str = "") -> None:
         fitting += 1
         if fitting >= needed:
             return
-    what = "distinct text(s)" if config.objective in ("simcse", "distill") else "row(s) that share no text"
+    what = "distinct text(s)" if config.method in ("simcse", "distill") else "row(s) that share no text"
     advice = f"pass --batch-size {fitting} or less, or add texts" if fitting >= 2 else "add distinct texts"
     raise EncoderizeError(f"{after}the training data has {fitting} {what} for a batch of {config.batch_size} (a batch "
                           f"holds no text twice: a repeat would be a false negative), so no step would train; {advice}")

@@ -62,8 +62,8 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
     broken = check_resume(config, adapter, work)  # a checkpoint cut short while saving: resumed from the one before
     rows = load_rows(config)  # every input is checked before the output folder is touched
     check_distinct(rows, config)  # a batch holds no text twice: data that cannot fill one would train 0 steps
-    teacher = distill.load_teacher(config.teacher) if config.objective == "distill" else None  # before the student
-    two_views = config.objective == "simcse" or config.distill_contrastive_weight  # dropout makes SimCSE's two views
+    teacher = distill.load_teacher(config.teacher) if config.method == "distill" else None  # before the student
+    two_views = config.method == "simcse" or config.distill_contrastive_weight  # dropout makes SimCSE's two views
     dropout = dropout_kwargs(source, config.dropout) if two_views else {}
     model = build_model(source, config, dropout, adapter)
     warn_without_dropout(model, config)  # SimCSE's two views of a text differ only by dropout
@@ -209,7 +209,7 @@ def _finish_folder(folder: Path, source: Path, config: ContrastiveConfig, dropou
         shutil.copyfile(source / MODELING_FILE, folder / MODELING_FILE)
         updates["auto_map"] = auto_map
     stage = ContrastiveStage(**{  # typed: a misspelt key fails here
-        "method": config.objective, "pooling": config.pooling, "loss": config.loss, "steps": config.steps,
+        "method": config.method, "pooling": config.pooling, "loss": config.loss, "steps": config.steps,
         "batch_size": config.batch_size, "learning_rate": config.learning_rate, "scale": config.scale,
         "training_dropout": dropout, "rows": rows, "final_loss": logged[-1] if logged else None,
         "lora": {"r": adapter.lora_r, "alpha": adapter.lora_alpha, "targets": adapter.lora_targets,
@@ -223,5 +223,5 @@ def _finish_folder(folder: Path, source: Path, config: ContrastiveConfig, dropou
                         remove=() if "auto_map" in updates else ("auto_map",))
     ContrastiveRecord(source=os.fspath(source), config=asdict(config), stage=stage, losses=logged,
                       facts={"metrics": log, "base_encoder": previous.to_dict()}).to_json(folder / CONTRASTIVE_RECORD)
-    return {"objective": config.objective, "rows": rows, "steps": config.steps, "first_loss": logged[0] if logged
+    return {"method": config.method, "rows": rows, "steps": config.steps, "first_loss": logged[0] if logged
             else None, "final_loss": stage.final_loss}
