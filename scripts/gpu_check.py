@@ -6,10 +6,10 @@ Rows, in order (each catches its own failure, so one broken row never hides the 
    (seq 2048, 8 rows, 30 timed steps after 5 warm-up) under sdpa, flex_attention and flash_attention_2 (when
    flash_attn imports); the sdpa row also runs the Trainer baselines. Figures: tokens/s, MFU (useful model FLOPs,
    `hf_encoderize.training.flops`), peak GPU memory, loss, and ours over the Trainer arms (throughput; peak memory).
-3. `accelerate <config>`: `accelerate launch --config_file examples/accelerate/<config>.yaml --num_processes 1 -m
-   hf_encoderize.cli cpt` of a tiny random decoder for 6 steps, checkpointing at step 3: single_gpu, multi_gpu_ddp,
-   fsdp (FSDP2), deepspeed_zero2 and deepspeed_zero3 (skipped when deepspeed does not import). multi_node.yaml needs a
-   second machine and is not run.
+3. `accelerate <config>`: `accelerate launch --config_file hf_encoderize/configs/accelerate/<config>.yaml
+   --num_processes 1 -m hf_encoderize.cli cpt` of a tiny random decoder for 6 steps, checkpointing at step 3:
+   single_gpu, multi_gpu_ddp, fsdp (FSDP2), deepspeed_zero2 and deepspeed_zero3 (skipped when deepspeed does not
+   import). multi_node.yaml needs a second machine and is not run.
 4. `qlora`: `cpt --lora-r 8 --load-in-4bit` of the tiny decoder (skipped when bitsandbytes does not import).
 5. `reload <row>`: each encoder that rows 2-4 saved, loaded by `tests/clean_env_check.py` in a fresh process where
    hf_encoderize cannot be imported (AutoModel, fill-mask, SentenceTransformer); passes when it loads bidirectional.
@@ -49,6 +49,7 @@ from gpu_check_report import exit_code, render_table, summary_line, write_output
 from wheel_requirements import runnable_wheels, runtime_requirements, unmet_requirements  # noqa: E402, F401
 
 REPO = Path(__file__).resolve().parent.parent
+SHIPPED_CONFIGS = REPO / "hf_encoderize" / "configs" / "accelerate"  # package data: `hf-encoderize accelerate-config`
 BACKENDS = ("sdpa", "flex_attention", "flash_attention_2")
 # Config -> the distributed type its run must record: accelerate falls back to NO quietly (on a CPU, say), and a row
 # that passed that way would prove nothing about the config.
@@ -294,7 +295,7 @@ def check_accelerate(ctx: Context, config: str) -> tuple[str, dict]:
     need_cuda(ctx, cpu_ok_in_smoke=config == "single_gpu")
     run_dir = ctx.work / f"accelerate-{config}"
     run_logged(ctx, f"accelerate {config}", [
-        sys.executable, "-m", "accelerate.commands.launch", "--config_file", f"examples/accelerate/{config}.yaml",
+        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(SHIPPED_CONFIGS / f"{config}.yaml"),
         "--num_processes", "1", "--main_process_port", str(free_port()), "-m", "hf_encoderize.cli",
         *tiny_cpt_args(ctx, run_dir)])
     return finished_run(ctx, f"accelerate {config}", run_dir, ACCELERATE_CONFIGS[config])

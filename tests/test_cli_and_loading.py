@@ -106,7 +106,7 @@ def test_convert_prints_what_was_done_and_reads_yaml(decoder_dir, tmp_path, caps
 def test_help_lists_every_subcommand():
     done = subprocess.run([sys.executable, "-m", "hf_encoderize.cli", "--help"], capture_output=True, text=True)
     assert done.returncode == 0
-    assert len(COMMANDS) == 16
+    assert len(COMMANDS) == 17  # accelerate-config (issue 67) the 17th
     for name, command in COMMANDS.items():  # its own line in the command list, with its help text
         assert re.search(rf"^ +{re.escape(name)}\s+{re.escape(command.help.split()[0])}", done.stdout, re.M), name
 

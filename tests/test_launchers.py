@@ -11,6 +11,7 @@ from conftest import make_decoder, make_tokenizer
 from hf_encoderize.data.sources import DataConfig, open_documents
 from hf_encoderize.model.loading import LoadConfig
 from hf_encoderize.objectives.masking import MaskingConfig
+from hf_encoderize.objectives.targets import MaskedTokens
 from hf_encoderize.recipes.cpt import load_encoderized
 from hf_encoderize.training.engine.accelerator import make_accelerator
 from hf_encoderize.training.engine.build import build_run
@@ -57,8 +58,8 @@ def _one_step(folder, corpus, out, master_weights: str):
     model, tokenizer, _ = load_encoderized(LoadConfig(str(folder)), data, train, AdapterConfig())
     assert model.dtype == torch.bfloat16  # dtype auto keeps the checkpoint's bf16
     model.train()
-    run = build_run(make_accelerator(train, out, []), model, tokenizer, open_documents(data), data, MaskingConfig(),
-                    train, out)
+    run = build_run(make_accelerator(train, out, []), model, tokenizer, open_documents(data), data,
+                    MaskedTokens(MaskingConfig()), train, out)
     before = {name: p.detach().float().clone() for name, p in model.named_parameters()}
     train_step(run)
     weights = dict(model.named_parameters())
@@ -124,9 +125,9 @@ def test_deepspeed_runs_the_shipped_config(config, bf16_model, tmp_path):
             "--max-steps", "3",
             "--save-steps", "3", "--eval-steps", "0", "--no-progress", "--mixed-precision", "no"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-              str(root / "examples" / "accelerate" / config), "--num_processes", "1", "--mixed_precision", "no",
-              "-m", "hf_encoderize.cli"]
+    shipped = root / "hf_encoderize" / "configs" / "accelerate" / config  # package data: `accelerate-config NAME`
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(shipped), "--num_processes", "1",
+              "--mixed_precision", "no", "-m", "hf_encoderize.cli"]
     for command, out in ((launch, tmp_path / "ds"), ([sys.executable, "-m", "hf_encoderize.cli"], tmp_path / "plain")):
         done = subprocess.run([*command, *args, "--output-dir", str(out)], capture_output=True, text=True, env=env,
                               timeout=600, cwd=tmp_path)

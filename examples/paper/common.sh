@@ -21,7 +21,7 @@ MASK="${MASK:-0.4}"                            # section 3: the 40% compromise u
 # snapshot we can read (EuroBERT's main branch defaults to 1e-4, its own recipe, not this paper's).
 LR="${LR:-5e-4}"
 EXPORTS="${EXPORTS:-1000,2000,5000,10000,20000,40000}"  # Appendix C.2's intermediate steps (Tables 6-9, Figure 4)
-LAUNCH="${LAUNCH:-accelerate launch --config_file examples/accelerate/multi_gpu_ddp.yaml -m hf_encoderize.cli}"
+LAUNCH="${LAUNCH:-accelerate launch --config_file $(hf-encoderize accelerate-config multi_gpu_ddp) -m hf_encoderize.cli}"
 # Section 2: FineWeb-Edu, unique tokens. sample-350BT (about 350B GPT-2 tokens) holds a 42k base run (99.1B) and the
 # 22k CPT run after it (about 52B more); sample-100BT did not (issue 31 point 4). Every run estimates its need
 # against the source before it starts and warns in one line if it would repeat tokens (hf_encoderize/data/budget.py).

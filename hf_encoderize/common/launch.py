@@ -4,13 +4,21 @@ Why the environment and not the Accelerator: torchrun and `accelerate launch` se
 process before Python starts, and several decisions come before any Accelerator or process group exists (the memory
 check, tokens per step, the multi-CPU backend, which process pushes). A plain `hf-encoderize` run sets neither: one
 process, rank 0. One owner, because the seven readers these replace each spelled the default and the parse themselves.
+
+How to launch: the accelerate configs (single GPU, DDP, FSDP2, DeepSpeed ZeRO-2/3, multi-node) ship as package data
+(`hf_encoderize/configs/accelerate/*.yaml`), so a pip install has them; `hf-encoderize accelerate-config NAME` prints
+the installed file's path for `accelerate launch --config_file` (or copies it to edit), and every hint names that.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Mapping
+from dataclasses import KW_ONLY, dataclass
+from pathlib import Path
+from typing import Literal, get_args
 
 from hf_encoderize.common.errors import EncoderizeError
 
@@ -76,3 +84,45 @@ def end_launched_process(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     os._exit(code)
+
+
+AccelerateConfigName = Literal["single_gpu", "multi_gpu_ddp", "fsdp", "deepspeed_zero2", "deepspeed_zero3",
+                               "multi_node"]
+ACCELERATE_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "accelerate"  # package data (pyproject.toml)
+
+
+@dataclass
+class AccelerateConfig:
+    """Which shipped accelerate config `hf-encoderize accelerate-config` gives."""
+
+    name: AccelerateConfigName
+    """single_gpu, multi_gpu_ddp (one machine, several GPUs), fsdp (FSDP2, full fine-tuning of a model one GPU cannot
+    hold), deepspeed_zero2, deepspeed_zero3 (the deepspeed extra) or multi_node (edit its machine rank and address)."""
+    _: KW_ONLY
+    copy_to: str | None = None
+    """Copy the file into this folder (to edit it) and give the copy's path; an existing file there is not replaced."""
+
+    def __post_init__(self):
+        if self.name not in get_args(AccelerateConfigName):
+            raise EncoderizeError(f"accelerate-config {self.name!r}: no such config; pick one of "
+                                  f"{', '.join(get_args(AccelerateConfigName))}")
+
+
+def accelerate_config(config: AccelerateConfig) -> dict:
+    """The shipped config's path (or its copy's), for `accelerate launch --config_file PATH -m hf_encoderize.cli ...`.
+
+    >>> Path(accelerate_config(AccelerateConfig("fsdp"))["path"]).name
+    'fsdp.yaml'
+    """
+    path = ACCELERATE_CONFIGS / f"{config.name}.yaml"
+    if not path.is_file():
+        raise EncoderizeError(f"{path} is missing from this install; reinstall hf-encoderize")
+    if config.copy_to is None:
+        return {"name": config.name, "path": str(path)}
+    target = Path(config.copy_to).expanduser() / path.name
+    if target.exists():
+        raise EncoderizeError(f"{target} exists; pick another --copy-to folder or delete it")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(path, target)
+    return {"name": config.name, "path": str(target)}
+

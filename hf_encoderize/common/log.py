@@ -193,6 +193,13 @@ def _progress_bars(show: bool, downloads: bool = False) -> None:
         imported.enable_progress_bar() if show else imported.disable_progress_bar()
 
 
+def progress_shown() -> bool:
+    """Whether progress lines and bars show: the CLI's default and -v, on the process that speaks for the run (not
+    under -q, and not through the Python API, which configures no logging). A library's own bar over a long phase
+    (sentence-transformers' `encode(show_progress_bar=...)`) is asked for under this rule."""
+    return get_logger(ROOT).isEnabledFor(logging.INFO)
+
+
 class ProgressBar:
     """One bar with an ETA on stderr for a long phase that says little else (eval's grid of fine-tunings, a teacher
     labelling every text), shown where our progress lines are: not under -q, and on one process only. Progress lines
@@ -200,7 +207,7 @@ class ProgressBar:
 
     def __init__(self, total: int, label: str, unit: str = "it"):
         self.bar = None
-        if total > 0 and get_logger(ROOT).isEnabledFor(logging.INFO):
+        if total > 0 and progress_shown():
             from tqdm.auto import tqdm
 
             # Off a terminal (CI logs, nohup) a redraw every 30 s keeps the log readable, as the training bar does.
