@@ -9,6 +9,7 @@ from hf_encoderize.cli import main
 from hf_encoderize.data.sources import DataConfig, open_documents
 from hf_encoderize.model.loading import LoadConfig
 from hf_encoderize.objectives.masking import MaskingConfig
+from hf_encoderize.objectives.targets import MaskedTokens
 from hf_encoderize.publish.card_rows import _training_rows
 from hf_encoderize.recipes.cpt import load_encoderized
 from hf_encoderize.records.run_record import RunRecord
@@ -28,7 +29,7 @@ def _optimizer_eps(decoder_dir, tmp_path, **train_kwargs) -> float:
                         **train_kwargs)
     model, tokenizer, _ = load_encoderized(LoadConfig(str(decoder_dir)), data, train, AdapterConfig())
     run = build_run(make_accelerator(train, tmp_path / "out", []), model, tokenizer, open_documents(data), data,
-                    MaskingConfig(), train, tmp_path / "out")
+                    MaskedTokens(MaskingConfig()), train, tmp_path / "out")
     assert {group["eps"] for group in run.optimizer.param_groups} == {train.adam_eps}
     assert run_settings(CptSettings, data, MaskingConfig(), train).adam_eps == train.adam_eps
     return train.adam_eps

@@ -84,8 +84,8 @@ def of_kind(kind: Kind) -> tuple[str, ...]:
 
 
 def declare(row: Learnt) -> None:
-    """Add `row` to the table (a target registered from outside the package: `objectives.targets.register_target`);
-    a name the table holds keeps its row unless it is the same."""
+    """Add `row` to the table (a target registered from outside the package: `objectives.targets.register_target`).
+    Declaring a name again with the same row is a no-op; with another row it is refused: one word, one thing."""
     known = LEARNT.setdefault(row.name, row)
     if known != row:
         raise ValueError(f"{row.name!r} is already declared as another thing ({known.kind}); pick another name")
