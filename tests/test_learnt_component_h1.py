@@ -101,3 +101,18 @@ def test_records_written_before_the_rename_still_load(tmp_path):
                                            "identity": {"masking.objective": "mlm"}})
     assert schedule.phases == [{"name": "clm", "start": 0, "end": 2}]
     assert schedule.identity == {"masking.masking_target": "mlm"}
+
+
+def test_a_pretrain_run_masked_from_the_first_step_says_its_target_on_the_attention_row(tmp_path):
+    from hub_server import make_run_folder, run_record
+
+    from hf_encoderize.publish.card import CardConfig, gather_facts, render_card
+
+    out = make_run_folder(tmp_path, evaluated=False, base_evaluated=False)
+    record = {**run_record("", phases="mntp", schedule="mlm:1.0"), "command": "pretrain", "base_model": None,
+              "model_config": "210M", "tokenizer": "tok", "switch_step": None}
+    record.pop("objective", None)
+    (out / "run_record.json").write_text(json.dumps(record))
+    card = render_card(gather_facts(CardConfig(str(out))))
+    assert "| Attention | bidirectional from the first step (MNTP (masked next-token prediction, LLM2Vec) only)" in card
+    assert "causal throughout training" not in card

@@ -33,8 +33,9 @@ def done_rows(facts: CardFacts) -> list[tuple[str, str]]:
     rows.append(("Parameters", f"{thousands(facts.num_parameters)} ({facts.model_type}, "
                                f"hidden size {facts.hidden_size})"))
     if facts.pretrained:
-        switch = facts.run.switch_step
-        rows.append(("Attention", "bidirectional from the first step (MLM only)" if facts.run.phases == "mlm"
+        switch, first = facts.run.switch_step, next(iter(recorded_sequence(facts.run.phases).phases), None)
+        only = f"bidirectional from the first step ({first.card_label} only)" if first and first.bidirectional else None
+        rows.append(("Attention", only if only
                      else f"causal during CLM, switched to bidirectional at step {thousands(switch)} "
                           f"({enc.modules_patched or 0} attention modules patched, checked by the probe)"
                      if switch is not None else "causal throughout training (CLM only), made bidirectional for "
