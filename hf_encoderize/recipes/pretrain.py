@@ -20,7 +20,6 @@ Before anything is built, the training memory is estimated from the config and a
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
@@ -28,7 +27,6 @@ import torch
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, RESUME, identity, identity_of, settings_diff
-from hf_encoderize.common.launch import world_size
 from hf_encoderize.common.locks import releasing_locks
 from hf_encoderize.common.outputs import inputs_of
 from hf_encoderize.common.precision import attention_dtype
@@ -36,7 +34,6 @@ from hf_encoderize.data.corpus_files import identity_as_today
 from hf_encoderize.data.sources import DataConfig
 from hf_encoderize.model.attention_backends import AttentionBackend
 from hf_encoderize.model.positions import check_positions, position_limit
-from hf_encoderize.objectives.loss import CHUNK_ELEMENTS
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.objectives.phases import Phase, parse_schedule
 from hf_encoderize.objectives.targets import MaskedTarget, Target, build_target
@@ -52,6 +49,8 @@ from hf_encoderize.records.run_record import PatchFacts, RunRecord
 from hf_encoderize.records.run_settings import PretrainSchedule, PretrainSettings
 from hf_encoderize.training.checkpoints import check_checkpoint_files
 from hf_encoderize.training.engine.accelerator import resolve_grad_accum
+from hf_encoderize.training.plan import estimate_memory as plan_memory
+from hf_encoderize.training.plan import shape_from_config, state_bytes_per_parameter
 from hf_encoderize.training.recipe import Built, FinalModel, Trained, run_settings
 from hf_encoderize.training.resume_checks import recorded_decay_steps
 from hf_encoderize.training.runner import run_recipe
@@ -103,50 +102,13 @@ class PretrainConfig:
 
 
 def estimate_memory(config, data: DataConfig, train: TrainConfig, mixed_precision: bool) -> dict:
-    """Bytes needed per process to train `config`, without building it: fp32 weights + gradients + two AdamW moments
-    (16 bytes a parameter, divided as the launch shards them: `state_bytes_per_parameter`), activations (~34 bytes
-    per token, hidden unit and layer in 16-bit, Korthikanti et al. 2022, with sdpa's memory-efficient attention: no
-    T^2 term; double in fp32) and one chunk of LM-head logits."""
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        parameters = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
-    text = config.get_text_config()
-    tokens = train.batch_size * data.seq_len
-    per_layer = tokens * text.hidden_size * 34 * (1 if mixed_precision else 2)
-    layers = text.num_hidden_layers
-    # With checkpointing only each layer's input (2 bytes a value) stays, plus one layer being recomputed.
-    activations = (per_layer + tokens * text.hidden_size * 2 * layers if train.gradient_checkpointing else
-        per_layer * layers)
-    # The fused loss's chunk (2**26 logits: fp32 softmax + compute-dtype logits and gradient) and its fp32 grad_W.
-    logits = CHUNK_ELEMENTS * (4 + 2 + 2) + text.vocab_size * text.hidden_size * 4
-    states = round(state_bytes_per_parameter() * parameters)
-    return {"parameters": parameters, "states": states, "activations": activations, "logits": logits,
-            "total": states + activations + logits}
-
-
-def state_bytes_per_parameter(environ=None) -> float:
-    """fp32 weights, gradients and two AdamW moments (4 + 4 + 8 bytes) held by one process of this launch: all of
-    them divided among the processes under FSDP or DeepSpeed ZeRO-3, gradients and moments only under ZeRO-2, none
-    under DDP (read from `accelerate launch`'s environment, before the Accelerator exists).
-
-    >>> state_bytes_per_parameter({"WORLD_SIZE": "8", "ACCELERATE_USE_FSDP": "true"})
-    2.0
-    >>> state_bytes_per_parameter({"WORLD_SIZE": "4", "ACCELERATE_USE_DEEPSPEED": "true",
-    ...                            "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2"})
-    7.0
-    >>> state_bytes_per_parameter({"WORLD_SIZE": "8"})
-    16.0
-    """
-    environ = os.environ if environ is None else environ
-    processes = world_size(environ)
-    deepspeed = environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true"
-    stage = environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "") if deepspeed else ""
-    if environ.get("ACCELERATE_USE_FSDP", "").lower() == "true" or stage == "3":
-        return 16 / processes
-    if stage == "2":
-        return 4 + 12 / processes
-    return 16.0
+    """Bytes needed per process to train `config`, without building it: the plan line's estimate (`training.plan`,
+    its one owner: weights, gradients and AdamW states as the launch shards them, activations, one logits chunk)."""
+    shape = shape_from_config(config)
+    need = plan_memory(shape, rows=train.batch_size, seq_len=data.seq_len, mixed_precision=mixed_precision,
+                       checkpointing=bool(train.gradient_checkpointing), state_bytes=state_bytes_per_parameter())
+    return {"parameters": shape.parameters, "states": need.states, "activations": need.activations,
+            "logits": need.logits, "total": need.total}
 
 
 def available_memory() -> tuple[int, str]:

@@ -52,7 +52,7 @@ from hf_encoderize.training.engine.export import EXPORTS
 from hf_encoderize.training.engine.finish import Outcome, save_run
 from hf_encoderize.training.engine.loop import evaluate_held_out, train_phases
 from hf_encoderize.training.monitor import TrainingMonitor, parse_report_to, utc_now
-from hf_encoderize.training.plan import training_plan
+from hf_encoderize.training.plan import model_shape, planned_shape, training_plan
 from hf_encoderize.training.recipe import Built, Recipe, Trained
 from hf_encoderize.training.resume_checks import check_resume_settings, keep_recorded_warmup
 
@@ -81,7 +81,7 @@ def run_recipe(recipe: Recipe) -> dict:
     The plan line (`training.plan`) comes once the data and the model were checked, before the first step; with
     `--dry-run` it is all that runs (nothing is loaded or written), and the plan is the summary."""
     if recipe.train.dry_run:
-        plan = training_plan(recipe.train, recipe.data, world_size())
+        plan = training_plan(recipe.train, recipe.data, world_size(), planned_shape(recipe))
         log.info(plan.line())
         return {"dry_run": True, "output_dir": str(recipe.output_dir), **plan.to_dict()}
     try:
@@ -138,7 +138,7 @@ def setup(recipe: Recipe) -> Started:
     built = recipe.build(accelerator)
     # Before the first step, once everything a refusal could name is checked (data, tokenizer, weights): a bad input
     # is answered by its one error line alone (docs/hostile_input.md).
-    log.info(training_plan(train, recipe.data, accelerator.num_processes).line())
+    log.info(training_plan(train, recipe.data, accelerator.num_processes, model_shape(built.model)).line())
     if branch_point:
         recipe.check_branch(branch_point, built)
     # Everything is validated (options, data, model): only now may --overwrite delete the earlier run.
