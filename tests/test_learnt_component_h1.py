@@ -116,3 +116,30 @@ def test_a_pretrain_run_masked_from_the_first_step_says_its_target_on_the_attent
     card = render_card(gather_facts(CardConfig(str(out))))
     assert "| Attention | bidirectional from the first step (MNTP (masked next-token prediction, LLM2Vec) only)" in card
     assert "causal throughout training" not in card
+
+
+def test_a_run_started_before_the_rename_resumes_and_still_refuses_another_target(tmp_path):
+    import pytest
+
+    from hf_encoderize.common.identity import identity_of
+    from hf_encoderize.data.sources import DataConfig
+    from hf_encoderize.records.run_settings import CptSettings
+    from hf_encoderize.training.recipe import run_settings
+    from hf_encoderize.training.resume_checks import SETTINGS_FILE, check_resume_settings
+    from hf_encoderize.training.train_config import TrainConfig
+
+    data, train = DataConfig(data_files="docs.jsonl", eval_documents=4), TrainConfig(steps=4)
+
+    def settings(target: str) -> dict:
+        masking = MaskingConfig(masking_target=target)
+        return run_settings(CptSettings, data, masking, train, base_model="m",
+                            identity=identity_of(masking, train)).compared()
+
+    now = settings("mlm")
+    old = {("objective" if k == "phases" else "schedule" if k == "lr_schedule" else k): v for k, v in now.items()}
+    old["identity"] = {k.replace("masking.masking_target", "masking.objective"): v for k, v in now["identity"].items()}
+    assert "objective" in old and "masking.objective" in old["identity"]  # as the code before the rename wrote it
+    (tmp_path / SETTINGS_FILE).write_text(json.dumps(old))
+    check_resume_settings(tmp_path, now, 2, extendable=True, main_process=False)  # the same run: no refusal
+    with pytest.raises(EncoderizeError, match="masking_target"):
+        check_resume_settings(tmp_path, settings("mntp"), 2, extendable=True, main_process=False)
