@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import random
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -26,7 +27,7 @@ import numpy as np
 import torch
 
 from hf_encoderize.common.errors import EncoderizeError
-from hf_encoderize.data.sources import shuffled, too_few_documents
+from hf_encoderize.data.sources import too_few_documents
 
 Row = tuple[list[int], list[int]]  # (input_ids, document_ids), both seq_len long
 
@@ -119,6 +120,28 @@ def collate(rows: list[Row]) -> tuple[torch.Tensor, torch.Tensor]:
     """
     # On the host whatever the default device (`torch.set_default_device("cuda")`): the engine pins and copies them.
     return torch.tensor([r[0] for r in rows], device="cpu"), torch.tensor([r[1] for r in rows], device="cpu")
+
+
+def shuffled(items: Iterable, buffer: int, seed) -> Iterator:
+    """`items` in a seeded buffer-shuffled order (the streaming shuffle of `datasets.IterableDataset.shuffle`, for
+    any iterable): each item is drawn at random from a buffer of `buffer` items. The same seed gives the same order.
+
+    >>> list(shuffled(range(6), 1, 0)), sorted(shuffled(range(6), 3, 0)) == list(range(6))
+    ([0, 1, 2, 3, 4, 5], True)
+    """
+    if buffer <= 1:
+        yield from items
+        return
+    generator, pool = random.Random(str(seed)), []
+    for item in items:
+        if len(pool) < buffer:
+            pool.append(item)
+            continue
+        index = generator.randrange(buffer)
+        yield pool[index]
+        pool[index] = item
+    generator.shuffle(pool)
+    yield from pool
 
 
 def _fresh_lane() -> dict:

@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import itertools
 import os
-import random
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Literal
 
@@ -258,25 +257,3 @@ def too_few_documents(count: int, rows_per_step: int, hint: str = "") -> str:
     return (f"the dataset has {count} training documents after the held-out ones; a step takes {rows_per_step} rows "
             f"(batch size x processes x accumulation), each packed from its own documents: {hint}add data, or lower "
             "--batch-size or --gradient-accumulation-steps")
-
-
-def shuffled(items: Iterable, buffer: int, seed) -> Iterator:
-    """`items` in a seeded buffer-shuffled order (the streaming shuffle of `datasets.IterableDataset.shuffle`, for
-    any iterable): each item is drawn at random from a buffer of `buffer` items. The same seed gives the same order.
-
-    >>> list(shuffled(range(6), 1, 0)), sorted(shuffled(range(6), 3, 0)) == list(range(6))
-    ([0, 1, 2, 3, 4, 5], True)
-    """
-    if buffer <= 1:
-        yield from items
-        return
-    generator, pool = random.Random(str(seed)), []
-    for item in items:
-        if len(pool) < buffer:
-            pool.append(item)
-            continue
-        index = generator.randrange(buffer)
-        yield pool[index]
-        pool[index] = item
-    generator.shuffle(pool)
-    yield from pool
