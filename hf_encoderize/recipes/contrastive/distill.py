@@ -41,9 +41,12 @@ import torch
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.launch import world_size
+from hf_encoderize.common.log import get_logger, progress_shown
 from hf_encoderize.data.stop_words import ENGLISH_STOP_WORDS
 from hf_encoderize.model.load_errors import is_remote_code_refusal, local_folder_problem
 from hf_encoderize.model.teachers import resolve_teacher
+
+log = get_logger(__name__)
 
 
 def check_teacher(name: str) -> bool:
@@ -272,8 +275,11 @@ def prepare(model, rows, teacher, config, prompt: str):
     the projection's fit."""
     rows, made = with_variants(rows, config, teacher)  # the texts first: the projection's fit reads the first FIT_TEXTS
     texts = rows["anchor"]
-    # (rows, teacher width): computed once, as sentence-transformers' distillation example does
-    labels = teacher.encode(texts, batch_size=64, convert_to_tensor=True, show_progress_bar=False).float().cpu()
+    # (rows, teacher width): computed once, as sentence-transformers' distillation example does; minutes on a large
+    # text set, so its bar (with an ETA) shows where our progress does (`common.log.progress_shown`)
+    log.info(f"labelling {len(texts):,} texts with the teacher")
+    labels = teacher.encode(texts, batch_size=64, convert_to_tensor=True,
+                            show_progress_bar=bool(config.progress) and progress_shown()).float().cpu()
     model = with_projection(model, teacher.get_embedding_dimension(), texts, labels, prompt)
     return model, label_rows(rows, labels, config), distill_loss(model, config), made
 
