@@ -121,7 +121,7 @@ def exported(model: Path, work: Path) -> tuple[Path, dict]:
     import importlib.util
 
     from hf_encoderize.model.saving import encoder_dir
-    from hf_encoderize.publish.export_record import EXPORT_RECORD, read_export_record
+    from hf_encoderize.records.export_record import EXPORT_RECORD, read_export_record
 
     source = encoder_dir(model)
     copy = work / "exported" / source.resolve().parent.name / source.name
@@ -141,7 +141,7 @@ def exported(model: Path, work: Path) -> tuple[Path, dict]:
                 sys.exit(f"export failed: {why}")
             if done.returncode != 0:  # e.g. the tiny model's word-level tokenizer, which llama.cpp's converter refuses
                 refused.write_text(why)
-    parts = read_export_record(copy)
+    parts = read_export_record(copy).to_dict()  # format -> part, as the file holds it
     if refused.is_file():
         parts["gguf"] = {"refused": refused.read_text()}
     return copy, parts

@@ -5,9 +5,11 @@ list (the import-linter contracts in pyproject.toml enforce it, and `tests/test_
 tree):
 - `common/`: rules every stage shares: `errors`, `files`, `identity`, `launch`, `log`, `options`, `arguments` (a
   config dataclass as argparse options), `config_file` (`--config`), `outputs`, `results` (what stdout holds: the
-  result alone, `--json`, `--print-config`), `locks`, `precision`, `run_folder`, `validation`, `version`;
+  result alone, `--json`, `--print-config`), `stages` (a command that runs other commands' stages holds their
+  configs, their options prefixed), `locks`, `precision`, `run_folder`, `validation`, `version`;
 - `records/`: the typed files the stages hand each other, one writer each: `fields`, `run_settings`, `run_record`,
-  `eval_summary`, `contrastive_record`, `encoder_facts`, `push_record`, `learnt` (what a run can learn, named once);
+  `eval_summary`, `contrastive_record`, `encoder_facts`, `push_record`, `export_record`, `learnt` (what a run can
+  learn, named once);
 - `model/`: load, encoderize (patch and probe), save: `kinds`, `loading`, `attention_backends`, `load_errors`, `tiny`,
   `plain_attention`, `bidirectional`, `tokens`, `isolation`, `where_it_trains`, `saving`, `head_file`, `positions`,
   `licenses` (a model's license and languages, read from its card or GGUF), `teachers` (the official distillation
@@ -31,7 +33,7 @@ tree):
 - `publish/`: what leaves the machine: `card_facts`, `card_rows`, `card_results`, `card_index` (model-index and
   `.eval_results`), `card_st` (sentence-transformers' own card, kept), `card_serve`, `card`, `hub`, `upload_set`,
   `space`, `space_card` (the Space's front matter and requirements, sized to its models), `paraphrases`, `export`,
-  `export_guard`, `export_reference`, `export_record`, `onnx_embedding`, `onnx_check`, `gguf_export`, `gguf_convert`,
+  `export_guard`, `export_reference`, `onnx_embedding`, `onnx_check`, `gguf_export`, `gguf_convert`,
   `gguf_check`, `shipped` (where the top-level `space/` and `model_cards/` folders are, in a checkout or a wheel);
 - `pipeline/`: several stages in one command: `commands`, `run`, `reuse` (is a stage already done?), `quickstart`,
   `teachers` (all-mpnet-base-v2 assembled from PyPI's repack, checked), `assets` (`assets fetch`: a teacher or

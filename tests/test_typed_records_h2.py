@@ -33,3 +33,32 @@ def test_the_stage_is_built_typed_so_a_misspelt_key_fails_where_it_is_written():
     with pytest.raises(TypeError, match="objective"):
         ContrastiveStage(**{"objective": "simcse"})
     assert ContrastiveStage(method="simcse", steps=2).known() == {"method": "simcse", "steps": 2}
+
+
+def test_the_export_record_is_typed_and_an_old_layout_keeps_every_key_when_a_format_is_added(tmp_path):
+    """export_record.json was `dict[str, dict]` read by key in the card; now `ExportRecord` of `ExportPart`s of
+    `ExportCheck`s. A record from before GGUF (the ONNX part at the top) reads as its ONNX part, and writing the GGUF
+    part keeps it whole; a part is built by keyword, so a misspelt key fails where the exporter writes it."""
+    import pytest
+
+    from hf_encoderize.records.export_record import (
+        EXPORT_RECORD,
+        ExportPart,
+        read_export_record,
+        write_export_part,
+    )
+
+    old = {"format": "onnx", "pooling": "mean", "texts": 8, "variants": {
+        "model.onnx": {"verdict": "verified", "min_cosine": 0.99999, "threshold": 0.9999, "position_0_moved": 0.3},
+        "model_int8_weight_only.onnx": {"verdict": "not kept: cosine 0.95", "threshold": 0.99}}}
+    (tmp_path / EXPORT_RECORD).write_text(json.dumps(old))
+    record = read_export_record(tmp_path)
+    assert record.onnx.kept_files() == ["model.onnx"] and not record.onnx.embedding_graph
+    assert record.onnx.check("model.onnx").min_cosine == 0.99999 and record.gguf is None
+    write_export_part(tmp_path, "gguf", ExportPart(pooling="mean", texts=8, llama_cpp_python="0.3.16",
+                                                   variants={"model-f32.gguf": {"verdict": "verified"}}))
+    written = json.loads((tmp_path / EXPORT_RECORD).read_text())
+    assert written["onnx"] == old and written["gguf"]["variants"] == {"model-f32.gguf": {"verdict": "verified"}}
+    assert read_export_record(tmp_path).gguf.kept_files() == ["model-f32.gguf"]
+    with pytest.raises(TypeError):
+        ExportPart(pooling="mean", variant={})

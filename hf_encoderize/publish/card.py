@@ -46,11 +46,11 @@ from hf_encoderize.publish.card_st import (
     split_card,
     st_section,
 )
-from hf_encoderize.publish.export_record import read_export_record
 from hf_encoderize.publish.shipped import shipped_dir
 from hf_encoderize.records.contrastive_record import ContrastiveRecord
 from hf_encoderize.records.encoder_facts import EncoderFacts, PlainAttention
 from hf_encoderize.records.eval_summary import EvalSummary, MtebSummary
+from hf_encoderize.records.export_record import ExportRecord, read_export_record
 from hf_encoderize.records.learnt import learnt, recorded_sequence
 from hf_encoderize.records.run_record import PatchFacts, RunRecord
 from hf_encoderize.records.run_settings import DataFacts
@@ -322,7 +322,7 @@ def card_data(facts: CardFacts):
     )
 
 
-def render_card(facts: CardFacts, serve: dict | None = None) -> str:
+def render_card(facts: CardFacts, serve: ExportRecord | None = None) -> str:
     """The README.md text: YAML front matter, then the template rendered from `facts` (and `serve`, the record
     `export` wrote, format -> part, for the "Serve it" section)."""
     import jinja2
@@ -334,7 +334,7 @@ def render_card(facts: CardFacts, serve: dict | None = None) -> str:
     body = env.from_string(source).render(
         f=facts, done=done_rows(facts), rows=results_rows(facts), results_table=results_table(facts),
         family_table=family_table(facts), protocol=protocol_sentence(facts), marker=CARD_MARKER, arxiv=ARXIV_ID,
-        onnx=(serve or {}).get("onnx"), gguf=(serve or {}).get("gguf"), commands=serve_commands(facts, serve),
+        onnx=serve and serve.onnx, gguf=serve and serve.gguf, commands=serve_commands(facts, serve),
         matryoshka=matryoshka(facts), mteb_table=mteb_table(facts), **learnt_facts(facts),
     )
     if not facts.st_card:

@@ -14,27 +14,28 @@ from __future__ import annotations
 import shlex
 
 from hf_encoderize.publish.card_facts import CardFacts
+from hf_encoderize.records.export_record import ExportCheck, ExportPart, ExportRecord
 
 # Pooling names of the serving engines, per sentence-transformers pooling mode (TEI `--pooling`, vLLM `pooling_type`).
 TEI_POOLING = {"mean": "mean", "cls": "cls", "lasttoken": "last-token"}
 VLLM_POOLING = {"mean": "MEAN", "cls": "CLS", "lasttoken": "LAST"}
 
 
-def serve_commands(facts: CardFacts, serve: dict | None) -> list[dict]:
+def serve_commands(facts: CardFacts, serve: ExportRecord | None) -> list[dict]:
     """The "Serve it" commands, each {engine, language, code, verified, note}. `verified` is True only for a command
     a test of hf-encoderize runs as the card prints it (tests/test_card.py, tests/test_export.py run every one so
     marked); the engines this project cannot install (optimum-onnx, TEI, vLLM) are marked not verified, with why."""
     ref, pooling = facts.model_ref, pooling_mode(facts)
     lead = (facts.contrastive.stage_facts().lead if facts.contrastive else None) or ""
-    kept = _kept((serve or {}).get("onnx"))
+    onnx, gguf = (serve.onnx, serve.gguf) if serve else (None, None)
+    kept = onnx.kept_files() if onnx else []
     commands = [{"engine": "sentence-transformers (PyTorch)", "language": "python", "verified": True, "note": "",
                  "code": 'from sentence_transformers import SentenceTransformer\n\n'
                          f'model = SentenceTransformer("{ref}")\n'
                          'embeddings = model.encode(["A cat sits on the mat.", "Stock markets fell today."])\n'
                          'print(embeddings.shape, model.similarity(embeddings, embeddings))'}]
     if kept:
-        onnx = serve["onnx"]
-        commands.append(_onnxruntime_embedding_command(ref, kept[0], onnx["prompt"]) if "prompt" in onnx else
+        commands.append(_onnxruntime_embedding_command(ref, kept[0], onnx.prompt) if onnx.embedding_graph else
                         _onnxruntime_command(ref, kept[0], pooling, lead))  # an export from before the pooled graph
         int8 = (f'\nint8 = SentenceTransformer("{ref}", backend="onnx", model_kwargs={{"file_name": '
                 '"model_int8_weight_only.onnx"})' if "model_int8_weight_only.onnx" in kept else "")
@@ -45,9 +46,9 @@ def serve_commands(facts: CardFacts, serve: dict | None) -> list[dict]:
                                  "transformers.modeling_utils import get_parameter_dtype`), so no test here runs it",
                          "code": 'from sentence_transformers import SentenceTransformer\n\n'
                                  f'model = SentenceTransformer("{ref}", backend="onnx")  # onnx/model.onnx{int8}'})
-    gguf = _kept((serve or {}).get("gguf"))
-    if gguf:
-        commands += _llama_cpp_commands(ref, gguf[-1], pooling, lead, serve["gguf"])  # q8_0 when kept: 1/4 of f32
+    gguf_kept = gguf.kept_files() if gguf else []
+    if gguf_kept:
+        commands += _llama_cpp_commands(ref, gguf_kept[-1], pooling, lead, gguf)  # q8_0 when kept: 1/4 of f32
     prompt = (f" Neither adds this model's lead `{lead}`: put it before every text yourself; both then pool every "
               "token, where sentence-transformers leaves lead tokens out of the pooling." if lead else "")
     commands.append({"engine": "Text Embeddings Inference", "language": "bash", "verified": False,
@@ -107,24 +108,19 @@ def _onnxruntime_command(ref: str, file: str, pooling: str, lead: str) -> dict:
     return {"engine": "ONNX Runtime", "language": "python", "verified": not lead, "note": note, "code": code}
 
 
-def _kept(part: dict | None) -> list[str]:
-    """The files of one export format that passed their check, in the record's order."""
-    return [name for name, v in ((part or {}).get("variants") or {}).items() if v.get("verdict") == "verified"]
-
-
 # llama.cpp's pooling names (`llama-server --pooling`), per sentence-transformers pooling mode.
 LLAMA_CPP_POOLING = {"mean": "mean", "cls": "cls", "lasttoken": "last"}
 
 
-def _llama_cpp_commands(ref: str, file: str, pooling: str, lead: str, record: dict) -> list[dict]:
+def _llama_cpp_commands(ref: str, file: str, pooling: str, lead: str, record: ExportPart) -> list[dict]:
     """llama-cpp-python (what `export`'s check runs, and tests/test_export_gguf.py runs as printed) and llama-server.
     Both read the attention (`attention.causal = false`) and the pooling type from the file. A lead-token model with
     mean pooling gets the client-pooled snippet instead, verified when export's check measured it (`record`)."""
     local = ref.startswith("/")
     path = repr(f"{ref}/{file}") if local else f"hf_hub_download({ref!r}, {file!r})"
     download = "" if local else "from huggingface_hub import hf_hub_download\n"
-    checked = (record.get("variants") or {}).get(file, {})
-    if lead and pooling == "mean" and "prompt_length" in record and "client_pooled_min_cosine" in checked:
+    checked = record.check(file)
+    if lead and pooling == "mean" and record.prompt_length is not None and checked.client_pooled_min_cosine is not None:
         return [_llama_cpp_client_pooled(path, download, record, checked), _llama_cpp_server(ref, file, pooling, lead)]
     code = (f"{download}from llama_cpp import GGML_TYPE_F32, Llama\n\n"
             f"# {pooling} pooling and bidirectional attention come from the file; the f32 KV cache keeps short texts "
@@ -137,10 +133,10 @@ def _llama_cpp_commands(ref: str, file: str, pooling: str, lead: str, record: di
              "code": code}, _llama_cpp_server(ref, file, pooling, lead)]
 
 
-def _llama_cpp_client_pooled(path: str, download: str, record: dict, checked: dict) -> dict:
+def _llama_cpp_client_pooled(path: str, download: str, record: ExportPart, checked: ExportCheck) -> dict:
     """llama-cpp-python with the pooling done by the client, as `export`'s check (gguf_check.client_pooled) measured
     it: llama.cpp's poolings cannot leave the lead out, and its `embed` reads the lead as plain text."""
-    prompt, skip, normalize = record["prompt"], record["prompt_length"], record["normalize"]
+    prompt, skip, normalize = record.prompt, record.prompt_length, record.normalize
     finish = "return vector / np.linalg.norm(vector)  # the model ends in Normalize" if normalize else "return vector"
     code = (f"import numpy as np\n{download}from llama_cpp import GGML_TYPE_F32, LLAMA_POOLING_TYPE_NONE, Llama\n\n"
             "# Bidirectional attention comes from the file. Pooling none: one state per token, pooled below as\n"
@@ -157,8 +153,8 @@ def _llama_cpp_client_pooled(path: str, download: str, record: dict, checked: di
             'embeddings = np.stack([embed(text) for text in ["A cat sits on the mat.", "Stock markets fell today."]])\n'
             "print(embeddings.shape)")
     return {"engine": "llama.cpp (llama-cpp-python)", "language": "python", "code": code,
-            "verified": checked["client_pooled_min_cosine"] >= checked.get("threshold", 0.999),
-            "note": f"pooled by the client: export's check read cosine {checked['client_pooled_min_cosine']:.5f} "
+            "verified": checked.client_pooled_min_cosine >= (0.999 if checked.threshold is None else checked.threshold),
+            "note": f"pooled by the client: export's check read cosine {checked.client_pooled_min_cosine:.5f} "
                     "(lowest of its texts) to `SentenceTransformer.encode`; llama.cpp's own pooling would include "
                     "the lead"}
 

@@ -38,10 +38,10 @@ from hf_encoderize.common.validation import check_choice
 from hf_encoderize.model.saving import encoder_dir
 from hf_encoderize.publish.card import CardConfig, is_generated_card, write_card
 from hf_encoderize.publish.export_guard import check_exportable, owned_files, verdict
-from hf_encoderize.publish.export_record import EXPORT_RECORD, write_export_part
 from hf_encoderize.publish.export_reference import check_texts, load_model, write_reference
 from hf_encoderize.publish.gguf_export import VARIANTS, export_gguf
 from hf_encoderize.publish.onnx_embedding import EXPORTERS, export_embedding_graph, fp32_block_matmuls
+from hf_encoderize.records.export_record import EXPORT_RECORD, ExportPart, write_export_part
 
 ExportFormat = Literal["onnx", "gguf"]
 # Lowest cosine to our PyTorch embeddings a variant must reach (fp32 differs only in kernel order; int8 rounds weights).
@@ -134,8 +134,7 @@ def _export_onnx(model_dir: Path, texts: list[str], opset: int, trust_remote_cod
         _keep_passing(model_dir, staging, variants, owned)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    write_export_part(model_dir, "onnx", {"pooling": pooling, "texts": len(texts), **graph,
-                                       "variants": variants})
+    write_export_part(model_dir, "onnx", ExportPart(pooling=pooling, texts=len(texts), **graph, variants=variants))
     return variants
 
 

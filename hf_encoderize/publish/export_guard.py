@@ -20,7 +20,7 @@ from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.run_folder import read_json
-from hf_encoderize.publish.export_record import read_export_record
+from hf_encoderize.records.export_record import read_export_record
 
 # Where each format puts its kept files, relative to the model folder.
 FORMAT_FOLDER = {"onnx": "onnx", "gguf": ""}
@@ -29,9 +29,8 @@ OUR_MODULE = "modeling_encoderize"
 
 def owned_files(model_dir: Path, fmt: str) -> set[str]:
     """The files (relative to `model_dir`) that our previous `fmt` export kept: the only ones export may remove."""
-    part = read_export_record(model_dir).get(fmt) or {}
-    kept = [name for name, v in (part.get("variants") or {}).items() if isinstance(v, dict)
-            and v.get("verdict") == "verified"]
+    part = read_export_record(model_dir).part(fmt)
+    kept = part.kept_files() if part else []
     return {str(Path(FORMAT_FOLDER[fmt], name)) if FORMAT_FOLDER[fmt] else name for name in kept}
 
 

@@ -35,8 +35,8 @@ from pathlib import Path
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.publish.export_guard import owned_files, verdict
-from hf_encoderize.publish.export_record import write_export_part
 from hf_encoderize.publish.export_reference import load_model, write_reference
+from hf_encoderize.records.export_record import ExportPart, write_export_part
 
 LLAMA_CPP_ENV = "HF_ENCODERIZE_LLAMA_CPP"
 # File -> (the converter's --outtype, lowest cosine to our PyTorch embeddings it must reach).
@@ -70,8 +70,8 @@ def export_gguf(model_dir: Path, texts: list[str], llama_cpp: str | None, *, tru
         _keep_passing(model_dir, staging, variants, owned)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    write_export_part(model_dir, "gguf", {"pooling": pooling, "texts": len(texts), "llama_cpp_python": version,
-                                          **client, "variants": variants})
+    write_export_part(model_dir, "gguf", ExportPart(pooling=pooling, texts=len(texts), llama_cpp_python=version,
+                                                    **client, variants=variants))
     return variants
 
 

@@ -29,8 +29,8 @@ from hf_encoderize.common.log import get_logger
 from hf_encoderize.common.run_folder import RunFolder
 from hf_encoderize.common.validation import check_repo_id
 from hf_encoderize.model.saving import encoder_dir
-from hf_encoderize.publish.export_record import read_export_record
 from hf_encoderize.publish.upload_set import files_holding, strip_local_paths, upload_set
+from hf_encoderize.records.export_record import read_export_record
 
 log = get_logger(__name__)
 

@@ -7,7 +7,8 @@ read by attribute only.
 - `eval_summary`: `eval/<name>/summary.json` (one model's scores under the paper's protocol);
 - `contrastive_record`: `contrastive_run.json` (the contrastive stage of an embedding model);
 - `encoder_facts`: the `hf_encoderize` block of a saved encoder's config.json;
-- `push_record`: `push_record.json` (what `run` pushed, so an unchanged folder is not pushed twice).
+- `push_record`: `push_record.json` (what `run` pushed, so an unchanged folder is not pushed twice);
+- `export_record`: `export_record.json` (what `export` kept of each format and why; the card's "Serve it" section);
 - `learnt`: the one table of what a run can learn (contrastive methods, masking targets, phases) and the names the
   card, the run record and the metrics give each.
 
