@@ -163,17 +163,17 @@ def minilm_dir() -> Path | None:
         return None
 
 
-def train(encoder: Path, out: Path, objective: str, data: Path, steps: int, seed: int = 0,
+def train(encoder: Path, out: Path, method: str, data: Path, steps: int, seed: int = 0,
           negative: str | None = None, teacher: str | None = None, batch_size: int = 16,
           learning_rate: float = 1e-4, **distill) -> tuple[str, float]:
     """A contrastive stage with the quickstart's settings (16 rows per step, 24 tokens, lr 1e-4; distill: 32 rows,
     5e-4, and `distill`'s other options, such as warmup_ratio and distill_variants): (folder, seconds)."""
     from hf_encoderize.recipes.contrastive import ContrastiveConfig, contrastive
 
-    extra = (dict(dropout=0.1) if objective == "simcse" else dict(teacher=teacher, **distill)
-        if objective == "distill" else {})
+    extra = (dict(dropout=0.1) if method == "simcse" else dict(teacher=teacher, **distill)
+        if method == "distill" else {})
     started = time.time()
-    summary = contrastive(ContrastiveConfig(str(encoder), objective=objective, data_files=str(data),
+    summary = contrastive(ContrastiveConfig(str(encoder), method=method, data_files=str(data),
                                             output_dir=str(out), steps=steps, batch_size=batch_size,
                                             max_seq_length=24, learning_rate=learning_rate, overwrite=True,
                                             progress=False, save_every=10**6, seed=seed,
@@ -344,14 +344,14 @@ def measure() -> dict:
     teacher = args.teacher or str(minilm_dir())
     queries = {"mlm_encoder": [per_query(SentenceTransformer(args.encoder, device="cpu"))]}
     seconds = {}
-    arms = {"simcse": dict(objective="simcse", data=sentences),
-            "simcse_neighbour_negatives": dict(objective="simcse", data=sentences, negative="negative"),
+    arms = {"simcse": dict(method="simcse", data=sentences),
+            "simcse_neighbour_negatives": dict(method="simcse", data=sentences, negative="negative"),
             # one view per text where SimCSE forwards two: 32 rows are SimCSE's 16 x 2 sequences a step
-            "distill": dict(objective="distill", data=sentences, teacher=teacher, batch_size=32, learning_rate=5e-4),
-            "pairs": dict(objective="supervised", negative="negative"),
+            "distill": dict(method="distill", data=sentences, teacher=teacher, batch_size=32, learning_rate=5e-4),
+            "pairs": dict(method="supervised", negative="negative"),
             # the quickstart's stage before issue 53's last round: 120 steps of 32 of the sentences SmolLM2 samples
             # itself (whatever --steps says), with --teacher (default all-MiniLM-L6-v2)
-            "distill_sampled": dict(objective="distill", teacher=teacher, batch_size=32, learning_rate=5e-4,
+            "distill_sampled": dict(method="distill", teacher=teacher, batch_size=32, learning_rate=5e-4,
                                     steps=120),
             # the quickstart's stage as it ships (train_quickstart): its teacher, text, settings and precision
             "quickstart": {}}

@@ -20,8 +20,9 @@ import sys
 from pathlib import Path
 
 from hf_encoderize.cli import COMMANDS
+from hf_encoderize.common import stages
 from hf_encoderize.common.arguments import field_docs
-from hf_encoderize.common.options import SHORT_SPELLINGS, choices, flag, option_name
+from hf_encoderize.common.options import SHORT_SPELLINGS, choices, flag, option_name, spellings
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "commands.md"
 
@@ -68,16 +69,26 @@ def _default(field: dataclasses.Field) -> str:
 
 
 def _renames() -> list[str]:
-    """One table row per renamed option: its name, its field and the old flag (still accepted, with a warning)."""
+    """One table row per renamed option: its name, its field and the old flag (still accepted, with a warning); a
+    stage's options under the command that runs it (`run --contrastive-max-steps`) too."""
     rows = {}
     for command in COMMANDS.values():
+        taken = {spelling for cls in command.configs for field in dataclasses.fields(cls)  # `--eval-steps` is cpt's
+                 if not stages.stage_of(field) for spelling in spellings(option_name(cls, field))}
         for cls in command.configs:
             for field in dataclasses.fields(cls):
+                if stages.stage_of(field):
+                    for sub in stages.stage_fields(cls, field):
+                        key = stages.key(cls, field, sub)
+                        for old in stages.old_keys(cls, field, sub):
+                            if old not in taken:
+                                rows[flag(key), old] = f"| `{flag(key)}` | `{old}` | `{flag(old)}` |"
+                    continue
                 name = option_name(cls, field)
-                if name != field.name and SHORT_SPELLINGS.get(name) != field.name:
-                    new, old = ((flag(name), flag(field.name)) if field.kw_only
-                                else (name.upper(), field.name.upper()))
-                    rows[new, field.name] = f"| `{new}` | `{field.name}` | `{old}` |"
+                olds = [field.name] if name != field.name and SHORT_SPELLINGS.get(name) != field.name else []
+                for old in [*olds, *field.metadata.get("formerly", ())]:
+                    new, was = (flag(name), flag(old)) if field.kw_only else (name.upper(), old.upper())
+                    rows[new, old] = f"| `{new}` | `{field.name}` | `{was}` |"
     return [rows[key] for key in sorted(rows)]
 
 
@@ -102,9 +113,30 @@ def _section(command) -> list[str]:
         docs = field_docs(cls, sources=True)  # the help and, after it, where the default comes from
         fields = sorted(dataclasses.fields(cls), key=lambda field: field.kw_only)  # positionals first, as in usage
         lines += [f"`{cls.__module__}.{cls.__name__}`:", ""]
-        lines += [_option(cls, field, docs.get(field.name, "")) for field in fields] or ["- (no options)"]
+        own = [field for field in fields if not stages.stage_of(field)]
+        lines += [_option(cls, field, docs.get(field.name, "")) for field in own] or ["- (no options)"]
         lines.append("")
+        for field in fields:
+            if stages.stage_of(field):
+                lines += _stage(cls, field)
     return lines
+
+
+def _stage(cls, field: dataclasses.Field) -> list[str]:
+    """A stage the command runs (`common.stages`): its class's options, prefixed, as `--help` lists them."""
+    inner, spec = stages.stage_class(cls, field), stages.stage_of(field)
+    docs = field_docs(inner, sources=True)
+    lines = [f"`{inner.__module__}.{inner.__name__}`, as `--{field.name.replace('_', '-')}-*`: "
+             f"{stages.prefixed_text(spec.about, cls, field)}", ""]
+    for sub in stages.stage_fields(cls, field):
+        doc = stages.prefixed_text(docs.get(sub.name, ""), cls, field)
+        default = _default(sub)
+        if sub.name == spec.switch:
+            doc = f"{doc} Or {spec.off}: {spec.off_help}."
+            default = repr(spec.off) if field.default is None else default
+        lines.append(f"- `{flag(stages.key(cls, field, sub))}` (`{_annotation(sub, inner)}`, default `{default}`): "
+                     f"{doc or 'undocumented'}")
+    return [*lines, ""]
 
 
 def render() -> str:

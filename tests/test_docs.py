@@ -29,6 +29,7 @@ def test_the_committed_command_reference_is_what_the_script_writes_now():
 
 
 def test_the_reference_names_every_command_and_every_option_with_its_default_and_docstring():
+    from hf_encoderize.common import stages
     from hf_encoderize.common.arguments import field_docs
 
     text = _script().render()
@@ -37,6 +38,13 @@ def test_the_reference_names_every_command_and_every_option_with_its_default_and
         for cls in command.configs:
             docs = field_docs(cls)
             for field in dataclasses.fields(cls):
+                if stages.stage_of(field):  # `run`'s stages: each option of the stage's class, prefixed
+                    inner = field_docs(stages.stage_class(cls, field))
+                    for sub in stages.stage_fields(cls, field):
+                        (line,) = [line for line in section.splitlines()
+                                   if line.startswith(f"- `--{stages.key(cls, field, sub).replace('_', '-')}` (")]
+                        assert stages.prefixed_text(inner.get(sub.name, "undocumented"), cls, field) in line
+                    continue
                 name_of = option_name(cls, field)  # the public name, `--learning-rate` for the field `lr`
                 flag = f"--{name_of.replace('_', '-')}" if field.kw_only else name_of.upper()
                 starts = (f"- `{flag}` (", f"- `{flag}` / `")  # `--max-steps` / `--steps`: its short spelling

@@ -94,10 +94,10 @@ def test_every_command_reads_its_inputs_from_its_configs_declarations():
     spelled = [str(path.relative_to(ROOT)) for path in sorted((ROOT / "hf_encoderize").rglob("*.py"))
                if path.name != "outputs.py" and "input_paths(" in path.read_text()]
     assert spelled == []
-    from hf_encoderize.pipeline.run import RunConfig
+    from hf_encoderize.evaluation.config import EvalConfig
     from hf_encoderize.recipes.contrastive import ContrastiveConfig
 
-    assert "teacher" in ContrastiveConfig.INPUTS and "contrastive_teacher" in RunConfig.INPUTS
+    assert "teacher" in ContrastiveConfig.INPUTS and "data_dir" in EvalConfig.INPUTS  # run's: its stages' configs
 
 
 def test_run_overwrite_keeps_a_teacher_the_run_folder_holds(decoder_dir, teacher, tmp_path, capsys):
@@ -218,7 +218,8 @@ def test_run_refuses_a_cut_teacher_before_cpt(decoder_dir, teacher, tmp_path, ca
             "--max-steps", "1", *TINY, "--eval-profile", "none", "--contrastive", "distill",
             "--contrastive-teacher", str(cut), "--contrastive-max-steps", "1"]
     assert main(argv) == 2
-    one_error(capsys.readouterr().err, f"--teacher {str(cut)!r}", "model.safetensors", "re-download or re-save")
+    one_error(capsys.readouterr().err, f"--contrastive-teacher {str(cut)!r}", "model.safetensors",
+              "re-download or re-save")  # the flag `run` was given
     assert not out.exists()
 
 

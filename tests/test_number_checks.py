@@ -12,6 +12,7 @@ import dataclasses
 import pytest
 
 from hf_encoderize import cli
+from hf_encoderize.common import stages
 from hf_encoderize.common.arguments import value_type
 from hf_encoderize.common.options import flag, option_name
 
@@ -29,7 +30,6 @@ ZERO_ALLOWED = {
     "weight_decay": "no weight decay",
     "warmup_ratio": "no warmup",
     "dropout": "SimCSE without dropout noise (supervised pairs need none)",
-    "contrastive_dropout": "run's SimCSE stage without dropout noise",
     "contrastive_steps": "quickstart: 0 makes no embedding model (run refuses 0: it has --contrastive none)",
     "adam_beta1": "Adam without momentum",
     "adam_beta2": "the AdamW bound allows [0, 1)",
@@ -37,16 +37,12 @@ ZERO_ALLOWED = {
     "distill_contrastive_weight": "0 distils alone, without the in-batch contrastive loss",
     "distill_variants": "0 distils the texts alone, no one-word edits",
     "distill_synonyms": "0 distils without near-synonym edits",
-    "contrastive_distill_variants": "run's distillation stage on the texts alone",
-    "contrastive_distill_synonyms": "run's distillation stage without near-synonym edits",
-    "contrastive_warmup_ratio": "run's contrastive stage without warmup",
 }
 # Fields where inf is a legitimate value: none today; a field that needs it is named here with its reason.
 INF_ALLOWED: dict[str, str] = {}
 # Values just past the top of a bounded range (the generic rows only probe the bottom and overflow).
 ABOVE_THE_TOP = {
-    "mask_ratio": 1.0, "dropout": 1.0, "contrastive_dropout": 1.0, "warmup_ratio": 1.0, "decay_fraction": 1.5,
-    "contrastive_warmup_ratio": 1.0,
+    "mask_ratio": 1.0, "dropout": 1.0, "warmup_ratio": 1.0, "decay_fraction": 1.5,
     "adam_beta1": 1.0,
     "adam_beta2": 1.0, "port": 65536, "seed": 2**32,
 }
@@ -58,18 +54,48 @@ _REQUIRED = {"contrastive": ["--data-files", "no-such-data.jsonl"],
 _SETTING = {"distill_contrastive_weight": ["--method", "distill", "--teacher", "some/teacher"],
             "distill_variants": ["--method", "distill", "--teacher", "some/teacher"],
             "distill_synonyms": ["--method", "distill", "--teacher", "some/teacher"]}
+# a stage's options under the command that runs it (`run --contrastive-max-steps`): the stage on, as its setting needs
+for _option in ("distill_contrastive_weight", "distill_variants", "distill_synonyms"):
+    _SETTING[f"contrastive_{_option}"] = ["--contrastive", "distill", "--contrastive-teacher", "some/teacher"]
+STAGE_RULES: dict[str, str] = {}  # `contrastive_seed` -> `seed`: a stage's option follows its own field's rules
 
 
 def _numeric_fields() -> list[tuple[str, str, type]]:
-    """(command, field name, int or float) for every numeric field of every command's configs."""
+    """(command, field name, int or float) for every numeric field of every command's configs; a stage's options
+    (`common.stages`) by the name the command gives them (`contrastive_max_steps`)."""
     rows = []
     for name, command in cli.COMMANDS.items():
         for cls in command.configs:
             for field in dataclasses.fields(cls):
-                kind, _ = value_type(field)
-                if kind in (int, float):
-                    rows.append((name, field.name, kind))
+                for option, inner in _options(cls, field):
+                    kind, _ = value_type(inner)
+                    if kind in (int, float):
+                        rows.append((name, option, kind))
     return rows
+
+
+def _options(cls, field) -> list:
+    """(name, field) of a config field, or of each option of the stage it holds."""
+    if not stages.stage_of(field):
+        return [(field.name, field)]
+    options = [(stages.key(cls, field, sub), sub) for sub in stages.stage_fields(cls, field)]
+    STAGE_RULES.update({option: sub.name for option, sub in options})
+    if field.name == "contrastive":
+        _SETTING.update({option: ["--contrastive", "simcse"] for option, _ in options if option not in _SETTING})
+    return options
+
+
+def _values(configs) -> dict:
+    """Every setting of `configs` by the name the rows above give it (a stage's prefixed)."""
+    values = {}
+    for config in configs:
+        for field in dataclasses.fields(config):
+            held = getattr(config, field.name)
+            if stages.stage_of(field) and held is not None:
+                values.update({stages.key(type(config), field, sub): getattr(held, sub.name)
+                               for sub in stages.stage_fields(type(config), field)})
+            values[field.name] = held
+    return values
 
 
 FIELDS = _numeric_fields()
@@ -111,6 +137,7 @@ def _assert_one_line(argv: list[str], names: tuple[str, ...], capsys) -> None:
 
 
 def _bad_values(field: str, kind: type) -> list:
+    field = STAGE_RULES.get(field, field)
     values = [float("nan"), float("-inf"), -1]
     values += [float("inf")] if field not in INF_ALLOWED else []
     values += [0] if field not in ZERO_ALLOWED else []
@@ -147,7 +174,7 @@ def test_a_float_written_as_yaml_text_is_a_number(command, field, kind, tmp_path
     seen = {}
 
     def record(*configs):
-        seen.update({f.name: getattr(c, f.name) for c in configs for f in dataclasses.fields(c)})
+        seen.update(_values(configs))
         raise cli.EncoderizeError("recorded")  # stop here: nothing to load or report
 
     monkeypatch.setitem(cli.COMMANDS, command, dataclasses.replace(cli.COMMANDS[command], function=record))

@@ -155,7 +155,7 @@ def test_the_quickstart_arm_trains_the_stage_the_quickstart_runs(tmp_path, monke
     folder, _ = train_quickstart(tmp_path / "encoder", tmp_path / "arm-3", corpus, seed=3)
     (config,) = seen
     assert folder == str(tmp_path / "arm-3") and config.encoder == str(tmp_path / "encoder") and config.seed == 3
-    assert ((config.objective, config.teacher, config.steps, config.batch_size, config.max_seq_length) ==
+    assert ((config.method, config.teacher, config.steps, config.batch_size, config.max_seq_length) ==
         ("distill", teacher, 360, 32, 24))
     assert (config.learning_rate, config.warmup_ratio, config.distill_variants) == (2e-4, 0.3, 1)
     assert config.mixed_precision == cpu_precision() and config.data_files.endswith("wordnet_sentences_5760.jsonl")

@@ -5,7 +5,7 @@ Design choices:
 - sentence-transformers' own recipe (its distillation example; Reimers & Gurevych, 2020, "Making Monolingual Sentence
   Embeddings Multilingual using Knowledge Distillation"): the teacher embeds every training text once, before
   training, into a `label` column, and the student learns those vectors with `MSELoss` through the same trainer,
-  batch sampler, schedule and checkpoints as the other objectives. No teacher runs during training.
+  batch sampler, schedule and checkpoints as the other methods. No teacher runs during training.
 - When the widths differ, a Dense projection (student width -> teacher width, no activation) follows the pooling as a
   module of the model, not as the loss's `projection_dim` (which is not saved): `encode` gives one teacher-width
   vector, and Matryoshka sizes, export (ONNX traces Dense) and the Space see one model. It starts at the least-squares
