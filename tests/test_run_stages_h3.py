@@ -65,6 +65,8 @@ def test_print_config_reads_back_as_the_same_run():
     assert "contrastive:\n  method: simcse\n" in text and "eval:\n  profile: smoke\n" in text
     assert run_config(file=text) == run
     assert run_config(file=effective_yaml([run_config(["--eval-profile", "none"])])).eval is None
+    edited = text.replace("  data_files: null\n", "  data_files: pairs.jsonl\n")  # the file edited to name data
+    assert run_config(file=edited).contrastive.data_files == "pairs.jsonl"
 
 
 @pytest.mark.parametrize("argv, said", [

@@ -5,6 +5,9 @@ Design choices:
   `hub.push`), run in order with a banner; the folder is the state, so a re-run skips every stage whose output is
   already there and resumes the one that was interrupted (cpt from its newest checkpoint, eval from its finished
   fine-tuning runs).
+- `RunConfig` holds the configs of the later stages, the ones their own commands take (`ContrastiveConfig`;
+  `EvalConfig`, as `RunEvalConfig` with which models to score), and their options are `run`'s, prefixed
+  (`--contrastive-max-steps`, `common.stages`): a stage that gains an option gains it here with no edit.
 - A finished cpt is only reused when it was made with the same settings; otherwise the run stops and says so rather
   than mixing two runs in one folder.
 - The base model is evaluated with the same protocol so the card and the final table show what continued
@@ -61,7 +64,9 @@ def run_contrastive(**settings) -> ContrastiveConfig:
     """The contrastive stage's config as `run` holds it before its folder exists: `RUN_ENCODER` stands for the
     encoder cpt makes and, when the stage names no data of its own, `CPT_TEXT` for cpt's text source
     (`contrastive_config` puts both in). What cpt's text cannot be is refused now, not after cpt."""
-    own_data = bool(settings.get("data_files")) or settings.get("dataset") not in (None, CPT_TEXT)
+    if settings.get("dataset") == CPT_TEXT:  # as --print-config writes it: decided again here
+        settings = {key: value for key, value in settings.items() if key != "dataset"}
+    own_data = bool(settings.get("data_files")) or settings.get("dataset") is not None
     if not own_data:
         if settings.get("method") == "supervised":
             raise EncoderizeError("--method supervised needs --data-files (anchor, positive columns): cpt's text "
