@@ -62,3 +62,19 @@ def test_the_export_record_is_typed_and_an_old_layout_keeps_every_key_when_a_for
     assert read_export_record(tmp_path).gguf.kept_files() == ["model-f32.gguf"]
     with pytest.raises(TypeError):
         ExportPart(pooling="mean", variant={})
+
+
+def test_the_eval_protocol_is_read_by_field_and_a_summary_without_one_writes_it_back_empty(tmp_path):
+    """`EvalSummary.protocol` was a dict read with `.get(` in the card, the metric names, compare and `run`'s reuse;
+    now `EvalProtocol`. A summary without a protocol (or a hand-edited non-object) reads as an empty one."""
+    from hf_encoderize.evaluation.compare import protocol_of
+    from hf_encoderize.records.eval_summary import EvalProtocol, EvalSummary
+
+    protocol = {"lrs": ["0.0001"], "seeds": [0, 1], "batch_size": 16, "frozen": True, "later_key": 3}
+    (tmp_path / "summary.json").write_text(json.dumps({"model": "m", "protocol": protocol, "results": []}))
+    summary = EvalSummary.from_json(tmp_path / "summary.json")
+    assert isinstance(summary.protocol, EvalProtocol) and summary.protocol.seeds == [0, 1]
+    assert protocol_of(summary) == "frozen probe" and summary.to_dict()["protocol"] == protocol
+    for hollow in ({}, {"protocol": None}, {"protocol": "edited by hand"}):
+        read = EvalSummary.from_dict(hollow)
+        assert read.protocol.frozen is None and protocol_of(read) == "fine-tuned" and read.to_dict()["protocol"] == {}

@@ -73,8 +73,7 @@ def read_summary(folder: str | Path) -> EvalSummary:
 
 def protocol_of(summary: EvalSummary) -> str:
     """"frozen probe" or "fine-tuned": what trained when this summary's scores were made."""
-    protocol = summary.protocol
-    return "frozen probe" if isinstance(protocol, dict) and protocol.get("frozen") else "fine-tuned"
+    return "frozen probe" if summary.protocol.frozen else "fine-tuned"
 
 
 def metric_label(row: DatasetResult) -> str:

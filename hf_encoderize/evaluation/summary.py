@@ -23,7 +23,7 @@ from pathlib import Path
 
 from hf_encoderize.evaluation import bootstrap
 from hf_encoderize.evaluation.loaders import DATASETS, TASKS
-from hf_encoderize.records.eval_summary import DatasetResult, EvalSummary
+from hf_encoderize.records.eval_summary import DatasetResult, EvalProtocol, EvalSummary
 
 TASK_TITLES = {"sc": "Sequence classification (SC)", "tc": "Token classification (TC)",
                "qa": "Question answering (QA)", "ir": "Information retrieval (IR)"}
@@ -93,9 +93,9 @@ def build_summary(results_dir: Path, *, model: str, model_name: str, profile: st
     keys = sorted(groups, key=lambda k: (TASKS.index(k[0]), order.index(k[1]) if k[1] in order else len(order)))
     results = [dataset_result(groups[key]) for key in keys]
     runs = [run for key in keys for run in groups[key]]
-    protocol = dict(runs[0]["protocol"]) if runs else {}
-    protocol["lrs"] = sorted({r["lr"] for r in runs}, key=float)
-    protocol["seeds"] = sorted({r["seed"] for r in runs})
+    protocol = EvalProtocol.from_dict({**(runs[0]["protocol"] if runs else {}),  # the grid as run, not as asked
+                                       "lrs": sorted({r["lr"] for r in runs}, key=float),
+                                       "seeds": sorted({r["seed"] for r in runs})})
     family_means = {}
     for task in TASKS:
         scores = [r.test_mean for r in results if r.task == task]

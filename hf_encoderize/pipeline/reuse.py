@@ -98,10 +98,11 @@ def eval_done(results: Path, load, config) -> bool:
     wanted = fingerprint(load, config)
     protocol = summary.protocol
     expected = {key: wanted[key] for key in (*FINGERPRINT_KEYS, "model", "mode", "frozen") if key in wanted}
-    same_protocol = not protocol_differences({**protocol, "model": summary.model, "mode": summary.mode}, expected)
+    same_protocol = not protocol_differences({**protocol.to_dict(), "model": summary.model, "mode": summary.mode},
+                                             expected)
     grid = config.grid()  # the grid counts too: a summary of other seeds or learning rates is another evaluation
-    same_grid = ({lr_key(lr) for lr in protocol.get("lrs", [])} == {lr_key(lr) for lr in grid.lrs} and
-        set(protocol.get("seeds", [])) == set(grid.seeds) and
+    same_grid = ({lr_key(lr) for lr in protocol.lrs or []} == {lr_key(lr) for lr in grid.lrs} and
+        set(protocol.seeds or []) == set(grid.seeds) and
         {entry.dataset for entry in summary.results} == set(grid.datasets))
     return summary.profile == config.profile and same_protocol and same_grid
 

@@ -38,7 +38,7 @@ def hub_spec(summary: EvalSummary, row: DatasetResult) -> DatasetSpec | None:
     smoke profile or a dataset no loader declares."""
     if summary.profile == "smoke":
         return None
-    source = (summary.protocol or {}).get("dataset_source") or "authors"
+    source = summary.protocol.dataset_source or "authors"
     try:
         spec = dataset_spec(row.dataset or "", source)
     except KeyError:
@@ -48,10 +48,10 @@ def hub_spec(summary: EvalSummary, row: DatasetResult) -> DatasetSpec | None:
 
 def protocol_words(summary: EvalSummary, row: DatasetResult) -> str:
     """The protocol in a few words for a metric's name."""
-    protocol = summary.protocol or {}
-    seeds = row.n_seeds or len(protocol.get("seeds") or []) or 1
-    how = "frozen encoder, task head only" if protocol.get("frozen") else "fine-tuned"
-    lrs = len(protocol.get("lrs") or [])
+    protocol = summary.protocol
+    seeds = row.n_seeds or len(protocol.seeds or []) or 1
+    how = "frozen encoder, task head only" if protocol.frozen else "fine-tuned"
+    lrs = len(protocol.lrs or [])
     chosen = "lr chosen on validation" if lrs > 1 else "one lr"
     return f"{how}, {summary.profile} profile, {seeds} seed{'s' if seeds != 1 else ''}, {chosen}"
 
@@ -74,7 +74,7 @@ def eval_results(facts: CardFacts) -> list:
         if spec is None:
             continue
         words = protocol_words(summary, row)
-        args = {"protocol": words, "selection": (summary.protocol or {}).get("selection"),
+        args = {"protocol": words, "selection": summary.protocol.selection,
                 "attention": summary.mode}
         for metric, value in {row.metric: row.test_mean, **(row.extra_metrics or {})}.items():
             if value is None:

@@ -59,18 +59,17 @@ def family_table(facts: CardFacts) -> dict | None:
 def protocol_sentence(facts: CardFacts) -> str:
     """How the scores were obtained, from the summary's protocol block."""
     results = facts.results or EvalSummary()
-    protocol = results.protocol or {}
-    seeds = protocol.get("seeds")
-    seeds = len(seeds) if isinstance(seeds, list) else seeds
+    protocol = results.protocol
+    seeds = len(protocol.seeds) if isinstance(protocol.seeds, list) else protocol.seeds
     how = ("with frozen hidden states (`--frozen`: only the task head trains, a probe of the representation; the "
-           "paper fine-tunes the whole model, section 2)" if protocol.get("frozen")
+           "paper fine-tunes the whole model, section 2)" if protocol.frozen
            else "following the paper's fine-tuning protocol (section 2)")
     text = (f"Evaluated with `hf-encoderize eval` (profile `{results.profile}`, {results.mode} "
             f"attention) {how}: learning rates "
-            f"{', '.join(str(lr) for lr in protocol.get('lrs') or [])}, {seeds} seed(s), batch size "
-            f"{protocol.get('batch_size')}, {'' if protocol.get('frozen') else 'at most '}"
-            f"{protocol.get('max_steps')} steps, "
-            f"{100 * float(protocol.get('warmup_ratio') or 0):.0f}% warmup. Selection: {protocol.get('selection')}. "
+            f"{', '.join(str(lr) for lr in protocol.lrs or [])}, {seeds} seed(s), batch size "
+            f"{protocol.batch_size}, {'' if protocol.frozen else 'at most '}"
+            f"{protocol.max_steps} steps, "
+            f"{100 * float(protocol.warmup_ratio or 0):.0f}% warmup. Selection: {protocol.selection}. "
             "Scores are on a 0-100 scale; ± is the 95% confidence interval over seeds (none with one seed).")
     if facts.base_results:
         base = facts.base_results

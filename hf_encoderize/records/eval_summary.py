@@ -33,6 +33,52 @@ class DatasetResult(Part):
     note: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class EvalProtocol(Part):
+    """How every fine-tuning run behind a summary was made (`EvalConfig.protocol()`, the grid's learning rates and
+    seeds as run): what the card's protocol sentence, a metric's name and `run`'s reuse check read."""
+
+    lrs: list | None = None
+    """The learning rates run, as their keys ("1e-05", ...), ascending."""
+    seeds: list | None = None
+    """The seeds run."""
+    batch_size: int | None = None
+    """Examples per step."""
+    max_steps: int | None = None
+    """Most optimizer steps per run (a fine-tuned run stops earlier after one epoch)."""
+    warmup_ratio: float | None = None
+    """Fraction of steps with linear warmup, then linear decay to 0."""
+    selection: str | None = None
+    """How the learning rate is chosen and the test score reported, in words."""
+    schedule: str | None = None
+    batching: str | None = None
+    """random or length (`EvalConfig.batching`); a summary from before the option holds none (length-grouped)."""
+    optimizer: dict | None = None
+    """AdamW's name, betas, eps, weight decay and what is not decayed."""
+    dataset_source: str | None = None
+    """Where the datasets came from: authors (the paper authors' copies) or original."""
+    epochs: str | None = None
+    frozen: bool | None = None
+    """True: a frozen probe (only the task head trained), not the paper's fine-tuning."""
+    max_length: int | str | None = None
+    """Most tokens per input, or "model limit (0.99 x positions)"."""
+    qa_stride: int | None = None
+    ndcg_gains: str | None = None
+    """IR's NDCG gains: binary or graded."""
+    max_eval_examples: int | None = None
+    synthetic_sizes: dict | None = None
+    """The smoke profile's synthetic set sizes (None for real datasets)."""
+
+    @classmethod
+    def from_dict(cls, data):
+        return super().from_dict(data if isinstance(data, dict | EvalProtocol) else {})  # a hand-edited non-object
+
+    @classmethod
+    def none(cls) -> EvalProtocol:
+        """No protocol recorded: every field None, written back as `{}`."""
+        return cls.from_dict({})
+
+
 @dataclass
 class EvalSummary(Fields):
     """`eval/<name>/summary.json`: one model's scores under the paper's protocol (`evaluation.summary`)."""
@@ -42,7 +88,8 @@ class EvalSummary(Fields):
     mode: str | None = None
     """bidirectional or causal: the attention the model was fine-tuned with."""
     profile: str | None = None
-    protocol: dict = field(default_factory=dict)
+    protocol: EvalProtocol = field(default_factory=EvalProtocol.none)
+    """How the runs were made, typed."""
     results: list[DatasetResult] = field(default_factory=list)
     """One entry per dataset, typed."""
     family_means: dict = field(default_factory=dict)
