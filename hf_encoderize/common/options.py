@@ -58,8 +58,6 @@ CLASS_OPTION_NAMES = {
     "PushOptions": {"private": "hub_private", "revision": "hub_revision", "commit_message": "hub_commit_message",
                     "create_pr": "hub_create_pr"},
     "CardConfig": {"repo_id": "model_id"},  # the encoder's Hub repo: push-space's --model-id, beside --base-model-id
-    # how a contrastive stage learns is its `--method` (the field keeps its name until it is renamed too)
-    "ContrastiveConfig": {"objective": "method"},
 }
 # positional fields: the folder card, export, push and space read is a run (or encoder) folder, not an output
 POSITIONAL_NAMES = {"output_dir": "run_dir"}
