@@ -56,6 +56,7 @@ from space_compute import (  # noqa: E402
     heatmap_html,
     is_normalized,
     pooling_mode,
+    recorded,
 )
 from space_models import (  # noqa: E402, F401 (re-exported: the UI's callers and tests read them off app)
     MODELING_FILE,
@@ -252,7 +253,7 @@ def _intro(models: Models) -> str:
     if not models.settings.embedding_model:
         return (f"# Encoder demo\nEmbeddings of **{models.settings.encoder}**, {origin}. "
                 "Sentences are mean-pooled into one vector each and compared by cosine similarity.")
-    pooling = models.contrastive.get("pooling") or "its own"
+    pooling = recorded(models.contrastive, "ContrastiveStage", "pooling") or "its own"
     return (f"# Encoder demo\n**embedding model: {models.embedding_label}** ({models.settings.embedding_model}) "
             f"makes the embeddings of Similarity, Semantic search, Embeddings and Compare ({pooling} pooling, "
             "cosine similarity). "

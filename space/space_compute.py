@@ -2,10 +2,15 @@
 the causal-vs-bidirectional shift, the similarity heatmap and its CSS. `app.py` imports it from the same folder (the
 Space uploads both files).
 
+Records: the Space runs without hf-encoderize (a Space installs requirements.txt only), so it reads the package's
+records as JSON, each field through `recorded`, which takes only the fields `RECORD_FIELDS` names;
+tests/test_space_records_h2.py checks that list against the records' dataclasses, so a renamed record field fails a
+test instead of reading None here.
+
 Matryoshka: an embedding model trained with `contrastive --matryoshka-dims` is offered at each trained size. The size
-comes from the stage's record (config.json's `hf_encoderize.contrastive`, else `contrastive_run.json` beside the
-model), never guessed: a size it was not trained at would give meaningless scores. Truncation is sentence-transformers'
-own `encode(..., truncate_dim=D)` (the first D dimensions), and `cosine_matrix` normalises again afterwards.
+comes from the stage's record (`contrastive_run.json` beside the model, its `config`), never guessed: a size it was
+not trained at would give meaningless scores. Truncation is sentence-transformers' own `encode(..., truncate_dim=D)`
+(the first D dimensions), and `cosine_matrix` normalises again afterwards.
 """
 
 from __future__ import annotations
@@ -17,6 +22,16 @@ import sys
 from pathlib import Path
 
 CONTRASTIVE_RECORD = "contrastive_run.json"  # written by `hf-encoderize contrastive` next to the model
+# The fields of hf-encoderize's records the Space reads, by record class (`hf_encoderize.records`).
+RECORD_FIELDS = {
+    "EncoderFacts": ("base_model", "gguf_file", "revision", "contrastive"),  # config.json's `hf_encoderize` block
+    "RunRecord": ("base_model", "gguf_file", "revision"),  # run_record.json beside a local encoder
+    "ContrastiveStage": ("method", "pooling"),  # the block's `contrastive`
+    "ContrastiveRecord": ("config",),  # contrastive_run.json
+    "ContrastiveSource": ("matryoshka_dims",),  # that record's `config`
+}
+# A field's name in records written before it was renamed, read when the field is absent (as the package reads them).
+FORMER_NAMES = {("ContrastiveStage", "method"): "objective"}
 APP_CSS = """
 .heatmap table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
 .heatmap td, .heatmap th { border: 1px solid #ddd; padding: 6px 10px; text-align: center; }
@@ -49,6 +64,20 @@ def is_normalized(model) -> bool:
     return any(type(module).__name__ == "Normalize" for module in model)
 
 
+def recorded(record: dict | None, kind: str, name: str):
+    """Field `name` of a record of class `kind` read as JSON (None when absent or when `record` is not an object). A
+    field `RECORD_FIELDS` does not list is refused: every field the Space reads is one the test checks.
+
+    >>> recorded({"objective": "simcse"}, "ContrastiveStage", "method")
+    'simcse'
+    """
+    if name not in RECORD_FIELDS[kind]:
+        raise KeyError(f"{kind}.{name}: add it to RECORD_FIELDS (tests/test_space_records_h2.py checks the list)")
+    record = record if isinstance(record, dict) else {}
+    former = FORMER_NAMES.get((kind, name))
+    return record.get(former) if name not in record and former else record.get(name)
+
+
 def matryoshka_dims(model: str, stage: dict) -> list[int]:
     """The sizes the embedding model `model` (folder or Hub id) was trained at, largest first; [] without Matryoshka.
 
@@ -57,7 +86,8 @@ def matryoshka_dims(model: str, stage: dict) -> list[int]:
     """
     if not stage:
         return []
-    text = stage.get("matryoshka_dims") or (_contrastive_record(model).get("config") or {}).get("matryoshka_dims")
+    text = recorded(recorded(_contrastive_record(model), "ContrastiveRecord", "config"), "ContrastiveSource",
+                    "matryoshka_dims")
     dims = {int(part) for part in re.findall(r"\d+", str(text or ""))}  # "768,512,256", as the flag takes it
     return sorted((dim for dim in dims if dim > 0), reverse=True)
 
@@ -89,6 +119,16 @@ def run_record(encoder: str) -> tuple[dict, str]:
         print(f"warning: {record}: {note}; the base decoder comes from config.json", file=sys.stderr)
         return {}, note
     return (facts if isinstance(facts, dict) else {}), ""
+
+
+def recorded_base(run: dict, block: dict | None) -> tuple[str | None, str | None, str | None]:
+    """The base decoder (model, GGUF file, revision) a `cpt` run's record names, else the encoder's config.json block
+    (`block`: its `hf_encoderize` metadata)."""
+    if recorded(run, "RunRecord", "base_model"):
+        return (recorded(run, "RunRecord", "base_model"), recorded(run, "RunRecord", "gguf_file"),
+                recorded(run, "RunRecord", "revision"))
+    return (recorded(block, "EncoderFacts", "base_model"), recorded(block, "EncoderFacts", "gguf_file"),
+            recorded(block, "EncoderFacts", "revision"))
 
 
 def embedding_sizes(dims: list[int], width: int | None) -> list[tuple[str, int]]:

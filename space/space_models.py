@@ -23,6 +23,8 @@ from space_compute import (  # noqa: E402
     first_line,
     matryoshka_dims,
     reachable,
+    recorded,
+    recorded_base,
     run_record,
     size_note,
 )
@@ -154,19 +156,20 @@ class Models:
         self.settings = settings
         self.config = AutoConfig.from_pretrained(settings.encoder)  # config only: no remote code runs here
         embedding_config = AutoConfig.from_pretrained(settings.embedding_model) if settings.embedding_model else None
-        # The contrastive stage's record (objective, pooling...); {} for the encoder or another embedding model.
-        self.contrastive = (getattr(embedding_config, "hf_encoderize", None) or {}).get("contrastive") or {}
+        # The contrastive stage's record (method, pooling...); {} for the encoder or another embedding model.
+        block = getattr(embedding_config, "hf_encoderize", None)
+        self.contrastive = recorded(block, "EncoderFacts", "contrastive") or {}
         self.embedding_name = settings.embedding_model or settings.encoder
         self.width = getattr(embedding_config or self.config, "hidden_size", None)  # the full embedding size
         self.sizes = embedding_sizes(matryoshka_dims(self.embedding_name, self.contrastive), self.width)
         # The base decoder: a `cpt` run's run_record.json next to a local encoder (it names the GGUF file), else
         # config.json's metadata. A record that cannot be read (cut short, edited) is said on the Compare tab.
-        recorded, self.record_note = run_record(settings.encoder)
-        recorded = recorded if recorded.get("base_model") else getattr(self.config, "hf_encoderize", None) or {}
-        if settings.base_model is None and recorded.get("base_model"):
-            settings.base_model = recorded["base_model"]
-            settings.base_gguf_file = settings.base_gguf_file or recorded.get("gguf_file")
-            settings.base_revision = settings.base_revision or recorded.get("revision")
+        run, self.record_note = run_record(settings.encoder)
+        base_model, gguf_file, revision = recorded_base(run, getattr(self.config, "hf_encoderize", None))
+        if settings.base_model is None and base_model:
+            settings.base_model = base_model
+            settings.base_gguf_file = settings.base_gguf_file or gguf_file
+            settings.base_revision = settings.base_revision or revision
         self.mlm, self.mlm_note = masked_lm_head(settings, self.config)
         self._lock = threading.Lock()
         self._cache = {}
@@ -180,8 +183,8 @@ class Models:
         """What makes the embeddings, in words: the MLM encoder, or the contrastive model trained on top of it."""
         if not self.settings.embedding_model:
             return "the MLM encoder"
-        objective = self.contrastive.get("objective")
-        return f"contrastive ({objective}) on top of the MLM encoder" if objective else "a sentence-transformers model"
+        method = recorded(self.contrastive, "ContrastiveStage", "method")
+        return f"contrastive ({method}) on top of the MLM encoder" if method else "a sentence-transformers model"
 
     def embedding_title(self, dim: int = 0) -> str:
         """Heading of the embedding heatmaps ("Encoder", "Embedding model, ..."), with the size if there is a choice."""
