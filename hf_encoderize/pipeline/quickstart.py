@@ -67,7 +67,7 @@ import torch
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.validation import check_choice, check_number
-from hf_encoderize.data import wordnet
+from hf_encoderize.data import wordnet, wordnet_routes
 from hf_encoderize.model.teachers import MINILM, MPNET, official, resolve_teacher
 from hf_encoderize.recipes.contrastive.distill import check_teacher
 
@@ -190,7 +190,9 @@ def embedding_stage(config: QuickstartConfig, corpus: Path) -> dict:
         return dict(method="simcse", data_files=str(write_sentences(corpus)), steps=config.contrastive_steps or 40,
                     batch_size=16, max_seq_length=24, dropout=0.1, learning_rate=1e-4)
     if config.distill_text == "wordnet":
-        sentences, stage = write_wordnet_sentences(corpus.parent), DISTILL_STAGES["wordnet"]
+        sentences = write_wordnet_sentences(corpus.parent)
+        # the card names the route and the license (recorded with the stage as its --data-name)
+        stage = {**DISTILL_STAGES["wordnet"], "data_name": wordnet_routes.card_name(wordnet.folder())}
         precision = cpu_precision()  # measured in bf16 on this project's CPU
     else:  # the stage before, as it was measured: fp32 on a CPU
         sentences = write_sampled_sentences(corpus.parent, config.sampled_sequences)
