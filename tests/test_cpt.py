@@ -58,7 +58,7 @@ def test_loss_goes_down_and_encoder_is_saved(decoder_dir, corpus, tmp_path):
     assert record["initial_eval_loss"] == first_eval["eval_loss"] > record["eval_loss"]  # the same rows, before
     assert record["final_train_loss"] == train[-1]["loss"]
     assert record["base_model"] == str(decoder_dir) and record["lr_schedule"] == "wsd" and record["steps"] == 80
-    assert record["hardware"]["device"] == "cpu" and record["encoderize"]["mask_token"]
+    assert record["hardware"]["device"] == "cpu" and record["encoderize"]["tokens"]["mask_token"]
 
 
 def test_nonfinite_loss_stops_or_skips(decoder_dir, corpus, tmp_path, monkeypatch, capsys):

@@ -84,7 +84,7 @@ def test_switch_at_the_right_step_with_one_wsd_curve(unbroken):
     assert json.loads((out / "switch" / "step-0000006" / "trainer_state.json").read_text())["step"] == 6
     record = json.loads((out / "run_record.json").read_text())
     assert record["command"] == "pretrain" and record["switch_step"] == 6 and record["phases"] == "clm+mlm"
-    assert record["base_model"] is None and record["encoderize"]["mask_token"] == "<mask>"
+    assert record["base_model"] is None and record["encoderize"]["tokens"]["mask_token"] == "<mask>"
     config = json.loads((out / "encoder" / "config.json").read_text())
     assert config["is_causal"] is False and config["vocab_size"] == 123  # the mask row was there from step 0
     assert 0.0 <= summary["eval_masked_accuracy"] <= 1.0 and summary["steps"] == 12

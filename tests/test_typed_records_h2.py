@@ -78,3 +78,20 @@ def test_the_eval_protocol_is_read_by_field_and_a_summary_without_one_writes_it_
     for hollow in ({}, {"protocol": None}, {"protocol": "edited by hand"}):
         read = EvalSummary.from_dict(hollow)
         assert read.protocol.frozen is None and protocol_of(read) == "fine-tuned" and read.to_dict()["protocol"] == {}
+
+
+def test_patch_facts_hold_the_tokens_once_and_a_record_with_them_beside_is_lifted():
+    """`PatchFacts` repeated `TokenFacts`' six fields beside its nested `tokens`; now the tokens are nested only. A
+    run_record.json written before (tokens beside, or beside only) reads into `tokens` and writes them there."""
+    from dataclasses import fields
+
+    from hf_encoderize.records.run_record import PatchFacts, RunRecord, TokenFacts
+
+    token_fields = {f.name for f in fields(TokenFacts)} - {"facts", "read_keys"}
+    assert not token_fields & {f.name for f in fields(PatchFacts)}
+    beside_only = RunRecord.from_dict({"command": "cpt", "encoderize": {"model_type": "llama", "mask_token": "<m>",
+                                                                        "mask_token_path": "added"}})
+    tokens = beside_only.encoderize.tokens
+    assert tokens.mask_token == "<m>" and tokens.mask_token_path == "added"
+    assert beside_only.to_dict()["encoderize"] == {"model_type": "llama",
+                                                   "tokens": {"mask_token": "<m>", "mask_token_path": "added"}}

@@ -66,10 +66,9 @@ class EncoderizeReport:
         return asdict(self)
 
     def facts(self) -> PatchFacts:
-        """The run record's `encoderize` part: this report, its tokens nested and beside it (made by keyword: a field
-        the record does not declare fails here, when the run is saved)."""
-        report = self.to_dict()
-        return PatchFacts(**{**report, "tokens": TokenFacts(**self.tokens)}, **self.tokens)
+        """The run record's `encoderize` part: this report, its tokens nested (made by keyword: a field the record
+        does not declare fails here, when the run is saved)."""
+        return PatchFacts(**{**self.to_dict(), "tokens": TokenFacts(**self.tokens)})
 
 
 def make_bidirectional(model: torch.nn.Module) -> tuple[int, int]:

@@ -49,8 +49,7 @@ def done_rows(facts: CardFacts) -> list[tuple[str, str]]:
     plain = plain_loading(facts.plain_attention or PlainAttention())
     if plain:
         rows.append(("Plain transformers", plain))
-    mask = enc.mask_token or tokens.mask_token
-    rows.append(("Mask token", f"`{mask}` ({enc.mask_token_path or tokens.mask_token_path})"))
+    rows.append(("Mask token", f"`{tokens.mask_token}` ({tokens.mask_token_path})"))
     rows += (_training_rows(facts.run) if facts.run else
              [("Training", "none: converted with `hf-encoderize convert` (weights as in the base model)")])
     return rows + ([("Contrastive stage", contrastive_text(facts.contrastive))] if facts.contrastive else [])

@@ -54,8 +54,14 @@ class TokenFacts(Part):
 
 @dataclass(frozen=True, kw_only=True)
 class PatchFacts(Part):
-    """What the attention patch and the token set-up did (`model.bidirectional.EncoderizeReport.facts`): the report,
-    its tokens once nested (`tokens`) and once beside it (the token fields), as the record has always held them."""
+    """What the attention patch and the token set-up did (`model.bidirectional.EncoderizeReport.facts`): the report
+    and its tokens, nested (`tokens`). Records written before held the token fields beside them too: read into
+    `tokens`, written back there only.
+
+    >>> old = {"model_type": "llama", "mask_token": "<mask>", "tokens": {"mask_token": "<mask>"}}
+    >>> PatchFacts.from_dict(old).to_dict()
+    {'model_type': 'llama', 'tokens': {'mask_token': '<mask>'}}
+    """
 
     model_type: str | None = None
     attn_implementation: str | None = None
@@ -67,12 +73,18 @@ class PatchFacts(Part):
     """"packed", or "padded rows: <why>"."""
     attn_candidates: list | None = None
     probe: str | None = None
-    mask_token: str | None = None
-    mask_token_id: int | None = None
-    mask_token_path: str | None = None
-    pad_token: str | None = None
-    pad_token_id: int | None = None
-    pad_token_path: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict | None):
+        if not isinstance(data, dict):
+            return super().from_dict(data)
+        tokens = {f.name for f in fields(TokenFacts)} - {"facts", "read_keys"}
+        beside = {key: value for key, value in data.items() if key in tokens}  # the layout before nesting alone
+        if not beside:
+            return super().from_dict(data)
+        nested = data.get("tokens") if isinstance(data.get("tokens"), dict) else {}
+        return super().from_dict({**{k: v for k, v in data.items() if k not in tokens},
+                                  "tokens": {**beside, **nested}})
 
 
 @dataclass
