@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from pathlib import Path
 from typing import Protocol
 
 from hf_encoderize.common import stages
@@ -133,6 +134,52 @@ def option_fields(cls) -> dict[str, tuple[str, dataclasses.Field, list[str]]]:
         for sub in stages.stage_fields(cls, field):
             options[stages.key(cls, field, sub)] = (stages.dest(field, sub), sub, stages.old_keys(cls, field, sub))
     return options
+
+
+def options_of(*configs) -> dict:
+    """What a run was asked, under the option names a flag or a YAML file uses (`learning_rate`, not the field's
+    `lr`), recorded in `run_settings.json` (issue 67, point 6): `set`, every option whose value is not its default
+    (what the user gave; a default repeated by hand runs the same and is not told apart), and `derived`, what the run
+    worked out for the options left unset (`warmup_steps` from `max_steps`: a config class's `derived`). A replay
+    (`replayed`) derives again exactly what is under `derived`.
+
+    >>> from hf_encoderize.training.train_config import TrainConfig
+    >>> options_of(TrainConfig(steps=80, lr=3e-4))
+    {'set': {'max_steps': 80, 'learning_rate': 0.0003}, 'derived': {'warmup_steps': 16, 'decay_steps': 16}}
+    >>> options_of(TrainConfig(steps=80, warmup_steps=16))["derived"]
+    {'decay_steps': 16}
+    """
+    chosen, derived = {}, {}
+    for config in configs:
+        cls = type(config)
+        names = {where: name for name, (where, _, _) in option_fields(cls).items()}
+        for field in dataclasses.fields(cls):
+            if field.name in names and not stages.stage_of(field) and getattr(config, field.name) != _default(field):
+                chosen[names[field.name]] = _plain(getattr(config, field.name))
+        if hasattr(cls, "derived"):
+            worked_out = cls.derived({f.name: getattr(config, f.name) for f in dataclasses.fields(cls)})
+            read = getattr(config, "identity_value", worked_out.get)  # the value the run used
+            derived.update({names.get(name, name): _plain(read(name)) for name in worked_out
+                            if getattr(config, name) is None})
+    return {"set": chosen, "derived": derived}
+
+
+def _default(field: dataclasses.Field):
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return _NO_DEFAULT
+
+
+_NO_DEFAULT = object()  # a field every run gives (the model): always under `set`
+
+
+def _plain(value):
+    """A config value as JSON holds it (a path as text, a tuple as a list)."""
+    if isinstance(value, Path):
+        return str(value)
+    return list(value) if isinstance(value, tuple) else value
 
 
 def option_docs(cls) -> dict[str, str]:
@@ -279,6 +326,10 @@ def replayed(settings: dict, known: dict, where: str, command: Command,
         values["data_files"] = (settings.get("data") or {}).get("data_files")
     if settings.get("base_model") is not None:
         values.setdefault("source", settings["base_model"])
-    derived = {name for cls in command.configs if hasattr(cls, "derived")
-               for name, value in cls.derived(values).items() if values.get(name) == value}
+    recorded = settings.get("options") if isinstance(settings.get("options"), dict) else {}
+    if isinstance(recorded.get("derived"), dict):  # recorded since issue 67: what the run derived, by name
+        derived = {known.get(name, name) for name in recorded["derived"]}
+    else:  # a run recorded before: a value equal to what its class derives is taken as derived
+        derived = {name for cls in command.configs if hasattr(cls, "derived")
+                   for name, value in cls.derived(values).items() if values.get(name) == value}
     return {key: value for key, value in values.items() if key in known and key not in derived}, derived

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from hf_encoderize.common.config_file import options_of
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import identity_of
 from hf_encoderize.common.locks import releasing_locks
@@ -266,4 +267,5 @@ def cpt_settings(load: LoadConfig, data: DataConfig, masking: MaskingConfig, tra
         if adapter.lora_r else None,
         load_in_4bit=adapter.load_in_4bit,
         identity=identity_of(load, data, masking, train, adapter),  # every field that counts for "same run?"
+        options=options_of(load, data, masking, train, adapter),  # what was given, and derived, by option name
     )

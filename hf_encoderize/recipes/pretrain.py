@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from hf_encoderize.common.config_file import options_of
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.common.identity import HARMLESS, RESUME, identity, identity_of, settings_diff
 from hf_encoderize.common.locks import releasing_locks
@@ -302,4 +303,5 @@ def pretrain_settings(spec: PretrainConfig, data, masking, train, phases: list[P
         estimated_memory_gib=round(memory["total"] / 2**30, 2) if memory else None,
         parameters=memory["parameters"] if memory else None,
         identity=identity_of(spec, data, masking, train),  # every field that counts for "same run?"
+        options=options_of(spec, data, masking, train),  # what was given, and derived, by option name
     )

@@ -115,6 +115,8 @@ class RunRecord(Fields):
     """The checkpoint a branch started from (`--from-checkpoint`)."""
     identity: dict | None = None
     """Every config field that counts for "same run?" (`common.identity`; recorded since 0.2)."""
+    options: dict | None = None
+    """The options given (`set`) and those derived (`derived`), under their option names (`RunSettings.options`)."""
 
     # ------------------------------------------------------------------ what it learnt
     phases: str | None = None

@@ -89,6 +89,9 @@ class RunSettings(Part):
     load_in_4bit: bool | None = None
     identity: dict | None = None
     """Every config field that counts for "same run?" (`common.identity.identity_of`)."""
+    options: dict | None = field(default=None, metadata=NOT_COMPARED)
+    """What the run was asked under the option names (`common.config_file.options_of`): `set`, the options given
+    other than their defaults, and `derived`, what it worked out for those left unset (its warmup from its steps)."""
 
     def compared(self) -> dict:
         """What a resume or a branch compares (`training.resume_checks`): every field but those declared not to."""

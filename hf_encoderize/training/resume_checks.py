@@ -49,8 +49,9 @@ def _as_now(before: dict) -> dict:
 
 
 def check_resume_settings(output_dir: Path, settings: dict, step: int | None, *, extendable: bool,
-                          main_process: bool = True) -> None:
-    """Refuse a resume whose settings differ from the run's (one line naming each field), then record the settings.
+                          main_process: bool = True, written: dict | None = None) -> None:
+    """Refuse a resume whose settings differ from the run's (one line naming each field), then record the settings
+    (`written`, when given: all of them, those a resume does not compare included, such as the options given).
 
     The one safe change is a larger `steps` (`extendable` runs only, before the run's decay began), with its own decay
     length: the WSD schedule is rebuilt over the new length, so the stable phase continues and the decay moves to the
@@ -71,7 +72,7 @@ def check_resume_settings(output_dir: Path, settings: dict, step: int | None, *,
         _check_new_length(before, now, step, extendable)
     if main_process:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(settings, indent=2, default=str) + "\n")
+        path.write_text(json.dumps(settings if written is None else written, indent=2, default=str) + "\n")
 
 
 def keep_recorded_warmup(output_dir: Path, train: TrainConfig) -> TrainConfig:

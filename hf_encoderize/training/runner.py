@@ -153,7 +153,8 @@ def setup(recipe: Recipe) -> Started:
     # Before loading: a checkpoint of other settings (e.g. another global batch, so other data lanes) is refused in
     # one line, never mistaken for a corrupt one.
     check_resume_settings(output_dir, built.settings.compared(), claimed_step(resume_from) if resume_from else None,
-                          extendable=recipe.extendable, main_process=accelerator.is_main_process)
+                          extendable=recipe.extendable, main_process=accelerator.is_main_process,
+                          written=built.settings.to_dict())
     step = (resume_newest(accelerator, output_dir) if resume_from else
         load_checkpoint(accelerator, branch_point) if branch_point else 0)
     align_lr_with_schedule(run)
