@@ -3,17 +3,33 @@ named by the record, the metrics and the card; `pretrain --masking-target mntp` 
 written before the rename (`objective`) still load."""
 
 import json
+import sys
 from pathlib import Path
 
+import pytest
 import torch
 from conftest import make_decoder, make_tokenizer, write_corpus
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.objectives.masking import MaskingConfig
-from hf_encoderize.objectives.targets import MaskTokens, build_target
+from hf_encoderize.objectives.targets import TARGETS, MaskTokens, build_target
 from hf_encoderize.records.encoder_facts import EncoderFacts
+from hf_encoderize.records.learnt import LEARNT
 from hf_encoderize.records.run_record import RunRecord
 from hf_encoderize.records.run_settings import PretrainSchedule
+
+
+@pytest.fixture(autouse=True)
+def _registry_as_it_was():
+    """The span toy registers itself on import; after each test the registry is the package's again (and the toy
+    module forgotten, so the next import registers it anew): other tests of the worker never see `span`."""
+    targets, table = dict(TARGETS), dict(LEARNT)
+    yield
+    TARGETS.clear()
+    TARGETS.update(targets)
+    LEARNT.clear()
+    LEARNT.update(table)
+    sys.modules.pop("toy_span_target", None)
 
 
 def _train_lines(out: Path) -> list[dict]:

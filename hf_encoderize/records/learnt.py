@@ -67,8 +67,8 @@ LEARNT: dict[str, Learnt] = {row.name: row for row in (
 def learnt(name: str | None) -> Learnt:
     """The row of `name`; a name no row declares (a later version's) gets a row that repeats it.
 
-    >>> learnt("distill").card_label, learnt("mntp").metric, learnt("span").card_label
-    ('distillation', 'eval_masked_accuracy', 'span')
+    >>> learnt("distill").card_label, learnt("mntp").metric, learnt("a-later-target").card_label
+    ('distillation', 'eval_masked_accuracy', 'a-later-target')
     """
     found = LEARNT.get(name or "")
     if found is not None:
