@@ -89,7 +89,7 @@ def train_arms(encoder: Path, pairs: Path, work: Path, args) -> dict[str, dict]:
     from hf_encoderize.common.errors import EncoderizeError
     from hf_encoderize.recipes.contrastive import ContrastiveConfig, contrastive
 
-    common = dict(objective="supervised", data_files=str(pairs), batch_size=args.batch_size,
+    common = dict(method="supervised", data_files=str(pairs), batch_size=args.batch_size,
                   max_seq_length=args.max_seq_length, learning_rate=args.learning_rate, seed=args.seed,
                   overwrite=True, progress=False, save_every=10**6)
     plan, asked, arms = arm_plan(encoder, work, args), args.arms.split(","), {}

@@ -57,9 +57,9 @@ def run_arm(args, precision: str, out: Path) -> dict:
         self.add_callback(clock)
 
     sentence_transformers.SentenceTransformerTrainer.__init__ = with_clock
-    settings = dict(objective="simcse", learning_rate=3e-5)
+    settings = dict(method="simcse", learning_rate=3e-5)
     if args.teacher:
-        settings = dict(objective="distill", teacher=args.teacher, learning_rate=5e-4, warmup_ratio=0.3,
+        settings = dict(method="distill", teacher=args.teacher, learning_rate=5e-4, warmup_ratio=0.3,
                         distill_variants=1)
     try:
         contrastive(ContrastiveConfig(args.encoder, data_files=args.data_files, output_dir=str(out), overwrite=True,
@@ -106,7 +106,7 @@ def main() -> None:
             arms[precision].append(run_arm(args, precision, work / f"{precision}-{repeat}"))
     result = {"cpu_capability": torch.backends.cpu.get_cpu_capability(), "threads": args.threads,
               "steps": args.steps, "batch_size": args.batch_size, "max_seq_length": args.max_seq_length,
-              "objective": "distill" if args.teacher else "simcse", "arms": arms}
+              "method": "distill" if args.teacher else "simcse", "arms": arms}
     fp32 = statistics.median(row["seconds_per_step"] for row in arms["no"])
     bf16 = statistics.median(row["seconds_per_step"] for row in arms["bf16"])
     result["fp32_over_bf16_seconds_per_step"] = round(fp32 / bf16, 3)

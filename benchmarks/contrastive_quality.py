@@ -194,14 +194,14 @@ def main() -> None:
     encoder = Path(args.encoder) if args.encoder else mlm_encoder(work)
     common = dict(steps=args.steps, batch_size=args.batch_size, max_seq_length=args.max_seq_length, overwrite=True,
                   progress=False, save_every=10**6)
-    simcse = contrastive(ContrastiveConfig(str(encoder), objective="simcse", output_dir=str(work / "simcse"),
+    simcse = contrastive(ContrastiveConfig(str(encoder), method="simcse", output_dir=str(work / "simcse"),
                                            data_files=str(simcse_sentences(work / "sentences.jsonl", 20000,
                                                                            args.fragments)),
                                            learning_rate=args.simcse_lr, dropout=args.simcse_dropout, **common))
     pairs = str(supervised_pairs(work / "pairs.jsonl", 4000))
     arms = {"mlm": str(encoder), "simcse": simcse["output_dir"]}
     for name, start in (("supervised", encoder), ("simcse+supervised", simcse["output_dir"])):
-        arms[name] = contrastive(ContrastiveConfig(str(start), objective="supervised", data_files=pairs,
+        arms[name] = contrastive(ContrastiveConfig(str(start), method="supervised", data_files=pairs,
                                                    output_dir=str(work / name), learning_rate=args.supervised_lr,
                                                    **common))["output_dir"]
     results = {name: score(path) for name, path in arms.items()}

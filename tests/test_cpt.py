@@ -129,7 +129,7 @@ def test_bad_input_is_one_line(decoder_dir, corpus, tmp_path, capsys):
         (["--data-files", str(corpus), "--text-column", "body"], "text column 'body' not found"),
         (["--data-files", str(corpus), "--mlm-probability", "1.5"], "mlm-probability"),
         (["--data-files", str(corpus), "--max-seq-length", "4096"], "above the model's limit of 64"),
-        (["--data-files", str(corpus), "--masking-target", "clm"], "--masking-target: invalid choice: 'clm'"),
+        (["--data-files", str(corpus), "--masking-target", "clm"], "must be one of mlm, mntp, not 'clm'"),
         (["--data-files", str(corpus), "--max-steps", "0"], "--max-steps must be at least 1"),
         (["--data-files", str(corpus), "--report-to", "nosuchtracker"], "unknown tracker"),
         (["--data-files", str(empty)], "has no rows"),
@@ -180,7 +180,7 @@ def test_shipped_accelerate_configs_parse():
 
     from accelerate.commands.config.config_args import load_config_from_file
 
-    folder = Path(__file__).resolve().parents[1] / "examples" / "accelerate"
+    folder = Path(__file__).resolve().parents[1] / "hf_encoderize" / "configs" / "accelerate"
     configs = sorted(folder.glob("*.yaml"))
     assert len(configs) == 6
     for path in configs:
