@@ -2,6 +2,7 @@
 named by the record, the metrics and the card; `pretrain --masking-target mntp` is recorded and carded as MNTP; records
 written before the rename (`objective`) still load."""
 
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -12,9 +13,8 @@ from conftest import make_decoder, make_tokenizer, write_corpus
 
 from hf_encoderize.common.errors import EncoderizeError
 from hf_encoderize.objectives.masking import MaskingConfig
-from hf_encoderize.objectives.targets import TARGETS, MaskTokens, build_target
+from hf_encoderize.objectives.targets import MaskTokens, build_target
 from hf_encoderize.records.encoder_facts import EncoderFacts
-from hf_encoderize.records.learnt import LEARNT
 from hf_encoderize.records.run_record import RunRecord
 from hf_encoderize.records.run_settings import PretrainSchedule
 
@@ -23,12 +23,13 @@ from hf_encoderize.records.run_settings import PretrainSchedule
 def _registry_as_it_was():
     """The span toy registers itself on import; after each test the registry is the package's again (and the toy
     module forgotten, so the next import registers it anew): other tests of the worker never see `span`."""
-    targets, table = dict(TARGETS), dict(LEARNT)
+    registries = [importlib.import_module("hf_encoderize.objectives.targets").TARGETS,
+                  importlib.import_module("hf_encoderize.records.learnt").LEARNT]  # the live modules' (a test may
+    before = [dict(registry) for registry in registries]  # have imported the package afresh)
     yield
-    TARGETS.clear()
-    TARGETS.update(targets)
-    LEARNT.clear()
-    LEARNT.update(table)
+    for registry, kept in zip(registries, before, strict=True):
+        registry.clear()
+        registry.update(kept)
     sys.modules.pop("toy_span_target", None)
 
 
