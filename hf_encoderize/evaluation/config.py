@@ -159,6 +159,10 @@ class EvalConfig:
     The paper's protocol: section 2, "Fine-tuning protocol"."""
     device: str = field(default="auto", metadata=protocol(kind=HARMLESS))
     """auto (GPU when there is one), cpu, cuda or cuda:N."""
+    report_to: str = field(default="none", metadata=protocol(kind=HARMLESS))
+    """Comma-separated trackers to log each fine-tuning run's validation and test scores to (Accelerate's, as cpt):
+    tensorboard, wandb, trackio, mlflow, comet_ml, aim, clearml, dvclive; or none. The step is the run's position in
+    the grid; tensorboard writes under OUTPUT_DIR/<model name>/trackers/."""
     mteb: str | None = field(default=None, metadata=protocol(kind=HARMLESS))
     """Comma-separated MTEB tasks: task names (e.g. STS12, STSBenchmark, SciFact, NFCorpus, Banking77Classification;
     any name `mteb.get_tasks()` knows, its data loaded from the Hub) or local BEIR folders (corpus.jsonl,

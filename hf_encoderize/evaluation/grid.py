@@ -29,6 +29,7 @@ from hf_encoderize.evaluation.config import SMOKE_SIZES, EvalConfig, fingerprint
 from hf_encoderize.evaluation.frozen import FrozenBackbone
 from hf_encoderize.evaluation.loaders import DatasetSpec, dataset_spec, load_splits
 from hf_encoderize.model.loading import LoadConfig
+from hf_encoderize.training.monitor import Trackers, parse_report_to
 
 log = get_logger(__name__)
 
@@ -104,8 +105,12 @@ def evaluate(load: LoadConfig, cfg: EvalConfig, *, progress: Callable[[str], Non
     from hf_encoderize.evaluation.backbone import pick_device
 
     cfg = cfg.placed(load.source)
-    # Before any model or data loads: a results path that is (or runs through) a file, and a device this machine
-    # lacks, are one line each, not a traceback after the first fine-tuning.
+    # Before any model or data loads: a results path that is (or runs through) a file, a device this machine lacks
+    # and a tracker that is not installed are one line each, not a traceback after the first fine-tuning.
+    trackers = parse_report_to(cfg.report_to)
+    if trackers and cfg.mteb:
+        raise EncoderizeError("--report-to logs the fine-tuning grid's runs; --mteb scores without fine-tuning: "
+                              "drop one of them")
     check_output_dir(cfg.output_dir, overwrite=False, resume=True, check_lock=False)
     pick_device(cfg.device)
     if cfg.mteb:
@@ -131,12 +136,32 @@ def evaluate(load: LoadConfig, cfg: EvalConfig, *, progress: Callable[[str], Non
     if splits and cfg.frozen:
         backbone = FrozenBackbone(backbone)
     groups = training_groups(specs)
-    with ProgressBar(fine_tunings(groups, grid, pending), "eval", unit="run") as bar:
-        _run_grid(groups, grid, pending, splits, backbone, bar.above(progress), bar, cfg=cfg, results_dir=results_dir,
-                  identity=(load.source, name, expected))
+    tracked = Trackers(trackers, name, results_dir / "trackers", {"model": load.source, **expected}) if trackers \
+        else None
+    try:
+        with ProgressBar(fine_tunings(groups, grid, pending), "eval", unit="run") as bar:
+            _run_grid(groups, grid, pending, splits, backbone, bar.above(progress), bar, cfg=cfg,
+                      results_dir=results_dir, identity=(load.source, name, expected), tracked=tracked)
+    finally:
+        if tracked:
+            tracked.finish()
     asked = {run_dir(results_dir, spec, lr, seed) for spec in specs for lr in grid.lrs for seed in grid.seeds}
     return write_summary(results_dir, model=load.source, model_name=name, profile=cfg.profile, expected=expected,
                          runs=asked)
+
+
+def tracker_values(spec: DatasetSpec, lr: float, seed: int, record: dict) -> dict:
+    """What a tracker gets for one finished run: its scores under `task/dataset/`, with the run's lr and seed.
+
+    >>> from types import SimpleNamespace as S
+    >>> values = tracker_values(S(task="sc", name="sst2"), 2e-5, 0, {"validation": {"score": 80.0},
+    ...                         "test": {"score": 79.5}, "wall_time_s": 3.0})
+    >>> values["sc/sst2/test"], values["sc/sst2/lr"], values["sc/sst2/seed"], sorted(values)[-1]
+    (79.5, 2e-05, 0, 'sc/sst2/wall_time_s')
+    """
+    key = f"{spec.task}/{spec.name}"
+    return {f"{key}/validation": record["validation"]["score"], f"{key}/test": record["test"]["score"],
+            f"{key}/lr": lr, f"{key}/seed": seed, f"{key}/wall_time_s": record["wall_time_s"]}
 
 
 def fine_tunings(groups: list[list[DatasetSpec]], grid, pending: dict) -> int:
@@ -147,9 +172,10 @@ def fine_tunings(groups: list[list[DatasetSpec]], grid, pending: dict) -> int:
 
 
 def _run_grid(groups, grid, pending: dict, splits: dict, backbone, progress, bar: ProgressBar, *, cfg: EvalConfig,
-              results_dir: Path, identity: tuple[str, str, dict]) -> None:
+              results_dir: Path, identity: tuple[str, str, dict], tracked: Trackers | None = None) -> None:
     """The grid's runs in order, each written as it finishes; `bar` moves by one per fine-tuning run.
-    `identity`: (model source, results name, fingerprint) that every record carries."""
+    `identity`: (model source, results name, fingerprint) that every record carries. `tracked`: the trackers each
+    finished run's scores go to, at its position in the grid (`--report-to`)."""
     source, name, expected = identity
     position = 0
     for group in groups:
@@ -182,6 +208,8 @@ def _run_grid(groups, grid, pending: dict, splits: dict, backbone, progress, bar
                     position += 1
                     record.update(model=source, model_name=name, mode=backbone.mode, fingerprint=expected)
                     write_json_atomic(run_dir(results_dir, spec, lr, seed) / "results.json", record)
+                    if tracked:
+                        tracked.log(tracker_values(spec, lr, seed, record), step=position)
                     progress(f"[{position}/{grid.runs}] {spec.task}/{spec.name} lr={lr_key(lr)} seed={seed}: "
                              f"validation {record['validation']['score']:.2f}, test {record['test']['score']:.2f} "
                              f"{spec.metric} ({record['wall_time_s']:.0f} s, {record['train_examples_per_s']:.1f} "

@@ -112,13 +112,13 @@ class RunConfig:
 
     _: KW_ONLY
     eval: RunEvalConfig | None = field(default_factory=RunEvalConfig, metadata=stage(
-        "profile", off_help="no evaluation", fixed=("output_dir", "name", "causal", "mteb"),
+        "profile", off_help="no evaluation", fixed=("output_dir", "name", "causal", "mteb", "report_to"),
         about="After cpt, the encoder, the base model (--eval-base) and the embedding model (--eval-contrastive) are "
               "fine-tuned and scored with the `eval` command's protocol into OUT/eval/NAME."))
     """The evaluation stage (None: none)."""
     contrastive: ContrastiveConfig | None = field(default=None, metadata=stage(
         "method", flag="contrastive", off_help="no contrastive stage", build=run_contrastive,
-        fixed=("encoder", "output_dir", "overwrite", "resume"),
+        fixed=("encoder", "output_dir", "overwrite", "resume", "report_to"),
         about="After cpt, the `contrastive` command makes OUT/encoder an embedding model in OUT/contrastive: on cpt's "
               "own text source unless --data-files or --dataset names other texts (supervised: pairs or triplets)."))
     """The contrastive stage (None: none)."""
@@ -267,6 +267,19 @@ def eval_stage(load, name: str, causal: bool, run_cfg: RunConfig, out: Path) -> 
                  lambda: stage_eval(load, run_cfg, out, name, causal))
 
 
+def with_trackers(run_cfg: RunConfig, report_to: str) -> RunConfig:
+    """`run --report-to` is every stage's: the contrastive stage and the evaluations log to the trackers cpt logs
+    to (refused now, before cpt, where the contrastive trainer cannot log to one)."""
+    from hf_encoderize.recipes.contrastive.train import TRAINER_TRACKERS
+    from hf_encoderize.training.monitor import parse_report_to
+
+    if run_cfg.contrastive is not None:
+        parse_report_to(report_to, TRAINER_TRACKERS, "the contrastive stage (transformers' Trainer)")
+    return dataclasses.replace(
+        run_cfg, eval=run_cfg.eval and dataclasses.replace(run_cfg.eval, report_to=report_to),
+        contrastive=run_cfg.contrastive and dataclasses.replace(run_cfg.contrastive, report_to=report_to))
+
+
 def run(load, data, masking, train, adapter, run_cfg: RunConfig, hub) -> dict:
     """cpt -> eval (encoder, then base) -> card -> push in one folder, skipping finished stages; returns where
     everything is."""
@@ -291,6 +304,7 @@ def run(load, data, masking, train, adapter, run_cfg: RunConfig, hub) -> dict:
         check_apart_from_inputs(stage.output_dir, inputs_of(stage), flag="the contrastive stage's folder")
     check_push_ready(hub)  # no token or offline mode fails now, not after hours of work
     train = dataclasses.replace(train, output_dir=str(out))  # the caller's config is left as it was
+    run_cfg = with_trackers(run_cfg, train.report_to)
     stages = plan(load, data, masking, train, adapter, run_cfg, hub, out)
     for index, stage in enumerate(stages, 1):
         skipped = stage.done()

@@ -43,14 +43,21 @@ TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "
                     "comet_ml": "comet_ml", "aim": "aim", "clearml": "clearml", "dvclive": "dvclive"}
 
 
-def parse_report_to(report_to: str | None) -> list[str]:
-    """`"tensorboard,wandb"` -> ["tensorboard", "wandb"]; `none` -> []; a missing package is a one-line error."""
+def parse_report_to(report_to: str | None, known: tuple[str, ...] | None = None, who: str = "") -> list[str]:
+    """`"tensorboard,wandb"` -> ["tensorboard", "wandb"]; `none` -> []; a missing package is a one-line error.
+    `known`: the trackers the command can log to (default: every one of TRACKER_PACKAGES), `who` says why fewer.
+
+    >>> parse_report_to("none"), parse_report_to(None)
+    ([], [])
+    """
     import importlib.util
 
     names = [n.strip() for n in (report_to or "none").split(",") if n.strip() and n.strip() != "none"]
     for name in names:
         if name not in TRACKER_PACKAGES:
             raise EncoderizeError(f"--report-to: unknown tracker {name!r}; pick from {', '.join(TRACKER_PACKAGES)}")
+        if known is not None and name not in known:
+            raise EncoderizeError(f"--report-to {name}: {who} cannot log to it; pick from {', '.join(known)}")
         if importlib.util.find_spec(TRACKER_PACKAGES[name]) is None:
             raise EncoderizeError(f"--report-to {name}: the package is not installed; pip install {name}")
     return names
@@ -277,11 +284,42 @@ def hardware_facts(accelerator) -> HardwareFacts:
 
 
 def flatten_facts(facts: dict) -> dict:
-    """Trackers take scalars only: nested dicts become `key.sub`, other values strings, Nones are dropped."""
+    """Trackers take scalars only (tensorboard's hparams refuse anything else): nested dicts become `key.sub` at any
+    depth, other values (lists, paths) strings, Nones are dropped.
+
+    >>> flatten_facts({"a": {"b": {"c": 1}, "d": [1, 2], "e": None}, "f": 0.5})
+    {'a.b.c': 1, 'a.d': '[1, 2]', 'f': 0.5}
+    """
     flat = {}
     for key, value in facts.items():
         if isinstance(value, dict):
-            flat.update({f"{key}.{k}": v for k, v in value.items() if v is not None})
+            flat.update({f"{key}.{k}": v for k, v in flatten_facts(value).items()})
         elif value is not None:
             flat[key] = value if isinstance(value, int | float | str | bool) else str(value)
     return flat
+
+
+class Trackers:
+    """Accelerate's trackers (the classes `log_with` picks) outside a training loop: `eval`'s grid logs each
+    fine-tuning run's scores to them, with the run's position in the grid as the step. tensorboard writes its events
+    under `logging_dir/run_name`, as a training run's trackers do under its output folder."""
+
+    def __init__(self, names: list[str], run_name: str, logging_dir: Path, config: dict | None = None):
+        from accelerate.tracking import LOGGER_TYPE_TO_CLASS
+
+        self.trackers = []
+        for name in names:
+            kind = LOGGER_TYPE_TO_CLASS[name]
+            tracker = kind(run_name, str(logging_dir)) if kind.requires_logging_directory else kind(run_name)
+            tracker.start()
+            if config:
+                tracker.store_init_configuration(flatten_facts(config))
+            self.trackers.append(tracker)
+
+    def log(self, values: dict, step: int) -> None:
+        for tracker in self.trackers:
+            tracker.log(values, step=step)
+
+    def finish(self) -> None:
+        for tracker in self.trackers:
+            tracker.finish()

@@ -134,6 +134,10 @@ class ContrastiveConfig:
     (sentence-transformers' `gather_across_devices`): the in-batch negatives of the whole global batch."""
     progress: bool = field(default=True, metadata=identity(HARMLESS))
     """Show the trainer's progress bar."""
+    report_to: str = field(default="none", metadata=identity(HARMLESS))
+    """Comma-separated trackers the trainer logs loss and learning rate to (transformers' Trainer integrations):
+    tensorboard, wandb, trackio, mlflow, comet_ml, clearml, dvclive; or none. tensorboard's events end up in
+    OUTPUT_DIR/trackers/."""
     hard_negatives: int = 0
     """supervised: mine K hard negatives per pair with the model first (`mine_hard_negatives`, false negatives out)."""
     matryoshka_dims: str | None = None

@@ -36,6 +36,10 @@ from hf_encoderize.recipes.contrastive.rows import check_distinct, load_rows
 from hf_encoderize.records.contrastive_record import ContrastiveRecord, ContrastiveStage
 from hf_encoderize.records.encoder_facts import EncoderFacts
 from hf_encoderize.training.lora import AdapterConfig, check_targets_before_load
+from hf_encoderize.training.monitor import parse_report_to
+
+# What `--report-to` may name here: the trackers both Accelerate (`parse_report_to`) and transformers' Trainer know.
+TRAINER_TRACKERS = ("tensorboard", "wandb", "trackio", "mlflow", "comet_ml", "clearml", "dvclive")
 
 
 @releasing_locks  # a run that fails gives its output folder's lock back
@@ -48,6 +52,7 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
     from sentence_transformers import SentenceTransformerTrainer
 
     adapter = adapter or AdapterConfig()
+    report_to = parse_report_to(config.report_to, TRAINER_TRACKERS, "the contrastive trainer (transformers' Trainer)")
     if adapter.load_in_4bit:
         raise EncoderizeError("contrastive does not train 4-bit weights; drop --load-in-4bit (LoRA works without it)")
     if adapter.lora_r:
@@ -78,7 +83,7 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
              **{column: "document" for column in rows.column_names if column not in ("anchor", "text", "label")}}
     training = ({column: prompts[roles[column]] for column in rows.column_names if roles.get(column) in prompts}
         if config.lead_token else None)
-    args = _training_args(config, work, len(rows), training)  # sets up the processes of a distributed launch
+    args = _training_args(config, work, len(rows), training, report_to)  # sets up a distributed launch's processes
     state = PartialState()
     state.wait_for_everyone()  # every process has checked the folders before the main one changes them
     if state.is_main_process:  # the lock first, then the wipe: a run that went live while this one loaded is refused
@@ -97,6 +102,7 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
         from transformers.trainer_callback import PrinterCallback
 
         trainer.remove_callback(PrinterCallback)
+    keep_tracker_logs(trainer, work)
     try:
         trainer.train(resume_from_checkpoint=True if config.resume else None)
     except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM (the type says which); the CLI says "interrupted"
@@ -109,7 +115,18 @@ def contrastive(config: ContrastiveConfig, adapter: AdapterConfig | None = None)
     trainer.accelerator.wait_for_everyone()
     return {**summary, "output_dir": str(out)}
 
-def _training_args(config: ContrastiveConfig, work: Path, rows: int, prompts: dict | None):
+def keep_tracker_logs(trainer, work: Path) -> None:
+    """tensorboard writes into the work folder's `trackers/` (a resumed run appends there), which moves into the
+    output folder with the model; transformers' default, `trainer/runs/`, goes with the checkpoints."""
+    from transformers.integrations import TensorBoardCallback
+
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, TensorBoardCallback) and callback.logging_dir is None:  # TENSORBOARD_LOGGING_DIR wins
+            callback.logging_dir = str(work / "trackers")
+
+
+def _training_args(config: ContrastiveConfig, work: Path, rows: int, prompts: dict | None,
+                   report_to: list[str] | None = None):
     from sentence_transformers.sentence_transformer.training_args import (
         BatchSamplers,
         SentenceTransformerTrainingArguments,
@@ -126,7 +143,8 @@ def _training_args(config: ContrastiveConfig, work: Path, rows: int, prompts: di
         learning_rate=config.learning_rate, warmup_steps=config.warmup_ratio, lr_scheduler_type="linear",
         seed=config.seed, data_seed=config.seed, batch_sampler=BatchSamplers.NO_DUPLICATES,
         save_strategy="steps", save_steps=config.save_every, save_total_limit=config.keep_last,
-        report_to="none", logging_steps=max(1, config.steps // 20), disable_tqdm=not config.progress, prompts=prompts,
+        report_to=report_to or "none", logging_steps=max(1, config.steps // 20), disable_tqdm=not config.progress,
+        prompts=prompts,
         dataloader_drop_last=rows >= config.batch_size,
         bf16=bf16,  # autocast over the fp32 master weights
     )
@@ -183,6 +201,8 @@ def _write_output(trainer, model, source: Path, config: ContrastiveConfig, adapt
     if adapter.lora_r and adapter.save_adapter:  # the unmerged adapter, next to the merged model
         shutil.move(str(work / "adapter"), str(out / "adapter"))
         outputs.match_umask(out / "adapter")
+    if (work / "trackers").is_dir():  # --report-to tensorboard's events
+        shutil.move(str(work / "trackers"), str(out / "trackers"))
     outputs.write_marker(out, "contrastive")  # what a later --overwrite may replace
     release_work(work)
     return {**summary, "steps": trainer.state.global_step}  # the steps trained, not the ones asked for
