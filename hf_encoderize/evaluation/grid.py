@@ -136,8 +136,9 @@ def evaluate(load: LoadConfig, cfg: EvalConfig, *, progress: Callable[[str], Non
     if splits and cfg.frozen:
         backbone = FrozenBackbone(backbone)
     groups = training_groups(specs)
-    tracked = Trackers(trackers, name, results_dir / "trackers", {"model": load.source, **expected}) if trackers \
-        else None
+    tracked = None
+    if trackers:  # --report-to: each finished run's scores, at its position in the grid
+        tracked = Trackers(trackers, name, results_dir / "trackers", {"model": load.source, **expected})
     try:
         with ProgressBar(fine_tunings(groups, grid, pending), "eval", unit="run") as bar:
             _run_grid(groups, grid, pending, splits, backbone, bar.above(progress), bar, cfg=cfg,
