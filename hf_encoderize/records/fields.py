@@ -19,8 +19,22 @@ from hf_encoderize.common.files import write_json_atomic
 from hf_encoderize.common.run_folder import read_json
 
 
+class JsonFile:
+    """A record that is a file: `from_json` (None when there is none) and `to_json`, through its `from_dict`/`to_dict`
+    (a `Fields` record, or a `Part` that is a whole file: the run record)."""
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike):
+        """The record in `path`, or None when the file does not exist."""
+        data = read_json(path)
+        return None if data is None else cls.from_dict(data)
+
+    def to_json(self, path: str | os.PathLike) -> None:
+        write_json_atomic(Path(path), self.to_dict())
+
+
 @dataclass
-class Fields:
+class Fields(JsonFile):
     """Typed fields first; `facts` keeps every other key of the file, in the file's order.
 
     Read by attribute only: there is no `record["key"]` or `record.get("key")`, so a reader cannot read a key no field
@@ -44,15 +58,6 @@ class Fields:
     def to_dict(self) -> dict:
         typed = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "facts"}
         return {**{k: _written(v) for k, v in typed.items()}, **self.facts}
-
-    @classmethod
-    def from_json(cls, path: str | os.PathLike):
-        """The record in `path`, or None when the file does not exist."""
-        data = read_json(path)
-        return None if data is None else cls.from_dict(data)
-
-    def to_json(self, path: str | os.PathLike) -> None:
-        write_json_atomic(Path(path), self.to_dict())
 
 
 

@@ -1,8 +1,9 @@
 """`run_record.json`: what a `cpt` or `pretrain` run was and what it did, the model card's main source.
 
 Design choices:
-- Every key a reader reads (the card, the Space, `run`'s stage reuse) is a typed field documented here; readers read
-  attributes, never key strings. A key this version does not type (written by a newer or older version) stays in
+- Every key a reader reads (the card, the Space, `run`'s stage reuse) is a typed field, documented here or, for
+  what the run was asked, once in `records.run_settings` (`RunRecord` extends `PretrainSettings`: issue 70 found all
+  34 settings fields declared twice); readers read attributes, never key strings. A key this version does not type (written by a newer or older version) stays in
   `facts` and is written back as it was read.
 - A field a run did not record is None; readers say "n/a" or fall back (a record from before `adam_eps` existed says
   so on the card).
@@ -18,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from hf_encoderize.records.fields import Fields, Part
-from hf_encoderize.records.run_settings import DataFacts, LoraFacts, RunSettings, lift_old_keys
+from hf_encoderize.records.fields import JsonFile, Part
+from hf_encoderize.records.run_settings import PretrainSettings, RunSettings, lift_old_keys
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,91 +88,33 @@ class PatchFacts(Part):
                                   "tokens": {**beside, **nested}})
 
 
-@dataclass
-class RunRecord(Fields):
-    """`run_record.json`: what a `cpt` or `pretrain` run was and what it did (the model card's main source).
+@dataclass(frozen=True, kw_only=True)
+class RunRecord(PretrainSettings, JsonFile):
+    """`run_record.json`: what a `cpt` or `pretrain` run was and what it did (the model card's main source). It is
+    the run's settings (`records.run_settings`: every field is declared there once; a cpt run's pretrain-only fields
+    are None) plus the fields below, in one flat file: what a script or `jq` reads of it is where it always was.
 
     >>> record = RunRecord.from_dict({"command": "cpt", "base_model": "m", "steps": 4, "note": "kept"})
     >>> record.command, record.steps, record.lr, record.facts
     ('cpt', 4, None, {'note': 'kept'})
-    >>> RunRecord.from_dict(record.to_dict()) == record
-    True
+    >>> RunRecord.from_dict(record.to_dict()) == record, record.to_dict()
+    (True, {'base_model': 'm', 'steps': 4, 'command': 'cpt', 'note': 'kept'})
     """
 
-    # ------------------------------------------------------------------ where it started
+    # A record is read, not made: what a file does not hold is unknown (None), never the settings' default.
+    lr_schedule: str | None = None
+    """Learning-rate schedule (wsd); None: not recorded."""
+
+    # ------------------------------------------------------------------ what ran it
     command: str | None = None
     """`cpt` or `pretrain`."""
-    base_model: str | None = None
-    """The model trained from (Hub id, folder or GGUF folder); None for `pretrain`."""
-    revision: str | None = None
-    """Hub revision the base model was loaded at."""
-    gguf_file: str | None = None
-    """GGUF file the base weights came from."""
-    model_config: str | None = None
-    """`pretrain`: the model config the random weights were built from."""
-    tokenizer: str | None = None
-    """`pretrain`: the tokenizer it trained with."""
-    from_checkpoint: str | None = None
-    """The checkpoint a branch started from (`--from-checkpoint`)."""
-    identity: dict | None = None
-    """Every config field that counts for "same run?" (`common.identity`; recorded since 0.2)."""
-    options: dict | None = None
-    """The options given (`set`) and those derived (`derived`), under their option names (`RunSettings.options`)."""
-
-    # ------------------------------------------------------------------ what it learnt
-    phases: str | None = None
-    """What each phase learnt, joined by "+": a masking target (mlm, mntp, ...) or pretrain's clm+mlm, clm+mntp;
-    each named by `records.learnt` (records before issue 70 called it `objective`: `lift_old_keys`)."""
-    mask_ratio: float | None = None
-    replacement: str | None = None
-    """How masked tokens are replaced: mask (every one becomes the mask token) or bert (80/10/10)."""
-    schedule: str | None = None
-    """`pretrain`'s phases' shares (`--schedule`), e.g. "clm:0.75,mlm"."""
-    switch_step: int | None = None
-    """`pretrain`: the step attention switched from causal to bidirectional (None: no switch)."""
-    data: DataFacts | None = None
-    """The corpus (`data.sources.data_facts`): data_files or dataset/dataset_config, seq_len, pack, text_unit, ..."""
-
-    # ------------------------------------------------------------------ how it trained
-    steps: int | None = None
-    """Optimizer steps."""
-    lr: float | None = None
-    """Peak learning rate."""
-    lr_schedule: str | None = None
-    """Learning-rate schedule (wsd)."""
-    warmup_steps: int | None = None
-    decay_steps: int | None = None
     decay_fraction: float | None = None
     """The decay as a fraction of steps: records from before `decay_steps` existed."""
-    weight_decay: float | None = None
-    betas: list | None = None
-    """AdamW betas."""
-    adam_eps: float | None = None
-    """AdamW epsilon (None: recorded before `--adam-epsilon` existed, torch's default 1e-8)."""
-    max_grad_norm: float | None = None
-    batch_size: int | None = None
-    """Rows per process per micro-batch."""
-    grad_accum: int | None = None
-    tokens_per_step: int | None = None
-    seed: int | None = None
-    gradient_checkpointing: bool | None = None
-    master_weights: str | None = None
-    compile: bool | None = None
-    """`--compile` as asked: True, False, or None (unset: decided by the device, see `compiled`)."""
     compiled: dict | None = None
     """Whether the decoder layers ran compiled, why, and dynamo's counters over the run (graphs compiled, graph
     breaks, recompile-limit hits); None: recorded before this field existed."""
-    prefetch: int | None = None
-    lora: LoraFacts | None = None
-    """LoRA adapters merged into the weights: r, alpha, targets (None: all weights trained)."""
-    load_in_4bit: bool | None = None
-    """The base was quantised to 4-bit NF4 (QLoRA)."""
     loss_implementation: str | None = None
     saved_dtype: str | None = None
-    estimated_memory_gib: float | None = None
-    """`pretrain`: the memory estimate checked before building the model."""
-    parameters: int | None = None
-    """`pretrain`: the model's parameter count."""
 
     # ------------------------------------------------------------------ where and when
     encoderize: PatchFacts | None = None
@@ -212,8 +155,8 @@ class RunRecord(Fields):
     def of_settings(cls, settings: RunSettings) -> RunRecord:
         """A record holding what a run was asked to do: each settings field in the record field of its name; a field
         of a recipe's own settings that the record does not declare goes to `facts`, as written (`to_dict`)."""
-        written, declared = settings.to_dict(), {f.name for f in fields(cls)}
-        typed = {f.name: getattr(settings, f.name) for f in fields(settings) if f.name in declared - {"facts"}}
+        written, declared = settings.to_dict(), {f.name for f in fields(cls)} - {"facts", "read_keys"}
+        typed = {f.name: getattr(settings, f.name) for f in fields(settings) if f.name in declared}
         return cls(**typed, facts={k: v for k, v in written.items() if k not in typed})
 
 

@@ -55,40 +55,53 @@ class LoraFacts(Part):
 
 @dataclass(frozen=True, kw_only=True)
 class RunSettings(Part):
-    """The settings every training run records (run record, run_settings.json, trackers); recipes add theirs."""
+    """The settings every training run records (run record, run_settings.json, trackers); recipes add theirs. Each
+    is declared here once: `PretrainSettings` adds pretrain's, and `RunRecord` is the settings plus what the run did."""
 
     base_model: str | None = None
     """The model trained from (Hub id, folder or GGUF folder); None for `pretrain`."""
     revision: str | None = None
+    """Hub revision the base model was loaded at."""
     gguf_file: str | None = None
+    """GGUF file the base weights came from."""
     phases: str | None = None
     """What each phase learnt, joined by "+": a masking target (mlm, mntp, ...) or pretrain's clm+mlm, clm+mntp;
-    each named by `records.learnt`."""
+    each named by `records.learnt` (records before issue 70 called it `objective`: `lift_old_keys`)."""
     mask_ratio: float | None = None
     replacement: str | None = None
+    """How masked tokens are replaced: mask (every one becomes the mask token) or bert (80/10/10)."""
     data: DataFacts | None = None
+    """The corpus (`data.sources.data_facts`): data_files or dataset/dataset_config, seq_len, pack, text_unit, ..."""
     steps: int | None = None
+    """Optimizer steps."""
     lr: float | None = None
-    lr_schedule: str = "wsd"
+    """Peak learning rate."""
+    lr_schedule: str | None = "wsd"
+    """Learning-rate schedule (wsd)."""
     warmup_steps: int | None = None
     decay_steps: int | None = None
     weight_decay: float | None = None
     betas: list | None = None
+    """AdamW betas."""
     adam_eps: float | None = None
+    """AdamW epsilon (None: recorded before `--adam-epsilon` existed, torch's default 1e-8)."""
     max_grad_norm: float | None = None
     batch_size: int | None = None
+    """Rows per process per micro-batch."""
     grad_accum: int | None = None
     tokens_per_step: int | None = None
     seed: int | None = None
     gradient_checkpointing: bool | None = None
     master_weights: str | None = None
     compile: bool | None = None
+    """`--compile` as asked: True, False, or None (unset: decided by the device; the record's `compiled` says)."""
     prefetch: int | None = None
     lora: LoraFacts | None = None
-    """None: all weights trained."""
+    """LoRA adapters merged into the weights: r, alpha, targets (None: all weights trained)."""
     load_in_4bit: bool | None = None
+    """The base was quantised to 4-bit NF4 (QLoRA)."""
     identity: dict | None = None
-    """Every config field that counts for "same run?" (`common.identity.identity_of`)."""
+    """Every config field that counts for "same run?" (`common.identity.identity_of`; recorded since 0.2)."""
     options: dict | None = field(default=None, metadata=NOT_COMPARED)
     """What the run was asked under the option names (`common.config_file.options_of`): `set`, the options given
     other than their defaults, and `derived`, what it worked out for those left unset (its warmup from its steps)."""
@@ -109,13 +122,19 @@ class PretrainSettings(RunSettings):
     """`pretrain`'s settings: the shared ones (no base model: weights start random), and its phases and size."""
 
     model_config: str | None = None
+    """`pretrain`: the model config the random weights were built from."""
     tokenizer: str | None = None
+    """`pretrain`: the tokenizer it trained with."""
     schedule: str | None = None
-    """The phases' shares (`--schedule`), e.g. "clm:0.75,mlm"."""
+    """`pretrain`'s phases' shares (`--schedule`), e.g. "clm:0.75,mlm"."""
     switch_step: int | None = None
+    """`pretrain`: the step attention switched from causal to bidirectional (None: no switch)."""
     from_checkpoint: str | None = None
+    """The checkpoint a branch started from (`--from-checkpoint`)."""
     estimated_memory_gib: float | None = field(default=None, metadata=NOT_COMPARED)
+    """`pretrain`: the memory estimate checked before building the model."""
     parameters: int | None = None
+    """`pretrain`: the model's parameter count."""
 
 
 @dataclass
