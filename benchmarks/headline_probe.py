@@ -135,18 +135,36 @@ def analyse(out: Path, p: dict) -> dict:
     return {"families": families, "verdict": verdict}
 
 
+def power_cells(row: dict, orders: int) -> tuple[str, str]:
+    """What a null can mean (issue 71, point 2), from `headline_stats` at the shrinks' own order-to-order spread: the
+    smallest true shrink the paired t over `orders` detects with 80% power, and its power at a shrink that closes the
+    short bases' whole mean gap (the gap gone at 3,600 steps)."""
+    import statistics
+
+    import headline_stats as hs
+
+    sd = statistics.stdev(row["shrink"]) if len(row["shrink"]) > 1 else 0.0
+    if not sd:
+        return "n/a (no spread)", "n/a"
+    closed = abs(statistics.fmean(row["gaps"]["short"]))
+    return f"{hs.detectable(sd, orders):.1f}", f"{hs.t_power(closed, sd, orders):.0%} (at {closed:.1f})"
+
+
 def render(result: dict) -> str:
     tiny = result["budget"] == "probe-tiny"
     smoke = "**probe-tiny: a smoke test of the chain; it says nothing.**\n\n" if tiny else ""
     lines = [f"{smoke}Budget `{result['budget']}`, orders {result['orders']}: the CLM-minus-MLM base gap "
              f"{result['verdict']} from {result['short_steps']} to {result['long_steps']} steps (scored as registered "
              "in examples/headline/predictions_probe.md).", "",
-             "| family | gap per order, short | gap per order, long | shrink: p [95% CI] | scored |", "|---" * 5 + "|"]
+             "| family | gap per order, short | gap per order, long | shrink: p [95% CI] | scored "
+             "| detectable, 80% power | power if the gap closed |", "|---" * 7 + "|"]
     for family, row in result["families"].items():
         t = row["t"]
         cell = "not testable" if t["p_value"] is None else f"{t['p_value']:.3f} [{t['low']:+.2f}, {t['high']:+.2f}]"
         gaps = [", ".join(f"{g:+.1f}" for g in row["gaps"][n]) for n in ("short", "long")]
-        lines.append(f"| {family.upper()} | {gaps[0]} | {gaps[1]} | {cell} | {row['scored']} |")
+        detectable, power = power_cells(row, len(result["orders"]))
+        lines.append(f"| {family.upper()} | {gaps[0]} | {gaps[1]} | {cell} | {row['scored']} | {detectable} "
+                     f"| {power} |")
     return "\n".join(lines) + "\n"
 
 
@@ -174,7 +192,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", choices=sorted(PRESETS), default="probe-cpu")
     parser.add_argument("--out", default="runs/headline-probe")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--render", metavar="PROBE_JSON", help="print a finished probe's table; run nothing")
     args = parser.parse_args(argv)
+    if args.render:
+        print(render(json.loads(Path(args.render).read_text())), end="")
+        return 0
     print(render(run(args.budget, Path(args.out), args.threads)))
     return 0
 

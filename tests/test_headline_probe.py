@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -31,6 +32,26 @@ def test_the_shrink_is_scored_as_registered():
     assert p["ft_lrs"] == (5e-4, 1.5e-3, 5e-3) and p["orders"] == (0, 1, 2, 3) and p["pretrain_steps"] == 1200
     registered = (BENCH.parent / "examples" / "headline" / "predictions_probe.md").read_text()
     assert "3,600 steps" in registered and "1,200 steps" in registered and "5e-4, 1.5e-3 and 5e-3" in registered
+
+
+def test_every_verdict_row_carries_its_detectable_shrink_and_power():
+    """Beside each family's verdict: the smallest shrink the paired t over the orders detects with 80% power at the
+    shrinks' own spread, and the power if the short bases' whole gap closed (issue 71, point 2)."""
+    import headline_stats as hs
+
+    probe = _probe()
+    short, long = [10.0, 8.0, 12.0, 10.0], [9.0, 3.0, 12.5, 6.0]
+    row = {"gaps": {"short": short, "long": long}, **probe.score_shrink(short, long)}
+    sd = float(np.std(row["shrink"], ddof=1))
+    detectable, power = probe.power_cells(row, 4)
+    assert detectable == f"{hs.detectable(sd, 4):.1f}" and float(detectable) > 0
+    assert power == f"{hs.t_power(10.0, sd, 4):.0%} (at 10.0)"
+    flat = {"gaps": {"short": [1.0, 1.0], "long": [1.0, 1.0]}, **probe.score_shrink([1.0, 1.0], [1.0, 1.0])}
+    assert probe.power_cells(flat, 2) == ("n/a (no spread)", "n/a")
+    result = {"budget": "probe-cpu", "orders": [0, 1, 2, 3], "short_steps": 1200, "long_steps": 3600,
+              "verdict": "mixed", "families": {"tc": row, "qa": row}}
+    table = probe.render(result)
+    assert f"| {detectable} | {power} |" in table and table.count("| TC |") == 1
 
 
 @pytest.mark.slow
