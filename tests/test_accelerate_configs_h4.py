@@ -4,7 +4,6 @@ never `examples/accelerate/`, which no wheel holds."""
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -51,24 +50,14 @@ def test_every_hint_names_a_config_the_package_has():
     assert named and not {name: str(path) for name, path in named.items() if name not in shipped}
 
 
-def test_a_built_wheel_holds_the_configs_and_the_command_finds_them(tmp_path):
-    source = tmp_path / "src"
-    for name in ("hf_encoderize", "space", "model_cards"):
-        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        shutil.copy(ROOT / name, source / name)
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                            str(tmp_path / "w"), str(source)], capture_output=True, text=True)
-    assert built.returncode == 0, built.stderr[-2000:]
-    wheel = next((tmp_path / "w").glob("*.whl"))
+def test_a_built_wheel_holds_the_configs_and_the_command_finds_them(installed_wheel, tmp_path):
+    wheel, site = installed_wheel
     inside = {name for name in zipfile.ZipFile(wheel).namelist() if name.startswith("hf_encoderize/configs/")}
     assert inside == {f"hf_encoderize/configs/accelerate/{name}.yaml" for name in get_args(AccelerateConfigName)}
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(tmp_path / "site"),
-                    str(wheel)], check=True)
     probe = ("from hf_encoderize.common.launch import AccelerateConfig, accelerate_config; "
              "print(accelerate_config(AccelerateConfig('deepspeed_zero3'))['path'])")
-    found = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path / "site"),
+    found = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env={"PYTHONPATH": str(site),
                            "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
     assert found.returncode == 0, found.stderr[-2000:]
     path = Path(found.stdout.strip())
-    assert path.is_file() and path.is_relative_to(tmp_path / "site" / "hf_encoderize"), path
+    assert path.is_file() and path.is_relative_to(site / "hf_encoderize"), path

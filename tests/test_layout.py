@@ -105,32 +105,27 @@ def _listed_packages() -> list[str]:
 
 def test_the_wheel_lists_every_subpackage_and_maps_the_top_level_space_and_model_cards():
     tree = {".".join(p.parent.relative_to(ROOT).parts) for p in PACKAGE.rglob("__init__.py")}
-    assert set(_listed_packages()) == tree | {"hf_encoderize.space", "hf_encoderize.model_cards"}
+    # A folder of data files only (no module) is listed too, or setuptools warns that it ships one it was not told of
+    folders = [d for d in PACKAGE.rglob("*") if d.is_dir() and d.name != "__pycache__"]
+    data_only = {".".join(d.relative_to(ROOT).parts) for d in folders
+                 if not (d / "__init__.py").exists() and any(f.is_file() for f in d.iterdir())}
+    assert data_only == {"hf_encoderize.configs.accelerate"}
+    assert set(_listed_packages()) == tree | data_only | {"hf_encoderize.space", "hf_encoderize.model_cards"}
     assert (ROOT / "space" / "app.py").is_file() and (ROOT / "model_cards" / "encoder.md.j2").is_file()
     assert (ROOT / "space" / "README.md").read_text().startswith("---\ntitle:")  # the Spaces header
     assert not (PACKAGE / "publish" / "space_app").exists() and not (PACKAGE / "publish" / "model_cards").exists()
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib")
-def test_space_and_card_find_their_folders_in_an_installed_wheel(tmp_path):
-    source = tmp_path / "src"
-    for name in ("hf_encoderize", "space", "model_cards"):
-        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        shutil.copy(ROOT / name, source / name)
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                            str(tmp_path / "w"), str(source)], capture_output=True, text=True)
-    assert built.returncode == 0, built.stderr[-2000:]
-    wheel = next((tmp_path / "w").glob("*.whl"))
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(tmp_path / "site"),
-                    str(wheel)], check=True)
+def test_space_and_card_find_their_folders_in_an_installed_wheel(installed_wheel, tmp_path):
+    _, site = installed_wheel
     probe = ("from hf_encoderize.publish.space import SPACE_DIR; from hf_encoderize.publish.shipped import shipped_dir;"
              "print(SPACE_DIR / 'app.py'); print(shipped_dir('model_cards') / 'encoder.md.j2')")
-    found = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path / "site"),
+    found = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env={"PYTHONPATH": str(site),
                            "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
     assert found.returncode == 0, found.stderr[-2000:]
     for line in found.stdout.split():
-        assert Path(line).is_file() and Path(line).is_relative_to(tmp_path / "site" / "hf_encoderize"), line
+        assert Path(line).is_file() and Path(line).is_relative_to(site / "hf_encoderize"), line
 
 
 def backslash_continuations(source: str) -> list[int]:
