@@ -3,8 +3,8 @@
 Design choices:
 - Every key a reader reads (the card, the Space, `run`'s stage reuse) is a typed field, documented here or, for
   what the run was asked, once in `records.run_settings` (`RunRecord` extends `PretrainSettings`: issue 70 found all
-  34 settings fields declared twice); readers read attributes, never key strings. A key this version does not type (written by a newer or older version) stays in
-  `facts` and is written back as it was read.
+  34 settings fields declared twice); readers read attributes, never key strings. A key this version does not type
+  (written by a newer or older version) stays in `facts` and is written back as it was read.
 - A field a run did not record is None; readers say "n/a" or fall back (a record from before `adam_eps` existed says
   so on the card).
 - One builder (`build_run_record`) assembles the record from the run's typed settings (`records.run_settings`) and
