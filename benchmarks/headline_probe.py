@@ -135,6 +135,40 @@ def analyse(out: Path, p: dict) -> dict:
     return {"families": families, "verdict": verdict}
 
 
+def base_facts(folder: Path) -> dict:
+    """One base's run, from its metrics.jsonl: the last held-out evaluation (its target and loss, on the pretraining
+    part's first held-out documents, the same for every base of the order) and the mean training loss over the last
+    tenth of its steps."""
+    lines = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    evals = [line for line in lines if line.get("kind") == "eval"]
+    train = [line for line in lines if line.get("kind") == "train" and line.get("loss") is not None]
+    last = evals[-1] if evals else {}
+    steps = max((line["step"] for line in train), default=0)
+    tail = [line["loss"] for line in train if line["step"] > 0.9 * steps]
+    return {"eval_target": last.get("target"), "eval_loss": last.get("eval_loss"),
+            "train_loss_last_tenth": sum(tail) / len(tail) if tail else None, "steps": steps}
+
+
+def reported(out: Path, result: dict) -> dict:
+    """What predictions_probe.md lists as reported, not scored: the gaps at each length with their intervals, each
+    model against the random-init control (paired over orders), the bases' held-out loss and last-tenth training
+    loss per order, and the learning-rate picks at the grid's edge."""
+    from hf_encoderize.evaluation.stats import paired_t
+
+    orders = result["orders"]
+    families = {}
+    for family, row in result["families"].items():
+        sides, random = row["sides"], row["sides"]["random"]["units"]
+        families[family] = {
+            "gaps": {n: paired_t(row["gaps"][n]) for n in ("short", "long")},
+            "above_random": {m: paired_t([a - b for a, b in zip(sides[m]["units"], random, strict=True)])
+                             for m in MODELS if m != "random"},
+            "picks": {m: {"lr": sides[m]["lr"], "edge": sides[m]["edge"]} for m in MODELS}}
+    bases = {f"{arm}-{n}-order{o}": base_facts(out / f"order{o}" / f"probe-{arm}-{n}")
+             for o in orders for arm in ("clm", "mlm") for n in ("short", "long")}
+    return {"families": families, "bases": bases}
+
+
 def power_cells(row: dict, orders: int) -> tuple[str, str]:
     """What a null can mean (issue 71, point 2), from `headline_stats` at the shrinks' own order-to-order spread: the
     smallest true shrink the paired t over `orders` detects with 80% power, and its power at a shrink that closes the
@@ -182,6 +216,7 @@ def run(budget: str, out: Path, threads: int = 1) -> dict:
                 finetune(encoder, out / "eval", f"{name}-order{order}", p)
     result = {"budget": budget, "orders": list(p["orders"]), "short_steps": p["short_steps"],
               "long_steps": p["long_steps"], **analyse(out / "eval", p), "wall_s": round(time.time() - started, 1)}
+    result["reported"] = reported(out, result)
     (out / "probe.json").write_text(json.dumps(result, indent=1))
     (out / "probe.md").write_text(render(result))
     return result
@@ -192,10 +227,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", choices=sorted(PRESETS), default="probe-cpu")
     parser.add_argument("--out", default="runs/headline-probe")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
-    parser.add_argument("--render", metavar="PROBE_JSON", help="print a finished probe's table; run nothing")
+    parser.add_argument("--render", metavar="PROBE_JSON", help="print a finished probe's table (adding what it "
+                        "reports, unscored, where the JSON lacks it); run nothing")
     args = parser.parse_args(argv)
-    if args.render:
-        print(render(json.loads(Path(args.render).read_text())), end="")
+    if args.render:  # a probe written before `reported` existed gains it from its folder (the JSON's parent)
+        path = Path(args.render)
+        result = json.loads(path.read_text())
+        if "reported" not in result:
+            result["reported"] = reported(path.parent, result)
+            path.write_text(json.dumps(result, indent=1))
+        print(render(result), end="")
         return 0
     print(render(run(args.budget, Path(args.out), args.threads)))
     return 0

@@ -67,3 +67,16 @@ def test_the_probe_chain_runs_on_its_smoke_preset(tmp_path):
     assert not list((tmp_path / "eval" / "random-order0").glob("sc")) and (tmp_path / "eval" / "random-order0").is_dir()
     text = (tmp_path / "probe.md").read_text()
     assert text.startswith("**probe-tiny: a smoke test") and "| TC |" in text and "| QA |" in text
+    reported = result["reported"]  # what the registration lists as reported, not scored
+    assert sorted(reported["bases"]) == sorted(f"{a}-{n}-order{o}" for a in ("clm", "mlm") for n in ("short", "long")
+                                               for o in (0, 1))
+    bases = reported["bases"].values()
+    assert all(b["eval_loss"] is not None and b["train_loss_last_tenth"] is not None for b in bases)
+    assert reported["bases"]["clm-long-order0"]["steps"] == 10 and reported["bases"]["clm-short-order0"]["steps"] == 6
+    for family in reported["families"].values():
+        assert sorted(family["above_random"]) == ["clm-long", "clm-short", "mlm-long", "mlm-short"]
+        assert set(family["picks"]["random"]) == {"lr", "edge"}
+    stripped = {k: v for k, v in json.loads((tmp_path / "probe.json").read_text()).items() if k != "reported"}
+    (tmp_path / "old.json").write_text(json.dumps(stripped))  # a probe written before `reported`: --render adds it
+    assert probe.main(["--render", str(tmp_path / "old.json")]) == 0
+    assert json.loads((tmp_path / "old.json").read_text())["reported"] == json.loads(json.dumps(reported))
