@@ -58,9 +58,11 @@ def train_bases(work: Path, arm: str, p: dict, order: int) -> dict:
     common = dict(batch_size=p["batch"], eval_every=0, log_every=50, progress=False, overwrite=True, seed=order,
                   lr=p["lr"], warmup_steps=p["warmup"])
     long_dir, short_dir = work / f"probe-{arm}-long", work / f"probe-{arm}-short"
-    if not (long_dir / "encoder").is_dir():
+    if not (long_dir / "encoder").is_dir():  # a long run stopped after a checkpoint goes on from it (`--resume`)
+        resume = any((long_dir / "checkpoints").glob("step-*"))
         pretrain(spec, data, MaskingConfig(), TrainConfig(output_dir=str(long_dir), steps=p["long_steps"],
-                                                          save_every=p["branch_at"], keep_last=10**6, **common))
+                                                          save_every=p["branch_at"], keep_last=10**6,
+                                                          **{**common, "overwrite": not resume}, resume=resume))
     if not (short_dir / "encoder").is_dir():
         branch = checkpoint_dir(long_dir, p["branch_at"])
         pretrain(spec, data, MaskingConfig(), TrainConfig(output_dir=str(short_dir), steps=p["short_steps"],
@@ -202,18 +204,22 @@ def render(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(budget: str, out: Path, threads: int = 1) -> dict:
+def run(budget: str, out: Path, threads: int = 1, orders: tuple[int, ...] | None = None) -> dict | None:
+    """Train and fine-tune every order (or `orders` alone: several processes can share the orders, each then
+    returns None), then analyse them all once each is done (finished bases and runs are never redone)."""
     import torch
 
     torch.set_num_threads(threads)
     p, started = PRESETS[budget], time.time()
-    for order in p["orders"]:
+    for order in orders if orders is not None else p["orders"]:
         work = hl.prepare_order(out, p, order)
         with contextlib.redirect_stdout(sys.stderr):
             encoders = {**train_bases(work, "clm", p, order), **train_bases(work, "mlm", p, order),
                         "random": random_control(work, p, order)}
             for name, encoder in encoders.items():
                 finetune(encoder, out / "eval", f"{name}-order{order}", p)
+    if orders is not None and set(orders) != set(p["orders"]):
+        return None
     result = {"budget": budget, "orders": list(p["orders"]), "short_steps": p["short_steps"],
               "long_steps": p["long_steps"], **analyse(out / "eval", p), "wall_s": round(time.time() - started, 1)}
     result["reported"] = reported(out, result)
@@ -229,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--render", metavar="PROBE_JSON", help="print a finished probe's table (adding what it "
                         "reports, unscored, where the JSON lacks it); run nothing")
+    parser.add_argument("--orders", help="train and fine-tune only these orders (e.g. 0,1), for a process of "
+                        "several; run again without it to analyse")
     args = parser.parse_args(argv)
     if args.render:  # a probe written before `reported` existed gains it from its folder (the JSON's parent)
         path = Path(args.render)
@@ -238,7 +246,9 @@ def main(argv: list[str] | None = None) -> int:
             path.write_text(json.dumps(result, indent=1))
         print(render(result), end="")
         return 0
-    print(render(run(args.budget, Path(args.out), args.threads)))
+    orders = tuple(int(o) for o in args.orders.split(",")) if args.orders else None
+    result = run(args.budget, Path(args.out), args.threads, orders)
+    print(render(result) if result else f"orders {args.orders} done; run without --orders to analyse them all")
     return 0
 
 
