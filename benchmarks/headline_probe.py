@@ -147,7 +147,9 @@ def base_facts(folder: Path) -> dict:
     last = evals[-1] if evals else {}
     steps = max((line["step"] for line in train), default=0)
     tail = [line["loss"] for line in train if line["step"] > 0.9 * steps]
-    return {"eval_target": last.get("target"), "eval_loss": last.get("eval_loss"),
+    target = ("masked" if "eval_masked_accuracy" in last
+              else "next token" if "eval_next_token_accuracy" in last else None)
+    return {"eval_target": target, "eval_loss": last.get("eval_loss"),
             "train_loss_last_tenth": sum(tail) / len(tail) if tail else None, "steps": steps}
 
 
