@@ -90,9 +90,10 @@ def test_runs_report_to_is_every_stages(encoder, text, tmp_path):
     """`run` has one --report-to (cpt's); its contrastive stage and its evaluations log to the same trackers, and
     the stages' own report_to is not an option of `run`."""
     stage = ContrastiveConfig(str(encoder), data_files=str(text), output_dir=str(tmp_path / "c"))
-    tracked = with_trackers(RunConfig(contrastive=stage), "tensorboard")
+    given = RunConfig(contrastive=stage)
+    tracked = with_trackers(given, "tensorboard")
     assert tracked.eval.report_to == tracked.contrastive.report_to == "tensorboard"
-    assert RunConfig(contrastive=stage).contrastive.report_to == "none"  # the caller's config is left as it was
+    assert given.contrastive.report_to == given.eval.report_to == "none"  # the caller's config is left as it was
     with pytest.raises(EncoderizeError, match="--report-to aim: the contrastive stage"):
         with_trackers(RunConfig(contrastive=stage), "aim")
     assert with_trackers(RunConfig(), "aim").eval.report_to == "aim"  # no contrastive stage: Accelerate's aim is fine
