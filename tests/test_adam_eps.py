@@ -15,7 +15,7 @@ from hf_encoderize.recipes.cpt import load_encoderized
 from hf_encoderize.records.run_record import RunRecord
 from hf_encoderize.records.run_settings import CptSettings
 from hf_encoderize.training.engine.accelerator import make_accelerator
-from hf_encoderize.training.engine.build import build_run
+from hf_encoderize.training.engine.build import Trainable, build_run
 from hf_encoderize.training.lora import AdapterConfig
 from hf_encoderize.training.recipe import run_settings
 from hf_encoderize.training.train_config import TrainConfig
@@ -28,7 +28,8 @@ def _optimizer_eps(decoder_dir, tmp_path, **train_kwargs) -> float:
     train = TrainConfig(output_dir=str(tmp_path / "out"), steps=2, batch_size=2, warmup_steps=0, progress=False,
                         **train_kwargs)
     model, tokenizer, _ = load_encoderized(LoadConfig(str(decoder_dir)), data, train, AdapterConfig())
-    run = build_run(make_accelerator(train, tmp_path / "out", []), model, tokenizer, open_documents(data), data,
+    trainable = Trainable(model=model, tokenizer=tokenizer, data=data)
+    run = build_run(make_accelerator(train, tmp_path / "out", []), trainable, open_documents(data),
                     MaskedTokens(MaskingConfig()), train, tmp_path / "out")
     assert {group["eps"] for group in run.optimizer.param_groups} == {train.adam_eps}
     assert run_settings(CptSettings, data, MaskingConfig(), train).adam_eps == train.adam_eps

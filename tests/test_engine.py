@@ -18,7 +18,7 @@ from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.objectives.targets import MaskedTokens
 from hf_encoderize.recipes.cpt import cpt, load_encoderized
 from hf_encoderize.training.engine.accelerator import make_accelerator
-from hf_encoderize.training.engine.build import build_run
+from hf_encoderize.training.engine.build import Trainable, build_run
 from hf_encoderize.training.engine.loop import train_step
 from hf_encoderize.training.lora import AdapterConfig, apply_lora
 from hf_encoderize.training.train_config import TrainConfig
@@ -88,8 +88,8 @@ def _engine(decoder_dir, corpus, out: Path, adapter: AdapterConfig | None = None
     if adapter.lora_r:
         apply_lora(model, adapter, tokenizer.mask_token_id)
     model.train()
-    run = build_run(make_accelerator(train, out, []), model, tokenizer, open_documents(data), data,
-                    MaskedTokens(MaskingConfig()), train, out)
+    run = build_run(make_accelerator(train, out, []), Trainable(model=model, tokenizer=tokenizer, data=data),
+                    open_documents(data), MaskedTokens(MaskingConfig()), train, out)
     return run, model, tokenizer
 
 
@@ -155,8 +155,8 @@ def _engine_with(decoder_dir, corpus, out: Path, transposed: bool):
         proj.weight = torch.nn.Parameter(proj.weight.detach().t().contiguous().t())
         assert not proj.weight.is_contiguous()
     model.train()
-    run = build_run(make_accelerator(train, out, []), model, tokenizer, open_documents(data), data,
-                    MaskedTokens(MaskingConfig()), train, out)
+    run = build_run(make_accelerator(train, out, []), Trainable(model=model, tokenizer=tokenizer, data=data),
+                    open_documents(data), MaskedTokens(MaskingConfig()), train, out)
     return run, model
 
 

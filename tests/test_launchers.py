@@ -14,7 +14,7 @@ from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.objectives.targets import MaskedTokens
 from hf_encoderize.recipes.cpt import load_encoderized
 from hf_encoderize.training.engine.accelerator import make_accelerator
-from hf_encoderize.training.engine.build import build_run
+from hf_encoderize.training.engine.build import Trainable, build_run
 from hf_encoderize.training.engine.loop import train_step
 from hf_encoderize.training.engine.loss_model import LossModel
 from hf_encoderize.training.lora import AdapterConfig
@@ -58,8 +58,8 @@ def _one_step(folder, corpus, out, master_weights: str):
     model, tokenizer, _ = load_encoderized(LoadConfig(str(folder)), data, train, AdapterConfig())
     assert model.dtype == torch.bfloat16  # dtype auto keeps the checkpoint's bf16
     model.train()
-    run = build_run(make_accelerator(train, out, []), model, tokenizer, open_documents(data), data,
-                    MaskedTokens(MaskingConfig()), train, out)
+    run = build_run(make_accelerator(train, out, []), Trainable(model=model, tokenizer=tokenizer, data=data),
+                    open_documents(data), MaskedTokens(MaskingConfig()), train, out)
     before = {name: p.detach().float().clone() for name, p in model.named_parameters()}
     train_step(run)
     weights = dict(model.named_parameters())

@@ -14,7 +14,6 @@ Design choices:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -25,30 +24,22 @@ from hf_encoderize.data.sources import DataConfig, data_facts
 from hf_encoderize.objectives.masking import MaskingConfig
 from hf_encoderize.objectives.phases import Phase
 from hf_encoderize.objectives.targets import Target
-from hf_encoderize.records.encoder_facts import EncoderFacts
 from hf_encoderize.records.run_record import PatchFacts
 from hf_encoderize.records.run_settings import RunSettings
-from hf_encoderize.training.engine.build import Run
+from hf_encoderize.training.engine.build import Run, Trainable
 from hf_encoderize.training.train_config import ADAMW_BETAS, TrainConfig
 
 S = TypeVar("S", bound=RunSettings)
 
 
 @dataclass(frozen=True, kw_only=True)
-class Built:
-    """What a recipe's `build` returns: the model where it trains, and the facts that depend on it."""
+class Built(Trainable):
+    """What a recipe's `build` returns: the model where it trains and the facts that depend on it (`Trainable`, what
+    the engine's `build_run` takes), and the run's settings."""
 
-    model: torch.nn.Module
-    tokenizer: object
-    data: DataConfig
-    """The data config as it trains (cpt: padded rows for a model whose packed documents would leak)."""
     settings: RunSettings
     """What the run was asked to do, typed per recipe: the run record's settings, sent to trackers; a resume compares
     `settings.compared()`."""
-    export_facts: Callable[[int], EncoderFacts]
-    """Step -> the config facts of an intermediate encoder (`--export-steps`)."""
-    export_dtype: torch.dtype
-    """The dtype encoders are saved in (the loaded one; training may hold fp32 master weights)."""
 
 
 @dataclass(frozen=True, kw_only=True)

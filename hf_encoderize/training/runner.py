@@ -148,8 +148,7 @@ def setup(recipe: Recipe) -> Started:
     accelerator.wait_for_everyone()
     check_shared_output_dir(accelerator, output_dir)
     built.model.train()
-    run = build_run(accelerator, built.model, built.tokenizer, documents, built.data, recipe.target, train, output_dir,
-                    built.export_facts, built.export_dtype)
+    run = build_run(accelerator, built, documents, recipe.target, train, output_dir)
     # Before loading: a checkpoint of other settings (e.g. another global batch, so other data lanes) is refused in
     # one line, never mistaken for a corrupt one.
     check_resume_settings(output_dir, built.settings.compared(), claimed_step(resume_from) if resume_from else None,

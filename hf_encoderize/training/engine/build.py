@@ -44,6 +44,21 @@ from hf_encoderize.training.train_config import ADAMW_BETAS, TrainConfig
 log = get_logger(__name__)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Trainable:
+    """The model where it trains, and what `build_run` needs beside it: a recipe's `build` returns one (its `Built`
+    adds the run's settings), a test builds one from a loaded model."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    data: DataConfig
+    """The data config as it trains (cpt: padded rows for a model whose packed documents would leak)."""
+    export_facts: Callable[[int], EncoderFacts] = lambda step: EncoderFacts()
+    """Step -> the config facts of an intermediate encoder (`--export-steps`); default: the step alone."""
+    export_dtype: torch.dtype | None = None
+    """The dtype encoders are saved in (the loaded one; training may hold fp32 master weights); None: the model's."""
+
+
 @dataclass
 class Run:
     """What the training steps need, built once by `build_run`; `enter_phase` is the only change made to it."""
@@ -79,25 +94,23 @@ class Run:
     """What the encoder learns (the masked phase's target, from the recipe): the run ends under it."""
 
 
-def build_run(accelerator, model, tokenizer, documents: Documents, data: DataConfig, target: Target,
-              train: TrainConfig, output_dir: Path,
-              export_facts: Callable[[int], EncoderFacts] = lambda step: EncoderFacts(),
-              export_dtype: torch.dtype | None = None) -> Run:
+def build_run(accelerator, trainable: Trainable, documents: Documents, target: Target, train: TrainConfig,
+              output_dir: Path) -> Run:
     """The loss model, AdamW, one WSD schedule over `train.steps`, the packed row stream and the masker, prepared by
     Accelerate, with the scheduler, packer and masker registered for checkpointing; the masker starts on `target` (the
-    encoder's, from the recipe). The held-out rows are the first
-    `data.eval_documents` documents, never trained on. `export_facts` and `export_dtype`: what a `--export-steps`
-    encoder records (default: the step alone) and the dtype it is saved in (default: the model's).
+    encoder's, from the recipe). The held-out rows are the first `trainable.data.eval_documents` documents, never
+    trained on.
 
-    With LoRA, `model` already holds the injected adapters (peft patches in place), so only they train."""
+    With LoRA, `trainable.model` already holds the injected adapters (peft patches in place), so only they train."""
+    model, tokenizer, data = trainable.model, trainable.tokenizer, trainable.data
     backend = getattr(getattr(model, "config", None), "_attn_implementation", None)
     if backend == "flex_attention" and accelerator.device.type == "cpu":  # torch has no flex backward on CPU
         raise EncoderizeError("--attn-implementation flex_attention cannot train on CPU (torch has no backward pass "
                               "for it there); use sdpa or auto, or train on a GPU")
     loss_model = LossModel(model)
-    trainable = [p for p in model.parameters() if p.requires_grad]
+    learning = [p for p in model.parameters() if p.requires_grad]
     if train.master_weights == "fp32":
-        for parameter in trainable:  # bf16 weights would lose AdamW's small updates (and weight decay) to rounding
+        for parameter in learning:  # bf16 weights would lose AdamW's small updates (and weight decay) to rounding
             if parameter.is_floating_point() and parameter.dtype != torch.float32:
                 parameter.data = parameter.data.float()
     # Fused AdamW: one kernel for all parameters, on CUDA/ROCm and on CPU (8x the per-tensor kernel's speed on a
@@ -106,12 +119,12 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
     # (a transposed view with a contiguous gradient: 0.0098 off the per-tensor kernel after 5 steps, torch 2.13).
     # Autograd gives a gradient its parameter's strides, and every parameter is made contiguous here, so any
     # gradient a library sets by hand (contiguous, as they are) matches too.
-    for parameter in trainable:
+    for parameter in learning:
         if not parameter.is_contiguous():
             parameter.data = parameter.data.contiguous()
-    fused = all(p.is_floating_point() for p in trainable) and (
-        torch.cuda.is_available() or all(p.device.type == "cpu" for p in trainable))
-    optimizer = torch.optim.AdamW(trainable, lr=train.lr, betas=ADAMW_BETAS, eps=train.adam_eps,
+    fused = all(p.is_floating_point() for p in learning) and (
+        torch.cuda.is_available() or all(p.device.type == "cpu" for p in learning))
+    optimizer = torch.optim.AdamW(learning, lr=train.lr, betas=ADAMW_BETAS, eps=train.adam_eps,
                                   weight_decay=train.weight_decay, fused=fused)
     scheduler = wsd_scheduler(optimizer, train.steps, train.warmup, train.decay)
     configure_deepspeed(accelerator, train)
@@ -151,7 +164,8 @@ def build_run(accelerator, model, tokenizer, documents: Documents, data: DataCon
     held_out = held_out_batches(documents, Packer(tokenizer, data.seq_len, pack), data.eval_documents,
                                 data.eval_max_rows, train.batch_size)
     return Run(accelerator, loss_model, optimizer, scheduler, rows, masker, tokenizer, held_out, train,
-               Path(output_dir), loss_kernel, loss_report, export_facts, export_dtype, fold_clip, compiled, target)
+               Path(output_dir), loss_kernel, loss_report, trainable.export_facts, trainable.export_dtype, fold_clip,
+               compiled, target)
 
 
 def clip_can_fold(accelerator) -> bool:
